@@ -1,0 +1,24 @@
+//! The AMD ABI of rig: everything about AMD GPUs that is a pure function of bytes.
+//!
+//! This crate does no I/O and holds no state. The simulator (`rig-sim`), the daemon
+//! (`rigd`) and the client (`rig-client`) all link it, so that the packets the client
+//! encodes are the ones the simulator decodes, and the code objects the daemon loads are
+//! parsed the same way `rigctl image` shows them.
+//!
+//! - [`gpu`]: the table of processors rig drives (GC and SDMA versions, dies, LDS, waves,
+//!   ring bounds) and `is_gpu`.
+//! - [`pm4`], [`sdma`], [`aql`]: encoders and decoders of the packets the compute and copy
+//!   queues read; [`regs`] the register offsets those packets name.
+//! - [`code_object`]: AMDGPU ELF code objects (metadata note, kernel descriptors,
+//!   relocations) and [`kernarg`], the argument bytes of a launch.
+//! - [`copy_plan`]: how a copy or fill on `COPY:0` becomes SDMA packets.
+#![forbid(unsafe_code)]
+
+pub mod aql;
+pub mod code_object;
+pub mod copy_plan;
+pub mod gpu;
+pub mod kernarg;
+pub mod pm4;
+pub mod regs;
+pub mod sdma;

@@ -1,0 +1,118 @@
+//! The blocking client side of a connection, for `rig-client` and `rigctl`.
+//!
+//! It owns a [`UnixStream`] after a successful handshake and turns one [`Request`] into one
+//! [`Response`] at a time. What the answers mean is the caller's business.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::frame::{self, FrameError};
+use crate::messages::{ErrorCode, Hello, HelloReply, Request, Response, Welcome};
+use crate::{Error, MAGIC, VERSION};
+
+/// A client's connection to rigd.
+#[derive(Debug)]
+pub struct Connection {
+    stream: UnixStream,
+    welcome: Welcome,
+}
+
+impl Connection {
+    /// Connects to the socket at `path` and says hello as `program`.
+    pub fn connect(path: impl AsRef<Path>, program: &str) -> Result<Connection, Error> {
+        let path = path.as_ref();
+        let stream = UnixStream::connect(path).map_err(|source| Error::Connect {
+            path: path.to_owned(),
+            source,
+        })?;
+        Connection::handshake(stream, program)
+    }
+
+    /// Says hello on a stream already connected to rigd (a socketpair in tests).
+    pub fn handshake(stream: UnixStream, program: &str) -> Result<Connection, Error> {
+        let hello = Hello {
+            magic: MAGIC,
+            version: VERSION,
+            program: program.to_owned(),
+        };
+        frame::write_frame(stream.as_fd(), &frame::encode(&hello)?, &[])?;
+        let Some(reply) = frame::read_frame(stream.as_fd())? else {
+            return Err(Error::Closed);
+        };
+        if !reply.fds.is_empty() {
+            return Err(FrameError::FdMismatch {
+                announced: 0,
+                received: reply.fds.len(),
+            }
+            .into());
+        }
+        match frame::decode::<HelloReply>(&reply.payload)? {
+            HelloReply::Welcome(welcome) if welcome.version == VERSION => {
+                Ok(Connection { stream, welcome })
+            }
+            HelloReply::Welcome(welcome) => Err(Error::VersionMismatch {
+                daemon: welcome.version,
+                client: VERSION,
+            }),
+            HelloReply::Refused { daemon, error } if error.code == ErrorCode::VersionMismatch => {
+                Err(Error::VersionMismatch {
+                    daemon,
+                    client: VERSION,
+                })
+            }
+            HelloReply::Refused { error, .. } => Err(Error::Refused(error)),
+        }
+    }
+
+    /// What the daemon said of itself.
+    pub fn daemon(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// Bounds how long [`Connection::call`] waits for an answer (`None`: for ever). A call
+    /// that times out leaves the connection out of step; drop it.
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        self.stream
+            .set_read_timeout(timeout)
+            .map_err(|e| Error::Frame(FrameError::Io(e)))?;
+        self.stream
+            .set_write_timeout(timeout)
+            .map_err(|e| Error::Frame(FrameError::Io(e)))
+    }
+
+    /// Sends `request` with `fds` attached and waits for its answer and the descriptors
+    /// that came with it. `fds` must be exactly as many as [`Request::fds_needed`]; the
+    /// answer's descriptors are checked against [`Response::fds_needed`].
+    ///
+    /// A [`Response::Error`] is returned as `Ok`: it is an answer, and the connection
+    /// stays usable. `Err` means the connection is broken or the daemon is not speaking
+    /// the protocol, and the connection should be dropped.
+    pub fn call(
+        &mut self,
+        request: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<OwnedFd>), Error> {
+        let needed = request.fds_needed();
+        if fds.len() != needed {
+            return Err(Error::FdCount {
+                needed,
+                got: fds.len(),
+            });
+        }
+        frame::write_frame(self.stream.as_fd(), &frame::encode(request)?, fds)?;
+        let Some(reply) = frame::read_frame(self.stream.as_fd())? else {
+            return Err(Error::Closed);
+        };
+        let response: Response = frame::decode(&reply.payload)?;
+        let needed = response.fds_needed();
+        if reply.fds.len() != needed {
+            return Err(Error::FdCount {
+                needed,
+                got: reply.fds.len(),
+            });
+        }
+        Ok((response, reply.fds))
+    }
+}

@@ -1,0 +1,99 @@
+//! Sending and receiving bytes with file descriptors attached (`SCM_RIGHTS`) on a Unix
+//! stream socket: the only code of this crate that touches raw descriptors.
+//!
+//! It owns one system call each way and turning received descriptor numbers into
+//! [`OwnedFd`]s at once, so that every descriptor a peer sends is closed when dropped,
+//! whatever the frame layer then decides. Framing, counting and limits are
+//! [`crate::frame`]'s.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+/// The kernel's most descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD`). Room for this
+/// many means control data is never truncated, so no received descriptor goes unseen.
+const SCM_MAX_FD: usize = 253;
+
+/// What one `recvmsg` gave.
+#[derive(Debug)]
+pub(crate) struct Received {
+    /// Bytes read into the buffer; 0 means the peer closed its end.
+    pub bytes: usize,
+    /// Descriptors that came with them, close-on-exec.
+    pub fds: Vec<OwnedFd>,
+    /// True if the kernel truncated the control data (descriptors may have been lost).
+    pub truncated: bool,
+}
+
+/// Receives into `buf` once. `nonblocking` adds `MSG_DONTWAIT`; `EINTR` is retried.
+pub(crate) fn recv(
+    sock: BorrowedFd<'_>,
+    buf: &mut [u8],
+    nonblocking: bool,
+) -> io::Result<Received> {
+    let mut flags = MsgFlags::MSG_CMSG_CLOEXEC;
+    if nonblocking {
+        flags |= MsgFlags::MSG_DONTWAIT;
+    }
+    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), flags) {
+            Ok(m) => m,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e)),
+        };
+        let bytes = msg.bytes;
+        let mut fds = Vec::new();
+        // nix refuses to walk truncated control data, so descriptors that did arrive in it
+        // would stay open unseen. With room for SCM_MAX_FD, truncation needs a peer that
+        // sent other control messages too; the frame layer then drops the connection.
+        let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmRights(raw) = c {
+                    for fd in raw {
+                        // SAFETY: the kernel just installed `fd` in this process for this
+                        // message (SCM_RIGHTS); nothing else knows the number, so wrapping it
+                        // gives it exactly one owner, which closes it on drop.
+                        fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                    }
+                }
+            }
+        }
+        return Ok(Received {
+            bytes,
+            fds,
+            truncated,
+        });
+    }
+}
+
+/// Sends `bufs` once with `fds` attached (none if empty), `MSG_NOSIGNAL` so a closed peer is
+/// an `EPIPE` error and not a signal. Returns the bytes sent; `EINTR` is retried.
+pub(crate) fn send(
+    sock: BorrowedFd<'_>,
+    bufs: &[&[u8]],
+    fds: &[BorrowedFd<'_>],
+    nonblocking: bool,
+) -> io::Result<usize> {
+    let mut flags = MsgFlags::MSG_NOSIGNAL;
+    if nonblocking {
+        flags |= MsgFlags::MSG_DONTWAIT;
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let iov: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, flags, None) {
+            Ok(n) => return Ok(n),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e)),
+        }
+    }
+}

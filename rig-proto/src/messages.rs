@@ -1,0 +1,1158 @@
+//! The messages of the control protocol: the handshake, every request a client or `rigctl`
+//! sends, and every reply rigd gives.
+//!
+//! This module owns the shape of the data only. How a message becomes bytes on the socket
+//! is [`crate::frame`]'s business; what a request does to a GPU is rigd's. Everything here
+//! is plain data (no handles, no pointers), so rigd, `rig-client` and `rigctl` share it.
+//!
+//! Memory that rigd shares with a client travels as a [`Share`]: the index of a file
+//! descriptor passed with the same frame ([`FdIndex`]), plus an offset and a length within
+//! it. The client maps the descriptor and finds the thing at that offset.
+//!
+//! The encoding of a message is the order of its fields and variants, so variants and
+//! fields are only ever appended, and any change bumps [`crate::VERSION`]. The handshake
+//! types ([`Hello`], [`HelloReply`]) are frozen across versions: every rigd can read
+//! every client's first frame and answer it.
+
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------
+// Identifiers
+// ---------------------------------------------------------------------------------------
+
+/// A device a client opened, unique for the life of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct DeviceId(pub u64);
+
+/// Memory of a device (an allocation or a mapping), unique for the life of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RegionId(pub u64);
+
+/// Loaded code on a device, unique for the life of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ImageId(pub u64);
+
+/// The position of a file descriptor among those passed with the same frame, from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FdIndex(pub u32);
+
+// ---------------------------------------------------------------------------------------
+// Handshake (frozen: never reorder or change these three types)
+// ---------------------------------------------------------------------------------------
+
+/// The first frame a client sends: who it is and which protocol it speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Always [`crate::MAGIC`]; anything else is not a rig client.
+    pub magic: u64,
+    /// The protocol version the client speaks, [`crate::VERSION`] of its build.
+    pub version: u32,
+    /// The client's program name, as `rigctl clients` shows it.
+    pub program: String,
+}
+
+/// rigd's answer to [`Hello`]. After `Refused` the daemon closes the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// The daemon speaks the client's version; requests may follow.
+    Welcome(Welcome),
+    /// The daemon will not serve this client: a version mismatch (code
+    /// [`ErrorCode::VersionMismatch`]), a bad magic or a refused peer.
+    Refused {
+        /// The protocol version the daemon speaks.
+        daemon: u32,
+        /// Why, as for any refused request.
+        error: ErrorReply,
+    },
+}
+
+/// What a client learns of the daemon when it is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The protocol version both sides now speak.
+    pub version: u32,
+    /// The daemon's name and build, such as `"rigd 0.1.0"`.
+    pub daemon: String,
+    /// The daemon's process id.
+    pub pid: u32,
+}
+
+// ---------------------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------------------
+
+/// A request after the handshake. rigd answers each with one [`Response`], in order.
+///
+/// Each line says what the request needs; a request whose need is unmet is answered
+/// with [`Response::Error`]. "Live device" means a device this client opened and has
+/// neither stopped nor closed, and that rigd has not lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Needs nothing: the GPUs rigd serves; answered with [`Response::Gpus`].
+    ListGpus,
+    /// Needs a GPU index from `ListGpus` and room in the client's quota; answered with
+    /// [`Response::DeviceOpened`] and its descriptors.
+    OpenDevice {
+        /// The GPU's index, [`GpuInfo::index`].
+        gpu: u32,
+    },
+    /// Needs a device of this client, live or not: stops it if needed and gives back
+    /// everything it holds; answered with [`Response::Done`].
+    CloseDevice {
+        /// The device to close.
+        device: DeviceId,
+    },
+    /// Needs a live device and `bytes` positive and a multiple of 4; answered with
+    /// [`Response::Allocated`], [`Response::NoMemory`] or, for memory the device does not
+    /// have, [`Response::Never`].
+    Alloc {
+        /// The device.
+        device: DeviceId,
+        /// The kind of memory.
+        memory: MemoryKind,
+        /// How many bytes.
+        bytes: u64,
+    },
+    /// Needs a region of this device, which no work of the device can still use (after a
+    /// stop too); answered with [`Response::Done`].
+    Free {
+        /// The device the region belongs to.
+        device: DeviceId,
+        /// A region `Alloc`, `MapHost` or `LoadImage` made.
+        region: RegionId,
+    },
+    /// Needs a live device whose facts say `maps_host`, exactly one descriptor passed (a
+    /// memfd the client also maps), `offset` page-aligned and `bytes` positive; maps the
+    /// pages that hold those bytes. Answered with [`Response::Mapped`], [`Response::NoMemory`]
+    /// or [`Response::Never`].
+    MapHost {
+        /// The device.
+        device: DeviceId,
+        /// Bytes to map from `offset`.
+        bytes: u64,
+        /// Byte offset into the passed memfd, a multiple of 4096.
+        offset: u64,
+    },
+    /// Needs a live device; loads an AMDGPU code object into the device's own memory.
+    /// Answered with [`Response::ImageLoaded`], [`Response::NoMemory`], or an error with code
+    /// [`ErrorCode::ImageRefused`] naming why.
+    LoadImage {
+        /// The device.
+        device: DeviceId,
+        /// The ELF bytes of the code object.
+        code_object: Vec<u8>,
+    },
+    /// Needs a live device and an image of it; makes what a launch of `name` needs (its
+    /// scratch included). Answered with [`Response::Entry`], [`Response::Absent`],
+    /// [`Response::NoMemory`], or an error with code [`ErrorCode::EntryRefused`].
+    ResolveEntry {
+        /// The device.
+        device: DeviceId,
+        /// The image.
+        image: ImageId,
+        /// The kernel's name, without `.kd`.
+        name: String,
+    },
+    /// Needs a live device and an image of it; may start making `name`'s entry and
+    /// reports nothing, failures included. Answered with [`Response::Done`].
+    Prepare {
+        /// The device.
+        device: DeviceId,
+        /// The image.
+        image: ImageId,
+        /// The kernel's name.
+        name: String,
+    },
+    /// Needs an image of this device that no work can still run (after a stop too);
+    /// releases its entries. The image's region stays until freed. Answered with
+    /// [`Response::Done`].
+    Unload {
+        /// The device.
+        device: DeviceId,
+        /// The image.
+        image: ImageId,
+    },
+    /// Needs a live device; makes rings or an argument segment big enough for a
+    /// submission (a byte count of 0 asks nothing of that part). Answered with
+    /// [`Response::Grown`] and its descriptors, or [`Response::NoMemory`] (the seed's Short).
+    Grow {
+        /// The device.
+        device: DeviceId,
+        /// Bytes the submission needs on the compute ring.
+        compute_bytes: u64,
+        /// Bytes the submission needs on the copy ring.
+        copy_bytes: u64,
+        /// Bytes the submission needs in the argument segment.
+        segment_bytes: u64,
+        /// The generations the client has installed, so rigd retires older queues and
+        /// replaces a grown one no work ran on.
+        installed: Generations,
+    },
+    /// Needs a device of this client, live or not; answered with [`Response::Facts`].
+    Facts {
+        /// The device.
+        device: DeviceId,
+    },
+    /// Needs a live device; reads the GPU's clock between two readings of the host's
+    /// `CLOCK_MONOTONIC`. Answered with [`Response::Clock`].
+    SampleClock {
+        /// The device.
+        device: DeviceId,
+    },
+    /// Needs a device of this client that is not yet stopped; destroys its queues without
+    /// waiting for their work, and makes the timeline word read `last` once no work runs.
+    /// Answered with [`Response::Done`].
+    StopDevice {
+        /// The device.
+        device: DeviceId,
+        /// The last value the client gave to submit.
+        last: u64,
+        /// Why the client lost the device, if for a fault or a hang.
+        fault: Option<String>,
+    },
+    /// Needs a device of this client, live or not; answered with [`Response::Status`], which
+    /// says whether and why rigd lost it.
+    DeviceStatus {
+        /// The device.
+        device: DeviceId,
+    },
+    /// Needs a peer allowed to inspect (root or rigd's group); answered with
+    /// [`Response::Clients`].
+    ListClients,
+    /// Needs a peer allowed to inspect; answered with [`Response::Devices`].
+    ListDevices,
+    /// Needs a peer allowed to inspect, or the device's owner; answered with
+    /// [`Response::Device`].
+    ShowDevice {
+        /// The device.
+        device: DeviceId,
+    },
+}
+
+impl Request {
+    /// The request's name, for logs and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::ListGpus => "list-gpus",
+            Request::OpenDevice { .. } => "open-device",
+            Request::CloseDevice { .. } => "close-device",
+            Request::Alloc { .. } => "alloc",
+            Request::Free { .. } => "free",
+            Request::MapHost { .. } => "map-host",
+            Request::LoadImage { .. } => "load-image",
+            Request::ResolveEntry { .. } => "resolve-entry",
+            Request::Prepare { .. } => "prepare",
+            Request::Unload { .. } => "unload",
+            Request::Grow { .. } => "grow",
+            Request::Facts { .. } => "facts",
+            Request::SampleClock { .. } => "sample-clock",
+            Request::StopDevice { .. } => "stop-device",
+            Request::DeviceStatus { .. } => "device-status",
+            Request::ListClients => "list-clients",
+            Request::ListDevices => "list-devices",
+            Request::ShowDevice { .. } => "show-device",
+        }
+    }
+
+    /// How many file descriptors must ride with this request: exactly this many, no more.
+    pub fn fds_needed(&self) -> usize {
+        match self {
+            Request::MapHost { .. } => 1,
+            _ => 0,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Responses
+// ---------------------------------------------------------------------------------------
+
+/// rigd's answer to one [`Request`]. Every request may also be answered with `Error`.
+// `Grown` (about 300 bytes) stays inline: an answer is built once per request and moved a
+// few times, so a box would buy nothing measurable.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The request succeeded and has nothing to return.
+    Done,
+    /// The GPUs rigd serves, in index order.
+    Gpus(Vec<GpuInfo>),
+    /// A new device and the shared memory its submissions go through.
+    DeviceOpened(Box<DeviceOpened>),
+    /// New memory. `host` is the memfd share the client maps, for Pinned and Mapped memory.
+    Allocated {
+        /// The region.
+        region: RegionId,
+        /// The GPU address of its first byte, a multiple of [`Facts::alignment`].
+        gpu_address: u64,
+        /// Where the host reaches it; `None` for Device memory.
+        host: Option<Share>,
+    },
+    /// Host memory the GPU now reaches.
+    Mapped {
+        /// The mapping, which `Free` ends (the memory itself stays the client's).
+        region: RegionId,
+        /// The GPU address of the byte at the request's offset.
+        gpu_address: u64,
+    },
+    /// The device, the host or the client's quota lacks `bytes` bytes. Nothing was made;
+    /// reclaiming memory and asking again may succeed.
+    NoMemory {
+        /// The bytes that were missing.
+        bytes: u64,
+        /// Which budget ran out.
+        shortage: Shortage,
+    },
+    /// The request can never succeed on this device, as the reason says: Mapped memory on
+    /// a path without it, host pages the path will not map (such as read-only ones).
+    Never {
+        /// Why.
+        reason: String,
+    },
+    /// A loaded code object.
+    ImageLoaded {
+        /// The image, for `ResolveEntry`, `Prepare` and `Unload`.
+        image: ImageId,
+        /// The Device memory the image lies in; the client frees it after `Unload`.
+        region: RegionId,
+        /// The GPU address of the image's first byte.
+        gpu_address: u64,
+        /// The image's bytes in GPU memory.
+        size: u64,
+        /// The names of its kernels.
+        kernels: Vec<String>,
+    },
+    /// What a launch of the kernel needs.
+    Entry(Box<Entry>),
+    /// The image has no kernel of that name.
+    Absent,
+    /// New queues or segment; the client installs each once the device reached every
+    /// value it submitted.
+    Grown(Grown),
+    /// The device's facts.
+    Facts(Box<Facts>),
+    /// A reading of the GPU's clock.
+    Clock(ClockSample),
+    /// Whether the device is live, and how far its timeline is.
+    Status(DeviceStatus),
+    /// The connected clients.
+    Clients(Vec<ClientInfo>),
+    /// The open devices.
+    Devices(Vec<DeviceInfo>),
+    /// One device in detail.
+    Device(Box<DeviceReport>),
+    /// The request failed.
+    Error(ErrorReply),
+}
+
+impl Response {
+    /// How many file descriptors must ride with this response: one more than the highest
+    /// [`FdIndex`] it names, so a descriptor the message does not name is an error.
+    pub fn fds_needed(&self) -> usize {
+        let mut most: Option<u32> = None;
+        let mut see = |i: FdIndex| most = Some(most.map_or(i.0, |m| m.max(i.0)));
+        match self {
+            Response::DeviceOpened(d) => d.fd_indices().into_iter().for_each(&mut see),
+            Response::Allocated { host: Some(s), .. } => see(s.fd),
+            Response::Grown(g) => g.fd_indices().into_iter().for_each(&mut see),
+            _ => {}
+        }
+        most.map_or(0, |m| m as usize + 1)
+    }
+
+    /// Checks the layout of what the answer shares or describes (see
+    /// [`DeviceOpened::check`], [`Grown::check`], [`Entry::check`]).
+    pub fn check(&self) -> Result<(), LayoutError> {
+        match self {
+            Response::DeviceOpened(d) => d.check(),
+            Response::Grown(g) => g.check(),
+            Response::Entry(e) => e.check(),
+            Response::Allocated { host: Some(s), .. } => s.check("allocated memory", 1),
+            _ => Ok(()),
+        }
+    }
+
+    /// The reply as a result: `Err` for [`Response::Error`], `Ok` for any other answer.
+    pub fn into_result(self) -> Result<Response, ErrorReply> {
+        match self {
+            Response::Error(e) => Err(e),
+            other => Ok(other),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared memory
+// ---------------------------------------------------------------------------------------
+
+/// Bytes of a file descriptor passed with the frame that the receiver maps.
+///
+/// `offset` need not start a page: map from `offset` rounded down to 4096 (see
+/// [`Share::page_span`]). Several shares may name one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    /// Which of the frame's descriptors.
+    pub fd: FdIndex,
+    /// Byte offset into the descriptor.
+    pub offset: u64,
+    /// Bytes from `offset`.
+    pub bytes: u64,
+}
+
+impl Share {
+    /// Checks that the share is not empty, does not overflow, and can hold a naturally
+    /// aligned word of `word` bytes at its start (1 for no alignment).
+    pub fn check(&self, what: &'static str, word: u64) -> Result<(), LayoutError> {
+        if self.bytes < word.max(1) {
+            return Err(LayoutError {
+                what,
+                why: "it is too small",
+            });
+        }
+        if self.page_span().is_none() {
+            return Err(LayoutError {
+                what,
+                why: "its offset and length overflow",
+            });
+        }
+        if word > 1 && self.offset % word != 0 {
+            return Err(LayoutError {
+                what,
+                why: "it is not aligned for its word",
+            });
+        }
+        Ok(())
+    }
+
+    /// The page-aligned span to `mmap` that covers this share, as
+    /// `(map_offset, map_len, offset_of_share_within_map)`; `None` if the numbers overflow.
+    pub fn page_span(&self) -> Option<(u64, u64, u64)> {
+        const PAGE: u64 = 4096;
+        let start = self.offset - self.offset % PAGE;
+        let end = self.offset.checked_add(self.bytes)?;
+        let end = end.checked_add(PAGE - 1)? / PAGE * PAGE;
+        Some((start, end - start, self.offset - start))
+    }
+}
+
+/// A [`Share`] that the GPU also addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// Where the host maps it.
+    pub host: Share,
+    /// The GPU address of its first byte.
+    pub gpu_address: u64,
+}
+
+/// The packets a hardware queue reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QueueKind {
+    /// PM4 type-3 packets (a compute queue on a GPU of one die).
+    Pm4,
+    /// HSA AQL packets, 64 bytes each (a compute queue on a GPU of several dies).
+    Aql,
+    /// SDMA packets (the copy queue).
+    Sdma,
+}
+
+impl QueueKind {
+    /// The bytes of one unit of this kind's read and write positions and doorbell value:
+    /// PM4 counts dwords, AQL counts 64-byte packets, SDMA counts bytes.
+    pub fn position_unit(self) -> u64 {
+        match self {
+            QueueKind::Pm4 => 4,
+            QueueKind::Aql => 64,
+            QueueKind::Sdma => 1,
+        }
+    }
+}
+
+/// A hardware queue the client fills with plain stores.
+///
+/// Ownership: the client writes the ring's packets, `write` and the doorbell; the queue
+/// (GPU) writes `read`. Positions are 64-bit words that only grow, in
+/// [`QueueKind::position_unit`]s, and index the ring modulo its size. Submitting is:
+/// place packets, store the new write position into `write` (release order), then store
+/// it into the doorbell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueShare {
+    /// The packets it reads.
+    pub kind: QueueKind,
+    /// 0 for the queue made at open, then one more for each growth of this ring.
+    pub generation: u32,
+    /// The ring, a power of two of bytes of Pinned memory.
+    pub ring: GpuShare,
+    /// 8 bytes the queue writes its read position to.
+    pub read: GpuShare,
+    /// 8 bytes the queue reads its write position from.
+    pub write: GpuShare,
+    /// The queue's doorbell: the start of a 64-byte slot ([`DOORBELL_SLOT`]) of the device's
+    /// doorbell page, laid out and rung as `rig-shm`'s doorbell protocol states (the value
+    /// at offset 0, the engine's sleeping word at offset 8). Storing a write position there
+    /// tells the queue to read up to it.
+    pub doorbell: Share,
+}
+
+impl QueueShare {
+    /// Checks what a client relies on before it maps and stores: a ring of a power of two
+    /// of at least [`MIN_RING`] bytes, and 8-byte aligned position words and doorbell.
+    pub fn check(&self) -> Result<(), LayoutError> {
+        self.ring.host.check("a ring", 1)?;
+        if !self.ring.host.bytes.is_power_of_two() || self.ring.host.bytes < MIN_RING {
+            return Err(LayoutError {
+                what: "a ring",
+                why: "its size is not a power of two of at least 4096 bytes",
+            });
+        }
+        self.read.host.check("a read position", 8)?;
+        self.write.host.check("a write position", 8)?;
+        self.doorbell.check("a doorbell", 8)?;
+        if self.doorbell.offset % DOORBELL_SLOT != 0 {
+            return Err(LayoutError {
+                what: "a doorbell",
+                why: "it does not start a 64-byte slot",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of a doorbell slot: one cache line, as `rig-shm` lays doorbell pages out.
+pub const DOORBELL_SLOT: u64 = 64;
+
+/// The smallest ring or segment rigd makes: 4096 bytes.
+pub const MIN_RING: u64 = 4096;
+
+/// A share whose layout a client cannot use; rigd and the client disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("rigd shared {what} the client cannot use: {why}; rigd and rig-client are out of step")]
+pub struct LayoutError {
+    /// What was shared.
+    pub what: &'static str,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// The argument segment: Pinned memory that launches' argument bytes go into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentShare {
+    /// 0 for the segment made at open, then one more for each growth.
+    pub generation: u32,
+    /// The segment.
+    pub memory: GpuShare,
+}
+
+/// The device's timeline word: 8 bytes of host memory, an unsigned 64-bit integer in the
+/// host's byte order, that each value's release writes once its work completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordShare {
+    /// Where it lies.
+    pub memory: GpuShare,
+    /// The value the word holds at open; the device's values start after it.
+    pub first: u64,
+}
+
+/// How a client wakes an engine that watches no doorbell slot's sleeping word: a flag and
+/// an eventfd. Every path rig has today wakes through the doorbell slot itself (see
+/// [`QueueShare::doorbell`]) and sends `None`; this is for a path whose engine cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wake {
+    /// 4 bytes, nonzero while the engine sleeps; read it (acquire) after a doorbell store.
+    pub flag: Share,
+    /// An eventfd: add 1 to it when `flag` read nonzero.
+    pub fd: FdIndex,
+}
+
+/// The generations of queues and segment a client has installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Generations {
+    /// Of the compute queue.
+    pub compute: u32,
+    /// Of the copy queue.
+    pub copy: u32,
+    /// Of the argument segment.
+    pub args: u32,
+}
+
+/// A new device and everything a client maps to submit to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceOpened {
+    /// The device.
+    pub device: DeviceId,
+    /// Its facts.
+    pub facts: Facts,
+    /// `"COMPUTE:0"`.
+    pub compute: QueueShare,
+    /// `"COPY:0"`.
+    pub copy: QueueShare,
+    /// The argument segment.
+    pub args: SegmentShare,
+    /// The timeline word.
+    pub word: WordShare,
+    /// 8 bytes into which the client stores (release) the last value it gave to submit,
+    /// so rigd's hang watchdog and `rigctl` see outstanding work.
+    pub submitted: Share,
+    /// An eventfd that becomes readable after a release or a fault; a client sleeps on it.
+    pub interrupt: FdIndex,
+    /// How to wake a sleeping engine after a doorbell store, where one sleeps.
+    pub wake: Option<Wake>,
+}
+
+impl DeviceOpened {
+    /// Checks every share's layout (see [`QueueShare::check`]).
+    pub fn check(&self) -> Result<(), LayoutError> {
+        self.compute.check()?;
+        self.copy.check()?;
+        self.args.memory.host.check("the argument segment", 8)?;
+        self.word.memory.host.check("the timeline word", 8)?;
+        self.submitted.check("the submitted word", 8)?;
+        if let Some(w) = &self.wake {
+            w.flag.check("the wake flag", 4)?;
+        }
+        Ok(())
+    }
+
+    /// Every descriptor index the message names.
+    pub fn fd_indices(&self) -> Vec<FdIndex> {
+        let mut v = Vec::with_capacity(16);
+        for q in [&self.compute, &self.copy] {
+            v.extend([
+                q.ring.host.fd,
+                q.read.host.fd,
+                q.write.host.fd,
+                q.doorbell.fd,
+            ]);
+        }
+        v.extend([
+            self.args.memory.host.fd,
+            self.word.memory.host.fd,
+            self.submitted.fd,
+        ]);
+        v.push(self.interrupt);
+        if let Some(w) = &self.wake {
+            v.extend([w.flag.fd, w.fd]);
+        }
+        v
+    }
+}
+
+/// What a growth made.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Grown {
+    /// A new compute queue, if the compute ring grew.
+    pub compute: Option<QueueShare>,
+    /// A new copy queue, if the copy ring grew.
+    pub copy: Option<QueueShare>,
+    /// A new argument segment, if it grew.
+    pub args: Option<SegmentShare>,
+}
+
+impl Grown {
+    /// Checks every share's layout (see [`QueueShare::check`]).
+    pub fn check(&self) -> Result<(), LayoutError> {
+        for q in [&self.compute, &self.copy].into_iter().flatten() {
+            q.check()?;
+        }
+        if let Some(a) = &self.args {
+            a.memory.host.check("the argument segment", 8)?;
+        }
+        Ok(())
+    }
+
+    /// Every descriptor index the message names.
+    pub fn fd_indices(&self) -> Vec<FdIndex> {
+        let mut v = Vec::new();
+        for q in [&self.compute, &self.copy].into_iter().flatten() {
+            v.extend([
+                q.ring.host.fd,
+                q.read.host.fd,
+                q.write.host.fd,
+                q.doorbell.fd,
+            ]);
+        }
+        if let Some(a) = &self.args {
+            v.push(a.memory.host.fd);
+        }
+        v
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// GPUs, memory, facts
+// ---------------------------------------------------------------------------------------
+
+/// How rigd reaches a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PathKind {
+    /// The simulated GPU.
+    Sim,
+    /// Linux's amdgpu driver through `/dev/kfd`.
+    Kfd,
+    /// The PCI function itself through VFIO.
+    Vfio,
+}
+
+/// A GPU rigd serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Its number among the GPUs rigd serves, in bus order.
+    pub index: u32,
+    /// Its name, such as `"AMD:0"`.
+    pub name: String,
+    /// Its processor, such as `"gfx1100"`.
+    pub arch: String,
+    /// How rigd reaches it.
+    pub path: PathKind,
+    /// Its PCI function, such as `"0000:41:00.0"`; `None` for the simulated GPU.
+    pub bus: Option<String>,
+    /// The bytes of its own memory.
+    pub budget: u64,
+    /// True iff it is the simulated GPU.
+    pub simulated: bool,
+}
+
+/// The kinds of memory a device allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// GPU memory the host does not address.
+    Device,
+    /// Host memory the GPU addresses, shared with the client as a memfd.
+    Pinned,
+    /// GPU memory the host addresses through the memory BAR, write-combined.
+    Mapped,
+}
+
+/// Which budget a [`Response::NoMemory`] ran out of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Shortage {
+    /// The GPU's memory.
+    Gpu,
+    /// The host's memory or another resource of the path.
+    Host,
+    /// The client's quota in rigd's configuration.
+    Quota,
+}
+
+/// How a value's completion shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Completion {
+    /// The queue that releases a value stores it into the timeline word.
+    Store,
+}
+
+/// Which waits for another device's point the compute queue makes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Waits {
+    /// Waits for a word that another device's work stores.
+    pub stores: bool,
+    /// Waits for a word that the host stores.
+    pub hosts: bool,
+}
+
+/// A three-part IP version, such as GC 11.0.0 or SDMA 6.0.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IpVersion {
+    /// Major.
+    pub major: u8,
+    /// Minor.
+    pub minor: u8,
+    /// Stepping.
+    pub stepping: u8,
+}
+
+/// The largest ring a growth can make per queue; bigger submissions never fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RingLimits {
+    /// Bytes of the largest compute ring.
+    pub compute: u64,
+    /// Bytes of the largest copy ring.
+    pub copy: u64,
+}
+
+/// A device's facts: the seed's `Rig_edge.facts` for this driver, plus what a client needs
+/// to encode packets for the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Facts {
+    /// The GPU's processor, such as `"gfx1201"`.
+    pub arch: String,
+    /// The bytes of the GPU's own memory.
+    pub budget: u64,
+    /// The queues: `["COMPUTE:0", "COPY:0"]`, indices 0 and 1.
+    pub queues: Vec<String>,
+    /// The queue of the copy engine: `Some(1)`.
+    pub copy_engine: Option<u32>,
+    /// `Store`: the releasing queue writes the word.
+    pub completion: Completion,
+    /// Which waits the compute queue makes (both or neither).
+    pub waits: Waits,
+    /// False: submitting writes memory and calls no system function.
+    pub may_block: bool,
+    /// Milliseconds after which work whose word has not moved hung; `None` where the
+    /// kernel driver bounds how long work runs.
+    pub hang_ms: Option<u64>,
+    /// True iff the device maps host memory (`MapHost`).
+    pub maps_host: bool,
+    /// False: the host does not address Device memory.
+    pub host_addresses: bool,
+    /// 4096: allocations are whole pages at page-aligned GPU addresses.
+    pub alignment: u64,
+    /// Bytes of the L2 and MALL together, where the path knows them.
+    pub cache_bytes: Option<u64>,
+    /// The GPU address of the timeline word.
+    pub word: u64,
+    /// The GPU's PCI function, where it has one.
+    pub bus: Option<String>,
+    /// The GC version, which the compute queue's registers and packets follow.
+    pub gc: IpVersion,
+    /// The SDMA version, which the copy queue's packets follow.
+    pub sdma: IpVersion,
+    /// The version of the compute queues' firmware.
+    pub mec: u32,
+    /// The compute queue's packets: `Pm4` or `Aql`.
+    pub compute: QueueKind,
+    /// The local data share of a work-group, in bytes.
+    pub lds_bytes: u32,
+    /// Lanes of a wave the GPU runs by default (32 or 64).
+    pub wave_size: u32,
+    /// The most waves a compute unit runs at once.
+    pub waves_per_cu: u32,
+    /// Dies (XCCs) that run the compute queue's work.
+    pub dies: u32,
+    /// Work-group processors that run work: `wgps[e][a]` has bit `w` set iff processor `w`
+    /// of shader array `a` of shader engine `e` does.
+    pub wgps: Vec<Vec<u32>>,
+    /// The most bytes one SDMA linear-copy packet moves.
+    pub linear_copy_bytes: u64,
+    /// The frequency of the GPU's clock that profile stamps count, in hertz.
+    pub clock_hz: u64,
+    /// The largest rings a growth makes.
+    pub most_ring: RingLimits,
+}
+
+// ---------------------------------------------------------------------------------------
+// Code
+// ---------------------------------------------------------------------------------------
+
+/// What a launch of one kernel needs: the seed's entry (`code`, `params`, `threads`) plus
+/// what the client needs to encode its dispatch and fill its kernel arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The GPU address of the kernel descriptor (the symbol `name.kd`), which a dispatch names.
+    pub code: u64,
+    /// Bytes of the explicit arguments; a launch's parameters must be at least this long.
+    pub params: u32,
+    /// The most work-items of a work-group.
+    pub max_threads: u32,
+    /// Bytes of the kernel-argument segment the kernel reads, hidden arguments included.
+    pub kernarg_size: u32,
+    /// Alignment of the kernel-argument segment in bytes.
+    pub kernarg_align: u32,
+    /// Bytes of local data share a group takes before the launch's own.
+    pub group_segment: u32,
+    /// Bytes of scratch per work-item.
+    pub private_segment: u32,
+    /// True iff the kernel runs in waves of 64.
+    pub wave64: bool,
+    /// The 64 bytes of the kernel descriptor, as the code object holds them.
+    pub descriptor: Descriptor,
+    /// The hidden arguments the kernel reads, which the client fills after the explicit ones.
+    pub hidden: Vec<HiddenArg>,
+    /// The scratch a PM4 dispatch names; `None` if the kernel needs none or the queue (AQL)
+    /// hands scratch itself.
+    pub scratch: Option<Scratch>,
+}
+
+impl Entry {
+    /// Checks that a client can fill the kernel arguments as described without writing
+    /// outside `kernarg_size` bytes: explicit arguments fit, and each hidden argument is 2, 4
+    /// or 8 bytes, naturally aligned, inside the segment.
+    pub fn check(&self) -> Result<(), LayoutError> {
+        let what = "a kernel entry";
+        if self.params > self.kernarg_size {
+            return Err(LayoutError {
+                what,
+                why: "its explicit arguments exceed its argument segment",
+            });
+        }
+        for h in &self.hidden {
+            if !matches!(h.size, 2 | 4 | 8) || h.offset % h.size != 0 {
+                return Err(LayoutError {
+                    what,
+                    why: "a hidden argument has a bad size or alignment",
+                });
+            }
+            if u64::from(h.offset) + u64::from(h.size) > u64::from(self.kernarg_size) {
+                return Err(LayoutError {
+                    what,
+                    why: "a hidden argument lies past its argument segment",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The 64 bytes of an AMDGPU kernel descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Descriptor(pub [u8; 64]);
+
+impl Serialize for Descriptor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0[..].serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Descriptor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<u8>::deserialize(d)?;
+        let n = v.len();
+        let bytes: [u8; 64] = v.try_into().map_err(|_| {
+            serde::de::Error::invalid_length(n, &"the 64 bytes of a kernel descriptor")
+        })?;
+        Ok(Descriptor(bytes))
+    }
+}
+
+/// One hidden (implicit) kernel argument: where it lies in the kernel-argument segment and
+/// what the client stores there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HiddenArg {
+    /// Byte offset in the kernel-argument segment.
+    pub offset: u32,
+    /// Bytes (2, 4 or 8), stored little-endian.
+    pub size: u32,
+    /// What to store.
+    pub value: HiddenValue,
+}
+
+/// A grid axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Axis {
+    /// X.
+    X,
+    /// Y.
+    Y,
+    /// Z.
+    Z,
+}
+
+/// The value of a hidden argument, derived from the launch or given by rigd.
+///
+/// The grid is one of whole work-groups that starts at work-item 0, so remainders and
+/// global offsets are 0; they are listed so the client writes every byte the kernel reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HiddenValue {
+    /// `hidden_block_count_*`: work-groups along the axis.
+    BlockCount(Axis),
+    /// `hidden_group_size_*`: work-items of a group along the axis.
+    GroupSize(Axis),
+    /// `hidden_remainder_*`: work-items of the last partial group (0).
+    Remainder(Axis),
+    /// `hidden_global_offset_*`: the grid's offset (0).
+    GlobalOffset(Axis),
+    /// `hidden_grid_dims`: how many axes the grid has.
+    GridDims,
+    /// `hidden_dynamic_lds_size`: the launch's own bytes of local data share.
+    DynamicLdsSize,
+    /// A value rigd knows and the launch does not change, such as an aperture base, or 0
+    /// for `hidden_none`.
+    Constant(u64),
+}
+
+/// Scratch memory that a PM4 dispatch names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scratch {
+    /// The GPU address of its first byte.
+    pub gpu_address: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Bytes of scratch a wave takes.
+    pub wave_bytes: u32,
+    /// How many waves it holds at once.
+    pub waves: u32,
+}
+
+// ---------------------------------------------------------------------------------------
+// Time and status
+// ---------------------------------------------------------------------------------------
+
+/// The GPU's clock read between two readings of the host's `CLOCK_MONOTONIC`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSample {
+    /// The GPU clock, in ticks of [`Facts::clock_hz`].
+    pub gpu: u64,
+    /// The host's clock before the read, in nanoseconds.
+    pub host_before_ns: u64,
+    /// The host's clock after the read, in nanoseconds.
+    pub host_after_ns: u64,
+}
+
+/// How a device stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// `Some(why)` once rigd lost the device (a fault, a hang, a reset); it runs no more work.
+    pub lost: Option<String>,
+    /// True once the device was stopped.
+    pub stopped: bool,
+    /// The last value the client published as submitted.
+    pub submitted: u64,
+    /// The value the timeline word holds.
+    pub reached: u64,
+}
+
+// ---------------------------------------------------------------------------------------
+// rigctl queries
+// ---------------------------------------------------------------------------------------
+
+/// A connected client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    /// Its process id, from the socket's peer credentials.
+    pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+    /// Its group id.
+    pub gid: u32,
+    /// The program name its `Hello` gave.
+    pub program: String,
+    /// The devices it holds open.
+    pub devices: Vec<DeviceId>,
+    /// Bytes of memory its devices hold, all kinds together.
+    pub bytes: u64,
+}
+
+/// Bytes a device holds, by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MemoryHeld {
+    /// Device memory, images included.
+    pub device: u64,
+    /// Pinned memory, rings and segments included.
+    pub pinned: u64,
+    /// Mapped memory.
+    pub mapped: u64,
+    /// Host memory mapped with `MapHost`.
+    pub host: u64,
+}
+
+impl MemoryHeld {
+    /// All kinds together.
+    pub fn total(&self) -> u64 {
+        self.device
+            .saturating_add(self.pinned)
+            .saturating_add(self.mapped)
+            .saturating_add(self.host)
+    }
+}
+
+/// An open device, in brief.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// The device.
+    pub device: DeviceId,
+    /// The GPU index it runs on.
+    pub gpu: u32,
+    /// The process id of the client that opened it.
+    pub owner_pid: u32,
+    /// The memory it holds.
+    pub memory: MemoryHeld,
+    /// `Some(why)` once rigd lost it.
+    pub lost: Option<String>,
+}
+
+/// A ring's state as rigd reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingState {
+    /// The queue's name, such as `"COMPUTE:0"`.
+    pub queue: String,
+    /// The packets it reads.
+    pub kind: QueueKind,
+    /// Its generation.
+    pub generation: u32,
+    /// The ring's bytes.
+    pub bytes: u64,
+    /// The read position, in the kind's units.
+    pub read: u64,
+    /// The write position, in the kind's units.
+    pub write: u64,
+}
+
+/// One device in detail, for `rigctl device`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    /// The brief.
+    pub info: DeviceInfo,
+    /// Its facts.
+    pub facts: Facts,
+    /// Its rings, retired ones that still run included.
+    pub rings: Vec<RingState>,
+    /// Images loaded.
+    pub images: u32,
+    /// Regions held.
+    pub regions: u32,
+    /// The last value the client published as submitted.
+    pub submitted: u64,
+    /// The value the timeline word holds.
+    pub reached: u64,
+    /// Faults reported for its work, oldest first.
+    pub faults: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// What kind of failure an [`ErrorReply`] reports. Stable: codes are only ever appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The request was malformed or not allowed in the connection's state.
+    BadRequest,
+    /// Client and daemon speak different protocol versions.
+    VersionMismatch,
+    /// The peer may not do this (another user's device, an inspection query).
+    PermissionDenied,
+    /// No GPU of that index.
+    NoSuchGpu,
+    /// No device of that id belongs to this client.
+    NoSuchDevice,
+    /// No region of that id belongs to the device.
+    NoSuchRegion,
+    /// No image of that id belongs to the device.
+    NoSuchImage,
+    /// An argument is out of range (zero bytes, an unaligned offset, a size not a multiple
+    /// of 4).
+    InvalidArgument,
+    /// The client's quota forbids it (too many devices or connections).
+    Quota,
+    /// The code object was refused: not one, for another processor, or too much LDS.
+    ImageRefused,
+    /// The kernel cannot launch on this device, as the message says.
+    EntryRefused,
+    /// The device is lost; the message says why.
+    Lost,
+    /// The device is stopped and takes no more work.
+    Stopped,
+    /// The GPU or its path failed; the device may be lost.
+    Fault,
+    /// rigd itself failed; its log says more.
+    Internal,
+}
+
+/// A failed request: a stable code and a lowercase message a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ErrorReply {
+    /// The kind of failure.
+    pub code: ErrorCode,
+    /// What happened and what to do about it.
+    pub message: String,
+}
+
+impl ErrorReply {
+    /// An error reply.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorReply {
+            code,
+            message: message.into(),
+        }
+    }
+}

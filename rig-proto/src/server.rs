@@ -1,0 +1,215 @@
+//! The daemon side of a connection, over tokio, for rigd.
+//!
+//! It owns one accepted [`UnixStream`]: the handshake, reading requests (with their
+//! descriptors) and writing answers. It does not decide anything: who may connect, what a
+//! request does and which answer it gets are rigd's.
+//!
+//! Descriptors pass because every receive and send is a `recvmsg`/`sendmsg` on the raw
+//! socket inside tokio's readiness (`try_io`), not a plain read or write.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+
+use crate::fdpass;
+use crate::frame::{self, Frame, FrameError, Outgoing, Reader};
+use crate::messages::{ErrorCode, ErrorReply, Hello, HelloReply, Request, Response, Welcome};
+use crate::{Error, MAGIC, VERSION};
+
+/// One client's connection, as rigd holds it.
+#[derive(Debug)]
+pub struct ServerConnection {
+    stream: UnixStream,
+    reader: Reader,
+}
+
+impl ServerConnection {
+    /// Wraps an accepted stream.
+    pub fn new(stream: UnixStream) -> Self {
+        ServerConnection {
+            stream,
+            reader: Reader::new(),
+        }
+    }
+
+    /// The stream, for its peer credentials (`peer_cred`).
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
+    /// Reads one frame. `Ok(None)` is a clean close between frames.
+    ///
+    /// Cancel-safe: progress is kept in the connection, so a `select!` that drops this
+    /// future loses no bytes and no descriptors.
+    pub async fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let Self { stream, reader } = self;
+        loop {
+            stream.readable().await.map_err(FrameError::Io)?;
+            let fd = stream.as_fd();
+            let got =
+                match stream.try_io(Interest::READABLE, || fdpass::recv(fd, reader.buf(), true)) {
+                    Ok(got) => got,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(FrameError::Io(e)),
+                };
+            if got.truncated {
+                return Err(FrameError::Truncated);
+            }
+            if got.bytes == 0 {
+                return reader.closed();
+            }
+            if let Some(frame) = reader.advance(got.bytes, got.fds)? {
+                return Ok(Some(frame));
+            }
+        }
+    }
+
+    /// Writes one frame with `fds` attached. Not cancel-safe: a dropped write leaves the
+    /// stream out of step, so drop the connection with it.
+    pub async fn write_frame(
+        &mut self,
+        payload: &[u8],
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), FrameError> {
+        let mut out = Outgoing::new(payload, fds.len())?;
+        while !out.done() {
+            self.stream.writable().await.map_err(FrameError::Io)?;
+            let fd = self.stream.as_fd();
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || out.send_once(fd, fds, true))
+            {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(FrameError::Io(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the client's [`Hello`] and checks it. A bad magic or another version is
+    /// answered with [`HelloReply::Refused`] here and returned as an error; a good hello is
+    /// returned for the caller to [`welcome`](Self::welcome) or [`refuse`](Self::refuse).
+    /// `Ok(None)` if the peer closed before saying anything.
+    pub async fn read_hello(&mut self) -> Result<Option<Hello>, Error> {
+        let Some(frame) = self.read_frame().await? else {
+            return Ok(None);
+        };
+        if !frame.fds.is_empty() {
+            let e = FrameError::FdMismatch {
+                announced: 0,
+                received: frame.fds.len(),
+            };
+            self.refuse(ErrorReply::new(ErrorCode::BadRequest, e.to_string()))
+                .await?;
+            return Err(e.into());
+        }
+        let hello: Hello = match frame::decode(&frame.payload) {
+            Ok(h) => h,
+            Err(e) => {
+                let why = "the first frame was not a rig hello; is this a rig client?";
+                self.refuse(ErrorReply::new(ErrorCode::BadRequest, why))
+                    .await?;
+                return Err(e.into());
+            }
+        };
+        if hello.magic != MAGIC {
+            let why = "bad magic in hello; the peer is not a rig client";
+            self.refuse(ErrorReply::new(ErrorCode::BadRequest, why))
+                .await?;
+            return Err(Error::NotRig);
+        }
+        if hello.version != VERSION {
+            let why = format!(
+                "rigd speaks protocol version {VERSION} and {} speaks {}; use a rig-client built \
+                 from the same release as rigd",
+                hello.program, hello.version
+            );
+            self.refuse(ErrorReply::new(ErrorCode::VersionMismatch, why))
+                .await?;
+            return Err(Error::VersionMismatch {
+                daemon: VERSION,
+                client: hello.version,
+            });
+        }
+        Ok(Some(hello))
+    }
+
+    /// Accepts the client: sends [`HelloReply::Welcome`].
+    pub async fn welcome(&mut self, daemon: &str, pid: u32) -> Result<(), Error> {
+        let welcome = Welcome {
+            version: VERSION,
+            daemon: daemon.to_owned(),
+            pid,
+        };
+        let payload = frame::encode(&HelloReply::Welcome(welcome))?;
+        Ok(self.write_frame(&payload, &[]).await?)
+    }
+
+    /// Refuses the client: sends [`HelloReply::Refused`]. The caller then drops the
+    /// connection.
+    pub async fn refuse(&mut self, error: ErrorReply) -> Result<(), Error> {
+        let payload = frame::encode(&HelloReply::Refused {
+            daemon: VERSION,
+            error,
+        })?;
+        Ok(self.write_frame(&payload, &[]).await?)
+    }
+
+    /// [`read_hello`](Self::read_hello) then [`welcome`](Self::welcome).
+    pub async fn handshake(&mut self, daemon: &str, pid: u32) -> Result<Option<Hello>, Error> {
+        let Some(hello) = self.read_hello().await? else {
+            return Ok(None);
+        };
+        self.welcome(daemon, pid).await?;
+        Ok(Some(hello))
+    }
+
+    /// Reads the next request and its descriptors, exactly [`Request::fds_needed`] of them.
+    /// `Ok(None)` is a clean close.
+    ///
+    /// On an error that is not [`fatal`](FrameError::is_fatal) (a payload that is not a
+    /// request, descriptors the request does not take) the stream is still in step:
+    /// answer it with [`reply_for`] and read on. After a fatal one, drop the connection.
+    /// Cancel-safe, as [`read_frame`](Self::read_frame).
+    pub async fn read_request(&mut self) -> Result<Option<(Request, Vec<OwnedFd>)>, FrameError> {
+        let Some(frame) = self.read_frame().await? else {
+            return Ok(None);
+        };
+        let request: Request = frame::decode(&frame.payload)?;
+        let needed = request.fds_needed();
+        if frame.fds.len() != needed {
+            // The frame's descriptors close as `frame` drops.
+            return Err(FrameError::FdMismatch {
+                announced: needed,
+                received: frame.fds.len(),
+            });
+        }
+        Ok(Some((request, frame.fds)))
+    }
+
+    /// Sends an answer with the descriptors its shares name, exactly
+    /// [`Response::fds_needed`] of them.
+    pub async fn send(
+        &mut self,
+        response: &Response,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), FrameError> {
+        let needed = response.fds_needed();
+        if fds.len() != needed {
+            return Err(FrameError::FdMismatch {
+                announced: needed,
+                received: fds.len(),
+            });
+        }
+        let payload = frame::encode(response)?;
+        self.write_frame(&payload, fds).await
+    }
+}
+
+/// The answer to a request that failed to arrive whole or well-formed.
+pub fn reply_for(error: &FrameError) -> Response {
+    Response::Error(ErrorReply::new(ErrorCode::BadRequest, error.to_string()))
+}
