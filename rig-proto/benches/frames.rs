@@ -83,7 +83,7 @@ fn opened() -> DeviceOpened {
         },
         submitted: s(4, 64, 8),
         interrupt: FdIndex(5),
-        wake: None,
+        lost: s(4, 72, 4),
     }
 }
 

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::frame::{self, FrameError};
+use crate::frame::{self, FrameError, Reader};
 use crate::messages::{ErrorCode, Hello, HelloReply, Request, Response, Welcome};
 use crate::{Error, MAGIC, VERSION};
 
@@ -17,6 +17,8 @@ use crate::{Error, MAGIC, VERSION};
 pub struct Connection {
     stream: UnixStream,
     welcome: Welcome,
+    /// Receives ahead: an answer's header and payload come with one `recvmsg`.
+    reader: Reader,
 }
 
 impl Connection {
@@ -38,7 +40,8 @@ impl Connection {
             program: program.to_owned(),
         };
         frame::write_frame(stream.as_fd(), &frame::encode(&hello)?, &[])?;
-        let Some(reply) = frame::read_frame(stream.as_fd())? else {
+        let mut reader = Reader::new();
+        let Some(reply) = reader.read_blocking(stream.as_fd(), true)? else {
             return Err(Error::Closed);
         };
         if !reply.fds.is_empty() {
@@ -50,7 +53,11 @@ impl Connection {
         }
         match frame::decode::<HelloReply>(&reply.payload)? {
             HelloReply::Welcome(welcome) if welcome.version == VERSION => {
-                Ok(Connection { stream, welcome })
+                Ok(Connection {
+                    stream,
+                    welcome,
+                    reader,
+                })
             }
             HelloReply::Welcome(welcome) => Err(Error::VersionMismatch {
                 daemon: welcome.version,
@@ -102,7 +109,7 @@ impl Connection {
             });
         }
         frame::write_frame(self.stream.as_fd(), &frame::encode(request)?, fds)?;
-        let Some(reply) = frame::read_frame(self.stream.as_fd())? else {
+        let Some(reply) = self.reader.read_blocking(self.stream.as_fd(), true)? else {
             return Err(Error::Closed);
         };
         let response: Response = frame::decode(&reply.payload)?;

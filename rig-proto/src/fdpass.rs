@@ -86,11 +86,22 @@ pub(crate) fn send(
         flags |= MsgFlags::MSG_DONTWAIT;
     }
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let iov: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    // A frame is at most two buffers (header and payload): no allocation for them.
+    let mut slices = [IoSlice::new(&[]); 2];
+    let iov_owned: Vec<IoSlice<'_>>;
+    let iov: &[IoSlice<'_>] = if bufs.len() <= slices.len() {
+        for (s, b) in slices.iter_mut().zip(bufs) {
+            *s = IoSlice::new(b);
+        }
+        &slices[..bufs.len()]
+    } else {
+        iov_owned = bufs.iter().map(|b| IoSlice::new(b)).collect();
+        &iov_owned
+    };
     let rights = [ControlMessage::ScmRights(&raw)];
     let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
     loop {
-        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, flags, None) {
+        match sendmsg::<()>(sock.as_raw_fd(), iov, cmsgs, flags, None) {
             Ok(n) => return Ok(n),
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(io::Error::from(e)),

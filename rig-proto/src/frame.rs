@@ -203,18 +203,67 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
     Ok(msg)
 }
 
-/// A frame being received: header, then payload, with descriptors gathered on the way.
+/// Bytes a reader receives ahead of the current frame's header: a request or answer of up
+/// to this size (header included) arrives with one receive, together with whatever of the
+/// next frames came with it.
+pub const AHEAD: usize = 8 << 10;
+
+/// Frames being received, from bytes that receives gave, with descriptors gathered on the way.
 ///
-/// Resumable: feed it what each receive gives and it says when a frame is whole. It holds
-/// its progress, so dropping a read future between receives loses nothing.
+/// Two ways to receive into it: [`Reader::buf`] never asks for a byte past the current
+/// frame (so a reader made for one frame leaves the next one in the socket), and
+/// [`Reader::spare`] asks for up to [`AHEAD`] bytes, which may hold the current frame and
+/// the start (or all) of later ones; [`Reader::take`] gives each complete frame in turn.
+/// A frame longer than [`AHEAD`] is received into its own buffer, grown with the bytes that
+/// arrive, never past its own end.
+///
+/// Descriptors: a sender attaches a frame's descriptors to the first byte of the frame (one
+/// `sendmsg` per frame). On a Unix stream socket a `recvmsg` returns the descriptors of at
+/// most one `sendmsg`, and once it has them it reads no byte past that `sendmsg`'s bytes;
+/// it may, though, start with bytes sent earlier without descriptors. So descriptors
+/// belong to the frame that holds the *last* byte of the receive they came with, which is
+/// the frame whose header announced them for any peer that sends as [`write_frame`] does.
+/// A peer that sends otherwise gets [`FrameError::FdMismatch`] or
+/// [`FrameError::TooManyFds`], and every descriptor it sent is closed.
+///
+/// Resumable: it holds its progress, so dropping a read future between receives loses
+/// nothing.
 #[derive(Debug, Default)]
 pub struct Reader {
-    header: [u8; HEADER_BYTES],
-    header_got: usize,
-    parsed: Option<Header>,
+    /// Received bytes: the current frame from `head`, then later ones, up to `tail`. Empty
+    /// until the first receive, then [`AHEAD`] bytes long.
+    data: Vec<u8>,
+    head: usize,
+    tail: usize,
+    /// Descriptors received, each with the `data` offset of the frame it belongs to.
+    fds: Vec<(usize, OwnedFd)>,
+    /// The current frame, when it is too large for `data`.
+    big: Option<Big>,
+}
+
+/// A frame larger than [`AHEAD`], received into its own buffer.
+#[derive(Debug)]
+struct Big {
+    header: Header,
+    /// Grows by [`CHUNK`] as bytes arrive; `got` of it are received.
     payload: Vec<u8>,
-    payload_got: usize,
+    got: usize,
     fds: Vec<OwnedFd>,
+}
+
+impl Big {
+    fn buf(&mut self) -> &mut [u8] {
+        if self.got == self.payload.len() {
+            let more = (self.header.len - self.payload.len()).min(CHUNK);
+            self.payload.resize(self.payload.len() + more, 0);
+        }
+        &mut self.payload[self.got..]
+    }
+}
+
+/// The payload length a header's bytes announce, unchecked.
+fn announced(header: &[u8]) -> usize {
+    u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize
 }
 
 impl Reader {
@@ -223,82 +272,200 @@ impl Reader {
         Self::default()
     }
 
-    /// True if no byte of a frame has arrived yet.
+    /// True if no byte of a frame has arrived yet (none is buffered either).
     pub fn at_boundary(&self) -> bool {
-        self.header_got == 0
+        self.big.is_none() && self.head == self.tail
     }
 
-    /// The buffer the next receive should fill; never empty while a frame is incomplete.
-    pub fn buf(&mut self) -> &mut [u8] {
-        match self.parsed {
-            None => &mut self.header[self.header_got..],
-            Some(h) => {
-                if self.payload_got == self.payload.len() {
-                    let more = (h.len - self.payload.len()).min(CHUNK);
-                    self.payload.resize(self.payload.len() + more, 0);
-                }
-                &mut self.payload[self.payload_got..]
+    /// Moves the current frame to the start of `data`, allocating it on first use.
+    fn compact(&mut self) {
+        if self.data.is_empty() {
+            self.data = vec![0; AHEAD];
+        }
+        if self.head > 0 {
+            self.data.copy_within(self.head..self.tail, 0);
+            for (at, _) in &mut self.fds {
+                *at -= self.head;
             }
+            self.tail -= self.head;
+            self.head = 0;
         }
     }
 
-    /// Records a receive of `n` bytes (into [`Reader::buf`]) and its descriptors. Returns the
-    /// frame once whole, `Ok(None)` if more is needed. A receive of 0 bytes is the peer's
-    /// close: the caller handles it with [`Reader::closed`].
+    /// The buffer the next receive should fill to get the rest of the current frame and
+    /// nothing past it. Never empty once [`Reader::take`] gave `None`.
+    pub fn buf(&mut self) -> &mut [u8] {
+        if self.big.is_some() {
+            return self.big.as_mut().map_or(&mut [], Big::buf);
+        }
+        self.compact();
+        let end = if self.tail < HEADER_BYTES {
+            HEADER_BYTES
+        } else {
+            // `take` moved any frame longer than AHEAD to `big`.
+            (HEADER_BYTES + announced(&self.data[..HEADER_BYTES])).min(AHEAD)
+        };
+        let end = end.max(self.tail);
+        &mut self.data[self.tail..end]
+    }
+
+    /// The buffer the next receive should fill to get the rest of the current frame and
+    /// any bytes after it, up to [`AHEAD`] in all. Never empty once [`Reader::take`] gave
+    /// `None`.
+    pub fn spare(&mut self) -> &mut [u8] {
+        if self.big.is_some() {
+            return self.big.as_mut().map_or(&mut [], Big::buf);
+        }
+        self.compact();
+        &mut self.data[self.tail..]
+    }
+
+    /// Records a receive of `n` bytes (into [`Reader::buf`] or [`Reader::spare`]) and its
+    /// descriptors, then gives the first complete frame ([`Reader::take`]). A receive of 0
+    /// bytes is the peer's close: the caller handles it with [`Reader::closed`].
     pub fn advance(&mut self, n: usize, fds: Vec<OwnedFd>) -> Result<Option<Frame>, FrameError> {
-        self.fds.extend(fds);
-        if self.fds.len() > MAX_FDS {
-            let count = self.fds.len();
+        self.record(n, fds)?;
+        self.take()
+    }
+
+    /// Records a receive, as [`Reader::advance`] does, without taking a frame.
+    pub fn record(&mut self, n: usize, fds: Vec<OwnedFd>) -> Result<(), FrameError> {
+        let count = if let Some(b) = &mut self.big {
+            b.got += n;
+            b.fds.extend(fds);
+            b.fds.len()
+        } else {
+            self.tail += n;
+            if fds.is_empty() || self.tail == self.head {
+                // Descriptors with no byte cannot come on a stream socket; they close here.
+                return Ok(());
+            }
+            let owner = self.frame_of_last_byte();
+            self.fds.extend(fds.into_iter().map(|fd| (owner, fd)));
+            self.fds.iter().filter(|(at, _)| *at == owner).count()
+        };
+        if count > MAX_FDS {
             self.reset();
             return Err(FrameError::TooManyFds {
                 count,
                 max: MAX_FDS,
             });
         }
-        match self.parsed {
-            None => {
-                self.header_got += n;
-                if self.header_got < HEADER_BYTES {
-                    return Ok(None);
-                }
-                match Header::parse(&self.header) {
-                    Ok(h) => self.parsed = Some(h),
-                    Err(e) => {
-                        self.reset();
-                        return Err(e);
-                    }
-                }
+        Ok(())
+    }
+
+    /// The `data` offset of the frame that holds the last byte received.
+    fn frame_of_last_byte(&self) -> usize {
+        let last = self.tail - 1;
+        let mut at = self.head;
+        while self.tail - at >= HEADER_BYTES {
+            let end = at
+                .saturating_add(HEADER_BYTES)
+                .saturating_add(announced(&self.data[at..]));
+            if last < end {
+                break;
             }
-            Some(_) => self.payload_got += n,
+            at = end;
         }
-        let Some(h) = self.parsed else {
+        at
+    }
+
+    /// The next complete frame, if the bytes received hold one. Frames come in order; call
+    /// it until it gives `None` before receiving again.
+    ///
+    /// A bad header is an error here, before anything is allocated for its payload; so is a
+    /// frame that came with other descriptors than its header announced (that one is
+    /// consumed, and its descriptors closed, so the stream stays in step).
+    pub fn take(&mut self) -> Result<Option<Frame>, FrameError> {
+        if let Some(b) = &self.big {
+            if b.got < b.header.len {
+                return Ok(None);
+            }
+            let Some(Big {
+                header,
+                mut payload,
+                fds,
+                ..
+            }) = self.big.take()
+            else {
+                return Ok(None);
+            };
+            payload.truncate(header.len);
+            return whole(header, payload, fds);
+        }
+        let head = self.head;
+        if self.tail - head < HEADER_BYTES {
             return Ok(None);
+        }
+        let mut bytes = [0u8; HEADER_BYTES];
+        bytes.copy_from_slice(&self.data[head..head + HEADER_BYTES]);
+        let header = match Header::parse(&bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                self.reset();
+                return Err(e);
+            }
         };
-        if self.payload_got < h.len {
+        let start = head + HEADER_BYTES;
+        if HEADER_BYTES + header.len > AHEAD {
+            // Every byte from `head` is this frame's: it is longer than all of `data`.
+            let mut payload = Vec::with_capacity(header.len.min(CHUNK));
+            payload.extend_from_slice(&self.data[start..self.tail]);
+            let got = payload.len();
+            let fds = self.take_fds(head);
+            self.head = 0;
+            self.tail = 0;
+            self.big = Some(Big {
+                header,
+                payload,
+                got,
+                fds,
+            });
             return Ok(None);
         }
-        let mut payload = std::mem::take(&mut self.payload);
-        payload.truncate(h.len);
-        let fds = std::mem::take(&mut self.fds);
-        self.reset();
-        if fds.len() != h.fds {
-            // Dropping `fds` closes every descriptor of the bad frame.
-            return Err(FrameError::FdMismatch {
-                announced: h.fds,
-                received: fds.len(),
-            });
+        let end = start + header.len;
+        if self.tail < end {
+            return Ok(None);
         }
-        Ok(Some(Frame { payload, fds }))
+        let payload = self.data[start..end].to_vec();
+        let fds = self.take_fds(head);
+        if end == self.tail {
+            self.head = 0;
+            self.tail = 0;
+        } else {
+            self.head = end;
+        }
+        whole(header, payload, fds)
+    }
+
+    /// The descriptors of the frame at `at`.
+    fn take_fds(&mut self, at: usize) -> Vec<OwnedFd> {
+        if self.fds.is_empty() {
+            return Vec::new();
+        }
+        let (mine, rest) = std::mem::take(&mut self.fds)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(owner, _)| *owner == at);
+        self.fds = rest;
+        mine.into_iter().map(|(_, fd)| fd).collect()
     }
 
     /// The peer closed its end: `Ok(None)` at a frame boundary, an error inside a frame.
+    /// Call it after [`Reader::take`] gave `None`.
     pub fn closed(&mut self) -> Result<Option<Frame>, FrameError> {
-        if self.at_boundary() && self.fds.is_empty() {
-            return Ok(None);
-        }
-        let (got, want) = match self.parsed {
-            None => (self.header_got, HEADER_BYTES),
-            Some(h) => (HEADER_BYTES + self.payload_got, HEADER_BYTES + h.len),
+        let (got, want) = if let Some(b) = &self.big {
+            (HEADER_BYTES + b.got, HEADER_BYTES + b.header.len)
+        } else {
+            let got = self.tail - self.head;
+            if got == 0 && self.fds.is_empty() {
+                return Ok(None);
+            }
+            let want = if got < HEADER_BYTES {
+                HEADER_BYTES
+            } else {
+                HEADER_BYTES + announced(&self.data[self.head..])
+            };
+            (got, want)
         };
         self.reset();
         Err(FrameError::ClosedMidFrame { got, want })
@@ -307,37 +474,67 @@ impl Reader {
     fn reset(&mut self) {
         *self = Reader::default();
     }
-}
 
-/// Reads one frame from a blocking socket. `Ok(None)` is a clean close between frames.
-pub fn read_frame(sock: BorrowedFd<'_>) -> Result<Option<Frame>, FrameError> {
-    let mut reader = Reader::new();
-    loop {
-        let got = fdpass::recv(sock, reader.buf(), false).map_err(FrameError::Io)?;
-        if got.truncated {
-            return Err(FrameError::Truncated);
-        }
-        if got.bytes == 0 {
-            // Descriptors with no bytes cannot happen on a stream socket; drop any.
-            return reader.closed();
-        }
-        if let Some(frame) = reader.advance(got.bytes, got.fds)? {
-            return Ok(Some(frame));
+    /// Reads the next frame from a blocking socket: from bytes already received if they
+    /// hold one, else receiving (into [`Reader::spare`] if `ahead`, else [`Reader::buf`]).
+    /// `Ok(None)` is a clean close between frames.
+    pub(crate) fn read_blocking(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        ahead: bool,
+    ) -> Result<Option<Frame>, FrameError> {
+        loop {
+            if let Some(frame) = self.take()? {
+                return Ok(Some(frame));
+            }
+            let buf = if ahead { self.spare() } else { self.buf() };
+            let got = fdpass::recv(sock, buf, false).map_err(FrameError::Io)?;
+            if got.truncated {
+                self.reset();
+                return Err(FrameError::Truncated);
+            }
+            if got.bytes == 0 {
+                return self.closed();
+            }
+            self.record(got.bytes, got.fds)?;
         }
     }
 }
 
-/// A frame being sent: header and payload in one buffer, and how much went out.
+/// A frame read whole, checked against the descriptors its header announced.
+fn whole(header: Header, payload: Vec<u8>, fds: Vec<OwnedFd>) -> Result<Option<Frame>, FrameError> {
+    if fds.len() != header.fds {
+        // Dropping `fds` closes every descriptor of the bad frame.
+        return Err(FrameError::FdMismatch {
+            announced: header.fds,
+            received: fds.len(),
+        });
+    }
+    Ok(Some(Frame { payload, fds }))
+}
+
+/// Reads one frame from a blocking socket, and no byte past it. `Ok(None)` is a clean close
+/// between frames.
+///
+/// It receives the header and the payload separately, so it is for one-off reads (a
+/// handshake, a test); a connection keeps a [`Reader`] and receives ahead.
+pub fn read_frame(sock: BorrowedFd<'_>) -> Result<Option<Frame>, FrameError> {
+    Reader::new().read_blocking(sock, false)
+}
+
+/// A frame being sent: its header and the payload (not copied), and how much went out.
+/// Both go in one `sendmsg` (two iovecs), descriptors attached.
 #[derive(Debug)]
-pub(crate) struct Outgoing {
-    bytes: Vec<u8>,
+pub(crate) struct Outgoing<'a> {
+    header: [u8; HEADER_BYTES],
+    payload: &'a [u8],
     sent: usize,
     fds: usize,
 }
 
-impl Outgoing {
+impl<'a> Outgoing<'a> {
     /// Frames `payload` with `fds` descriptors announced.
-    pub(crate) fn new(payload: &[u8], fds: usize) -> Result<Self, FrameError> {
+    pub(crate) fn new(payload: &'a [u8], fds: usize) -> Result<Self, FrameError> {
         if fds > MAX_FDS {
             return Err(FrameError::TooManyFds {
                 count: fds,
@@ -353,11 +550,9 @@ impl Outgoing {
             len: payload.len(),
             max: MAX_FRAME,
         })?;
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + payload.len());
-        bytes.extend_from_slice(&header);
-        bytes.extend_from_slice(payload);
         Ok(Outgoing {
-            bytes,
+            header,
+            payload,
             sent: 0,
             fds,
         })
@@ -365,7 +560,7 @@ impl Outgoing {
 
     /// True once every byte went out.
     pub(crate) fn done(&self) -> bool {
-        self.sent == self.bytes.len()
+        self.sent == HEADER_BYTES + self.payload.len()
     }
 
     /// Sends what remains once; `fds` go with the first bytes only and must be as many
@@ -378,7 +573,13 @@ impl Outgoing {
     ) -> io::Result<()> {
         debug_assert_eq!(fds.len(), self.fds);
         let attach = if self.sent == 0 { fds } else { &[] };
-        let n = fdpass::send(sock, &[&self.bytes[self.sent..]], attach, nonblocking)?;
+        let n = if self.sent < HEADER_BYTES {
+            let bufs = [&self.header[self.sent..], self.payload];
+            fdpass::send(sock, &bufs, attach, nonblocking)?
+        } else {
+            let bufs = [&self.payload[self.sent - HEADER_BYTES..]];
+            fdpass::send(sock, &bufs, attach, nonblocking)?
+        };
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,

@@ -552,17 +552,6 @@ pub struct WordShare {
     pub first: u64,
 }
 
-/// How a client wakes an engine that watches no doorbell slot's sleeping word: a flag and
-/// an eventfd. Every path rig has today wakes through the doorbell slot itself (see
-/// [`QueueShare::doorbell`]) and sends `None`; this is for a path whose engine cannot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Wake {
-    /// 4 bytes, nonzero while the engine sleeps; read it (acquire) after a doorbell store.
-    pub flag: Share,
-    /// An eventfd: add 1 to it when `flag` read nonzero.
-    pub fd: FdIndex,
-}
-
 /// The generations of queues and segment a client has installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Generations {
@@ -594,8 +583,10 @@ pub struct DeviceOpened {
     pub submitted: Share,
     /// An eventfd that becomes readable after a release or a fault; a client sleeps on it.
     pub interrupt: FdIndex,
-    /// How to wake a sleeping engine after a doorbell store, where one sleeps.
-    pub wake: Option<Wake>,
+    /// 4 bytes that rigd sets nonzero (release) once it lost the device, before the stop
+    /// writes the last value into the word: a client that sees its value reached reads this
+    /// to tell a loss from a completion, then asks [`Request::DeviceStatus`] why.
+    pub lost: Share,
 }
 
 impl DeviceOpened {
@@ -606,9 +597,7 @@ impl DeviceOpened {
         self.args.memory.host.check("the argument segment", 8)?;
         self.word.memory.host.check("the timeline word", 8)?;
         self.submitted.check("the submitted word", 8)?;
-        if let Some(w) = &self.wake {
-            w.flag.check("the wake flag", 4)?;
-        }
+        self.lost.check("the lost flag", 4)?;
         Ok(())
     }
 
@@ -627,11 +616,9 @@ impl DeviceOpened {
             self.args.memory.host.fd,
             self.word.memory.host.fd,
             self.submitted.fd,
+            self.lost.fd,
         ]);
         v.push(self.interrupt);
-        if let Some(w) = &self.wake {
-            v.extend([w.flag.fd, w.fd]);
-        }
         v
     }
 }

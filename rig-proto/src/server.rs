@@ -39,35 +39,44 @@ impl ServerConnection {
         &self.stream
     }
 
-    /// Reads one frame. `Ok(None)` is a clean close between frames.
+    /// Reads one frame. `Ok(None)` is a clean close between frames. It receives ahead
+    /// ([`Reader::spare`]), so a request's header and payload take one `recvmsg`, and bytes
+    /// of later frames wait in the connection.
     ///
     /// Cancel-safe: progress is kept in the connection, so a `select!` that drops this
     /// future loses no bytes and no descriptors.
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
         let Self { stream, reader } = self;
         loop {
-            stream.readable().await.map_err(FrameError::Io)?;
+            if let Some(frame) = reader.take()? {
+                return Ok(Some(frame));
+            }
+            // Receive first and wait for readiness only when nothing is there: a client
+            // that sends its next request right after an answer costs one `recvmsg`.
             let fd = stream.as_fd();
             let got =
-                match stream.try_io(Interest::READABLE, || fdpass::recv(fd, reader.buf(), true)) {
+                match stream.try_io(Interest::READABLE, || fdpass::recv(fd, reader.spare(), true)) {
                     Ok(got) => got,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        stream.readable().await.map_err(FrameError::Io)?;
+                        continue;
+                    }
                     Err(e) => return Err(FrameError::Io(e)),
                 };
             if got.truncated {
+                *reader = Reader::new();
                 return Err(FrameError::Truncated);
             }
             if got.bytes == 0 {
                 return reader.closed();
             }
-            if let Some(frame) = reader.advance(got.bytes, got.fds)? {
-                return Ok(Some(frame));
-            }
+            reader.record(got.bytes, got.fds)?;
         }
     }
 
-    /// Writes one frame with `fds` attached. Not cancel-safe: a dropped write leaves the
-    /// stream out of step, so drop the connection with it.
+    /// Writes one frame with `fds` attached, header and payload in one `sendmsg` when the
+    /// socket has room. Not cancel-safe: a dropped write leaves the stream out of step, so
+    /// drop the connection with it.
     pub async fn write_frame(
         &mut self,
         payload: &[u8],
@@ -75,14 +84,15 @@ impl ServerConnection {
     ) -> Result<(), FrameError> {
         let mut out = Outgoing::new(payload, fds.len())?;
         while !out.done() {
-            self.stream.writable().await.map_err(FrameError::Io)?;
             let fd = self.stream.as_fd();
             match self
                 .stream
                 .try_io(Interest::WRITABLE, || out.send_once(fd, fds, true))
             {
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stream.writable().await.map_err(FrameError::Io)?;
+                }
                 Err(e) => return Err(FrameError::Io(e)),
             }
         }

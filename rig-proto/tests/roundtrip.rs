@@ -146,10 +146,6 @@ fn facts() -> impl Strategy<Value = Facts> {
 }
 
 fn device_opened() -> impl Strategy<Value = DeviceOpened> {
-    let wake = of((share(), 0u32..8).prop_map(|(flag, fd)| Wake {
-        flag,
-        fd: FdIndex(fd),
-    }));
     (
         any::<u64>(),
         facts(),
@@ -159,10 +155,10 @@ fn device_opened() -> impl Strategy<Value = DeviceOpened> {
         (gpu_share(), any::<u64>()),
         share(),
         0u32..8,
-        wake,
+        share(),
     )
         .prop_map(
-            |(d, facts, compute, copy, args, (word, first), submitted, irq, wake)| DeviceOpened {
+            |(d, facts, compute, copy, args, (word, first), submitted, irq, lost)| DeviceOpened {
                 device: DeviceId(d),
                 facts,
                 compute,
@@ -174,7 +170,7 @@ fn device_opened() -> impl Strategy<Value = DeviceOpened> {
                 },
                 submitted,
                 interrupt: FdIndex(irq),
-                wake,
+                lost,
             },
         )
 }

@@ -1,0 +1,250 @@
+//! Figures of the submission path, against a rigd of its own on the simulated GPU:
+//!
+//! - CPU per queued launch of an empty kernel (the goal is under 0.2 us);
+//! - submit-to-completion of an empty kernel, with a spinning and with a sleeping wait
+//!   (p50, p99);
+//! - submissions per second from one process and from 8 processes at once.
+//!
+//! `cargo bench -p rig-client --bench figures`. The empty kernel is compiled with clang-19
+//! when LLVM 19 is installed; otherwise the `add` kernel of one work-group stands in, and
+//! the figures say so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission};
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = std::env::temp_dir().join(format!("rig-client-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let socket = dir.join("rigd.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_rig-demo"))
+            .arg("--serve-rigd")
+            .arg(&socket)
+            .spawn()
+            .expect("start rigd");
+        let start = Instant::now();
+        while Rig::connect_to(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "rigd did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, dir, socket }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the child this program spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn open(socket: &Path) -> Device {
+    let rig = Rig::connect_to(socket).expect("connect");
+    let name = rig.gpus().expect("gpus")[0].name.clone();
+    rig.open_device(&name).expect("open")
+}
+
+/// An empty kernel's code object, built with LLVM 19 if present.
+fn empty_code() -> Option<Vec<u8>> {
+    let dir = std::env::temp_dir().join(format!("rig-client-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let src = dir.join("empty.cl");
+    std::fs::write(&src, "__kernel void empty(void) {}\n").ok()?;
+    let (obj, co) = (dir.join("empty.o"), dir.join("empty.co"));
+    let ok = Command::new("clang-19")
+        .args([
+            "-x",
+            "cl",
+            "-cl-std=CL2.0",
+            "-target",
+            "amdgcn-amd-amdhsa",
+            "-mcpu=gfx1100",
+            "-nogpulib",
+            "-O2",
+            "-c",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new("ld.lld-19")
+            .args(["-shared", "--build-id=none"])
+            .arg(&obj)
+            .arg("-o")
+            .arg(&co)
+            .status()
+            .is_ok_and(|s| s.success());
+    let bytes = if ok { std::fs::read(&co).ok() } else { None };
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
+}
+
+/// The launch measured: the empty kernel, or `add` over one group.
+fn launch(dev: &Device) -> (Submission, &'static str, Vec<rig_client::Buffer>) {
+    if let Some(code) = empty_code() {
+        let k: Kernel = dev.load_image(&code).unwrap().resolve("empty").unwrap();
+        return (
+            Submission::new().launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0),
+            "empty kernel",
+            vec![],
+        );
+    }
+    let code =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co"))
+            .expect("kernels/out/gfx1100/add.co");
+    let k = dev.load_image(&code).unwrap().resolve("add").unwrap();
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Pinned).unwrap();
+    let s = Submission::new().launch(
+        &k,
+        &[0; 16],
+        &[Ref::read(&x, 0), Ref::write(&y, 8)],
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+    );
+    (
+        s,
+        "add over 256 items (no LLVM 19 for an empty kernel)",
+        vec![x, y],
+    )
+}
+
+fn pct(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6
+}
+
+/// Submits `n` launches, waiting only for the last; returns the seconds taken.
+fn stream(dev: &Device, s: &Submission, n: u32) -> f64 {
+    let t = Instant::now();
+    let mut last = None;
+    for _ in 0..n {
+        last = Some(dev.submit(s).unwrap());
+    }
+    last.unwrap().wait().unwrap();
+    t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if let Some(socket) = std::env::var_os("RIG_BENCH_WORKER") {
+        // A worker of the 8-process figure: its submissions per second on stdout.
+        let dev = open(Path::new(&socket));
+        let (s, _, _keep) = launch(&dev);
+        stream(&dev, &s, 1000);
+        let n = 20_000;
+        println!("{}", n as f64 / stream(&dev, &s, n));
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let d = Daemon::start();
+    let dev = open(&d.socket);
+    let (s, what, _keep) = launch(&dev);
+    dev.submit(&s).unwrap().wait().unwrap();
+    println!(
+        "rig-client figures, {} ({}, simulated), launch of {what}",
+        dev.name(),
+        dev.arch()
+    );
+
+    // CPU per queued launch: batches that fit today's rings, so no submit waits for room.
+    let batch = 48;
+    let mut best = f64::MAX;
+    let mut total = Duration::ZERO;
+    let mut count = 0u32;
+    for _ in 0..200 {
+        let t = Instant::now();
+        let mut last = None;
+        for _ in 0..batch {
+            last = Some(dev.submit(&s).unwrap());
+        }
+        let e = t.elapsed();
+        total += e;
+        count += batch;
+        best = best.min(e.as_secs_f64() / f64::from(batch));
+        last.unwrap().wait().unwrap();
+    }
+    // Each submit timed alone: the first of a batch wakes the sleeping queue (a futex
+    // wake), the others find it awake.
+    let mut each = Vec::with_capacity(200 * batch as usize);
+    for _ in 0..200 {
+        let mut last = None;
+        for _ in 0..batch {
+            let t = Instant::now();
+            last = Some(dev.submit(&s).unwrap());
+            each.push(t.elapsed());
+        }
+        last.unwrap().wait().unwrap();
+    }
+    println!(
+        "  CPU per queued launch: mean {:.3} us, best batch {:.3} us, each alone p50 {:.3} us p99 {:.3} us (goal: under 0.2 us)",
+        total.as_secs_f64() * 1e6 / f64::from(count),
+        best * 1e6,
+        pct(&mut each, 0.5),
+        pct(&mut each, 0.99)
+    );
+
+    for (name, sleeping) in [("spinning", false), ("sleeping", true)] {
+        let mut v = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let p = dev.submit(&s).unwrap();
+            if sleeping {
+                p.wait_sleeping()
+            } else {
+                p.wait_spinning(Duration::from_secs(1))
+            }
+            .unwrap();
+            v.push(t.elapsed());
+        }
+        println!(
+            "  submit to completion, {name} wait: p50 {:.1} us, p99 {:.1} us",
+            pct(&mut v, 0.5),
+            pct(&mut v, 0.99)
+        );
+    }
+
+    let n = 20_000;
+    println!(
+        "  submissions per second, 1 process: {:.0}",
+        f64::from(n) / stream(&dev, &s, n)
+    );
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .env("RIG_BENCH_WORKER", &d.socket)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let total: f64 = workers
+        .into_iter()
+        .map(|w| {
+            let out = w.wait_with_output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<f64>()
+                .unwrap_or(0.0)
+        })
+        .sum();
+    println!("  submissions per second, 8 processes at once: {total:.0} (sum of the 8)");
+    dev.close().unwrap();
+}

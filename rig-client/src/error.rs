@@ -1,0 +1,202 @@
+//! The errors of the Rig API.
+//!
+//! This module owns [`Error`], what every fallible call of the crate returns, and [`Never`],
+//! the reasons a device refuses a part of a submission for good. It does not own the
+//! protocol's or the shared-memory crate's errors, which it wraps as text.
+
+use std::io;
+
+/// What a call of the Rig API returns.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a call of the Rig API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// rigd could not be reached or refused the connection.
+    #[error("cannot reach rigd at {path}: {why}")]
+    Connect {
+        /// The socket path tried.
+        path: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// The control connection to rigd failed after it was made.
+    #[error("the connection to rigd failed: {0}")]
+    Protocol(String),
+    /// rigd refused a request, with its reason.
+    #[error("rigd refused: {0}")]
+    Refused(String),
+    /// The device was lost (a fault, a hang, a reset, a close of rigd); the reason is rigd's.
+    #[error("the device is lost: {0}")]
+    Lost(String),
+    /// The device never runs a part of a submission, whatever completes first.
+    #[error("the device never runs this: {0}")]
+    Never(#[from] Never),
+    /// The device or the host lacks the memory asked for.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    /// An image has no kernel of that name.
+    #[error("the image has no kernel named {0:?}")]
+    NoKernel(String),
+    /// An argument is outside what the call accepts, such as a range past a buffer's end.
+    #[error("{0}")]
+    Invalid(String),
+    /// A host system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the crate was doing.
+        what: &'static str,
+        /// The system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why a device never runs a part of a submission (the seed's room answering "never").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Never {
+    /// A copy or fill of one byte or more was placed on `COMPUTE:0`.
+    #[error("part {part}: COMPUTE:0 runs no copies; put it on COPY:0")]
+    CopyOnCompute {
+        /// The part's index in the submission.
+        part: usize,
+    },
+    /// Words or a copy were placed on a queue that does not run them.
+    #[error("part {part}: {queue} does not run {what}")]
+    WrongQueue {
+        /// The part's index.
+        part: usize,
+        /// The queue's name.
+        queue: &'static str,
+        /// What the part is.
+        what: &'static str,
+    },
+    /// Words on an AQL queue that are not whole 64-byte packets.
+    #[error("part {part}: {words} words are not whole AQL packets of 16 words")]
+    PartialPacket {
+        /// The part's index.
+        part: usize,
+        /// Its words.
+        words: usize,
+    },
+    /// A launch whose grid or group has an empty axis.
+    #[error("part {part}: launch has an empty axis (groups {groups:?}, threads {threads:?})")]
+    EmptyAxis {
+        /// The part's index.
+        part: usize,
+        /// Groups per axis.
+        groups: [u32; 3],
+        /// Threads per group per axis.
+        threads: [u32; 3],
+    },
+    /// A group of more threads than the kernel takes.
+    #[error("part {part}: {threads} threads per group, but kernel {kernel} takes at most {max}")]
+    TooManyThreads {
+        /// The part's index.
+        part: usize,
+        /// The kernel's name.
+        kernel: String,
+        /// Threads per group asked.
+        threads: u64,
+        /// The kernel's bound.
+        max: u32,
+    },
+    /// More shared memory per group than the GPU's local data share leaves the kernel.
+    #[error("part {part}: {shared} bytes of shared memory, but kernel {kernel} leaves {available}")]
+    TooMuchShared {
+        /// The part's index.
+        part: usize,
+        /// The kernel's name.
+        kernel: String,
+        /// Bytes asked.
+        shared: u32,
+        /// The LDS less the kernel's group segment.
+        available: u32,
+    },
+    /// A grid of 2^32 work-items or more along an axis, on a GPU of several dies.
+    #[error("part {part}: 2^32 work-items or more along axis {axis}")]
+    GridTooLarge {
+        /// The part's index.
+        part: usize,
+        /// The axis, 0 to 2.
+        axis: usize,
+    },
+    /// An `after` index that is not below the part's own.
+    #[error("part {part}: after index {after} is not below its own")]
+    AfterNotBelow {
+        /// The part's index.
+        part: usize,
+        /// The offending index.
+        after: usize,
+    },
+    /// Parameters that end before the kernel's explicit arguments do.
+    #[error("part {part}: {params} parameter bytes, but kernel {kernel} takes {explicit}")]
+    ShortParams {
+        /// The part's index.
+        part: usize,
+        /// The kernel's name.
+        kernel: String,
+        /// Parameter bytes given.
+        params: usize,
+        /// The kernel's explicit argument bytes.
+        explicit: u32,
+    },
+    /// A ref whose 8 bytes do not lie inside the parameters.
+    #[error("part {part}: ref at byte {at} lies outside the {params} parameter bytes")]
+    RefOutside {
+        /// The part's index.
+        part: usize,
+        /// The ref's position.
+        at: usize,
+        /// Parameter bytes given.
+        params: usize,
+    },
+    /// A copy or fill range past a buffer's end.
+    #[error("part {part}: {what} ends at byte {end}, past the buffer's {len} bytes")]
+    OutOfBounds {
+        /// The part's index.
+        part: usize,
+        /// Which side.
+        what: &'static str,
+        /// The end of the range.
+        end: u64,
+        /// The buffer's length.
+        len: u64,
+    },
+    /// A copy whose source and destination overlap.
+    #[error("part {part}: the copy's source and destination overlap")]
+    Overlap {
+        /// The part's index.
+        part: usize,
+    },
+    /// A box whose width exceeds a pitch.
+    #[error("part {part}: box width {width} exceeds a pitch ({src_pitch}, {dst_pitch})")]
+    BadBox {
+        /// The part's index.
+        part: usize,
+        /// Bytes per row.
+        width: u64,
+        /// Source pitch.
+        src_pitch: u64,
+        /// Destination pitch.
+        dst_pitch: u64,
+    },
+    /// A buffer or kernel of another device.
+    #[error("part {part}: uses a buffer or kernel of another device")]
+    OtherDevice {
+        /// The part's index.
+        part: usize,
+    },
+    /// The submission exceeds the largest ring or segment the device makes.
+    #[error(
+        "the submission takes {bytes} bytes of the {what}, more than the largest the device makes ({most})"
+    )]
+    TooLarge {
+        /// The ring or segment.
+        what: &'static str,
+        /// Bytes it takes (doubled where packets never wrap).
+        bytes: u64,
+        /// The largest the device makes.
+        most: u64,
+    },
+}

@@ -1,0 +1,113 @@
+//! The Rig API for programs, and the client half of rig's AMD driver.
+//!
+//! A program links `rig-client`, connects to `rigd` (the daemon that owns the machine's
+//! AMD GPUs, or serves the simulated one) and opens a device. Everything that changes what
+//! the GPU may touch goes through rigd's socket: allocating memory, loading code, resolving
+//! a kernel, growing rings, closing. Submitting does not: rigd shares the device's rings,
+//! argument segment and timeline word with the program, which places packets and argument
+//! bytes with plain stores and rings a doorbell. A wait reads the timeline word, spinning
+//! briefly and then sleeping on the device's interrupt.
+//!
+//! # Example
+//!
+//! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` binary runs this
+//! against a rigd of its own when none is running). `add` is compiled from
+//!
+//! ```c
+//! kernel void add(global const float *x, global float *y) {
+//!     size_t i = get_global_id(0);
+//!     y[i] += x[i];
+//! }
+//! ```
+//!
+//! ```no_run
+//! use rig_client::{Memory, Ref, Rig, Submission, f32s, put_f32s};
+//!
+//! # fn main() -> rig_client::Result<()> {
+//! # let add_gfx1100: &[u8] = &[];
+//! const N: u64 = 1024;
+//! let device = Rig::open("AMD:0")?;
+//! let image = device.load_image(add_gfx1100)?;
+//! let add = image.resolve("add")?;
+//! let x = device.buffer(4 * N, Memory::Pinned)?;
+//! let y = device.buffer(4 * N, Memory::Pinned)?;
+//! x.write(|b| put_f32s(b, (0..N).map(|i| i as f32)))?;
+//! y.write(|b| put_f32s(b, std::iter::repeat(1.0)))?;
+//! // Parameters: the addresses of x and y (offset 0 in each), at bytes 0 and 8.
+//! let launch = Submission::new().launch(
+//!     &add,
+//!     &[0; 16],
+//!     &[Ref::read(&x, 0), Ref::write(&y, 8)],
+//!     [(N / 256) as u32, 1, 1],
+//!     [256, 1, 1],
+//!     0,
+//! );
+//! device.submit(&launch)?;
+//! // The read waits for the launch, the last write of y.
+//! y.read(|b| println!("y[10] = {}", f32s(b).nth(10).unwrap_or(f32::NAN)))?;
+//! device.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Order
+//!
+//! Values of a device complete in order: value v's work starts once v - 1's completed, on
+//! both queues. Within a submission, the parts of one queue run in order, and a part runs
+//! after the parts of the other queue its [`Submission::after`] names. A buffer's host
+//! accesses wait for the GPU's uses of it, with no call from the program: a read waits for
+//! the last submitted write, a write or a free for every submitted use.
+//!
+//! # Errors
+//!
+//! Every call returns [`Result`]. A part the device never runs is [`Error::Never`] with the
+//! reason ([`Never`]); a device rigd lost (a fault of its work, a hang, a reset) answers
+//! waits and later calls with [`Error::Lost`] and rigd's reason.
+//!
+//! # Modules
+//!
+//! The public types live at the crate's root. Inside: `device` (rigd, devices, waits),
+//! `buffer`, `image`, `submission` (the builder and its checks), `place` (the submission
+//! path: framing, room, rings), `dispatch` (PM4 dispatches, kernel arguments), `copies`
+//! (SDMA copies and fills), `ring` (ring arithmetic), `profile` (clock stamps, traces).
+
+mod buffer;
+mod copies;
+mod device;
+mod dispatch;
+mod error;
+mod image;
+mod place;
+mod point;
+mod profile;
+mod ring;
+mod submission;
+mod types;
+
+pub use buffer::{Buffer, f32s, put_f32s};
+pub use device::{DEFAULT_SPIN, Device, Rig};
+pub use error::{Error, Never, Result};
+pub use image::{Image, Kernel};
+pub use point::Point;
+pub use profile::{Profile, Work};
+pub use rig_proto::{Facts, GpuInfo};
+pub use rig_shm::SharedRegion;
+pub use submission::{Ref, Submission};
+pub use types::{Access, CopyBox, Memory, Queue};
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_cross_threads() {
+        send_sync::<super::Rig>();
+        send_sync::<super::Device>();
+        send_sync::<super::Buffer>();
+        send_sync::<super::Image>();
+        send_sync::<super::Kernel>();
+        send_sync::<super::Point>();
+        send_sync::<super::Submission>();
+        send_sync::<super::Profile>();
+    }
+}

@@ -1,0 +1,56 @@
+//! Points: a value of a device's timeline, which its work reaches once it completed.
+//!
+//! This module owns [`Point`] and its reads and waits; the spinning and sleeping itself
+//! lives with the device ([`crate::device`]), which owns the word and its interrupt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::device::DeviceShared;
+use crate::error::Result;
+
+/// A device and one value of its timeline: the value a submission releases once its work
+/// (and every earlier value's) has completed.
+#[derive(Clone)]
+pub struct Point {
+    pub(crate) device: Arc<DeviceShared>,
+    pub(crate) value: u64,
+}
+
+impl std::fmt::Debug for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Point")
+            .field("device", &self.device.name)
+            .field("value", &self.value)
+            .finish()
+    }
+}
+
+impl Point {
+    /// The value.
+    pub fn value(&self) -> u64 {
+        self.value
+    }
+
+    /// True iff the device's word has reached the value (one acquire load, no system call).
+    pub fn signaled(&self) -> bool {
+        self.device.signaled() >= self.value
+    }
+
+    /// Waits until the value is reached: spins briefly, then sleeps on the device's
+    /// interrupt. Returns [`crate::Error::Lost`] with rigd's reason if the device is lost
+    /// first.
+    pub fn wait(&self) -> Result<()> {
+        self.device.wait(self.value, None)
+    }
+
+    /// Waits as [`Point::wait`] but never spins: it sleeps on the interrupt at once.
+    pub fn wait_sleeping(&self) -> Result<()> {
+        self.device.wait(self.value, Some(Duration::ZERO))
+    }
+
+    /// Waits as [`Point::wait`], spinning for at most `spin` before it sleeps.
+    pub fn wait_spinning(&self, spin: Duration) -> Result<()> {
+        self.device.wait(self.value, Some(spin))
+    }
+}

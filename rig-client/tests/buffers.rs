@@ -1,0 +1,274 @@
+//! Buffers, copies and fills against a real rigd on the simulated GPU.
+
+mod common;
+
+use common::{Daemon, pattern};
+use rig_client::{CopyBox, Error, Memory, Never, Queue, Submission};
+
+#[test]
+fn open_list_facts_close() {
+    let d = Daemon::start(None);
+    let rig = d.rig();
+    let gpus = rig.gpus().unwrap();
+    assert!(!gpus.is_empty());
+    assert!(gpus[0].simulated);
+    let dev = rig.open_device(&gpus[0].name).unwrap();
+    assert_eq!(dev.arch(), gpus[0].arch);
+    assert_eq!(dev.facts().queues, vec!["COMPUTE:0", "COPY:0"]);
+    assert!(matches!(rig.open_device("AMD:99"), Err(Error::Invalid(_))));
+    let b = dev.buffer(64, Memory::Pinned).unwrap();
+    let again = dev.clone();
+    dev.close().unwrap();
+    assert!(matches!(
+        again.submit(&Submission::new().fill(&b, 0, 4, 1)),
+        Err(Error::Invalid(_))
+    ));
+}
+
+#[test]
+fn host_reads_and_writes_every_kind_of_memory() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    for (i, memory) in [Memory::Pinned, Memory::Mapped, Memory::Device]
+        .into_iter()
+        .enumerate()
+    {
+        let n = 4097 + i as u64 * 3;
+        let b = dev.buffer(n, memory).unwrap();
+        assert_eq!(b.len(), n);
+        assert_eq!(b.host_addressed(), memory != Memory::Device, "{memory:?}");
+        let data = pattern(i as u64, n as usize);
+        b.write(|bytes| bytes.copy_from_slice(&data)).unwrap();
+        let back = b.read(|bytes| bytes.to_vec()).unwrap();
+        assert_eq!(back, data, "{memory:?}");
+        let mut part = [0u8; 5];
+        b.write_at(7, &[1, 2, 3, 4, 5]).unwrap();
+        b.read_at(7, &mut part).unwrap();
+        assert_eq!(part, [1, 2, 3, 4, 5]);
+        assert!(b.read_at(n - 2, &mut part).is_err());
+    }
+}
+
+#[test]
+fn copies_and_fills_of_odd_sizes_and_offsets() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let n = 64 * 1024;
+    let src = dev.buffer(n, Memory::Pinned).unwrap();
+    let dst = dev.buffer(n, Memory::Device).unwrap();
+    let out = dev.buffer(n, Memory::Pinned).unwrap();
+    let data = pattern(7, n as usize);
+    src.write(|b| b.copy_from_slice(&data)).unwrap();
+    let mut expect = vec![0u8; n as usize];
+    let mut s = Submission::new().fill(&dst, 0, n, 0);
+    for (k, (so, doff, len)) in [
+        (0u64, 0u64, 1u64),
+        (1, 3, 7),
+        (5, 1000, 4093),
+        (3, 8191, 12345),
+        (4096, 30000, 4096),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        s = s.copy(&src, so, &dst, doff, len);
+        expect[doff as usize..(doff + len) as usize]
+            .copy_from_slice(&data[so as usize..(so + len) as usize]);
+        let at = 50_000 + 100 * k as u64 + k as u64;
+        s = s.fill(&dst, at, 1 + 2 * k as u64, 0xa0 + k as u8);
+        expect[at as usize..(at + 1 + 2 * k as u64) as usize].fill(0xa0 + k as u8);
+    }
+    s = s.copy(&dst, 0, &out, 0, n);
+    dev.submit(&s).unwrap();
+    let got = out.read(|b| b.to_vec()).unwrap();
+    assert!(
+        got == expect,
+        "first difference at {:?}",
+        got.iter().zip(&expect).position(|(a, b)| a != b)
+    );
+}
+
+#[test]
+fn boxes_with_pitches() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let src = dev.buffer(1 << 16, Memory::Pinned).unwrap();
+    let dst = dev.buffer(1 << 16, Memory::Pinned).unwrap();
+    let data = pattern(3, 1 << 16);
+    src.write(|b| b.copy_from_slice(&data)).unwrap();
+    dst.write(|b| b.fill(0)).unwrap();
+    // Sub-window friendly, and unaligned (linear rows).
+    let boxes = [
+        (
+            16u64,
+            0u64,
+            CopyBox {
+                width: 64,
+                rows: 20,
+                src_pitch: 256,
+                dst_pitch: 128,
+            },
+        ),
+        (
+            3,
+            4000,
+            CopyBox {
+                width: 13,
+                rows: 9,
+                src_pitch: 101,
+                dst_pitch: 17,
+            },
+        ),
+        (
+            1,
+            9001,
+            CopyBox {
+                width: 6,
+                rows: 33,
+                src_pitch: 12,
+                dst_pitch: 8,
+            },
+        ),
+    ];
+    let mut expect = vec![0u8; 1 << 16];
+    let mut s = Submission::new();
+    for (so, doff, b) in boxes {
+        s = s.copy_box(&src, so, &dst, doff, b);
+        for r in 0..b.rows {
+            let (a, c) = (
+                (so + r * b.src_pitch) as usize,
+                (doff + r * b.dst_pitch) as usize,
+            );
+            expect[c..c + b.width as usize].copy_from_slice(&data[a..a + b.width as usize]);
+        }
+    }
+    dev.submit(&s).unwrap();
+    let got = dst.read(|b| b.to_vec()).unwrap();
+    assert!(
+        got == expect,
+        "first difference at {:?}",
+        got.iter().zip(&expect).position(|(a, b)| a != b)
+    );
+}
+
+#[test]
+fn refusals_carry_the_seeds_reasons() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let a = dev.buffer(4096, Memory::Pinned).unwrap();
+    let b = dev.buffer(4096, Memory::Pinned).unwrap();
+    let s = Submission::new().copy(&a, 0, &b, 0, 16).on(Queue::Compute);
+    assert!(matches!(
+        dev.submit(&s),
+        Err(Error::Never(Never::CopyOnCompute { part: 0 }))
+    ));
+    let s = Submission::new().copy(&a, 0, &b, 0, 16).after(&[0]);
+    assert!(matches!(
+        dev.submit(&s),
+        Err(Error::Never(Never::AfterNotBelow { .. }))
+    ));
+    // A refused submission changed nothing: the next one runs.
+    let s = Submission::new().fill(&b, 0, 16, 9);
+    dev.submit(&s).unwrap().wait().unwrap();
+    assert_eq!(b.read(|x| x[..16].to_vec()).unwrap(), vec![9; 16]);
+}
+
+#[test]
+fn a_burst_grows_the_rings_and_the_segment() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let src = dev.buffer(1 << 20, Memory::Pinned).unwrap();
+    let dst = dev.buffer(1 << 20, Memory::Pinned).unwrap();
+    let data = pattern(11, 1 << 20);
+    src.write(|b| b.copy_from_slice(&data)).unwrap();
+    dst.write(|b| b.fill(0)).unwrap();
+    // 4000 copies and 2000 fills with unaligned ends: far past a 64 KiB copy ring and
+    // the 8 bytes a part takes of the segment.
+    let mut s = Submission::new();
+    for i in 0..4000u64 {
+        s = s.copy(&src, i * 131, &dst, i * 131, 127);
+    }
+    for i in 0..2000u64 {
+        s = s.fill(&dst, i * 131 + 127, 3, i as u8);
+    }
+    let before = dev.signaled();
+    dev.submit(&s).unwrap().wait().unwrap();
+    assert!(dev.signaled() > before);
+    let got = dst.read(|b| b.to_vec()).unwrap();
+    for i in 0..4000usize {
+        let at = i * 131;
+        assert_eq!(&got[at..at + 127], &data[at..at + 127], "copy {i}");
+        if i < 2000 {
+            assert_eq!(&got[at + 127..at + 130], &[i as u8; 3], "fill {i}");
+        }
+    }
+    // Later submissions run on the grown queues.
+    let s = Submission::new().fill(&dst, 0, 8, 0x55);
+    dev.submit(&s).unwrap().wait().unwrap();
+    assert_eq!(dst.read(|b| b[..8].to_vec()).unwrap(), vec![0x55; 8]);
+}
+
+#[test]
+fn the_programs_own_memory_maps_without_a_copy() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let mine = rig_client::SharedRegion::create("my-data", 3 * 4096).unwrap();
+    let data = pattern(5, 5000);
+    mine.write(4096, &data);
+    let b = dev.map_host(&mine, 4096, 5000).unwrap();
+    let out = dev.buffer(5000, Memory::Device).unwrap();
+    // The GPU reads the program's bytes, and writes them back shifted by one.
+    let s = Submission::new()
+        .copy(&b, 0, &out, 0, 5000)
+        .copy(&out, 0, &b, 1, 4999);
+    dev.submit(&s).unwrap().wait().unwrap();
+    let mut got = vec![0u8; 5000];
+    mine.read(4096, &mut got);
+    assert_eq!(got[0], data[0]);
+    assert_eq!(&got[1..], &data[..4999]);
+    assert!(matches!(
+        dev.map_host(&mine, 100, 10),
+        Err(Error::Invalid(_))
+    ));
+}
+
+#[test]
+fn a_submission_waits_for_another_devices_point() {
+    let d = Daemon::start(None);
+    let (one, two) = (d.device(), d.device());
+    let a = one.buffer(1 << 20, Memory::Pinned).unwrap();
+    let b = two.buffer(64, Memory::Pinned).unwrap();
+    let p = one
+        .submit(&Submission::new().fill(&a, 0, 1 << 20, 3))
+        .unwrap();
+    let q = two
+        .submit(&Submission::new().fill(&b, 0, 64, 4).wait(&p))
+        .unwrap();
+    q.wait().unwrap();
+    assert!(p.signaled());
+    assert_eq!(b.read(|x| x.to_vec()).unwrap(), vec![4; 64]);
+}
+
+#[test]
+fn a_wait_notices_that_rigd_crashed() {
+    use rig_amd::pm4;
+    let mut d = Daemon::start(None);
+    let dev = d.device();
+    let flag = dev.buffer(8, Memory::Pinned).unwrap();
+    flag.write(|b| b.fill(0)).unwrap();
+    // COMPUTE:0 waits for a word nobody writes.
+    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
+    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
+        .encode(&mut w)
+        .unwrap();
+    let p = dev
+        .submit(&Submission::new().words(Queue::Compute, &w))
+        .unwrap();
+    d.crash();
+    let start = std::time::Instant::now();
+    match p.wait() {
+        Err(Error::Lost(why)) => assert!(why.contains("rigd"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+}

@@ -1,0 +1,85 @@
+//! The submit path allocates nothing once a submission was submitted before.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{Daemon, code};
+use rig_client::{Memory, Ref, Submission};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is a
+// side effect that allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc`, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `realloc`, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn submitting_again_allocates_nothing() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let add = dev
+        .load_image(&code("add"))
+        .unwrap()
+        .resolve("add")
+        .unwrap();
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Pinned).unwrap();
+    let z = dev.buffer(1024, Memory::Device).unwrap();
+    let s = Submission::new()
+        .launch(
+            &add,
+            &[0; 16],
+            &[Ref::read(&x, 0), Ref::write(&y, 8)],
+            [1, 1, 1],
+            [256, 1, 1],
+            0,
+        )
+        .copy(&y, 0, &z, 0, 1024)
+        .after(&[0])
+        .fill(&x, 1, 5, 0);
+    dev.submit(&s).unwrap().wait().unwrap();
+    COUNTING.with(|c| c.set(true));
+    let mut last = None;
+    for _ in 0..200 {
+        last = Some(dev.submit(&s).unwrap());
+    }
+    COUNTING.with(|c| c.set(false));
+    last.unwrap().wait().unwrap();
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed),
+        0,
+        "allocations on the submit path"
+    );
+}

@@ -1,0 +1,1596 @@
+//! Dispatch execution: wave launch state, the scheduler that spreads workgroups over worker
+//! threads, and the per-instruction semantics.
+//!
+//! Owns wave state (SGPRs, structure-of-arrays VGPRs, EXEC/VCC/SCC, PC), the LDS of a
+//! workgroup, barriers between the waves of a group (cooperative switching on one host thread),
+//! scratch addressing and the decode cache. Does not own decoding (`decode`) or memory
+//! translation (the [`Memory`] implementation).
+
+// Lane loops index several lane arrays in step; iterators would obscure that.
+#![allow(clippy::needless_range_loop)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::decode::{DecodeError, Format, Inst, decode, src};
+use crate::meta::{Atomic, MemKind, meta};
+use crate::opcodes::{op_ds, op_smem, op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+use crate::valu::Lanes;
+use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault};
+
+/// Instructions a wave runs between checks of the stop flag.
+const STOP_CHECK: u64 = 256;
+/// LDS of one workgroup on gfx11.
+const MAX_LDS_BYTES: u32 = 64 * 1024;
+/// High 32 bits of the flat aperture that maps LDS.
+pub const SHARED_APERTURE_HI: u32 = 0x1000_0000;
+/// High 32 bits of the flat aperture that maps private memory.
+pub const PRIVATE_APERTURE_HI: u32 = 0x2000_0000;
+
+/// Per-worker decode cache keyed by instruction address.
+struct Code<'m> {
+    mem: &'m dyn Memory,
+    base: u64,
+    dense: Vec<Option<Inst>>,
+    sparse: HashMap<u64, Inst>,
+}
+
+impl<'m> Code<'m> {
+    fn new(mem: &'m dyn Memory, base: u64) -> Self {
+        Code {
+            mem,
+            base,
+            dense: Vec::new(),
+            sparse: HashMap::new(),
+        }
+    }
+
+    fn fetch(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
+        let off = pc.wrapping_sub(self.base);
+        if off.is_multiple_of(4) && off < (1 << 20) {
+            let k = (off / 4) as usize;
+            if self.dense.get(k).is_none_or(|i| i.is_none()) {
+                let i = self.decode_at(pc)?;
+                if self.dense.len() <= k {
+                    self.dense.resize(k + 1, None);
+                }
+                self.dense[k] = Some(i);
+            }
+            return self.dense[k].as_ref().ok_or(ExecFault::Internal);
+        }
+        if !self.sparse.contains_key(&pc) {
+            let i = self.decode_at(pc)?;
+            self.sparse.insert(pc, i);
+        }
+        self.sparse.get(&pc).ok_or(ExecFault::Internal)
+    }
+
+    fn decode_at(&self, pc: u64) -> Result<Inst, ExecFault> {
+        let mut words = [0u32; 3];
+        let mut n = 0;
+        for (k, w) in words.iter_mut().enumerate() {
+            let mut b = [0u8; 4];
+            match self.mem.read(pc + 4 * k as u64, &mut b) {
+                Ok(()) => {
+                    *w = u32::from_le_bytes(b);
+                    n += 1;
+                }
+                Err(f) if k == 0 => return Err(ExecFault::Memory { fault: f, pc }),
+                Err(_) => break,
+            }
+        }
+        match decode(&words[..n]) {
+            Ok(i) => Ok(i),
+            Err(DecodeError::Illegal) | Err(DecodeError::Truncated) => {
+                Err(ExecFault::IllegalInstruction {
+                    address: pc,
+                    words: words[..n].to_vec(),
+                })
+            }
+        }
+    }
+}
+
+/// State of one wave.
+struct Wave {
+    sgpr: [u32; 128],
+    vgpr: Vec<u32>,
+    nvgpr: usize,
+    lanes: usize,
+    scc: bool,
+    pc: u64,
+    done: bool,
+    at_barrier: bool,
+    flat_scratch: u64,
+    /// Number of the wave within its workgroup (for the scratch slot).
+    slot: u32,
+    /// VALU operand staging, kept across instructions to avoid re-zeroing.
+    tmp: Box<[Lanes; 4]>,
+    /// COMPUTE_PGM_RSRC1 (float modes).
+    rsrc1: u32,
+}
+
+impl Wave {
+    fn exec(&self) -> u64 {
+        if self.lanes == 32 {
+            self.sgpr[126] as u64
+        } else {
+            self.sgpr[126] as u64 | (self.sgpr[127] as u64) << 32
+        }
+    }
+    fn set_exec(&mut self, v: u64) {
+        self.sgpr[126] = v as u32;
+        self.sgpr[127] = if self.lanes == 32 {
+            0
+        } else {
+            (v >> 32) as u32
+        };
+    }
+    fn vcc(&self) -> u64 {
+        self.mask(src::VCC_LO)
+    }
+    /// Reads a lane mask from an SGPR (pair in wave64).
+    fn mask(&self, s: u16) -> u64 {
+        let lo = self.sread(s, 0) as u64;
+        if self.lanes == 32 {
+            lo
+        } else {
+            lo | (self.sread(s + 1, 0) as u64) << 32
+        }
+    }
+    fn full(&self) -> u64 {
+        if self.lanes == 32 {
+            0xffff_ffff
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Reads a 32-bit scalar operand. `f16` picks the half-precision inline float constants.
+    fn sread_t(&self, s: u16, lit: u32, f16: bool) -> u32 {
+        match s {
+            0..=123 | 125..=127 => self.sgpr[s as usize],
+            124 => 0,
+            128..=192 => (s - 128) as u32,
+            193..=208 => (-((s - 192) as i32)) as u32,
+            240..=248 if f16 => [
+                0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118,
+            ][(s - 240) as usize],
+            240 => 0.5f32.to_bits(),
+            241 => (-0.5f32).to_bits(),
+            242 => 1.0f32.to_bits(),
+            243 => (-1.0f32).to_bits(),
+            244 => 2.0f32.to_bits(),
+            245 => (-2.0f32).to_bits(),
+            246 => 4.0f32.to_bits(),
+            247 => (-4.0f32).to_bits(),
+            248 => 0x3e22_f983,
+            235 => SHARED_APERTURE_HI,
+            236 => SHARED_APERTURE_HI,
+            237 => PRIVATE_APERTURE_HI,
+            238 => PRIVATE_APERTURE_HI,
+            251 => (self.vcc() == 0) as u32,
+            252 => (self.exec() == 0) as u32,
+            253 => self.scc as u32,
+            255 => lit,
+            _ => 0,
+        }
+    }
+    fn sread(&self, s: u16, lit: u32) -> u32 {
+        self.sread_t(s, lit, false)
+    }
+    /// Reads a 64-bit scalar operand; `float` selects f64 inline constants and literal placement.
+    fn sread64(&self, s: u16, lit: u32, float: bool) -> u64 {
+        match s {
+            0..=127 => {
+                let b = (s & !1) as usize;
+                if s == 124 {
+                    0
+                } else {
+                    self.sgpr[b] as u64 | (self.sgpr[b + 1] as u64) << 32
+                }
+            }
+            128..=208 => self.sread(s, lit) as i32 as i64 as u64,
+            240..=248 => {
+                let v = [
+                    0.5f64,
+                    -0.5,
+                    1.0,
+                    -1.0,
+                    2.0,
+                    -2.0,
+                    4.0,
+                    -4.0,
+                    0.15915494309189532,
+                ][(s - 240) as usize];
+                v.to_bits()
+            }
+            255 if float => (lit as u64) << 32,
+            255 => lit as u64,
+            _ => self.sread(s, lit) as u64,
+        }
+    }
+    fn swrite(&mut self, s: u16, v: u32) {
+        if s < 128 && s != 124 {
+            self.sgpr[s as usize] = v;
+            if s == 127 && self.lanes == 32 {
+                self.sgpr[127] = 0;
+            }
+        }
+    }
+    fn swrite64(&mut self, s: u16, v: u64) {
+        let b = s & !1;
+        self.swrite(b, v as u32);
+        self.swrite(b + 1, (v >> 32) as u32);
+    }
+}
+
+struct Group<'a> {
+    lds: Vec<u8>,
+    waves: Vec<Wave>,
+    mem: &'a dyn Memory,
+}
+
+/// Everything a worker needs to run groups.
+struct Ctx<'a> {
+    d: &'a Dispatch,
+    mem: &'a dyn Memory,
+    stop: &'a AtomicBool,
+    lanes: usize,
+    nvgpr: usize,
+    waves_per_group: usize,
+    wave_bytes: u64,
+}
+
+pub(crate) fn execute(
+    d: &Dispatch,
+    mem: &dyn Memory,
+    stop: &AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    for k in 0..3 {
+        if d.group_size[k] == 0 {
+            return Err(ExecFault::BadDispatch {
+                reason: "a workgroup dimension is zero",
+            });
+        }
+    }
+    let lanes = if d.wave64 { 64 } else { 32 };
+    let items = d.group_size[0] as u64 * d.group_size[1] as u64 * d.group_size[2] as u64;
+    if items > 1024 {
+        return Err(ExecFault::BadDispatch {
+            reason: "a workgroup has more than 1024 work-items",
+        });
+    }
+    if d.lds_bytes > MAX_LDS_BYTES {
+        return Err(ExecFault::BadDispatch {
+            reason: "a workgroup asks for more than 64 KiB of LDS",
+        });
+    }
+    let waves_per_group = items.div_ceil(lanes as u64) as usize;
+    // rsrc1 VGPR granules can name more than the 256 architected VGPRs: clamp.
+    let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
+    let ngroups: [u64; 3] =
+        std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
+    let total = ngroups[0] * ngroups[1] * ngroups[2];
+    let wave_bytes = d
+        .scratch
+        .map(|s| s.bytes_per_lane as u64 * lanes as u64)
+        .unwrap_or(0);
+    let mut threads = threads.max(1).min(total.max(1) as usize);
+    if let Some(s) = d.scratch {
+        // Each worker runs one group at a time, so it needs a group's worth of wave slots.
+        let slots = s.waves as usize / waves_per_group;
+        if slots == 0 {
+            return Err(ExecFault::BadDispatch {
+                reason: "scratch has fewer wave slots than a workgroup has waves",
+            });
+        }
+        threads = threads.min(slots);
+    }
+    let ctx = Ctx {
+        d,
+        mem,
+        stop,
+        lanes,
+        nvgpr,
+        waves_per_group,
+        wave_bytes,
+    };
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Result<ExecStats, ExecFault>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let (ctx, next, failed) = (&ctx, &next, &failed);
+                s.spawn(move || {
+                    let mut stats = ExecStats::default();
+                    let mut code = Code::new(ctx.mem, ctx.d.code_address);
+                    let mut pool = Vec::new();
+                    loop {
+                        if failed.load(Ordering::Relaxed) {
+                            return Ok(stats);
+                        }
+                        if ctx.stop.load(Ordering::Relaxed) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(ExecFault::Stopped);
+                        }
+                        let g = next.fetch_add(1, Ordering::Relaxed);
+                        if g >= total {
+                            return Ok(stats);
+                        }
+                        let id = [
+                            g % ngroups[0],
+                            (g / ngroups[0]) % ngroups[1],
+                            g / (ngroups[0] * ngroups[1]),
+                        ];
+                        if let Err(e) = run_group(ctx, &mut code, &mut pool, t, id, &mut stats) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or(Err(ExecFault::Internal)))
+            .collect()
+    });
+    let mut stats = ExecStats::default();
+    for r in results {
+        let s = r?;
+        stats.waves += s.waves;
+        stats.workgroups += s.workgroups;
+        stats.instructions += s.instructions;
+        stats.lane_instructions += s.lane_instructions;
+    }
+    Ok(stats)
+}
+
+fn run_group(
+    ctx: &Ctx,
+    code: &mut Code,
+    pool: &mut Vec<Wave>,
+    worker: usize,
+    id: [u64; 3],
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
+    let d = ctx.d;
+    // Partial groups at the grid edge have fewer work-items (AQL semantics).
+    let dims: [u32; 3] = std::array::from_fn(|k| {
+        let start = id[k] * d.group_size[k] as u64;
+        (d.grid_items[k] as u64 - start).min(d.group_size[k] as u64) as u32
+    });
+    let items = dims[0] as usize * dims[1] as usize * dims[2] as usize;
+    let nwaves = items.div_ceil(ctx.lanes);
+    let rsrc2 = d.pgm_rsrc2;
+    let user = ((rsrc2 >> 1) & 0x1f) as usize;
+    let tid_cnt = (rsrc2 >> 11) & 3;
+    let mut group = Group {
+        lds: vec![0u8; d.lds_bytes as usize],
+        waves: Vec::with_capacity(nwaves),
+        mem: ctx.mem,
+    };
+    for w in 0..nwaves {
+        // Waves are recycled between groups: allocation dominated small kernels.
+        let mut wave = match pool.pop() {
+            Some(mut wave) => {
+                wave.sgpr = [0; 128];
+                wave.vgpr.fill(0);
+                wave.scc = false;
+                wave.pc = d.code_address;
+                wave.done = false;
+                wave.at_barrier = false;
+                wave.flat_scratch = 0;
+                wave.slot = (worker * ctx.waves_per_group + w) as u32;
+                wave
+            }
+            None => Wave {
+                sgpr: [0; 128],
+                vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+                nvgpr: ctx.nvgpr,
+                lanes: ctx.lanes,
+                scc: false,
+                pc: d.code_address,
+                done: false,
+                at_barrier: false,
+                flat_scratch: 0,
+                slot: (worker * ctx.waves_per_group + w) as u32,
+                tmp: Box::new([[0; 64]; 4]),
+                rsrc1: d.pgm_rsrc1,
+            },
+        };
+        for (k, v) in d.user_sgprs.iter().take(user.min(106)).enumerate() {
+            wave.sgpr[k] = *v;
+        }
+        let mut s = user;
+        for (k, bit) in [7u32, 8, 9].iter().enumerate() {
+            if rsrc2 >> bit & 1 != 0 && s < 106 {
+                wave.sgpr[s] = id[k] as u32;
+                s += 1;
+            }
+        }
+        if rsrc2 >> 10 & 1 != 0 && s < 106 {
+            // Workgroup info: wave count in the group.
+            wave.sgpr[s] = nwaves as u32;
+            s += 1;
+        }
+        if let Some(sc) = d.scratch {
+            let off = wave.slot as u64 * ctx.wave_bytes;
+            wave.flat_scratch = sc.base + off;
+            if rsrc2 & 1 != 0 && s < 106 {
+                wave.sgpr[s] = off as u32;
+            }
+        }
+        let mut exec = 0u64;
+        // Work-item ids of the wave's first lane, then counted up (no division per lane).
+        let t0 = w * ctx.lanes;
+        let (mut x, mut y, mut z) = (
+            (t0 % dims[0] as usize) as u32,
+            ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
+            (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
+        );
+        for l in 0..ctx.lanes {
+            if t0 + l >= items {
+                break;
+            }
+            exec |= 1 << l;
+            if l > 0 {
+                x += 1;
+                if x == dims[0] {
+                    x = 0;
+                    y += 1;
+                    if y == dims[1] {
+                        y = 0;
+                        z += 1;
+                    }
+                }
+            }
+            let v = match tid_cnt {
+                0 => x,
+                1 => x | y << 10,
+                _ => x | y << 10 | z << 20,
+            };
+            wave.vgpr[l] = v;
+        }
+        wave.set_exec(exec);
+        group.waves.push(wave);
+    }
+    stats.workgroups += 1;
+    stats.waves += nwaves as u64;
+    // Cooperative scheduling: run each wave until it ends or reaches a barrier.
+    loop {
+        let mut progressed = false;
+        for w in 0..group.waves.len() {
+            if group.waves[w].done || group.waves[w].at_barrier {
+                continue;
+            }
+            progressed = true;
+            run_wave(ctx, code, &mut group, w, stats)?;
+        }
+        let live = group.waves.iter().filter(|w| !w.done).count();
+        if live == 0 {
+            pool.append(&mut group.waves);
+            return Ok(());
+        }
+        if group.waves.iter().filter(|w| !w.done).all(|w| w.at_barrier) {
+            for w in group.waves.iter_mut() {
+                w.at_barrier = false;
+            }
+            continue;
+        }
+        if !progressed {
+            return Err(ExecFault::Internal);
+        }
+    }
+}
+
+fn run_wave(
+    ctx: &Ctx,
+    code: &mut Code,
+    g: &mut Group,
+    w: usize,
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
+    loop {
+        // Counted per worker (stats), so the check also happens across many short waves.
+        if stats.instructions.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
+            return Err(ExecFault::Stopped);
+        }
+        let pc = g.waves[w].pc;
+        let i = code.fetch(pc)?;
+        stats.instructions += 1;
+        if !matches!(
+            i.format,
+            Format::Sop1 | Format::Sop2 | Format::Sopk | Format::Sopc | Format::Sopp | Format::Smem
+        ) {
+            stats.lane_instructions += g.waves[w].exec().count_ones() as u64;
+        }
+        g.waves[w].pc = pc + 4 * i.len as u64;
+        match step(ctx, g, w, i, pc) {
+            Ok(Flow::Next) => {}
+            Ok(Flow::Yield) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+enum Flow {
+    Next,
+    Yield,
+}
+
+fn unsupported(i: &Inst, pc: u64) -> ExecFault {
+    ExecFault::Unsupported {
+        address: pc,
+        text: i.to_string(),
+    }
+}
+
+fn mem_fault(pc: u64) -> impl Fn(MemoryFault) -> ExecFault {
+    move |fault| ExecFault::Memory { fault, pc }
+}
+
+fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+    match i.format {
+        Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sop1 => sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sopk => sopk(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sopp => sopp(&mut g.waves[w], i, pc),
+        Format::Smem => smem(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
+        Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
+            let (mut v, t) = g.waves[w].as_valu();
+            crate::valu::valu(&mut v, t, i, pc).map(|_| Flow::Next)
+        }
+        Format::Vop3p if i.dpp.is_none() => {
+            let (mut v, t) = g.waves[w].as_valu();
+            crate::valu::vop3p(&mut v, t, i, pc).map(|_| Flow::Next)
+        }
+        Format::Vop3p => Err(unsupported(i, pc)),
+        Format::Vopd => {
+            let (mut v, t) = g.waves[w].as_valu();
+            crate::valu::vopd(&mut v, t, i, pc).map(|_| Flow::Next)
+        }
+        Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
+        Format::Mubuf if meta(i).name.ends_with("_inv") => Ok(Flow::Next),
+        Format::Mubuf => Err(unsupported(i, pc)),
+        Format::Flat | Format::Global | Format::Scratch => {
+            vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
+        }
+    }
+}
+
+impl Wave {
+    fn as_valu(&mut self) -> (crate::valu::WaveRef<'_>, &mut [Lanes; 4]) {
+        (
+            crate::valu::WaveRef {
+                sgpr: &mut self.sgpr,
+                vgpr: &mut self.vgpr,
+                nvgpr: self.nvgpr,
+                lanes: self.lanes,
+                scc: &mut self.scc,
+                ftz32: (self.rsrc1 >> 16) & 3 != 3,
+                ftz16_64: (self.rsrc1 >> 18) & 3 != 3,
+            },
+            &mut self.tmp,
+        )
+    }
+}
+
+fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sop2::*;
+    let wd = meta(i).w;
+    if wd.src[0] == 2 || wd.dst == 2 {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = if wd.src[1] == 2 {
+            wv.sread64(i.src[1], i.literal, false)
+        } else {
+            wv.sread(i.src[1], i.literal) as u64
+        };
+        let (r, scc): (u64, Option<bool>) = match i.op {
+            S_LSHL_B64 => (a << (b & 63), None),
+            S_LSHR_B64 => (a >> (b & 63), None),
+            S_ASHR_I64 => (((a as i64) >> (b & 63)) as u64, None),
+            S_AND_B64 => (a & b, None),
+            S_OR_B64 => (a | b, None),
+            S_XOR_B64 => (a ^ b, None),
+            S_NAND_B64 => (!(a & b), None),
+            S_NOR_B64 => (!(a | b), None),
+            S_XNOR_B64 => (!(a ^ b), None),
+            S_AND_NOT1_B64 => (a & !b, None),
+            S_OR_NOT1_B64 => (a | !b, None),
+            S_CSELECT_B64 => (if wv.scc { a } else { b }, Some(wv.scc)),
+            S_BFM_B64 => {
+                let (w, o) = (a & 63, b & 63);
+                ((((1u128 << w) - 1) as u64) << o, Some(wv.scc))
+            }
+            S_BFE_U64 | S_BFE_I64 => {
+                let o = b & 63;
+                let w = (b >> 16) & 127;
+                let v = if w == 0 {
+                    0
+                } else if w >= 64 {
+                    a >> o
+                } else {
+                    (a >> o) & ((1u64 << w) - 1)
+                };
+                let v = if i.op == S_BFE_I64 && w > 0 && w < 64 {
+                    ((v << (64 - w)) as i64 >> (64 - w)) as u64
+                } else {
+                    v
+                };
+                (v, None)
+            }
+            _ => return Err(unsupported(i, pc)),
+        };
+        wv.scc = scc.unwrap_or(r != 0);
+        wv.swrite64(i.dst, r);
+        return Ok(());
+    }
+    let a = wv.sread(i.src[0], i.literal);
+    let b = wv.sread(i.src[1], i.literal);
+    let (r, scc) = match i.op {
+        S_ADD_U32 => {
+            let (r, c) = a.overflowing_add(b);
+            (r, c)
+        }
+        S_SUB_U32 => {
+            let (r, c) = a.overflowing_sub(b);
+            (r, c)
+        }
+        S_ADD_I32 => {
+            let (r, o) = (a as i32).overflowing_add(b as i32);
+            (r as u32, o)
+        }
+        S_SUB_I32 => {
+            let (r, o) = (a as i32).overflowing_sub(b as i32);
+            (r as u32, o)
+        }
+        S_ADDC_U32 => {
+            let s = a as u64 + b as u64 + wv.scc as u64;
+            (s as u32, s >> 32 != 0)
+        }
+        S_SUBB_U32 => {
+            let s = (a as u64)
+                .wrapping_sub(b as u64)
+                .wrapping_sub(wv.scc as u64);
+            (s as u32, (b as u64 + wv.scc as u64) > a as u64)
+        }
+        S_MIN_I32 => ((a as i32).min(b as i32) as u32, (a as i32) < (b as i32)),
+        S_MIN_U32 => (a.min(b), a < b),
+        S_MAX_I32 => ((a as i32).max(b as i32) as u32, (a as i32) > (b as i32)),
+        S_MAX_U32 => (a.max(b), a > b),
+        S_LSHL_B32 => {
+            let r = a << (b & 31);
+            (r, r != 0)
+        }
+        S_LSHR_B32 => {
+            let r = a >> (b & 31);
+            (r, r != 0)
+        }
+        S_ASHR_I32 => {
+            let r = ((a as i32) >> (b & 31)) as u32;
+            (r, r != 0)
+        }
+        S_LSHL1_ADD_U32 | S_LSHL2_ADD_U32 | S_LSHL3_ADD_U32 | S_LSHL4_ADD_U32 => {
+            let sh = [
+                S_LSHL1_ADD_U32,
+                S_LSHL2_ADD_U32,
+                S_LSHL3_ADD_U32,
+                S_LSHL4_ADD_U32,
+            ]
+            .iter()
+            .position(|&o| o == i.op)
+            .unwrap_or(0)
+                + 1;
+            let s = ((a as u64) << sh) + b as u64;
+            (s as u32, s >> 32 != 0)
+        }
+        S_AND_B32 | S_OR_B32 | S_XOR_B32 | S_NAND_B32 | S_NOR_B32 | S_XNOR_B32 | S_AND_NOT1_B32
+        | S_OR_NOT1_B32 => {
+            let r = match i.op {
+                S_AND_B32 => a & b,
+                S_OR_B32 => a | b,
+                S_XOR_B32 => a ^ b,
+                S_NAND_B32 => !(a & b),
+                S_NOR_B32 => !(a | b),
+                S_XNOR_B32 => !(a ^ b),
+                S_AND_NOT1_B32 => a & !b,
+                _ => a | !b,
+            };
+            (r, r != 0)
+        }
+        S_BFE_U32 | S_BFE_I32 => {
+            let o = b & 31;
+            let w = (b >> 16) & 127;
+            let v = if w == 0 {
+                0
+            } else if w >= 32 {
+                a >> o
+            } else {
+                (a >> o) & ((1u32 << w) - 1)
+            };
+            let v = if i.op == S_BFE_I32 && w > 0 && w < 32 {
+                ((v << (32 - w)) as i32 >> (32 - w)) as u32
+            } else {
+                v
+            };
+            (v, v != 0)
+        }
+        S_BFM_B32 => ((((1u64 << (a & 31)) - 1) as u32) << (b & 31), wv.scc),
+        S_MUL_I32 => ((a as i32).wrapping_mul(b as i32) as u32, wv.scc),
+        S_MUL_HI_U32 => (((a as u64 * b as u64) >> 32) as u32, wv.scc),
+        S_MUL_HI_I32 => (((a as i32 as i64 * b as i32 as i64) >> 32) as u32, wv.scc),
+        S_CSELECT_B32 => (if wv.scc { a } else { b }, wv.scc),
+        S_ABSDIFF_I32 => {
+            let r = (a as i32).wrapping_sub(b as i32).unsigned_abs();
+            (r, r != 0)
+        }
+        S_PACK_LL_B32_B16 => ((a & 0xffff) | b << 16, wv.scc),
+        S_PACK_LH_B32_B16 => ((a & 0xffff) | (b & 0xffff_0000), wv.scc),
+        S_PACK_HH_B32_B16 => ((a >> 16) | (b & 0xffff_0000), wv.scc),
+        _ => return Err(unsupported(i, pc)),
+    };
+    wv.scc = scc;
+    wv.swrite(i.dst, r);
+    Ok(())
+}
+
+fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sop1::*;
+    let wd = meta(i).w;
+    let sat = |v: u64, wv: &mut Wave, d: u16, wide: bool| {
+        if wide {
+            wv.swrite64(d, v)
+        } else {
+            wv.swrite(d, v as u32)
+        }
+    };
+    let wide = wd.dst == 2;
+    let a = if wd.src[0] == 2 {
+        wv.sread64(i.src[0], i.literal, false)
+    } else {
+        wv.sread(i.src[0], i.literal) as u64
+    };
+    match i.op {
+        S_MOV_B32 | S_MOV_B64 => sat(a, wv, i.dst, wide),
+        S_CMOV_B32 | S_CMOV_B64 => {
+            if wv.scc {
+                sat(a, wv, i.dst, wide)
+            }
+        }
+        S_NOT_B32 | S_NOT_B64 => {
+            let r = if wide { !a } else { !a & 0xffff_ffff };
+            wv.scc = r != 0;
+            sat(r, wv, i.dst, wide)
+        }
+        S_BREV_B32 => wv.swrite(i.dst, (a as u32).reverse_bits()),
+        S_BREV_B64 => wv.swrite64(i.dst, a.reverse_bits()),
+        S_BCNT1_I32_B32 | S_BCNT1_I32_B64 => {
+            let r = a.count_ones();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_BCNT0_I32_B32 => {
+            let r = (a as u32).count_zeros();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_CTZ_I32_B32 => wv.swrite(
+            i.dst,
+            if a as u32 == 0 {
+                u32::MAX
+            } else {
+                (a as u32).trailing_zeros()
+            },
+        ),
+        S_CTZ_I32_B64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() }),
+        S_CLZ_I32_U32 => wv.swrite(
+            i.dst,
+            if a as u32 == 0 {
+                u32::MAX
+            } else {
+                (a as u32).leading_zeros()
+            },
+        ),
+        S_CLZ_I32_U64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.leading_zeros() }),
+        S_SEXT_I32_I8 => wv.swrite(i.dst, a as u8 as i8 as i32 as u32),
+        S_SEXT_I32_I16 => wv.swrite(i.dst, a as u16 as i16 as i32 as u32),
+        S_ABS_I32 => {
+            let r = (a as i32).unsigned_abs();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_BITSET0_B32 => {
+            let v = wv.sread(i.dst, 0) & !(1 << (a & 31));
+            wv.swrite(i.dst, v)
+        }
+        S_BITSET1_B32 => {
+            let v = wv.sread(i.dst, 0) | 1 << (a & 31);
+            wv.swrite(i.dst, v)
+        }
+        S_AND_SAVEEXEC_B32
+        | S_AND_SAVEEXEC_B64
+        | S_OR_SAVEEXEC_B32
+        | S_OR_SAVEEXEC_B64
+        | S_XOR_SAVEEXEC_B32
+        | S_XOR_SAVEEXEC_B64
+        | S_AND_NOT1_SAVEEXEC_B32
+        | S_AND_NOT1_SAVEEXEC_B64
+        | S_OR_NOT1_SAVEEXEC_B32
+        | S_OR_NOT1_SAVEEXEC_B64
+        | S_AND_NOT0_SAVEEXEC_B32
+        | S_AND_NOT0_SAVEEXEC_B64
+        | S_OR_NOT0_SAVEEXEC_B32
+        | S_OR_NOT0_SAVEEXEC_B64
+        | S_NAND_SAVEEXEC_B32
+        | S_NAND_SAVEEXEC_B64
+        | S_NOR_SAVEEXEC_B32
+        | S_NOR_SAVEEXEC_B64
+        | S_XNOR_SAVEEXEC_B32
+        | S_XNOR_SAVEEXEC_B64 => {
+            let e = wv.exec();
+            let r = match i.op {
+                S_AND_SAVEEXEC_B32 | S_AND_SAVEEXEC_B64 => a & e,
+                S_OR_SAVEEXEC_B32 | S_OR_SAVEEXEC_B64 => a | e,
+                S_XOR_SAVEEXEC_B32 | S_XOR_SAVEEXEC_B64 => a ^ e,
+                S_AND_NOT1_SAVEEXEC_B32 | S_AND_NOT1_SAVEEXEC_B64 => a & !e,
+                S_OR_NOT1_SAVEEXEC_B32 | S_OR_NOT1_SAVEEXEC_B64 => a | !e,
+                S_AND_NOT0_SAVEEXEC_B32 | S_AND_NOT0_SAVEEXEC_B64 => !a & e,
+                S_OR_NOT0_SAVEEXEC_B32 | S_OR_NOT0_SAVEEXEC_B64 => !a | e,
+                S_NAND_SAVEEXEC_B32 | S_NAND_SAVEEXEC_B64 => !(a & e),
+                S_NOR_SAVEEXEC_B32 | S_NOR_SAVEEXEC_B64 => !(a | e),
+                _ => !(a ^ e),
+            } & wv.full();
+            sat(e, wv, i.dst, wide);
+            wv.set_exec(r);
+            wv.scc = r != 0;
+        }
+        S_AND_NOT1_WREXEC_B32
+        | S_AND_NOT1_WREXEC_B64
+        | S_AND_NOT0_WREXEC_B32
+        | S_AND_NOT0_WREXEC_B64 => {
+            let e = wv.exec();
+            let r = if matches!(i.op, S_AND_NOT1_WREXEC_B32 | S_AND_NOT1_WREXEC_B64) {
+                a & !e
+            } else {
+                !a & e
+            } & wv.full();
+            wv.set_exec(r);
+            wv.scc = r != 0;
+            sat(r, wv, i.dst, wide);
+        }
+        S_GETPC_B64 => wv.swrite64(i.dst, wv.pc),
+        S_SETPC_B64 => wv.pc = a,
+        S_SWAPPC_B64 => {
+            let ret = wv.pc;
+            wv.pc = a;
+            wv.swrite64(i.dst, ret);
+        }
+        S_SENDMSG_RTN_B32 | S_SENDMSG_RTN_B64 => {
+            // The realtime message returns a 100 MHz clock; other messages return zero.
+            let v = if i.src[0] == 0x83 { realtime() } else { 0 };
+            sat(v, wv, i.dst, wide)
+        }
+        S_QUADMASK_B32 | S_QUADMASK_B64 => {
+            let mut r = 0u64;
+            for q in 0..16 {
+                if (a >> (4 * q)) & 0xf != 0 {
+                    r |= 1 << q;
+                }
+            }
+            wv.scc = r != 0;
+            sat(r, wv, i.dst, wide)
+        }
+        S_WQM_B32 | S_WQM_B64 => {
+            let mut r = 0u64;
+            for q in 0..16 {
+                if (a >> (4 * q)) & 0xf != 0 {
+                    r |= 0xf << (4 * q);
+                }
+            }
+            wv.scc = r != 0;
+            sat(r, wv, i.dst, wide)
+        }
+        _ => return Err(unsupported(i, pc)),
+    }
+    Ok(())
+}
+
+/// A monotonic 100 MHz counter (the GPU's "REALTIME" clock as a kernel sees it).
+fn realtime() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    (START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos()
+        / 10) as u64
+}
+
+fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sopc::*;
+    if matches!(i.op, S_CMP_EQ_U64 | S_CMP_LG_U64) {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = wv.sread64(i.src[1], i.literal, false);
+        wv.scc = if i.op == S_CMP_EQ_U64 { a == b } else { a != b };
+        return Ok(());
+    }
+    if matches!(i.op, S_BITCMP0_B64 | S_BITCMP1_B64) {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = wv.sread(i.src[1], i.literal);
+        let bit = (a >> (b & 63)) & 1;
+        wv.scc = (bit == 1) == (i.op == S_BITCMP1_B64);
+        return Ok(());
+    }
+    let a = wv.sread(i.src[0], i.literal);
+    let b = wv.sread(i.src[1], i.literal);
+    let (x, y) = (a as i32, b as i32);
+    wv.scc = match i.op {
+        S_CMP_EQ_I32 | S_CMP_EQ_U32 => a == b,
+        S_CMP_LG_I32 | S_CMP_LG_U32 => a != b,
+        S_CMP_GT_I32 => x > y,
+        S_CMP_GE_I32 => x >= y,
+        S_CMP_LT_I32 => x < y,
+        S_CMP_LE_I32 => x <= y,
+        S_CMP_GT_U32 => a > b,
+        S_CMP_GE_U32 => a >= b,
+        S_CMP_LT_U32 => a < b,
+        S_CMP_LE_U32 => a <= b,
+        S_BITCMP0_B32 => (a >> (b & 31)) & 1 == 0,
+        S_BITCMP1_B32 => (a >> (b & 31)) & 1 == 1,
+        _ => return Err(unsupported(i, pc)),
+    };
+    Ok(())
+}
+
+fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sopk::*;
+    let k = i.imm as u16;
+    let sk = k as i16 as i32 as u32;
+    let d = wv.sread(i.dst, 0);
+    match i.op {
+        S_MOVK_I32 => wv.swrite(i.dst, sk),
+        S_CMOVK_I32 => {
+            if wv.scc {
+                wv.swrite(i.dst, sk)
+            }
+        }
+        S_ADDK_I32 => {
+            let (r, o) = (d as i32).overflowing_add(sk as i32);
+            wv.scc = o;
+            wv.swrite(i.dst, r as u32)
+        }
+        S_MULK_I32 => wv.swrite(i.dst, (d as i32).wrapping_mul(sk as i32) as u32),
+        S_CMPK_EQ_I32 => wv.scc = d as i32 == sk as i32,
+        S_CMPK_LG_I32 => wv.scc = d as i32 != sk as i32,
+        S_CMPK_GT_I32 => wv.scc = d as i32 > sk as i32,
+        S_CMPK_GE_I32 => wv.scc = d as i32 >= sk as i32,
+        S_CMPK_LT_I32 => wv.scc = (d as i32) < sk as i32,
+        S_CMPK_LE_I32 => wv.scc = d as i32 <= sk as i32,
+        S_CMPK_EQ_U32 => wv.scc = d == k as u32,
+        S_CMPK_LG_U32 => wv.scc = d != k as u32,
+        S_CMPK_GT_U32 => wv.scc = d > k as u32,
+        S_CMPK_GE_U32 => wv.scc = d >= k as u32,
+        S_CMPK_LT_U32 => wv.scc = d < k as u32,
+        S_CMPK_LE_U32 => wv.scc = d <= k as u32,
+        S_VERSION | S_WAITCNT_VSCNT | S_WAITCNT_VMCNT | S_WAITCNT_EXPCNT | S_WAITCNT_LGKMCNT => {}
+        S_CALL_B64 => {
+            wv.swrite64(i.dst, wv.pc);
+            wv.pc = (pc as i64 + 4 + 4 * (k as i16 as i64)) as u64;
+        }
+        S_GETREG_B32 => {
+            // MODE and the rest read as zero: the sim runs with default rounding and denormals.
+            wv.swrite(i.dst, 0)
+        }
+        S_SETREG_B32 | S_SETREG_IMM32_B32 => {}
+        _ => return Err(unsupported(i, pc)),
+    }
+    Ok(())
+}
+
+fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+    use op_sopp::*;
+    let target = (pc as i64 + 4 + 4 * (i.imm as u16 as i16 as i64)) as u64;
+    let take = match i.op {
+        S_BRANCH => true,
+        S_CBRANCH_SCC0 => !wv.scc,
+        S_CBRANCH_SCC1 => wv.scc,
+        S_CBRANCH_VCCZ => wv.vcc() == 0,
+        S_CBRANCH_VCCNZ => wv.vcc() != 0,
+        S_CBRANCH_EXECZ => wv.exec() == 0,
+        S_CBRANCH_EXECNZ => wv.exec() != 0,
+        S_ENDPGM | S_ENDPGM_SAVED => {
+            wv.done = true;
+            return Ok(Flow::Yield);
+        }
+        S_BARRIER => {
+            wv.at_barrier = true;
+            return Ok(Flow::Yield);
+        }
+        S_TRAP => {
+            return Err(ExecFault::Trap {
+                address: pc,
+                code: i.imm as u16,
+            });
+        }
+        S_NOP
+        | S_WAITCNT
+        | S_DELAY_ALU
+        | S_CLAUSE
+        | S_SET_INST_PREFETCH_DISTANCE
+        | S_SLEEP
+        | S_SETPRIO
+        | S_SENDMSG
+        | S_ICACHE_INV
+        | S_WAITCNT_DEPCTR
+        | S_CODE_END
+        | S_SETHALT
+        | S_DENORM_MODE
+        | S_ROUND_MODE => false,
+        _ => return Err(unsupported(i, pc)),
+    };
+    if take {
+        wv.pc = target;
+    }
+    Ok(Flow::Next)
+}
+
+fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_smem::*;
+    let n = match i.op {
+        S_LOAD_B32 | S_BUFFER_LOAD_B32 => 1,
+        S_LOAD_B64 | S_BUFFER_LOAD_B64 => 2,
+        S_LOAD_B128 | S_BUFFER_LOAD_B128 => 4,
+        S_LOAD_B256 | S_BUFFER_LOAD_B256 => 8,
+        S_LOAD_B512 | S_BUFFER_LOAD_B512 => 16,
+        S_GL1_INV | S_DCACHE_INV => return Ok(()),
+        _ => return Err(unsupported(i, pc)),
+    };
+    if i.op >= S_BUFFER_LOAD_B32 {
+        return Err(unsupported(i, pc));
+    }
+    let base = wv.sread64(i.src[0], 0, false) & 0xffff_ffff_ffff;
+    let soff = if i.saddr == src::NULL {
+        0
+    } else {
+        wv.sread(i.saddr, 0) as u64
+    };
+    let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff) & !3;
+    let mut buf = [0u8; 64];
+    mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
+    let d = if n >= 4 {
+        i.dst & !3
+    } else if n == 2 {
+        i.dst & !1
+    } else {
+        i.dst
+    };
+    for k in 0..n {
+        let v = u32::from_le_bytes([buf[4 * k], buf[4 * k + 1], buf[4 * k + 2], buf[4 * k + 3]]);
+        wv.swrite(d + k as u16, v);
+    }
+    Ok(())
+}
+
+fn lds_ok(lds: &[u8], a: u32, n: usize) -> bool {
+    (a as usize).checked_add(n).is_some_and(|e| e <= lds.len())
+}
+
+fn lds_read(lds: &[u8], a: u32) -> u32 {
+    if lds_ok(lds, a, 4) {
+        let a = a as usize;
+        u32::from_le_bytes([lds[a], lds[a + 1], lds[a + 2], lds[a + 3]])
+    } else {
+        0
+    }
+}
+
+fn lds_write(lds: &mut [u8], a: u32, v: u32) {
+    if lds_ok(lds, a, 4) {
+        lds[a as usize..a as usize + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_ds::*;
+    let exec = wv.exec();
+    let lanes = wv.lanes;
+    let off = (i.imm as u32) | (i.imm1 as u32) << 8;
+    let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
+        let r = r as usize - 256 + k as usize;
+        if r >= wv.nvgpr {
+            Err(ExecFault::VgprOutOfRange { address: pc })
+        } else {
+            Ok(r * lanes)
+        }
+    };
+    let addr_row = row(i.src[0], 0)?;
+    let m = meta(i);
+    let name = m.name;
+    let dwords = |_: &str| (m.bytes as usize).div_ceil(4).max(1);
+    match i.op {
+        DS_LOAD_B32 | DS_LOAD_B64 | DS_LOAD_B96 | DS_LOAD_B128 => {
+            let n = dwords(name);
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off);
+                for k in 0..n {
+                    let r = row(i.dst, k as u16)?;
+                    wv.vgpr[r + l] = lds_read(lds, a + 4 * k as u32);
+                }
+            }
+        }
+        DS_STORE_B32 | DS_STORE_B64 | DS_STORE_B96 | DS_STORE_B128 => {
+            let n = dwords(name);
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off);
+                for k in 0..n {
+                    let r = row(i.src[1], k as u16)?;
+                    lds_write(lds, a + 4 * k as u32, wv.vgpr[r + l]);
+                }
+            }
+        }
+        DS_LOAD_U8 | DS_LOAD_I8 | DS_LOAD_U16 | DS_LOAD_I16 => {
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off) as usize;
+                let b = |k: usize| lds.get(a + k).copied().unwrap_or(0);
+                let v = match i.op {
+                    DS_LOAD_U8 => b(0) as u32,
+                    DS_LOAD_I8 => b(0) as i8 as i32 as u32,
+                    DS_LOAD_U16 => u16::from_le_bytes([b(0), b(1)]) as u32,
+                    _ => u16::from_le_bytes([b(0), b(1)]) as i16 as i32 as u32,
+                };
+                let r = row(i.dst, 0)?;
+                wv.vgpr[r + l] = v;
+            }
+        }
+        DS_STORE_B8 | DS_STORE_B16 => {
+            let n = if i.op == DS_STORE_B8 { 1 } else { 2 };
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off);
+                let v = wv.vgpr[row(i.src[1], 0)? + l].to_le_bytes();
+                if lds_ok(lds, a, n) {
+                    lds[a as usize..a as usize + n].copy_from_slice(&v[..n]);
+                }
+            }
+        }
+        DS_LOAD_2ADDR_B32
+        | DS_LOAD_2ADDR_STRIDE64_B32
+        | DS_LOAD_2ADDR_B64
+        | DS_LOAD_2ADDR_STRIDE64_B64 => {
+            let n = if matches!(
+                i.op,
+                DS_LOAD_2ADDR_B64
+                    | DS_LOAD_2ADDR_STRIDE64_B64
+                    | DS_STORE_2ADDR_B64
+                    | DS_STORE_2ADDR_STRIDE64_B64
+            ) {
+                2
+            } else {
+                1
+            };
+            let stride64 = matches!(
+                i.op,
+                DS_LOAD_2ADDR_STRIDE64_B32
+                    | DS_LOAD_2ADDR_STRIDE64_B64
+                    | DS_STORE_2ADDR_STRIDE64_B32
+                    | DS_STORE_2ADDR_STRIDE64_B64
+            );
+            let scale = 4 * n as u32 * if stride64 { 64 } else { 1 };
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l];
+                for (h, o) in [i.imm as u32, i.imm1 as u32].into_iter().enumerate() {
+                    for k in 0..n {
+                        let r = row(i.dst, (h * n + k) as u16)?;
+                        wv.vgpr[r + l] = lds_read(lds, a.wrapping_add(o * scale) + 4 * k as u32);
+                    }
+                }
+            }
+        }
+        DS_STORE_2ADDR_B32
+        | DS_STORE_2ADDR_STRIDE64_B32
+        | DS_STORE_2ADDR_B64
+        | DS_STORE_2ADDR_STRIDE64_B64 => {
+            let n = if matches!(
+                i.op,
+                DS_LOAD_2ADDR_B64
+                    | DS_LOAD_2ADDR_STRIDE64_B64
+                    | DS_STORE_2ADDR_B64
+                    | DS_STORE_2ADDR_STRIDE64_B64
+            ) {
+                2
+            } else {
+                1
+            };
+            let stride64 = matches!(
+                i.op,
+                DS_LOAD_2ADDR_STRIDE64_B32
+                    | DS_LOAD_2ADDR_STRIDE64_B64
+                    | DS_STORE_2ADDR_STRIDE64_B32
+                    | DS_STORE_2ADDR_STRIDE64_B64
+            );
+            let scale = 4 * n as u32 * if stride64 { 64 } else { 1 };
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l];
+                for (h, o) in [i.imm as u32, i.imm1 as u32].into_iter().enumerate() {
+                    let data = if h == 0 { i.src[1] } else { i.src[2] };
+                    for k in 0..n {
+                        let r = row(data, k as u16)?;
+                        lds_write(
+                            lds,
+                            a.wrapping_add(o * scale) + 4 * k as u32,
+                            wv.vgpr[r + l],
+                        );
+                    }
+                }
+            }
+        }
+        _ if matches!(m.kind, MemKind::Atomic(_)) && m.bytes == 4 => {
+            let MemKind::Atomic(f) = m.kind else {
+                return Err(unsupported(i, pc));
+            };
+            let rtn = m.rtn;
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off);
+                let old = lds_read(lds, a);
+                let d0 = wv.vgpr[row(i.src[1], 0)? + l];
+                let d1 = if i.src[2] >= 256 {
+                    wv.vgpr[row(i.src[2], 0)? + l]
+                } else {
+                    0
+                };
+                lds_write(lds, a, f.apply(old, d0, d1));
+                if rtn {
+                    let r = row(i.dst, 0)?;
+                    wv.vgpr[r + l] = old;
+                }
+            }
+        }
+        DS_NOP => {}
+        DS_SWIZZLE_B32 => {
+            // offset < 0x8000: bit-mask mode over groups of 32 lanes (and, or, xor masks);
+            // offset >= 0x8000: quad-permute mode. Inactive source lanes read zero.
+            let data = row(i.src[0], 0)?;
+            let dst = row(i.dst, 0)?;
+            let src: Vec<u32> = wv.vgpr[data..data + lanes].to_vec();
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let sel = if off & 0x8000 != 0 {
+                    (l & !3) | ((off >> (2 * (l & 3))) & 3) as usize
+                } else {
+                    let (and, or, xor) = (
+                        (off & 31) as usize,
+                        ((off >> 5) & 31) as usize,
+                        ((off >> 10) & 31) as usize,
+                    );
+                    (l & !31) | ((((l & 31) & and) | or) ^ xor)
+                };
+                wv.vgpr[dst + l] = if sel < lanes && exec >> sel & 1 != 0 {
+                    src[sel]
+                } else {
+                    0
+                };
+            }
+        }
+        DS_BPERMUTE_B32 | DS_PERMUTE_B32 => {
+            let data = row(i.src[1], 0)?;
+            let dst = row(i.dst, 0)?;
+            let mut out = vec![0u32; lanes];
+            let mut written = vec![false; lanes];
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let sel = (wv.vgpr[addr_row + l].wrapping_add(off) / 4) as usize % lanes;
+                if i.op == DS_BPERMUTE_B32 {
+                    out[l] = if exec >> sel & 1 != 0 {
+                        wv.vgpr[data + sel]
+                    } else {
+                        0
+                    };
+                    written[l] = true;
+                } else {
+                    out[sel] = wv.vgpr[data + l];
+                    written[sel] = true;
+                }
+            }
+            for l in 0..lanes {
+                if exec >> l & 1 != 0 {
+                    wv.vgpr[dst + l] = if written[l] { out[l] } else { 0 };
+                }
+            }
+        }
+        _ => return Err(unsupported(i, pc)),
+    }
+    Ok(())
+}
+
+/// Where a flat address points.
+enum Target {
+    Global(u64),
+    Lds(u32),
+    Private(u64),
+}
+
+fn vmem(
+    ctx: &Ctx,
+    wv: &mut Wave,
+    lds: &mut [u8],
+    mem: &dyn Memory,
+    i: &Inst,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let m = meta(i);
+    let exec = wv.exec();
+    let lanes = wv.lanes;
+    let nv = wv.nvgpr;
+    let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
+        let r = r as usize - 256 + k as usize;
+        if r >= nv {
+            Err(ExecFault::VgprOutOfRange { address: pc })
+        } else {
+            Ok(r * lanes)
+        }
+    };
+    let per_lane = ctx.d.scratch.map(|s| s.bytes_per_lane as u64).unwrap_or(0);
+    let target = |wv: &Wave, l: usize| -> Result<Target, ExecFault> {
+        match i.format {
+            Format::Global => {
+                let a = if i.saddr == src::NULL {
+                    let r = row(i.src[0], 0)?;
+                    wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32
+                } else {
+                    wv.sread64(i.saddr, 0, false)
+                        .wrapping_add(wv.vgpr[row(i.src[0], 0)? + l] as u64)
+                };
+                Ok(Target::Global(a.wrapping_add(i.imm as i64 as u64)))
+            }
+            Format::Scratch => {
+                let mut o = i.imm as i64 as u64;
+                if i.saddr != src::NULL {
+                    o = o.wrapping_add(wv.sread(i.saddr, 0) as u64);
+                }
+                if i.sve {
+                    o = o.wrapping_add(wv.vgpr[row(i.src[0], 0)? + l] as u64);
+                }
+                Ok(Target::Private(o & 0xffff_ffff))
+            }
+            _ => {
+                let r = row(i.src[0], 0)?;
+                let a = (wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32)
+                    .wrapping_add(i.imm as i64 as u64);
+                Ok(match (a >> 32) as u32 {
+                    SHARED_APERTURE_HI => Target::Lds(a as u32),
+                    PRIVATE_APERTURE_HI => Target::Private(a & 0xffff_ffff),
+                    _ => Target::Global(a),
+                })
+            }
+        }
+    };
+    // Resolves a private offset of lane `l` to GPU memory (lane-major layout in the wave's slot).
+    let private = |wv: &Wave, l: usize, o: u64, n: u64| -> Result<u64, ExecFault> {
+        if o + n > per_lane {
+            return Err(ExecFault::Memory {
+                fault: MemoryFault {
+                    address: o,
+                    write: false,
+                },
+                pc,
+            });
+        }
+        Ok(wv.flat_scratch + l as u64 * per_lane + o)
+    };
+    let load = m.kind == MemKind::Load;
+    let store = m.kind == MemKind::Store;
+    let (bytes, signed) = (m.bytes as usize, m.signed);
+    if bytes == 0 || m.exotic {
+        return Err(unsupported(i, pc));
+    }
+    if (load || store) && bytes == 4 && i.format == Format::Global {
+        // Runs of active lanes touching consecutive dwords are one access each. A run that
+        // faults is redone lane by lane, so the fault names the exact lane address.
+        let ar = row(i.src[0], 0)?;
+        let vr = row(if load { i.dst } else { i.src[1] }, 0)?;
+        let sbase = if i.saddr == src::NULL {
+            0
+        } else {
+            wv.sread64(i.saddr, 0, false)
+        };
+        let addr = |wv: &Wave, l: usize| -> u64 {
+            let a = if i.saddr == src::NULL {
+                wv.vgpr[ar + l] as u64 | (wv.vgpr[ar + lanes + l] as u64) << 32
+            } else {
+                sbase.wrapping_add(wv.vgpr[ar + l] as u64)
+            };
+            a.wrapping_add(i.imm as i64 as u64)
+        };
+        let mut buf = [0u8; 256];
+        let mut l = 0;
+        while l < lanes {
+            if exec >> l & 1 == 0 {
+                l += 1;
+                continue;
+            }
+            let (start, a0) = (l, addr(wv, l));
+            while l + 1 < lanes
+                && exec >> (l + 1) & 1 != 0
+                && addr(wv, l + 1) == a0.wrapping_add(4 * (l + 1 - start) as u64)
+            {
+                l += 1;
+            }
+            let end = l + 1;
+            let run = &mut buf[..4 * (end - start)];
+            if load {
+                let ok = mem.read(a0, run).is_ok();
+                for k in start..end {
+                    if ok {
+                        let c = &run[4 * (k - start)..4 * (k - start) + 4];
+                        wv.vgpr[vr + k] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    } else {
+                        let mut b4 = [0u8; 4];
+                        mem.read(addr(wv, k), &mut b4).map_err(mem_fault(pc))?;
+                        wv.vgpr[vr + k] = u32::from_le_bytes(b4);
+                    }
+                }
+            } else {
+                for (c, v) in run.chunks_exact_mut(4).zip(&wv.vgpr[vr + start..vr + end]) {
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+                if mem.write(a0, run).is_err() {
+                    for k in start..end {
+                        mem.write(addr(wv, k), &wv.vgpr[vr + k].to_le_bytes())
+                            .map_err(mem_fault(pc))?;
+                    }
+                }
+            }
+            l = end;
+        }
+        return Ok(());
+    }
+    if load || store {
+        let n = bytes.div_ceil(4);
+        for l in 0..lanes {
+            if exec >> l & 1 == 0 {
+                continue;
+            }
+            let t = target(wv, l)?;
+            let mut buf = [0u8; 16];
+            if store {
+                for k in 0..n {
+                    let v = wv.vgpr[row(i.src[1], k as u16)? + l];
+                    buf[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+                }
+                match t {
+                    Target::Global(a) => mem.write(a, &buf[..bytes]).map_err(mem_fault(pc))?,
+                    Target::Private(o) => {
+                        let a = private(wv, l, o, bytes as u64)?;
+                        mem.write(a, &buf[..bytes]).map_err(mem_fault(pc))?
+                    }
+                    Target::Lds(a) => {
+                        if lds_ok(lds, a, bytes) {
+                            lds[a as usize..a as usize + bytes].copy_from_slice(&buf[..bytes]);
+                        }
+                    }
+                }
+            } else {
+                match t {
+                    Target::Global(a) => mem.read(a, &mut buf[..bytes]).map_err(mem_fault(pc))?,
+                    Target::Private(o) => {
+                        let a = private(wv, l, o, bytes as u64)?;
+                        mem.read(a, &mut buf[..bytes]).map_err(mem_fault(pc))?
+                    }
+                    Target::Lds(a) => {
+                        if lds_ok(lds, a, bytes) {
+                            buf[..bytes].copy_from_slice(&lds[a as usize..a as usize + bytes]);
+                        }
+                    }
+                }
+                let mut vals = [0u32; 4];
+                for (k, v) in vals.iter_mut().enumerate().take(n) {
+                    *v = u32::from_le_bytes([
+                        buf[4 * k],
+                        buf[4 * k + 1],
+                        buf[4 * k + 2],
+                        buf[4 * k + 3],
+                    ]);
+                }
+                if signed {
+                    vals[0] = if bytes == 1 {
+                        vals[0] as u8 as i8 as i32 as u32
+                    } else {
+                        vals[0] as u16 as i16 as i32 as u32
+                    };
+                }
+                for (k, v) in vals.iter().enumerate().take(n) {
+                    let r = row(i.dst, k as u16)?;
+                    wv.vgpr[r + l] = *v;
+                }
+            }
+        }
+        return Ok(());
+    }
+    // Atomics.
+    let rtn = i.cache & 1 != 0;
+    let MemKind::Atomic(kind) = m.kind else {
+        return Err(unsupported(i, pc));
+    };
+    if bytes == 8 {
+        let cmp = matches!(kind, Atomic::CmpSwap);
+        for l in 0..lanes {
+            if exec >> l & 1 == 0 {
+                continue;
+            }
+            let Target::Global(a) = target(wv, l)? else {
+                return Err(unsupported(i, pc));
+            };
+            let d = |k: u16| -> Result<u64, ExecFault> {
+                let r0 = row(i.src[1], k)?;
+                let r1 = row(i.src[1], k + 1)?;
+                Ok(wv.vgpr[r0 + l] as u64 | (wv.vgpr[r1 + l] as u64) << 32)
+            };
+            let d0 = d(0)?;
+            let d1 = if cmp { d(2)? } else { 0 };
+            let old = mem
+                .atomic_u64(a, &|o| kind.apply64(o, d0, d1))
+                .map_err(mem_fault(pc))?;
+            if rtn {
+                let r0 = row(i.dst, 0)?;
+                let r1 = row(i.dst, 1)?;
+                wv.vgpr[r0 + l] = old as u32;
+                wv.vgpr[r1 + l] = (old >> 32) as u32;
+            }
+        }
+        return Ok(());
+    }
+    for l in 0..lanes {
+        if exec >> l & 1 == 0 {
+            continue;
+        }
+        let d0 = wv.vgpr[row(i.src[1], 0)? + l];
+        let d1 = if matches!(kind, Atomic::CmpSwap) {
+            wv.vgpr[row(i.src[1], 1)? + l]
+        } else {
+            0
+        };
+        // Global cmpswap data is {new, cmp}; Atomic::apply takes (new, cmp).
+        let old = match target(wv, l)? {
+            Target::Global(a) => mem
+                .atomic_u32(a, &|o| kind.apply(o, d0, d1))
+                .map_err(mem_fault(pc))?,
+            Target::Lds(a) => {
+                let o = lds_read(lds, a);
+                lds_write(lds, a, kind.apply(o, d0, d1));
+                o
+            }
+            Target::Private(_) => return Err(unsupported(i, pc)),
+        };
+        if rtn {
+            let r = row(i.dst, 0)?;
+            wv.vgpr[r + l] = old;
+        }
+    }
+    Ok(())
+}

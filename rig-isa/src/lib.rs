@@ -1,0 +1,175 @@
+//! rig-isa: an interpreter of the AMD RDNA3 (gfx1100) instruction set that runs real
+//! LLVM-compiled kernels.
+//!
+//! The crate is pure: it knows nothing of page tables, queues or packets. A dispatch is
+//! described by [`Dispatch`] (what the command processor latched from COMPUTE_* registers or an
+//! AQL packet) and runs against a [`Memory`] (one VMID's view of GPU virtual memory).
+//!
+//! Design choices:
+//! - every instruction is decoded once per dispatch into [`decode::Inst`] and cached by address;
+//! - a wave's VGPR file is structure-of-arrays (`[register][lane]`), so each vector instruction
+//!   is a tight loop over the lanes of one register;
+//! - waves of a workgroup run cooperatively on one host thread (switching at barriers), which
+//!   makes LDS barriers exact without locks; workgroups are spread over worker threads.
+//! - an encoding not defined for gfx1100 is an [`ExecFault::IllegalInstruction`], never a guess.
+//!
+//! Launch state: SGPRs hold `user_sgprs`, then the workgroup ids enabled in rsrc2, the workgroup
+//! info word and the private segment wave offset; v0 holds the packed work-item ids
+//! (x | y << 10 | z << 20); EXEC has the live lanes of each wave. Private memory of lane L in
+//! wave slot S lives at `scratch.base + (S * lanes + L) * bytes_per_lane` (the wave's
+//! FLAT_SCRATCH is `scratch.base + S * lanes * bytes_per_lane`). Flat addresses whose high half
+//! is [`SHARED_APERTURE_HI`] or [`PRIVATE_APERTURE_HI`] reach LDS or private memory.
+
+pub mod decode;
+pub mod disasm;
+#[allow(clippy::all)]
+pub mod opcodes;
+
+pub use decode::{DecodeError, Format, Inst, decode};
+
+/// GPU virtual memory as a dispatch sees it (one VMID's page table). Implemented by rig-sim.
+pub trait Memory: Sync {
+    /// Reads `out.len()` bytes at `addr`.
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemoryFault>;
+    /// Writes `data` at `addr`.
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryFault>;
+    /// Atomic read-modify-write of a naturally aligned 4-byte word, atomic against other waves,
+    /// other threads and the host. `op` maps the old value to the new; returns the old value.
+    fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault>;
+    /// 8-byte variant of [`Memory::atomic_u32`].
+    fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, MemoryFault>;
+}
+
+/// An access to an address the dispatch may not touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryFault {
+    /// Faulting GPU virtual address.
+    pub address: u64,
+    /// Whether the access was a write.
+    pub write: bool,
+}
+
+/// Private (scratch) memory of a dispatch, in GPU memory the sim allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scratch {
+    /// GPU address of slot 0.
+    pub base: u64,
+    /// Bytes of private memory per lane.
+    pub bytes_per_lane: u32,
+    /// Wave slots available (a slot holds `bytes_per_lane * lanes` bytes).
+    pub waves: u32,
+}
+
+/// A fully described launch, as the command processor hands it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    /// GPU address of the first instruction (COMPUTE_PGM_LO/HI << 8).
+    pub code_address: u64,
+    /// COMPUTE_PGM_RSRC1.
+    pub pgm_rsrc1: u32,
+    /// COMPUTE_PGM_RSRC2.
+    pub pgm_rsrc2: u32,
+    /// COMPUTE_PGM_RSRC3.
+    pub pgm_rsrc3: u32,
+    /// Values of COMPUTE_USER_DATA_0.. (count = rsrc2.USER_SGPR).
+    pub user_sgprs: Vec<u32>,
+    /// Work-items per axis (AQL allows a partial last group).
+    pub grid_items: [u32; 3],
+    /// Work-items per group per axis.
+    pub group_size: [u32; 3],
+    /// Wave64 (DISPATCH_INITIATOR CS_W32_EN clear).
+    pub wave64: bool,
+    /// LDS bytes per workgroup (rsrc2 LDS_SIZE granules plus dynamic).
+    pub lds_bytes: u32,
+    /// Private memory, if the kernel uses any.
+    pub scratch: Option<Scratch>,
+}
+
+mod exec;
+mod meta;
+pub mod testing;
+mod valu;
+
+pub use exec::{PRIVATE_APERTURE_HI, SHARED_APERTURE_HI};
+
+/// Why a dispatch stopped before every wave ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecFault {
+    /// The words at `address` are not a gfx1100 instruction.
+    #[error("illegal instruction {words:08x?} at {address:#x}")]
+    IllegalInstruction {
+        /// Address of the first word.
+        address: u64,
+        /// The words read there (first word first).
+        words: Vec<u32>,
+    },
+    /// A memory access faulted.
+    #[error("memory fault at {:#x} ({}) by the instruction at {pc:#x}", fault.address, if fault.write { "write" } else { "read" })]
+    Memory {
+        /// The fault the memory reported.
+        fault: MemoryFault,
+        /// Address of the instruction.
+        pc: u64,
+    },
+    /// The kernel executed `s_trap`.
+    #[error("s_trap {code} at {address:#x}")]
+    Trap {
+        /// Address of the trap instruction.
+        address: u64,
+        /// Trap id (simm16).
+        code: u16,
+    },
+    /// The stop flag was raised.
+    #[error("dispatch stopped")]
+    Stopped,
+    /// A defined instruction this interpreter does not implement yet.
+    #[error("unsupported instruction `{text}` at {address:#x}")]
+    Unsupported {
+        /// Address of the instruction.
+        address: u64,
+        /// The instruction in LLVM syntax.
+        text: String,
+    },
+    /// An instruction named a VGPR beyond the wave's allocation (COMPUTE_PGM_RSRC1.VGPRS).
+    #[error("vgpr beyond the wave's allocation at {address:#x}")]
+    VgprOutOfRange {
+        /// Address of the instruction.
+        address: u64,
+    },
+    /// The dispatch description is inconsistent.
+    #[error("bad dispatch: {reason}")]
+    BadDispatch {
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A worker thread panicked (a bug in rig-isa).
+    #[error("internal error in the interpreter")]
+    Internal,
+}
+
+/// Counters of a finished dispatch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    /// Workgroups run.
+    pub workgroups: u64,
+    /// Waves run.
+    pub waves: u64,
+    /// Instructions issued (per wave).
+    pub instructions: u64,
+    /// Sum over issued vector instructions (VALU, LDS, vector memory) of active lanes; scalar
+    /// instructions are not counted here.
+    pub lane_instructions: u64,
+}
+
+/// Runs a dispatch to completion over `threads` worker threads.
+///
+/// Workgroups are handed out in linear order; each worker runs one group at a time. `stop` is
+/// polled every few hundred instructions per wave. The first fault stops the dispatch.
+pub fn execute(
+    d: &Dispatch,
+    mem: &dyn Memory,
+    stop: &std::sync::atomic::AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    exec::execute(d, mem, stop, threads)
+}

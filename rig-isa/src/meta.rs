@@ -1,0 +1,265 @@
+//! Per-opcode facts the executor needs on every issue, derived once from the mnemonic tables
+//! (operand widths, memory access size and kind), so the hot path does no string work.
+
+use std::sync::OnceLock;
+
+use crate::decode::{Format, Inst};
+use crate::disasm::{self, Widths};
+
+/// 32-bit atomic operations shared by LDS and global memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Atomic {
+    Add,
+    Sub,
+    Rsub,
+    MinI,
+    MaxI,
+    MinU,
+    MaxU,
+    And,
+    Or,
+    Xor,
+    Inc,
+    Dec,
+    Swap,
+    CmpSwap,
+    AddF,
+    MinF,
+    MaxF,
+}
+
+impl Atomic {
+    /// `d0` is the data operand; for compare-swap `d0` is the new value and `d1` the compare.
+    pub(crate) fn apply(self, old: u32, d0: u32, d1: u32) -> u32 {
+        match self {
+            Atomic::Add => old.wrapping_add(d0),
+            Atomic::Sub => old.wrapping_sub(d0),
+            Atomic::Rsub => d0.wrapping_sub(old),
+            Atomic::MinI => (old as i32).min(d0 as i32) as u32,
+            Atomic::MaxI => (old as i32).max(d0 as i32) as u32,
+            Atomic::MinU => old.min(d0),
+            Atomic::MaxU => old.max(d0),
+            Atomic::And => old & d0,
+            Atomic::Or => old | d0,
+            Atomic::Xor => old ^ d0,
+            Atomic::Inc => {
+                if old >= d0 {
+                    0
+                } else {
+                    old + 1
+                }
+            }
+            Atomic::Dec => {
+                if old == 0 || old > d0 {
+                    d0
+                } else {
+                    old - 1
+                }
+            }
+            Atomic::Swap => d0,
+            Atomic::CmpSwap => {
+                if old == d1 {
+                    d0
+                } else {
+                    old
+                }
+            }
+            Atomic::AddF => (f32::from_bits(old) + f32::from_bits(d0)).to_bits(),
+            Atomic::MinF => f32::from_bits(old).min(f32::from_bits(d0)).to_bits(),
+            Atomic::MaxF => f32::from_bits(old).max(f32::from_bits(d0)).to_bits(),
+        }
+    }
+
+    /// 64-bit variant (float kinds are not defined at 64 bits here).
+    pub(crate) fn apply64(self, old: u64, d0: u64, d1: u64) -> u64 {
+        match self {
+            Atomic::Add => old.wrapping_add(d0),
+            Atomic::Sub => old.wrapping_sub(d0),
+            Atomic::Rsub => d0.wrapping_sub(old),
+            Atomic::MinI => (old as i64).min(d0 as i64) as u64,
+            Atomic::MaxI => (old as i64).max(d0 as i64) as u64,
+            Atomic::MinU => old.min(d0),
+            Atomic::MaxU => old.max(d0),
+            Atomic::And => old & d0,
+            Atomic::Or => old | d0,
+            Atomic::Xor => old ^ d0,
+            Atomic::Inc => {
+                if old >= d0 {
+                    0
+                } else {
+                    old + 1
+                }
+            }
+            Atomic::Dec => {
+                if old == 0 || old > d0 {
+                    d0
+                } else {
+                    old - 1
+                }
+            }
+            Atomic::Swap => d0,
+            Atomic::CmpSwap => {
+                if old == d1 {
+                    d0
+                } else {
+                    old
+                }
+            }
+            Atomic::AddF => (f64::from_bits(old) + f64::from_bits(d0)).to_bits(),
+            Atomic::MinF => f64::from_bits(old).min(f64::from_bits(d0)).to_bits(),
+            Atomic::MaxF => f64::from_bits(old).max(f64::from_bits(d0)).to_bits(),
+        }
+    }
+}
+
+/// What a memory instruction does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemKind {
+    None,
+    Load,
+    Store,
+    Atomic(Atomic),
+}
+
+/// Facts about one opcode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
+    pub name: &'static str,
+    /// Operand widths (scalar formats).
+    pub w: Widths,
+    pub kind: MemKind,
+    /// Bytes per lane moved by a memory access.
+    pub bytes: u8,
+    /// Sign-extend sub-dword loads.
+    pub signed: bool,
+    /// The mnemonic says the old value returns (DS `_rtn`).
+    pub rtn: bool,
+    /// d16 / format / lds variants the executor does not implement.
+    pub exotic: bool,
+}
+
+fn atomic_kind(core: &str) -> Option<Atomic> {
+    let t = core.rsplit_once('_').map(|x| x.0).unwrap_or(core);
+    Some(match t {
+        "add" => Atomic::Add,
+        "sub" => Atomic::Sub,
+        "rsub" => Atomic::Rsub,
+        "min" if core.ends_with("i32") || core.ends_with("i64") => Atomic::MinI,
+        "max" if core.ends_with("i32") || core.ends_with("i64") => Atomic::MaxI,
+        "min" if core.ends_with("f32") || core.ends_with("f64") => Atomic::MinF,
+        "max" if core.ends_with("f32") || core.ends_with("f64") => Atomic::MaxF,
+        "min" => Atomic::MinU,
+        "max" => Atomic::MaxU,
+        "and" => Atomic::And,
+        "or" => Atomic::Or,
+        "xor" => Atomic::Xor,
+        "inc" => Atomic::Inc,
+        "dec" => Atomic::Dec,
+        "swap" | "storexchg" => Atomic::Swap,
+        "cmpswap" | "cmpstore" => Atomic::CmpSwap,
+        "fmin" => Atomic::MinF,
+        "fmax" => Atomic::MaxF,
+        _ => return None,
+    })
+    .map(|a| {
+        if t == "add" && core.ends_with("f32") {
+            Atomic::AddF
+        } else {
+            a
+        }
+    })
+}
+
+fn compute(format: Format, op: u16) -> Meta {
+    let mut i = Inst::decode_stub(format, op);
+    i.op = op;
+    let name = disasm::base_name(&i);
+    let w = match format {
+        Format::Sop1 | Format::Sop2 | Format::Sopc => disasm::salu_widths(&i),
+        _ => Widths {
+            dst: 0,
+            src: [0; 3],
+        },
+    };
+    let mut m = Meta {
+        name,
+        w,
+        kind: MemKind::None,
+        bytes: 0,
+        signed: false,
+        rtn: name.contains("_rtn"),
+        exotic: false,
+    };
+    if matches!(
+        format,
+        Format::Ds | Format::Flat | Format::Global | Format::Scratch
+    ) {
+        let t = name.rsplit('_').next().unwrap_or("");
+        let (b, s) = match t {
+            "u8" | "b8" => (1, false),
+            "i8" => (1, true),
+            "u16" | "b16" => (2, false),
+            "i16" => (2, true),
+            "b32" | "u32" | "i32" | "f32" => (4, false),
+            "b64" | "u64" | "i64" | "f64" => (8, false),
+            "b96" => (12, false),
+            "b128" => (16, false),
+            _ => (0, false),
+        };
+        m.bytes = b;
+        m.signed = s;
+        m.exotic = name.contains("d16") || name.contains("_addtid") || name.contains("_lds_");
+        let core = name
+            .split_once('_')
+            .map(|x| x.1)
+            .unwrap_or("")
+            .replace("_rtn", "");
+        let core = core.strip_prefix("atomic_").unwrap_or(&core).to_string();
+        m.kind = if name.contains("_load") {
+            MemKind::Load
+        } else if name.contains("_store") && !name.contains("storexchg") {
+            MemKind::Store
+        } else if let Some(a) = atomic_kind(&core) {
+            MemKind::Atomic(a)
+        } else {
+            MemKind::None
+        };
+    }
+    m
+}
+
+/// Facts about `i`'s opcode.
+pub(crate) fn meta(i: &Inst) -> &'static Meta {
+    static T: OnceLock<Vec<Meta>> = OnceLock::new();
+    const FORMATS: [Format; 18] = [
+        Format::Sop2,
+        Format::Sopk,
+        Format::Sop1,
+        Format::Sopc,
+        Format::Sopp,
+        Format::Smem,
+        Format::Vop1,
+        Format::Vop2,
+        Format::Vopc,
+        Format::Vop3,
+        Format::Vop3sd,
+        Format::Vop3p,
+        Format::Vopd,
+        Format::Ds,
+        Format::Flat,
+        Format::Global,
+        Format::Scratch,
+        Format::Mubuf,
+    ];
+    let t = T.get_or_init(|| {
+        let mut v = Vec::with_capacity(FORMATS.len() * 1024);
+        for f in FORMATS {
+            for op in 0..1024u16 {
+                v.push(compute(f, op));
+            }
+        }
+        v
+    });
+    let k = i.format as usize;
+    &t[k * 1024 + (i.op as usize & 1023)]
+}

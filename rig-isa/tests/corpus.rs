@@ -1,0 +1,821 @@
+//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 by build.sh) runs in
+//! rig-isa and, compiled by the machine's C compiler from the same OpenCL C source, on the host;
+//! the output buffers must match bit for bit (integers and floats alike: the kernels are built
+//! with -cl-fp32-correctly-rounded-divide-sqrt and -ffp-contract=off (the host with
+//! -ffp-contract=off too) and both sides round to nearest even with
+//! denormals kept).
+//!
+//! The code object is read minimally here (ELF symbol `<name>.kd`, the 64-byte kernel
+//! descriptor), independent of rig-amd's parser. The test plays the command processor: it lays
+//! out kernel arguments (explicit by the known C signature, then the COv5 hidden block), the user
+//! SGPRs the descriptor asks for and a fake AQL dispatch packet.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Arg, Case, corpus_dir, run_gpu};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 16) as u32
+    }
+}
+
+fn u32s(v: impl IntoIterator<Item = u32>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn f32s(v: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn u64s(v: impl IntoIterator<Item = u64>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn cases() -> Vec<Case> {
+    let mut r = Rng(0x1234_5678_9abc_def1);
+    let n = 4096usize;
+    let rf = |r: &mut Rng, lo: f32, hi: f32| {
+        lo + (hi - lo) * (r.next() % 1_000_000) as f32 / 1_000_000.0
+    };
+    let fa: Vec<f32> = (0..n).map(|_| rf(&mut r, -100.0, 100.0)).collect();
+    let fb: Vec<f32> = (0..n).map(|_| rf(&mut r, -100.0, 100.0)).collect();
+    let fc: Vec<f32> = (0..n).map(|_| rf(&mut r, -100.0, 100.0)).collect();
+    let fpos: Vec<f32> = (0..n).map(|_| rf(&mut r, 0.001, 1e6)).collect();
+    let ia: Vec<u32> = (0..n).map(|_| r.next()).collect();
+    let ib: Vec<u32> = (0..n).map(|_| r.next()).collect();
+    let inz: Vec<u32> = (0..n)
+        .map(|k| {
+            if k % 3 == 0 {
+                r.next() % 100 + 1
+            } else {
+                r.next() | 1
+            }
+        })
+        .collect();
+    let isnz: Vec<u32> = (0..n)
+        .map(|k| {
+            if k % 4 == 0 {
+                (r.next() % 50) as i32 as u32 + 1
+            } else {
+                (r.next() as i32 | 1) as u32
+            }
+        })
+        .collect();
+    let small: Vec<u32> = (0..n)
+        .map(|_| (r.next() % 2001).wrapping_sub(1000))
+        .collect();
+    let ua: Vec<u64> = (0..n)
+        .map(|_| (r.next() as u64) << 32 | r.next() as u64)
+        .collect();
+    let ub: Vec<u64> = (0..n)
+        .map(|k| {
+            if k % 2 == 0 {
+                (r.next() as u64) << 20 | 1
+            } else {
+                r.next() as u64 + 1
+            }
+        })
+        .collect();
+    let da: Vec<u64> = (0..n)
+        .map(|_| (rf(&mut r, -1000.0, 1000.0) as f64 * 1.000_000_1).to_bits())
+        .collect();
+    let dbv: Vec<u64> = (0..n)
+        .map(|_| (rf(&mut r, -1000.0, 1000.0) as f64 / 3.0).to_bits())
+        .collect();
+    let zero = |bytes: usize| vec![0u8; bytes];
+    let g1 = |items: u32, group: u32| ([items, 1, 1], [group, 1, 1]);
+    let mut v = Vec::new();
+    let mut add = |name: &'static str,
+                   opt: &'static str,
+                   (grid, group): ([u32; 3], [u32; 3]),
+                   bufs: Vec<Vec<u8>>,
+                   args: Vec<Arg>| {
+        v.push(Case {
+            name,
+            opt,
+            grid,
+            group,
+            bufs,
+            args,
+        })
+    };
+    use Arg::*;
+    for opt in ["O2", "O0"] {
+        add(
+            "vadd_f32",
+            opt,
+            g1(1024, 64),
+            vec![f32s(fa.clone()), f32s(fb.clone()), zero(4 * n)],
+            vec![
+                Buf(0, "const float*"),
+                Buf(1, "const float*"),
+                Buf(2, "float*"),
+                U32(1000),
+            ],
+        );
+        add(
+            "branch_diverge",
+            opt,
+            g1(1024, 128),
+            vec![u32s(small.clone()), zero(4 * n)],
+            vec![Buf(0, "const int*"), Buf(1, "int*")],
+        );
+        add(
+            "lds_reduce",
+            opt,
+            g1(1024, 256),
+            vec![u32s(small.clone()), zero(16)],
+            vec![Buf(0, "const int*"), Buf(1, "int*")],
+        );
+        add(
+            "private_array",
+            opt,
+            g1(64, 64),
+            vec![u32s(ia[..n].iter().copied()), zero(4 * 64)],
+            vec![Buf(0, "const int*"), Buf(1, "int*"), I32(5)],
+        );
+        let mut p = Vec::new();
+        p.extend(1.5f32.to_le_bytes());
+        p.extend((-7i32).to_le_bytes());
+        p.extend(1000u32.to_le_bytes());
+        p.extend(0.25f32.to_le_bytes());
+        add(
+            "struct_param",
+            opt,
+            g1(1024, 64),
+            vec![f32s(fa.clone()), zero(4 * n)],
+            vec![
+                Buf(0, "const float*"),
+                Buf(1, "float*"),
+                Struct(p, 4, "struct params"),
+            ],
+        );
+    }
+    add(
+        "saxpy",
+        "O2",
+        g1(1024, 256),
+        vec![f32s(fa.clone()), f32s(fb.clone())],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "float*"),
+            F32(2.5),
+            U32(1000),
+        ],
+    );
+    add(
+        "vmul_i32",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), u32s(ib.clone()), zero(4 * n)],
+        vec![Buf(0, "const int*"), Buf(1, "const int*"), Buf(2, "int*")],
+    );
+    add(
+        "u64_arith",
+        "O2",
+        g1(1024, 64),
+        vec![u64s(ua.clone()), u64s(ub.clone()), zero(8 * n)],
+        vec![
+            Buf(0, "const ulong*"),
+            Buf(1, "const ulong*"),
+            Buf(2, "ulong*"),
+        ],
+    );
+    add(
+        "udiv_rem",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u32s(ia.clone()),
+            u32s(inz.clone()),
+            zero(4 * n),
+            zero(4 * n),
+        ],
+        vec![
+            Buf(0, "const uint*"),
+            Buf(1, "const uint*"),
+            Buf(2, "uint*"),
+            Buf(3, "uint*"),
+        ],
+    );
+    add(
+        "sdiv_rem",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u32s(ia.clone()),
+            u32s(isnz.clone()),
+            zero(4 * n),
+            zero(4 * n),
+        ],
+        vec![
+            Buf(0, "const int*"),
+            Buf(1, "const int*"),
+            Buf(2, "int*"),
+            Buf(3, "int*"),
+        ],
+    );
+    add(
+        "u64_div",
+        "O2",
+        g1(1024, 64),
+        vec![u64s(ua.clone()), u64s(ub.clone()), zero(8 * n)],
+        vec![
+            Buf(0, "const ulong*"),
+            Buf(1, "const ulong*"),
+            Buf(2, "ulong*"),
+        ],
+    );
+    add(
+        "bitops",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u32s(
+                ia.iter()
+                    .enumerate()
+                    .map(|(k, x)| if k % 17 == 0 { 0 } else { x >> (k % 32) }),
+            ),
+            zero(4 * n),
+            zero(4 * n),
+            zero(4 * n),
+        ],
+        vec![
+            Buf(0, "const uint*"),
+            Buf(1, "uint*"),
+            Buf(2, "uint*"),
+            Buf(3, "uint*"),
+        ],
+    );
+    add(
+        "fma_minmax",
+        "O2",
+        g1(1024, 64),
+        vec![
+            f32s(fa.clone()),
+            f32s(fb.clone()),
+            f32s(fc.clone()),
+            zero(16 * n),
+        ],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "const float*"),
+            Buf(2, "const float*"),
+            Buf(3, "float*"),
+        ],
+    );
+    add(
+        "sqrt_rcp",
+        "O2",
+        g1(1024, 64),
+        vec![f32s(fpos.clone()), zero(4 * n), zero(4 * n)],
+        vec![Buf(0, "const float*"), Buf(1, "float*"), Buf(2, "float*")],
+    );
+    add(
+        "convert",
+        "O2",
+        g1(1024, 64),
+        vec![
+            f32s(fa.iter().map(|x| x * 1000.0)),
+            u32s(ia.clone()),
+            zero(4 * n),
+            zero(4 * n),
+            zero(4 * n),
+            zero(4 * n),
+        ],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "const int*"),
+            Buf(2, "int*"),
+            Buf(3, "float*"),
+            Buf(4, "uint*"),
+            Buf(5, "float*"),
+        ],
+    );
+    add(
+        "f64_ops",
+        "O2",
+        g1(1024, 64),
+        vec![u64s(da.clone()), u64s(dbv.clone()), zero(8 * n)],
+        vec![
+            Buf(0, "const double*"),
+            Buf(1, "const double*"),
+            Buf(2, "double*"),
+        ],
+    );
+    add(
+        "loop_diverge",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), zero(4 * n)],
+        vec![Buf(0, "const uint*"), Buf(1, "uint*")],
+    );
+    add(
+        "lds_reduce_f32",
+        "O2",
+        g1(1024, 128),
+        vec![f32s(fa.clone()), zero(4 * 8)],
+        vec![Buf(0, "const float*"), Buf(1, "float*")],
+    );
+    add(
+        "atomic_add_i32",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(small.clone()), zero(4)],
+        vec![Buf(0, "const int*"), Buf(1, "int*")],
+    );
+    add(
+        "atomic_minmax",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u32s(ia.clone()),
+            u32s([0x7fff_ffff]),
+            u32s([0x8000_0000]),
+            zero(4),
+        ],
+        vec![
+            Buf(0, "const int*"),
+            Buf(1, "int*"),
+            Buf(2, "int*"),
+            Buf(3, "uint*"),
+        ],
+    );
+    add(
+        "atomic_cas",
+        "O2",
+        g1(512, 64),
+        vec![zero(4), zero(4 * 64)],
+        vec![Buf(0, "int*"), Buf(1, "int*")],
+    );
+    add(
+        "transpose",
+        "O2",
+        ([64, 48, 1], [16, 16, 1]),
+        vec![f32s(fa[..64 * 48].iter().copied()), zero(4 * 64 * 48)],
+        vec![Buf(0, "const float*"), Buf(1, "float*"), U32(64), U32(48)],
+    );
+    add(
+        "matmul",
+        "O2",
+        ([32, 32, 1], [16, 16, 1]),
+        vec![f32s(fa.clone()), f32s(fb.clone()), zero(4 * n)],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "const float*"),
+            Buf(2, "float*"),
+            U32(32),
+        ],
+    );
+    add(
+        "scan",
+        "O2",
+        g1(1024, 256),
+        vec![u32s(small.clone()), zero(4 * n)],
+        vec![Buf(0, "const int*"), Buf(1, "int*")],
+    );
+    add(
+        "ptr64",
+        "O2",
+        g1(256, 64),
+        vec![u32s(ia.clone()), zero(8 * 256)],
+        vec![Buf(0, "const uint*"), Buf(1, "ulong*"), U64(12)],
+    );
+    add(
+        "dyn_lds",
+        "O2",
+        g1(1024, 128),
+        vec![u32s(small.clone()), zero(4 * n)],
+        vec![Buf(0, "const int*"), Buf(1, "int*"), Local(128 * 4, "int*")],
+    );
+    add(
+        "histogram",
+        "O2",
+        g1(1024, 256),
+        vec![u32s(ia.clone()), zero(4 * 16)],
+        vec![Buf(0, "const uint*"), Buf(1, "uint*")],
+    );
+    let bytes: Vec<u8> = ia.iter().map(|x| *x as u8).collect();
+    let shorts: Vec<u8> = ib.iter().flat_map(|x| (*x as u16).to_le_bytes()).collect();
+    add(
+        "shifts_u8",
+        "O2",
+        g1(1024, 64),
+        vec![bytes, shorts, zero(4 * n)],
+        vec![
+            Buf(0, "const uchar*"),
+            Buf(1, "const short*"),
+            Buf(2, "int*"),
+        ],
+    );
+    add(
+        "select_clamp",
+        "O2",
+        g1(1024, 64),
+        vec![f32s(fa.clone()), zero(4 * n)],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "float*"),
+            F32(-50.0),
+            F32(30.0),
+        ],
+    );
+    add(
+        "grid2d",
+        "O2",
+        ([64, 16, 1], [16, 4, 1]),
+        vec![zero(4 * 64 * 16)],
+        vec![Buf(0, "uint*"), U32(64)],
+    );
+    add(
+        "floor_mix",
+        "O2",
+        g1(1024, 64),
+        vec![f32s(fa.clone()), zero(4 * n), zero(4 * n)],
+        vec![Buf(0, "const float*"), Buf(1, "float*"), Buf(2, "int*")],
+    );
+    add(
+        "clamp_i32",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), zero(4 * n)],
+        vec![
+            Buf(0, "const int*"),
+            Buf(1, "int*"),
+            I32(-100_000),
+            I32(2_000_000),
+        ],
+    );
+    add(
+        "rotate_bits",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), zero(4 * n)],
+        vec![Buf(0, "const uint*"), Buf(1, "uint*")],
+    );
+    add(
+        "mul24",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), u32s(ib.clone()), zero(4 * n)],
+        vec![
+            Buf(0, "const uint*"),
+            Buf(1, "const uint*"),
+            Buf(2, "uint*"),
+        ],
+    );
+    add(
+        "atomic_u64",
+        "O2",
+        g1(1024, 64),
+        vec![u64s(ua.clone()), zero(8), zero(4)],
+        vec![Buf(0, "const ulong*"), Buf(1, "ulong*"), Buf(2, "uint*")],
+    );
+    add(
+        "atomic_xchg_max",
+        "O2",
+        g1(1024, 64),
+        vec![zero(4 * 8), zero(4)],
+        vec![Buf(0, "uint*"), Buf(1, "uint*")],
+    );
+    add(
+        "nested_loops",
+        "O2",
+        g1(512, 64),
+        vec![u32s(small.clone()), zero(4 * n)],
+        vec![Buf(0, "const int*"), Buf(1, "int*"), U32(37)],
+    );
+    add(
+        "gather",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), f32s(fa.clone()), zero(4 * n)],
+        vec![
+            Buf(0, "const uint*"),
+            Buf(1, "const float*"),
+            Buf(2, "float*"),
+        ],
+    );
+    add(
+        "lds_reverse",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), zero(4 * n)],
+        vec![Buf(0, "const uint*"), Buf(1, "uint*")],
+    );
+    add(
+        "f64_div",
+        "O2",
+        g1(1024, 64),
+        vec![u64s(da.clone()), u64s(dbv.clone()), zero(8 * n)],
+        vec![
+            Buf(0, "const double*"),
+            Buf(1, "const double*"),
+            Buf(2, "double*"),
+        ],
+    );
+    add(
+        "bytes_u16",
+        "O2",
+        g1(1024, 64),
+        vec![u32s(ia.clone()), zero(n), zero(2 * n)],
+        vec![Buf(0, "const uint*"), Buf(1, "uchar*"), Buf(2, "ushort*")],
+    );
+    add(
+        "float_compare",
+        "O2",
+        g1(1024, 64),
+        vec![
+            f32s(fa.clone()),
+            f32s(
+                fb.iter()
+                    .enumerate()
+                    .map(|(k, x)| if k % 5 == 0 { fa[k] } else { *x }),
+            ),
+            zero(4 * n),
+        ],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "const float*"),
+            Buf(2, "int*"),
+        ],
+    );
+    let halves = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| half::f16::from_f32(x / 4.0).to_bits().to_le_bytes())
+            .collect()
+    };
+    add(
+        "half_ops",
+        "O2",
+        g1(1024, 64),
+        vec![halves(&fa[..2048]), halves(&fb[..2048]), zero(2 * 4096)],
+        vec![
+            Buf(0, "const half*"),
+            Buf(1, "const half*"),
+            Buf(2, "half*"),
+        ],
+    );
+    let with_nan: Vec<f32> = fa
+        .iter()
+        .enumerate()
+        .map(|(k, x)| if k % 17 == 0 { f32::NAN } else { *x })
+        .collect();
+    add(
+        "math_misc",
+        "O2",
+        g1(1024, 64),
+        vec![f32s(with_nan), f32s(fb.clone()), zero(32 * n), zero(4 * n)],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "const float*"),
+            Buf(2, "float*"),
+            Buf(3, "int*"),
+        ],
+    );
+    add(
+        "i64_ops",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u64s(ua.clone()),
+            u64s(
+                ub.iter()
+                    .enumerate()
+                    .map(|(k, x)| if k % 3 == 0 { x.wrapping_neg() } else { *x }),
+            ),
+            zero(48 * n),
+        ],
+        vec![
+            Buf(0, "const long*"),
+            Buf(1, "const long*"),
+            Buf(2, "long*"),
+        ],
+    );
+    // Wave64 builds of some kernels run on the same inputs.
+    let w64 = [
+        "vadd_f32",
+        "branch_diverge",
+        "lds_reduce",
+        "scan",
+        "matmul",
+        "atomic_add_i32",
+        "loop_diverge",
+    ];
+    let extra: Vec<Case> = v
+        .iter()
+        .filter(|c| c.opt == "O2" && w64.contains(&c.name))
+        .map(|c| Case {
+            opt: "W64",
+            ..c.clone()
+        })
+        .collect();
+    v.extend(extra);
+    v
+}
+
+/// Compiles and runs the host build of the kernel; returns the buffers afterwards.
+fn run_host(c: &Case, cc: &str, dir: &Path) -> Vec<Vec<u8>> {
+    let corpus = corpus_dir();
+    let mut args = Vec::new();
+    let mut scalars: Vec<u64> = Vec::new();
+    let mut local = 0u32;
+    let mut structs = Vec::new();
+    for a in &c.args {
+        let s = scalars.len();
+        match a {
+            Arg::Buf(k, t) => args.push(format!("({t})RIG_B[{k}]")),
+            Arg::U32(v) => {
+                scalars.push(*v as u64);
+                args.push(format!("*(uint*)&RIG_S[{s}]"));
+            }
+            Arg::I32(v) => {
+                scalars.push(*v as u32 as u64);
+                args.push(format!("*(int*)&RIG_S[{s}]"));
+            }
+            Arg::F32(v) => {
+                scalars.push(v.to_bits() as u64);
+                args.push(format!("*(float*)&RIG_S[{s}]"));
+            }
+            Arg::U64(v) => {
+                scalars.push(*v);
+                args.push(format!("*(ulong*)&RIG_S[{s}]"));
+            }
+            Arg::Struct(b, _, t) => {
+                structs.push(b.clone());
+                args.push(format!("*({t}*)RIG_T[{}]", structs.len() - 1));
+            }
+            Arg::Local(n, t) => {
+                local = *n;
+                args.push(format!("({t})RIG_L"));
+            }
+        }
+    }
+    let src = format!(
+        r#"#include "host_prelude.h"
+#include "{name}.cl"
+static void* RIG_B[16]; static uint64_t RIG_S[16]; static void* RIG_T[4]; static void* RIG_L;
+struct rig_t {{ uint l[3], g[3]; }};
+static void* rig_thread(void* p) {{
+  struct rig_t* t = p; memcpy(rig_l, t->l, 12); memcpy(rig_g, t->g, 12);
+  {name}({args});
+  return 0;
+}}
+static void rd(FILE* f, void* p, size_t n) {{ if (fread(p, 1, n, f) != n) exit(2); }}
+int main(int argc, char** argv) {{
+  FILE* f = fopen(argv[1], "rb"); uint64_t nb, len[16]; if (!f) return 2;
+  rd(f, &nb, 8);
+  for (uint64_t k = 0; k < nb; k++) {{ rd(f, &len[k], 8); RIG_B[k] = calloc(len[k] + 64, 1); rd(f, RIG_B[k], len[k]); }}
+  uint64_t ns; rd(f, &ns, 8); rd(f, RIG_S, 8 * ns);
+  uint64_t nt; rd(f, &nt, 8);
+  for (uint64_t k = 0; k < nt; k++) {{ uint64_t l; rd(f, &l, 8); RIG_T[k] = calloc(l + 16, 1); rd(f, RIG_T[k], l); }}
+  fclose(f);
+  RIG_L = calloc({local} + 16, 1);
+  uint grid[3] = {{{g0}, {g1}, {g2}}}, grp[3] = {{{s0}, {s1}, {s2}}};
+  memcpy(rig_size, grp, 12);
+  uint items = grp[0] * grp[1] * grp[2];
+  pthread_t* th = calloc(items, sizeof(pthread_t)); struct rig_t* ts = calloc(items, sizeof(struct rig_t));
+  pthread_attr_t at; pthread_attr_init(&at); pthread_attr_setstacksize(&at, 1 << 18);
+  for (uint gz = 0; gz < grid[2] / grp[2]; gz++) for (uint gy = 0; gy < grid[1] / grp[1]; gy++)
+  for (uint gx = 0; gx < grid[0] / grp[0]; gx++) {{
+    pthread_barrier_init(&rig_bar, 0, items);
+    for (uint t = 0; t < items; t++) {{
+      ts[t].l[0] = t % grp[0]; ts[t].l[1] = (t / grp[0]) % grp[1]; ts[t].l[2] = t / (grp[0] * grp[1]);
+      ts[t].g[0] = gx; ts[t].g[1] = gy; ts[t].g[2] = gz;
+      if (pthread_create(&th[t], &at, rig_thread, &ts[t])) return 3;
+    }}
+    for (uint t = 0; t < items; t++) pthread_join(th[t], 0);
+    pthread_barrier_destroy(&rig_bar);
+  }}
+  FILE* o = fopen(argv[2], "wb"); if (!o) return 4;
+  for (uint64_t k = 0; k < nb; k++) fwrite(RIG_B[k], 1, len[k], o);
+  fclose(o);
+  return 0;
+}}
+"#,
+        name = c.name,
+        args = args.join(", "),
+        local = local,
+        g0 = c.grid[0],
+        g1 = c.grid[1],
+        g2 = c.grid[2],
+        s0 = c.group[0],
+        s1 = c.group[1],
+        s2 = c.group[2],
+    );
+    let cfile = dir.join(format!("{}.c", c.name));
+    let exe = dir.join(c.name);
+    std::fs::write(&cfile, src).expect("write host source");
+    if !exe.exists() {
+        let st = Command::new(cc)
+            .args(["-O1", "-std=gnu11", "-ffp-contract=off", "-pthread", "-I"])
+            .arg(&corpus)
+            .arg(&cfile)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lm")
+            .status()
+            .expect("run cc");
+        assert!(st.success(), "host build of {} failed", c.name);
+    }
+    let mut input = Vec::new();
+    input.extend((c.bufs.len() as u64).to_le_bytes());
+    for b in &c.bufs {
+        input.extend((b.len() as u64).to_le_bytes());
+        input.extend(b);
+    }
+    input.extend((scalars.len() as u64).to_le_bytes());
+    for s in &scalars {
+        input.extend(s.to_le_bytes());
+    }
+    input.extend((structs.len() as u64).to_le_bytes());
+    for s in &structs {
+        input.extend((s.len() as u64).to_le_bytes());
+        input.extend(s);
+    }
+    let inp = dir.join(format!("{}.{}.in", c.name, c.opt));
+    let outp = dir.join(format!("{}.{}.out", c.name, c.opt));
+    std::fs::write(&inp, input).expect("write input");
+    let st = Command::new(&exe)
+        .arg(&inp)
+        .arg(&outp)
+        .status()
+        .expect("run host kernel");
+    assert!(st.success(), "host run of {} failed: {st}", c.name);
+    let out = std::fs::read(&outp).expect("host output");
+    let mut bufs = Vec::new();
+    let mut at = 0;
+    for b in &c.bufs {
+        bufs.push(out[at..at + b.len()].to_vec());
+        at += b.len();
+    }
+    bufs
+}
+
+fn find_cc() -> Option<String> {
+    for cc in ["cc", "gcc", "clang"] {
+        if Command::new(cc)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(cc.to_string());
+        }
+    }
+    None
+}
+
+#[test]
+fn corpus_matches_host() {
+    let Some(cc) = find_cc() else {
+        eprintln!("skipping corpus oracle: no C compiler (cc/gcc/clang) on this machine");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rig-isa-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let only = std::env::var("RIG_ISA_KERNEL").ok();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for c in cases() {
+        if only.as_deref().is_some_and(|o| o != c.name) {
+            continue;
+        }
+        let gpu = std::panic::catch_unwind(|| run_gpu(&c, 2));
+        let gpu = match gpu {
+            Ok(g) => g,
+            Err(e) => {
+                let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+                failures.push(format!("{}.{}: {msg}", c.name, c.opt));
+                continue;
+            }
+        };
+        let host = run_host(&c, &cc, &dir);
+        ran += 1;
+        for (k, (g, h)) in gpu.iter().zip(&host).enumerate() {
+            if g != h {
+                let first = g.iter().zip(h).position(|(a, b)| a != b).unwrap_or(0);
+                let w = first / 4 * 4;
+                failures.push(format!(
+                    "{}.{}: buffer {k} differs first at byte {first}: rig {:02x?} host {:02x?}",
+                    c.name,
+                    c.opt,
+                    &g[w..(w + 8).min(g.len())],
+                    &h[w..(w + 8).min(h.len())]
+                ));
+                break;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("{ran} kernels ran, {} failures", failures.len());
+    for f in &failures {
+        eprintln!("  {f}");
+    }
+    assert!(failures.is_empty(), "corpus kernels disagree with the host");
+}

@@ -1,0 +1,218 @@
+//! The doorbell protocol, shared by clients (who ring) and queue processors (who sleep).
+//!
+//! A doorbell page is [`DOORBELL_PAGE_BYTES`] of shared memory cut into
+//! [`DOORBELLS_PER_PAGE`] slots of one 64-byte cache line each, so that two queues' doorbells
+//! never share a line. A slot holds:
+//!
+//! | offset | size | field | written by |
+//! |---|---|---|---|
+//! | [`DOORBELL_VALUE_OFFSET`] = 0 | 8 | value: the queue's new write position | the client |
+//! | [`DOORBELL_SLEEPING_OFFSET`] = 8 | 4 | sleeping: nonzero while the processor may sleep | the processor sets it, a ringing client clears it |
+//!
+//! The rest of the line is unused and stays zero.
+//!
+//! **Ring** ([`Doorbell::ring`]): store the value (release); SeqCst fence; if `sleeping` is
+//! nonzero, swap it to 0 and, if it was nonzero, `FUTEX_WAKE` it. A ring is thus one store
+//! and one load while the processor is awake.
+//!
+//! **Sleep** ([`Doorbell::wait`]): set `sleeping` to 1; SeqCst fence; re-check the value;
+//! `FUTEX_WAIT(sleeping, 1, timeout)`; set `sleeping` to 0.
+//!
+//! The two fences order "store value, load sleeping" against "store sleeping, load value", so
+//! at least one side sees the other's store: either the processor sees the new value and does
+//! not sleep, or the client sees `sleeping` set and wakes it. The client clears `sleeping`
+//! before waking, so a processor that is between its check and `FUTEX_WAIT` finds the word
+//! changed and does not sleep: no wake is lost.
+
+use std::sync::atomic::{Ordering, fence};
+use std::time::Duration;
+
+use crate::{Result, SharedRegion, ShmError, futex};
+
+/// Bytes of one doorbell slot: one cache line.
+pub const DOORBELL_SLOT_BYTES: usize = 64;
+/// Offset of the 64-bit value in a slot.
+pub const DOORBELL_VALUE_OFFSET: usize = 0;
+/// Offset of the 32-bit sleeping futex word in a slot.
+pub const DOORBELL_SLEEPING_OFFSET: usize = 8;
+/// Bytes of a doorbell page.
+pub const DOORBELL_PAGE_BYTES: usize = 4096;
+/// Slots in a doorbell page.
+pub const DOORBELLS_PER_PAGE: usize = DOORBELL_PAGE_BYTES / DOORBELL_SLOT_BYTES;
+
+const _: () = assert!(DOORBELL_VALUE_OFFSET.is_multiple_of(8));
+const _: () = assert!(DOORBELL_SLEEPING_OFFSET.is_multiple_of(4));
+const _: () = assert!(DOORBELL_SLEEPING_OFFSET >= DOORBELL_VALUE_OFFSET + 8);
+const _: () = assert!(DOORBELL_SLEEPING_OFFSET + 4 <= DOORBELL_SLOT_BYTES);
+const _: () = assert!(DOORBELL_PAGE_BYTES.is_multiple_of(DOORBELL_SLOT_BYTES));
+const _: () = assert!(DOORBELLS_PER_PAGE == 64);
+
+/// One doorbell slot in a shared region.
+#[derive(Debug, Clone)]
+pub struct Doorbell {
+    region: SharedRegion,
+    offset: usize,
+}
+
+impl Doorbell {
+    /// The doorbell whose slot starts `offset` bytes into `region`.
+    ///
+    /// Errors unless `offset` is a multiple of [`DOORBELL_SLOT_BYTES`] and the whole slot lies
+    /// in the region (the offset may come from another process).
+    pub fn new(region: SharedRegion, offset: usize) -> Result<Self> {
+        if !offset.is_multiple_of(DOORBELL_SLOT_BYTES)
+            || !region.contains(offset as u64, DOORBELL_SLOT_BYTES as u64)
+        {
+            return Err(ShmError::BadDoorbell {
+                offset,
+                len: region.len(),
+            });
+        }
+        Ok(Self { region, offset })
+    }
+
+    /// The region the slot lies in.
+    pub fn region(&self) -> &SharedRegion {
+        &self.region
+    }
+
+    /// The slot's offset in its region.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The value last rung (acquire: what the ringer wrote before ringing is visible).
+    pub fn value(&self) -> u64 {
+        self.region
+            .load_u64(self.offset + DOORBELL_VALUE_OFFSET, Ordering::Acquire)
+    }
+
+    /// Rings: publishes `value` and wakes the processor if it sleeps.
+    pub fn ring(&self, value: u64) {
+        self.region.store_u64(
+            self.offset + DOORBELL_VALUE_OFFSET,
+            value,
+            Ordering::Release,
+        );
+        // Orders the value store before the load of `sleeping` (pairs with the fence in `wait`).
+        fence(Ordering::SeqCst);
+        self.wake_if_sleeping();
+    }
+
+    /// Wakes the processor if it sleeps, without changing the value: for a party that changed
+    /// another condition the processor checks (such as a stop flag), after a SeqCst fence.
+    pub fn wake_if_sleeping(&self) {
+        let sleeping = self
+            .region
+            .atomic_u32(self.offset + DOORBELL_SLEEPING_OFFSET);
+        if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+            futex::wake_all(sleeping);
+        }
+    }
+
+    /// Processor side: returns the value once it differs from `seen`, or once `also()` is true,
+    /// or after `timeout`, sleeping meanwhile. Returns the value it last read.
+    ///
+    /// `also` lets the processor wake for other reasons, such as a stop; whoever makes it true
+    /// must then issue a SeqCst fence and call [`Doorbell::wake_if_sleeping`].
+    pub fn wait(&self, seen: u64, timeout: Option<Duration>, also: impl Fn() -> bool) -> u64 {
+        let v = self.value();
+        if v != seen || also() {
+            return v;
+        }
+        let sleeping = self
+            .region
+            .atomic_u32(self.offset + DOORBELL_SLEEPING_OFFSET);
+        sleeping.store(1, Ordering::SeqCst);
+        // Orders the `sleeping` store before the re-check (pairs with the fence in `ring`).
+        fence(Ordering::SeqCst);
+        let v = self.value();
+        if v == seen && !also() {
+            futex::wait(sleeping, 1, timeout);
+        }
+        sleeping.store(0, Ordering::Relaxed);
+        self.value()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    #[test]
+    fn slots_are_checked() {
+        let r = SharedRegion::create("bells", DOORBELL_PAGE_BYTES).unwrap();
+        assert!(Doorbell::new(r.clone(), 64).is_ok());
+        assert!(Doorbell::new(r.clone(), 4032).is_ok());
+        assert!(Doorbell::new(r.clone(), 4096).is_err());
+        assert!(Doorbell::new(r.clone(), 8).is_err());
+        assert!(Doorbell::new(r, usize::MAX - 63).is_err());
+    }
+
+    #[test]
+    fn ring_without_sleeper_is_a_store() {
+        let r = SharedRegion::create("bells", DOORBELL_PAGE_BYTES).unwrap();
+        let d = Doorbell::new(r.clone(), 128).unwrap();
+        d.ring(9);
+        assert_eq!(d.value(), 9);
+        assert_eq!(r.load_u64(128, Ordering::Relaxed), 9);
+        assert_eq!(r.load_u32(136, Ordering::Relaxed), 0);
+        // Returns at once: the value differs from what was seen.
+        assert_eq!(d.wait(0, None, || false), 9);
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn ring_wakes_a_sleeper_across_mappings() {
+        let a = SharedRegion::create("bells", DOORBELL_PAGE_BYTES).unwrap();
+        let b = SharedRegion::from_fd(a.dup_fd().unwrap()).unwrap();
+        let client = Doorbell::new(a, 64).unwrap();
+        let processor = Doorbell::new(b, 64).unwrap();
+        for round in 1..=200u64 {
+            let p = processor.clone();
+            let h = std::thread::spawn(move || {
+                let mut seen = round - 1;
+                let t = Instant::now();
+                while seen != round {
+                    seen = p.wait(seen, Some(Duration::from_secs(10)), || false);
+                }
+                t.elapsed()
+            });
+            if round % 2 == 0 {
+                // Let the processor fall asleep before ringing on some rounds.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            client.ring(round);
+            let waited = h.join().unwrap();
+            assert!(
+                waited < Duration::from_secs(5),
+                "lost wake in round {round}"
+            );
+        }
+    }
+
+    #[test]
+    fn wake_if_sleeping_ends_a_wait_for_another_reason() {
+        let r = SharedRegion::create("bells", DOORBELL_PAGE_BYTES).unwrap();
+        let d = Doorbell::new(r, 0).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d2, s2) = (d.clone(), stop.clone());
+        let h = std::thread::spawn(move || {
+            let t = Instant::now();
+            while !s2.load(Ordering::SeqCst) {
+                d2.wait(0, Some(Duration::from_secs(10)), || {
+                    s2.load(Ordering::SeqCst)
+                });
+            }
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        stop.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        d.wake_if_sleeping();
+        assert!(h.join().unwrap() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,97 @@
+//! Shared memory of rig: the bytes that the daemon, the simulated GPU and client processes
+//! all touch at once.
+//!
+//! Every ring, argument segment, timeline word and doorbell page of rig lives in a memfd that
+//! is mapped `MAP_SHARED` by several processes. Another process may write any byte of such a
+//! mapping at any moment, so Rust references to those bytes would be undefined behaviour
+//! (the compiler may assume `&[u8]` does not change under it). This crate is where that rule
+//! is kept:
+//!
+//! - [`SharedRegion`] owns one mapping of a memfd, made with a size ([`SharedRegion::create`])
+//!   or from a received file descriptor ([`SharedRegion::from_fd`], or
+//!   [`SharedRegion::from_fd_sealed`] when the sender is not trusted). It hands out only
+//!   copies ([`SharedRegion::read`], [`SharedRegion::write`]), atomic loads and stores
+//!   ([`SharedRegion::load_u64`], ...) and references to *atomics*
+//!   ([`SharedRegion::atomic_u64`]), whose interior mutability makes concurrent writers sound.
+//! - [`futex`] waits on and wakes a 32-bit word, across processes (never `FUTEX_PRIVATE`).
+//! - [`doorbell`] is the doorbell protocol that clients and queue processors share: a ring
+//!   costs one store, plus a wake only when the processor sleeps.
+//!
+//! It does not own the meaning of any byte (layouts of rings and queue headers live in
+//! `rig-proto` and `rig-amd`), only how bytes are reached.
+//!
+//! Under Miri, a region is heap memory instead of a memfd, so the accessors and the doorbell
+//! protocol can be checked there; [`SharedRegion::from_fd`] is then unavailable.
+
+pub mod doorbell;
+pub mod futex;
+mod region;
+
+pub use doorbell::{
+    DOORBELL_PAGE_BYTES, DOORBELL_SLEEPING_OFFSET, DOORBELL_SLOT_BYTES, DOORBELL_VALUE_OFFSET,
+    DOORBELLS_PER_PAGE, Doorbell,
+};
+pub use region::SharedRegion;
+
+/// Errors of shared-memory operations.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// `memfd_create` failed.
+    #[error("cannot create a memfd")]
+    Create(#[source] std::io::Error),
+    /// Sizing the memfd with `ftruncate` failed.
+    #[error("cannot size a memfd to {bytes} bytes")]
+    Resize {
+        /// The size asked for.
+        bytes: usize,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Sealing a new memfd against resizing failed.
+    #[error("cannot seal a new memfd against resizing")]
+    Seal(#[source] std::io::Error),
+    /// A received descriptor cannot be sealed against shrinking, so mapping it would let
+    /// its sender make this process fault (`SIGBUS`) at will.
+    #[error(
+        "the memory must be a memfd created with MFD_ALLOW_SEALING and passed writable, so \
+         that it can be sealed against shrinking; this descriptor cannot be sealed"
+    )]
+    Unsealable(#[source] std::io::Error),
+    /// `fstat` of a received file descriptor failed.
+    #[error("cannot read the size of a shared-memory file descriptor")]
+    Stat(#[source] std::io::Error),
+    /// `mmap` failed.
+    #[error("cannot map {bytes} bytes of shared memory")]
+    Map {
+        /// The size asked for.
+        bytes: usize,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `dup` of the region's file descriptor failed.
+    #[error("cannot duplicate a shared-memory file descriptor")]
+    Dup(#[source] std::io::Error),
+    /// A region of zero bytes, or one too large for this machine's addresses.
+    #[error(
+        "a shared region of {0} bytes cannot be mapped: it must be between 1 byte and isize::MAX"
+    )]
+    BadSize(u64),
+    /// A doorbell slot that is not a whole 64-byte line inside its region.
+    #[error(
+        "doorbell offset {offset} is not the start of a 64-byte slot inside a region of {len} bytes"
+    )]
+    BadDoorbell {
+        /// The offset asked for.
+        offset: usize,
+        /// The region's size.
+        len: usize,
+    },
+    /// The operation needs a real memfd, which Miri does not have.
+    #[error("file-descriptor sharing is not available under miri")]
+    Unsupported,
+}
+
+/// Result of shared-memory operations.
+pub type Result<T> = std::result::Result<T, ShmError>;

@@ -1,0 +1,376 @@
+//! Kernel dispatch: from what the command processor latched to a fully described launch.
+//!
+//! A PM4 DISPATCH_DIRECT takes the COMPUTE_* registers set before it ([`from_registers`]); an
+//! AQL kernel-dispatch packet takes the kernel descriptor at its `kernel_object` and builds the
+//! user SGPRs its enable bits ask for ([`from_aql`]), as LLVM's AMDGPUUsage "Initial Kernel
+//! Execution State" lays them out. Either way the launch goes to the GPU's
+//! [`KernelExecutor`], which runs it against the queue's page table. A launch the executor
+//! cannot run faults the queue with the executor's reason: no launch ever pretends to have
+//! run.
+//!
+//! This module does not decode instructions (rig-isa does) or packets (rig-amd does).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use rig_amd::gpu::{Generation, Gpu};
+use rig_amd::regs::{self, initiator};
+use rig_isa::{Dispatch, Scratch};
+
+use crate::memory::Vm;
+
+/// A launch, as handed to a [`KernelExecutor`].
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// The queue's page table.
+    pub memory: &'a Vm,
+    /// What to run.
+    pub dispatch: &'a Dispatch,
+    /// Set when the queue stops: the executor must return soon after, writing nothing more.
+    pub stop: &'a AtomicBool,
+    /// The modelled GPU.
+    pub model: &'static Gpu,
+    /// Host threads the executor may use.
+    pub threads: usize,
+    /// Dies to spread workgroups over (1 on a GPU of one die).
+    pub dies: u32,
+}
+
+/// Runs kernels for the simulated GPU.
+pub trait KernelExecutor: Send + Sync {
+    /// Runs `launch` to completion, or returns why it could not (illegal instruction, page
+    /// fault inside the kernel, stop, ...).
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), String>;
+}
+
+/// An executor that runs nothing: every dispatch faults its queue, saying so.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoExecutor;
+
+impl KernelExecutor for NoExecutor {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+        Err(format!(
+            "no kernel executor: the simulator cannot run the code at {:#x} yet",
+            launch.dispatch.code_address
+        ))
+    }
+}
+
+/// rig-isa's interpreter, which runs GFX11 (RDNA3) machine code. Launches on other
+/// generations fault with that reason rather than run code the interpreter would misread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IsaExecutor;
+
+impl KernelExecutor for IsaExecutor {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+        if launch.model.generation() != Generation::Gfx11 {
+            return Err(format!(
+                "no kernel executor for {}: rig-isa runs GFX11 (RDNA3) code only",
+                launch.model.name()
+            ));
+        }
+        rig_isa::execute(launch.dispatch, launch.memory, launch.stop, launch.threads)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The executor a [`crate::SimConfig`] starts with: [`IsaExecutor`].
+pub fn default_executor() -> Arc<dyn KernelExecutor> {
+    Arc::new(IsaExecutor)
+}
+
+/// Registers in the SH window (0x2c00..0x3000), which holds a queue's COMPUTE_* registers.
+pub const SH_WINDOW: usize = (rig_amd::pm4::SH_REG_END - rig_amd::pm4::SH_REG_START) as usize;
+
+/// USER_SGPR of COMPUTE_PGM_RSRC2.
+fn user_sgpr_count(rsrc2: u32) -> usize {
+    regs::rsrc2::USER_SGPR.get(rsrc2) as usize
+}
+
+/// LDS bytes of COMPUTE_PGM_RSRC2's LDS_SIZE, in 512-byte granules (GFX7+).
+fn lds_bytes(rsrc2: u32) -> u32 {
+    regs::rsrc2::LDS_SIZE.get(rsrc2) * 512
+}
+
+fn mul_axis(a: u32, b: u32, axis: char) -> Result<u32, String> {
+    a.checked_mul(b)
+        .ok_or_else(|| format!("the grid's {axis} axis holds more than 2^32 work-items"))
+}
+
+/// The launch of a DISPATCH_DIRECT of `dim` with initiator `initiator`, from the queue's SH
+/// registers.
+pub fn from_registers(
+    model: &Gpu,
+    sh: &[u32; SH_WINDOW],
+    dim: [u32; 3],
+    init: u32,
+) -> Result<Dispatch, String> {
+    let generation = model.generation();
+    let c = regs::compute(generation);
+    let r = |o: u16| sh[usize::from(o)];
+    let group: [u32; 3] = std::array::from_fn(|i| r(c.num_thread_x + i as u16) & 0xffff);
+    if group.contains(&0) {
+        return Err(format!(
+            "COMPUTE_NUM_THREAD_* is {group:?}: a group has an empty axis"
+        ));
+    }
+    if init & initiator::FORCE_START_AT_000 == 0 && (0..3).any(|i| r(c.start_x + i) != 0) {
+        return Err(
+            "COMPUTE_START_* is not 0: dispatches that start past workgroup 0 are not simulated"
+                .into(),
+        );
+    }
+    let grid = if init & initiator::USE_THREAD_DIMENSIONS != 0 {
+        dim
+    } else {
+        [
+            mul_axis(dim[0], group[0], 'x')?,
+            mul_axis(dim[1], group[1], 'y')?,
+            mul_axis(dim[2], group[2], 'z')?,
+        ]
+    };
+    let rsrc2 = r(c.pgm_rsrc2);
+    let n = user_sgpr_count(rsrc2).min(usize::from(regs::USER_DATA_COUNT));
+    let user_sgprs = (0..n).map(|i| r(c.user_data_0 + i as u16)).collect();
+    // GFX9 runs wave64 only; GFX10+ runs wave32 when CS_W32_EN is set.
+    let wave64 = generation == Generation::Gfx9 || init & initiator::CS_W32_EN == 0;
+    let lanes = if wave64 { 64 } else { 32 };
+    let scratch = if regs::rsrc2::SCRATCH_EN.get(rsrc2) != 0 {
+        // WAVESIZE counts per-wave granules: 1 KiB on GFX9, 256 bytes from GFX11 (ROCr).
+        let granule = if generation == Generation::Gfx9 {
+            1024
+        } else {
+            256
+        };
+        let tmpring = r(c.tmpring_size);
+        let per_wave = regs::tmpring::wavesize(generation).get(tmpring) * granule;
+        let lo = r(c.dispatch_scratch_base_lo);
+        let hi = r(c.dispatch_scratch_base_lo + 1);
+        Some(Scratch {
+            base: (u64::from(hi) << 32 | u64::from(lo)) << 8,
+            bytes_per_lane: per_wave / lanes,
+            waves: regs::tmpring::WAVES.get(tmpring),
+        })
+    } else {
+        None
+    };
+    Ok(Dispatch {
+        code_address: (u64::from(r(c.pgm_lo + 1)) << 32 | u64::from(r(c.pgm_lo))) << 8,
+        pgm_rsrc1: r(c.pgm_rsrc1),
+        pgm_rsrc2: rsrc2,
+        pgm_rsrc3: r(c.pgm_rsrc3),
+        user_sgprs,
+        grid_items: grid,
+        group_size: group,
+        wave64,
+        lds_bytes: lds_bytes(rsrc2),
+        scratch,
+    })
+}
+
+/// Byte offsets and enable bits of the 64-byte kernel descriptor (AMDGPUUsage, "Kernel
+/// Descriptor").
+mod kd {
+    pub const GROUP_SEGMENT_FIXED_SIZE: usize = 0;
+    pub const PRIVATE_SEGMENT_FIXED_SIZE: usize = 4;
+    pub const KERNEL_CODE_ENTRY_BYTE_OFFSET: usize = 16;
+    pub const PGM_RSRC3: usize = 44;
+    pub const PGM_RSRC1: usize = 48;
+    pub const PGM_RSRC2: usize = 52;
+    pub const KERNEL_CODE_PROPERTIES: usize = 56;
+    pub const BYTES: usize = 64;
+
+    pub const PRIVATE_SEGMENT_BUFFER: u16 = 1 << 0;
+    pub const DISPATCH_PTR: u16 = 1 << 1;
+    pub const QUEUE_PTR: u16 = 1 << 2;
+    pub const KERNARG_SEGMENT_PTR: u16 = 1 << 3;
+    pub const DISPATCH_ID: u16 = 1 << 4;
+    pub const FLAT_SCRATCH_INIT: u16 = 1 << 5;
+    pub const PRIVATE_SEGMENT_SIZE: u16 = 1 << 6;
+    pub const WAVEFRONT_SIZE32: u16 = 1 << 10;
+}
+
+/// What an AQL kernel-dispatch packet names, and where the queue keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AqlLaunch {
+    /// GPU address of the packet (the dispatch pointer).
+    pub packet_va: u64,
+    /// The packet's index in the queue (the dispatch id).
+    pub dispatch_id: u64,
+    /// GPU address of the queue's `amd_queue_t` (the queue pointer), 0 if none.
+    pub queue_va: u64,
+    /// Work-items per axis.
+    pub grid: [u32; 3],
+    /// Work-items per group per axis.
+    pub group: [u32; 3],
+    /// Private bytes per work-item the packet asks for.
+    pub private_segment_size: u32,
+    /// Group (LDS) bytes the packet asks for, beyond none.
+    pub group_segment_size: u32,
+    /// GPU address of the kernel descriptor.
+    pub kernel_object: u64,
+    /// GPU address of the kernel arguments.
+    pub kernarg_address: u64,
+    /// The queue's scratch: GPU address and bytes (0 bytes if none).
+    pub scratch: (u64, u64),
+}
+
+/// The launch of an AQL kernel dispatch, reading its kernel descriptor through `vm`.
+pub fn from_aql(
+    model: &Gpu,
+    vm: &Vm,
+    p: &AqlLaunch,
+) -> Result<Dispatch, crate::queue::FaultReason> {
+    use crate::queue::FaultReason;
+    let mut d = [0u8; kd::BYTES];
+    vm.read(p.kernel_object, &mut d)?;
+    let u32_at = |o: usize| u32::from_le_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]);
+    let props = u16::from_le_bytes([
+        d[kd::KERNEL_CODE_PROPERTIES],
+        d[kd::KERNEL_CODE_PROPERTIES + 1],
+    ]);
+    let entry = i64::from_le_bytes(
+        d[kd::KERNEL_CODE_ENTRY_BYTE_OFFSET..kd::KERNEL_CODE_ENTRY_BYTE_OFFSET + 8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    let rsrc2 = u32_at(kd::PGM_RSRC2);
+    let wave64 = if model.gc.major >= 10 {
+        props & kd::WAVEFRONT_SIZE32 == 0
+    } else {
+        true
+    };
+    let lanes: u32 = if wave64 { 64 } else { 32 };
+    let private = u32_at(kd::PRIVATE_SEGMENT_FIXED_SIZE).max(p.private_segment_size);
+    let scratch = if private > 0 {
+        let per_wave = u64::from(private) * u64::from(lanes);
+        let waves = p.scratch.1 / per_wave;
+        if waves == 0 {
+            return Err(FaultReason::Kernel(format!(
+                "the kernel needs {per_wave} bytes of scratch per wave but the queue has {} bytes",
+                p.scratch.1
+            )));
+        }
+        Some(Scratch {
+            base: p.scratch.0,
+            bytes_per_lane: private,
+            waves: u32::try_from(waves).unwrap_or(u32::MAX),
+        })
+    } else {
+        None
+    };
+    let mut sgprs: Vec<u32> = Vec::new();
+    let push64 = |s: &mut Vec<u32>, v: u64| {
+        s.push(v as u32);
+        s.push((v >> 32) as u32);
+    };
+    if props & kd::PRIVATE_SEGMENT_BUFFER != 0 {
+        // A buffer resource over the scratch: base in words 0-1 (48 bits), size in word 2,
+        // swizzled per lane as the hardware's scratch V# is; word 3 is the format the
+        // executor does not read.
+        let base = p.scratch.0;
+        sgprs.push(base as u32);
+        sgprs.push(((base >> 32) as u32) & 0xffff);
+        sgprs.push(u32::try_from(p.scratch.1).unwrap_or(u32::MAX));
+        sgprs.push(0);
+    }
+    if props & kd::DISPATCH_PTR != 0 {
+        push64(&mut sgprs, p.packet_va);
+    }
+    if props & kd::QUEUE_PTR != 0 {
+        push64(&mut sgprs, p.queue_va);
+    }
+    if props & kd::KERNARG_SEGMENT_PTR != 0 {
+        push64(&mut sgprs, p.kernarg_address);
+    }
+    if props & kd::DISPATCH_ID != 0 {
+        push64(&mut sgprs, p.dispatch_id);
+    }
+    if props & kd::FLAT_SCRATCH_INIT != 0 {
+        push64(&mut sgprs, p.scratch.0);
+    }
+    if props & kd::PRIVATE_SEGMENT_SIZE != 0 {
+        sgprs.push(private);
+    }
+    let declared = user_sgpr_count(rsrc2);
+    if sgprs.len() > declared {
+        return Err(FaultReason::Kernel(format!(
+            "the kernel descriptor enables {} user SGPRs but COMPUTE_PGM_RSRC2 declares {declared}",
+            sgprs.len()
+        )));
+    }
+    // Preloaded kernel arguments (GFX940+ kernarg_preload) fill the rest from the kernarg
+    // segment, in order.
+    let mut extra = vec![0u8; (declared - sgprs.len()) * 4];
+    if !extra.is_empty() && p.kernarg_address != 0 {
+        vm.read(p.kernarg_address, &mut extra)?;
+    }
+    sgprs.extend(
+        extra
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    let group_fixed = u32_at(kd::GROUP_SEGMENT_FIXED_SIZE);
+    Ok(Dispatch {
+        code_address: p.kernel_object.wrapping_add_signed(entry),
+        pgm_rsrc1: u32_at(kd::PGM_RSRC1),
+        pgm_rsrc2: rsrc2,
+        pgm_rsrc3: u32_at(kd::PGM_RSRC3),
+        user_sgprs: sgprs,
+        grid_items: p.grid,
+        group_size: p.group,
+        wave64,
+        lds_bytes: group_fixed.max(p.group_segment_size),
+        scratch,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_make_a_launch() {
+        let model = Gpu::by_name("gfx1100").unwrap();
+        let c = regs::compute(model.generation());
+        let mut sh = [0u32; SH_WINDOW];
+        let at = |o: u16| usize::from(o);
+        sh[at(c.num_thread_x)] = 64;
+        sh[at(c.num_thread_x) + 1] = 1;
+        sh[at(c.num_thread_x) + 2] = 1;
+        sh[at(c.pgm_lo)] = 0x1234;
+        sh[at(c.pgm_lo) + 1] = 0x1;
+        sh[at(c.pgm_rsrc2)] = 4 << 1 | 2 << 15;
+        sh[at(c.pgm_rsrc3)] = 0x77;
+        for i in 0..4 {
+            sh[at(c.user_data_0) + i] = 10 + i as u32;
+        }
+        let d = from_registers(model, &sh, [3, 2, 1], 1 | 1 << 15).unwrap();
+        assert_eq!(d.code_address, 0x1_0000_1234 << 8);
+        assert_eq!(d.grid_items, [192, 2, 1]);
+        assert_eq!(d.group_size, [64, 1, 1]);
+        assert_eq!(d.user_sgprs, vec![10, 11, 12, 13]);
+        assert_eq!(d.pgm_rsrc3, 0x77);
+        assert!(!d.wave64);
+        assert_eq!(d.lds_bytes, 1024);
+        assert!(d.scratch.is_none());
+        let d = from_registers(model, &sh, [3, 2, 1], 1).unwrap();
+        assert!(d.wave64);
+        // Scratch: 4 waves of 2 KiB, base 0x1234_5600.
+        sh[at(c.pgm_rsrc2)] |= 1;
+        sh[at(c.tmpring_size)] = 4 | 8 << 12;
+        sh[at(c.dispatch_scratch_base_lo)] = 0x12_3456;
+        let d = from_registers(model, &sh, [1, 1, 1], 1 | 1 << 15).unwrap();
+        assert_eq!(
+            d.scratch,
+            Some(Scratch {
+                base: 0x1234_5600,
+                bytes_per_lane: 64,
+                waves: 4
+            })
+        );
+        sh[at(c.num_thread_x) + 2] = 0;
+        assert!(from_registers(model, &sh, [3, 2, 1], 1).is_err());
+    }
+}

@@ -1,0 +1,389 @@
+//! The simulated AMD GPU of rig.
+//!
+//! `rigd` serves this GPU when no AMD GPU is present, and every test of the system runs on it,
+//! so it keeps the hardware's contract rather than the client's convenience: it reads the same
+//! packets from the same rings in GPU memory, started by doorbell stores into shared memory;
+//! every access goes through the client's page table; a bad packet or a fault stops that
+//! queue and is reported, never a panic of the daemon.
+//!
+//! # Model
+//!
+//! A [`SimGpu`] is one entry of rig-amd's GPU table ([`rig_amd::gpu::Gpu`]): gfx1100 by
+//! default, gfx1201, or gfx942 (several dies, AQL compute queue). Its VRAM is sparse
+//! ([`SimConfig::vram_bytes`], 16 GiB by default, resident only once touched) and its clock
+//! counts at [`SimConfig::clock_hz`] (100 MHz by default) from its creation.
+//!
+//! # API (what the daemon's `sim` path builds on)
+//!
+//! ```text
+//! SimGpu::new(SimConfig) -> Result<Arc<SimGpu>>
+//!   .model() -> &'static Gpu          .clock() -> ClockRelation     .clock_ticks() -> u64
+//!   .create_address_space() -> Result<AddressSpace>                 (one VMID each)
+//! AddressSpace
+//!   .alloc_vram(va, bytes)  .map_host(va, &SharedRegion, offset, bytes, writable)
+//!   .unmap(va, bytes)  .read(va, &mut [u8])  .write(va, &[u8])  .load_u64 / .store_u64
+//!   .create_queue(QueueDesc, on_interrupt, on_fault) -> Result<Queue>
+//! Queue
+//!   .stop()  .status() -> QueueStatus  .interrupts() -> u64  .id()
+//! ```
+//!
+//! The daemon chooses every GPU virtual address. Addresses and sizes of mappings are whole
+//! 4 KiB pages; host pages come from [`rig_shm::SharedRegion`]s (memfds shared with clients).
+//!
+//! # Queues
+//!
+//! A queue reads a ring of a power of two of bytes at `ring_va`; its read position is the
+//! 64-bit word at `rptr_va`, which the queue writes, and its write position the 64-bit word at
+//! `wptr_va`, which the client writes. Both start at 0 and only grow. Their units are the
+//! hardware's: **dwords** for PM4, **bytes** for SDMA, **64-byte packets** for AQL. A queue
+//! processes whatever lies between the two once its doorbell ([`rig_shm::Doorbell`]) is rung
+//! with any new value; a PM4 or SDMA queue reads its write position from memory, and an AQL
+//! queue runs packets while their headers are valid (the doorbell value, the last packet's
+//! index, only wakes it). Each queue runs on a thread of its own, which sleeps on the
+//! doorbell's futex when it has nothing to do: an idle GPU spends no CPU.
+//!
+//! - PM4 ([`pm4`]): NOP, SET_SH_REG, DISPATCH_DIRECT, RELEASE_MEM, WAIT_REG_MEM(64),
+//!   ACQUIRE_MEM, WRITE_DATA, COPY_DATA, INDIRECT_BUFFER (chained), EVENT_WRITE.
+//! - SDMA ([`sdma`]): NOP, COPY_LINEAR, COPY_LINEAR_SUB_WINDOW, CONST_FILL, FENCE (32 bits),
+//!   TRAP, POLL_REGMEM, TIMESTAMP, GCR.
+//! - AQL ([`aql`]): kernel dispatch, barrier-AND and barrier-OR, completion signals.
+//!
+//! A dispatch is handed, fully described, to the [`KernelExecutor`] of the GPU; see
+//! [`dispatch`]. Work runs in queue order: a dispatch completes before the next packet runs,
+//! so an end-of-pipe release follows the dispatches before it.
+//!
+//! **Waits.** WAIT_REG_MEM and POLL_REGMEM and AQL barriers spend no CPU while they wait: every
+//! write by an engine of this GPU (releases, fences, data writes, signal updates, copies)
+//! bumps a GPU-wide event futex that wakes them, and they re-poll memory every millisecond
+//! ([`WAIT_POLL`]) for writes by the host, which no futex announces.
+//!
+//! **Interrupts and faults.** A release or trap that asks for an interrupt calls the queue's
+//! `on_interrupt` with an [`Interrupt`] that carries a per-queue count, so a consumer can tell
+//! whether it missed one. A fault (page fault, bad packet, a kernel that could not run) stops
+//! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called.
+//!
+//! **Stop.** [`Queue::stop`] returns without waiting for the queue's work, and once it has
+//! returned nothing of the queue writes memory: copies move at most [`memory::CHUNK`] bytes
+//! between checks of the stop flag, and kernels see the executor's stop flag.
+//!
+//! This crate does not parse packets (rig-amd does) or run instructions (rig-isa does).
+
+pub mod aql;
+pub mod clock;
+pub mod dispatch;
+pub mod memory;
+pub mod pm4;
+pub mod queue;
+pub mod sdma;
+mod vram;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use rig_amd::gpu::Gpu;
+use rig_shm::SharedRegion;
+
+pub use clock::ClockRelation;
+pub use dispatch::{IsaExecutor, KernelExecutor, NoExecutor};
+pub use memory::{MapError, PageFault};
+pub use queue::{
+    FaultReason, Interrupt, InterruptSource, Queue, QueueDesc, QueueFault, QueueStatus,
+};
+
+use crate::memory::Vm;
+use crate::vram::Vram;
+
+/// GPU pages are 4 KiB.
+pub const PAGE: u64 = 4096;
+
+/// How often a waiting packet re-reads memory that only the host may write.
+pub const WAIT_POLL: Duration = Duration::from_millis(1);
+
+/// Errors of the simulated GPU's control operations.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The model is not in rig-amd's GPU table.
+    #[error(
+        "unknown GPU model {0:?}; the simulator models the processors of rig-amd's table, such as gfx1100"
+    )]
+    UnknownModel(String),
+    /// Reserving the VRAM arena failed.
+    #[error("cannot reserve {bytes} bytes of address space for simulated VRAM")]
+    Vram {
+        /// The size asked for.
+        bytes: u64,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid simulator configuration: {0}")]
+    Config(&'static str),
+    /// A mapping change failed.
+    #[error(transparent)]
+    Map(#[from] MapError),
+    /// A queue description is invalid.
+    #[error("invalid queue: {0}")]
+    Queue(String),
+    /// A queue's thread could not start.
+    #[error("cannot start a queue thread")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Result of the simulator's control operations.
+pub type Result<T> = std::result::Result<T, SimError>;
+
+/// What to simulate.
+#[derive(Clone)]
+pub struct SimConfig {
+    /// The processor, such as `"gfx1100"`.
+    pub model: String,
+    /// Bytes of VRAM (virtual: pages are resident only once touched).
+    pub vram_bytes: u64,
+    /// GPU clock rate, ticks per second.
+    pub clock_hz: u64,
+    /// Host threads a dispatch may run workgroups on.
+    pub exec_threads: usize,
+    /// What runs kernels: [`IsaExecutor`] by default; [`NoExecutor`] faults every dispatch,
+    /// saying why.
+    pub executor: Arc<dyn KernelExecutor>,
+}
+
+impl std::fmt::Debug for SimConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimConfig")
+            .field("model", &self.model)
+            .field("vram_bytes", &self.vram_bytes)
+            .field("clock_hz", &self.clock_hz)
+            .field("exec_threads", &self.exec_threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            model: "gfx1100".into(),
+            vram_bytes: 16 << 30,
+            clock_hz: 100_000_000,
+            exec_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            executor: dispatch::default_executor(),
+        }
+    }
+}
+
+/// The GPU-wide event futex: bumped by every write of an engine, waited on by waits.
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    seq: AtomicU32,
+    waiters: AtomicU32,
+}
+
+impl Events {
+    /// Announces a write by an engine.
+    pub(crate) fn notify(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) != 0 {
+            rig_shm::futex::wake_all(&self.seq);
+        }
+    }
+
+    /// Waits until `check` is true (Ok(true)), `stopped` is true (Ok(false)) or `check` fails,
+    /// sleeping between engine writes and at most [`WAIT_POLL`] at a time.
+    pub(crate) fn wait_until<E>(
+        &self,
+        stopped: &dyn Fn() -> bool,
+        mut check: impl FnMut() -> std::result::Result<bool, E>,
+    ) -> std::result::Result<bool, E> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let r = loop {
+            let seen = self.seq.load(Ordering::SeqCst);
+            if stopped() {
+                break Ok(false);
+            }
+            match check() {
+                Ok(true) => break Ok(true),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+            rig_shm::futex::wait(&self.seq, seen, Some(WAIT_POLL));
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    /// Wakes every waiter (so that it sees a stop).
+    pub(crate) fn wake_all(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        rig_shm::futex::wake_all(&self.seq);
+    }
+}
+
+/// A simulated GPU.
+#[derive(Debug)]
+pub struct SimGpu {
+    model: &'static Gpu,
+    config: SimConfig,
+    vram: Arc<Vram>,
+    clock: ClockRelation,
+    pub(crate) events: Events,
+    next_vmid: AtomicU32,
+    pub(crate) next_queue: AtomicU32,
+}
+
+impl SimGpu {
+    /// Makes a simulated GPU.
+    pub fn new(config: SimConfig) -> Result<Arc<SimGpu>> {
+        let model = Gpu::by_name(&config.model)
+            .ok_or_else(|| SimError::UnknownModel(config.model.clone()))?;
+        if config.clock_hz == 0 {
+            return Err(SimError::Config("clock_hz must be at least 1"));
+        }
+        if config.vram_bytes < PAGE {
+            return Err(SimError::Config("vram_bytes must be at least one page"));
+        }
+        if config.exec_threads == 0 {
+            return Err(SimError::Config("exec_threads must be at least 1"));
+        }
+        let bytes = config.vram_bytes / PAGE * PAGE;
+        let vram = Vram::new(bytes).map_err(|source| SimError::Vram { bytes, source })?;
+        let clock = ClockRelation {
+            epoch_monotonic_ns: clock::monotonic_ns(),
+            hz: config.clock_hz,
+        };
+        Ok(Arc::new(SimGpu {
+            model,
+            config,
+            vram: Arc::new(vram),
+            clock,
+            events: Events::default(),
+            next_vmid: AtomicU32::new(1),
+            next_queue: AtomicU32::new(0),
+        }))
+    }
+
+    /// The modelled GPU.
+    pub fn model(&self) -> &'static Gpu {
+        self.model
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Bytes of VRAM.
+    pub fn vram_bytes(&self) -> u64 {
+        self.vram.bytes()
+    }
+
+    /// Bytes of VRAM no address space holds.
+    pub fn vram_free(&self) -> u64 {
+        self.vram.free_bytes()
+    }
+
+    /// The GPU clock counter now.
+    pub fn clock_ticks(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// How the GPU clock relates to the host's `CLOCK_MONOTONIC`.
+    pub fn clock(&self) -> ClockRelation {
+        self.clock
+    }
+
+    /// A new GPU address space with a VMID of its own.
+    pub fn create_address_space(self: &Arc<Self>) -> AddressSpace {
+        let vmid = self.next_vmid.fetch_add(1, Ordering::Relaxed);
+        AddressSpace {
+            gpu: self.clone(),
+            vm: Arc::new(Vm::new(vmid, self.vram.clone())),
+        }
+    }
+}
+
+/// A GPU address space (one VMID): its page table, and the queues that run in it.
+///
+/// Dropping it unmaps everything once the last queue of it is gone.
+#[derive(Debug, Clone)]
+pub struct AddressSpace {
+    gpu: Arc<SimGpu>,
+    vm: Arc<Vm>,
+}
+
+impl AddressSpace {
+    /// The VMID.
+    pub fn vmid(&self) -> u32 {
+        self.vm.vmid()
+    }
+
+    /// The GPU it belongs to.
+    pub fn gpu(&self) -> &Arc<SimGpu> {
+        &self.gpu
+    }
+
+    /// The page table, which implements [`rig_isa::Memory`].
+    pub fn memory(&self) -> &Arc<Vm> {
+        &self.vm
+    }
+
+    /// Maps `bytes` of new zeroed VRAM at `va` (whole pages, not mapped yet).
+    pub fn alloc_vram(&self, va: u64, bytes: u64) -> Result<()> {
+        Ok(self.vm.alloc_vram(va, bytes)?)
+    }
+
+    /// Maps `bytes` of `region` from `offset` at `va` (whole pages), read-only unless
+    /// `writable`.
+    pub fn map_host(
+        &self,
+        va: u64,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+        writable: bool,
+    ) -> Result<()> {
+        Ok(self.vm.map_host(va, region, offset, bytes, writable)?)
+    }
+
+    /// Unmaps whatever is mapped of `bytes` at `va`; returns the bytes that were mapped.
+    pub fn unmap(&self, va: u64, bytes: u64) -> Result<u64> {
+        Ok(self.vm.unmap(va, bytes)?)
+    }
+
+    /// Reads GPU memory as the GPU would.
+    pub fn read(&self, va: u64, buf: &mut [u8]) -> std::result::Result<(), PageFault> {
+        self.vm.read(va, buf)
+    }
+
+    /// Writes GPU memory as the GPU would (not an engine write: waits see it at their poll).
+    pub fn write(&self, va: u64, data: &[u8]) -> std::result::Result<(), PageFault> {
+        self.vm.write(va, data)
+    }
+
+    /// Loads the 64-bit word at `va` (acquire).
+    pub fn load_u64(&self, va: u64) -> std::result::Result<u64, PageFault> {
+        self.vm.load_u64(va, Ordering::Acquire)
+    }
+
+    /// Stores the 64-bit word at `va` (release).
+    pub fn store_u64(&self, va: u64, value: u64) -> std::result::Result<(), PageFault> {
+        self.vm.store_u64(va, value, Ordering::Release)
+    }
+
+    /// Starts a queue in this address space (see the crate docs for its ring and positions).
+    pub fn create_queue(
+        &self,
+        desc: QueueDesc,
+        on_interrupt: Arc<dyn Fn(Interrupt) + Send + Sync>,
+        on_fault: Arc<dyn Fn(QueueFault) + Send + Sync>,
+    ) -> Result<Queue> {
+        queue::start(
+            self.gpu.clone(),
+            self.vm.clone(),
+            desc,
+            on_interrupt,
+            on_fault,
+        )
+    }
+}

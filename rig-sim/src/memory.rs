@@ -1,0 +1,822 @@
+//! One VMID's GPU virtual memory: its page table and every access the simulated GPU makes.
+//!
+//! The page table maps 4 KiB GPU pages to simulated VRAM pages or to pages of host memory
+//! registered from a [`SharedRegion`]. It is kept as runs of consecutive pages with
+//! consecutive backing (one entry per `alloc_vram` run or `map_host` call), which is the same
+//! mapping a per-page table would hold, but lets a large copy translate a whole run at once and
+//! copy it with one `memcpy` per chunk.
+//!
+//! Every access of the GPU goes through [`Vm::span`]: an unmapped page, or a write to a page
+//! mapped read-only, is a [`PageFault`] of this VMID with the faulting address. Host pages are
+//! shared with other processes, so this module never makes references to mapped bytes: it
+//! copies through raw pointers and uses atomics for words.
+//!
+//! It does not own VRAM (the [`crate::vram`] arena) or decide addresses (the daemon does).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use rig_shm::SharedRegion;
+
+use crate::PAGE;
+use crate::vram::Vram;
+
+/// A GPU access the page table refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageFault {
+    /// The VMID whose page table refused it.
+    pub vmid: u32,
+    /// The first GPU virtual address of the access that is not mapped (or not writable).
+    pub address: u64,
+    /// Whether the access was a write.
+    pub write: bool,
+    /// True if the page is mapped but read-only (a write fault); false if it is unmapped.
+    pub read_only: bool,
+}
+
+impl std::fmt::Display for PageFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.read_only {
+            "write to a read-only page"
+        } else if self.write {
+            "write to an unmapped page"
+        } else {
+            "read of an unmapped page"
+        };
+        write!(
+            f,
+            "page fault of vmid {}: {what} at {:#x}",
+            self.vmid, self.address
+        )
+    }
+}
+
+/// Errors of changing a page table.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MapError {
+    /// Addresses and sizes are whole 4 KiB pages.
+    #[error("address {va:#x} or size {bytes:#x} is not a whole number of 4 KiB pages, or is empty")]
+    Unaligned {
+        /// The address asked for.
+        va: u64,
+        /// The size asked for.
+        bytes: u64,
+    },
+    /// Part of the range is mapped already.
+    #[error("GPU addresses {va:#x}..{end:#x} overlap a mapping; unmap it first")]
+    Overlap {
+        /// The start asked for.
+        va: u64,
+        /// The end asked for.
+        end: u64,
+    },
+    /// Simulated VRAM has too few free bytes.
+    #[error("simulated VRAM lacks {bytes} free bytes")]
+    OutOfVram {
+        /// The size asked for.
+        bytes: u64,
+    },
+    /// The host range does not lie in the region.
+    #[error(
+        "host range at offset {offset:#x} of {bytes:#x} bytes leaves a region of {len:#x} bytes, or does not start a page"
+    )]
+    OutsideRegion {
+        /// The offset asked for.
+        offset: u64,
+        /// The size asked for.
+        bytes: u64,
+        /// The region's size.
+        len: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Backing {
+    /// Pages of the VRAM arena at this offset, owned by the entry.
+    Vram(u64),
+    /// Pages of a host region at this offset.
+    Host(SharedRegion, u64),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    bytes: u64,
+    backing: Backing,
+    writable: bool,
+}
+
+impl Entry {
+    /// The entry's part from `skip` bytes in, `bytes` long.
+    fn part(&self, skip: u64, bytes: u64) -> Entry {
+        let backing = match &self.backing {
+            Backing::Vram(o) => Backing::Vram(o + skip),
+            Backing::Host(r, o) => Backing::Host(r.clone(), o + skip),
+        };
+        Entry {
+            bytes,
+            backing,
+            writable: self.writable,
+        }
+    }
+}
+
+/// A run of host-addressable bytes that a GPU range translated to.
+///
+/// It keeps a registered host region alive while it is used, so that an unmap racing a copy
+/// never leaves the copy with a dangling pointer (VRAM stays mapped for the life of the GPU).
+#[derive(Debug)]
+pub(crate) struct Span {
+    ptr: *mut u8,
+    len: usize,
+    _keep: Option<SharedRegion>,
+}
+
+/// One VMID's address space.
+#[derive(Debug)]
+pub struct Vm {
+    vmid: u32,
+    vram: Arc<Vram>,
+    table: RwLock<BTreeMap<u64, Entry>>,
+}
+
+/// Bytes one step of a copy or fill moves before it checks its stop flag again: large enough
+/// that `memcpy` takes its streaming (non-temporal) path, small enough that a stop waits a few
+/// milliseconds at most.
+pub const CHUNK: usize = 16 << 20;
+
+impl Vm {
+    pub(crate) fn new(vmid: u32, vram: Arc<Vram>) -> Vm {
+        Vm {
+            vmid,
+            vram,
+            table: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// The VMID.
+    pub fn vmid(&self) -> u32 {
+        self.vmid
+    }
+
+    fn check_pages(va: u64, bytes: u64) -> Result<u64, MapError> {
+        let end = va.checked_add(bytes);
+        match end {
+            Some(end) if bytes > 0 && va.is_multiple_of(PAGE) && bytes.is_multiple_of(PAGE) => {
+                Ok(end)
+            }
+            _ => Err(MapError::Unaligned { va, bytes }),
+        }
+    }
+
+    fn overlaps(table: &BTreeMap<u64, Entry>, va: u64, end: u64) -> bool {
+        if let Some((s, e)) = table.range(..end).next_back() {
+            return s + e.bytes > va;
+        }
+        false
+    }
+
+    /// Maps `bytes` of new zeroed VRAM at `va`.
+    pub fn alloc_vram(&self, va: u64, bytes: u64) -> Result<(), MapError> {
+        let end = Self::check_pages(va, bytes)?;
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        if Self::overlaps(&table, va, end) {
+            return Err(MapError::Overlap { va, end });
+        }
+        let runs = self
+            .vram
+            .alloc(bytes)
+            .ok_or(MapError::OutOfVram { bytes })?;
+        let mut at = va;
+        for (offset, len) in runs {
+            table.insert(
+                at,
+                Entry {
+                    bytes: len,
+                    backing: Backing::Vram(offset),
+                    writable: true,
+                },
+            );
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Maps `bytes` of `region` from `offset` (both whole pages) at `va`.
+    pub fn map_host(
+        &self,
+        va: u64,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+        writable: bool,
+    ) -> Result<(), MapError> {
+        let end = Self::check_pages(va, bytes)?;
+        if !offset.is_multiple_of(PAGE) || !region.contains(offset, bytes) {
+            return Err(MapError::OutsideRegion {
+                offset,
+                bytes,
+                len: region.len() as u64,
+            });
+        }
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        if Self::overlaps(&table, va, end) {
+            return Err(MapError::Overlap { va, end });
+        }
+        table.insert(
+            va,
+            Entry {
+                bytes,
+                backing: Backing::Host(region.clone(), offset),
+                writable,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unmaps every mapped page of `bytes` at `va` (whole pages), giving VRAM pages back.
+    /// Returns the bytes that were mapped.
+    pub fn unmap(&self, va: u64, bytes: u64) -> Result<u64, MapError> {
+        let end = Self::check_pages(va, bytes)?;
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let starts: Vec<u64> = {
+            let first = match table.range(..=va).next_back() {
+                Some((s, e)) if s + e.bytes > va => *s,
+                _ => va,
+            };
+            table.range(first..end).map(|(s, _)| *s).collect()
+        };
+        let mut unmapped = 0;
+        for s in starts {
+            let Some(e) = table.remove(&s) else { continue };
+            let e_end = s + e.bytes;
+            let cut_start = s.max(va);
+            let cut_end = e_end.min(end);
+            if s < cut_start {
+                table.insert(s, e.part(0, cut_start - s));
+            }
+            if cut_end < e_end {
+                table.insert(cut_end, e.part(cut_end - s, e_end - cut_end));
+            }
+            if let Backing::Vram(o) = e.backing {
+                self.vram.free(o + (cut_start - s), cut_end - cut_start);
+            }
+            unmapped += cut_end - cut_start;
+        }
+        Ok(unmapped)
+    }
+
+    /// Translates the access of up to `len` bytes at `va` in `table`: a pointer to `va`'s
+    /// byte, the bytes from there to the end of its mapping run or `len` (whichever is
+    /// first), and the host region that holds them, if any.
+    fn translate<'t>(
+        &self,
+        table: &'t BTreeMap<u64, Entry>,
+        va: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<(*mut u8, usize, Option<&'t SharedRegion>), PageFault> {
+        let fault = |read_only| PageFault {
+            vmid: self.vmid,
+            address: va,
+            write,
+            read_only,
+        };
+        let Some((start, e)) = table.range(..=va).next_back() else {
+            return Err(fault(false));
+        };
+        let skip = va - start;
+        if skip >= e.bytes {
+            return Err(fault(false));
+        }
+        if write && !e.writable {
+            return Err(fault(true));
+        }
+        let avail = usize::try_from(e.bytes - skip).unwrap_or(usize::MAX);
+        let len = len.min(avail);
+        Ok(match &e.backing {
+            Backing::Vram(o) => (self.vram.ptr(o + skip), len, None),
+            Backing::Host(r, o) => {
+                // PANIC: map_host checked that offset + bytes lies in the region (a usize).
+                let off = usize::try_from(o + skip).expect("host offsets fit usize");
+                // SAFETY: o + skip < o + bytes <= region.len(), so this stays in the mapping.
+                (unsafe { r.as_ptr().add(off) }, len, Some(r))
+            }
+        })
+    }
+
+    /// Translates the access of up to `len` bytes at `va` into a [`Span`] that keeps its
+    /// memory alive without holding the page table: for long copies.
+    pub(crate) fn span(&self, va: u64, len: usize, write: bool) -> Result<Span, PageFault> {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let (ptr, len, region) = self.translate(&table, va, len, write)?;
+        Ok(Span {
+            ptr,
+            len,
+            _keep: region.cloned(),
+        })
+    }
+
+    /// Runs `f` on the translation of up to `len` bytes at `va` while holding the page table,
+    /// which keeps the memory mapped: for short accesses, with no reference counting.
+    fn with_span<T>(
+        &self,
+        va: u64,
+        len: usize,
+        write: bool,
+        f: impl FnOnce(*mut u8, usize) -> T,
+    ) -> Result<T, PageFault> {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let (ptr, len, _) = self.translate(&table, va, len, write)?;
+        Ok(f(ptr, len))
+    }
+
+    /// Whether every byte of `len` at `va` is mapped (writable, if `write`); the first
+    /// faulting address otherwise.
+    pub fn check(&self, va: u64, len: u64, write: bool) -> Result<(), PageFault> {
+        let mut at = va;
+        let end = va.saturating_add(len);
+        while at < end {
+            let s = self.span(at, usize::try_from(end - at).unwrap_or(usize::MAX), write)?;
+            at += s.len as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `va`.
+    pub fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), PageFault> {
+        let mut done = 0;
+        while done < buf.len() {
+            let want = buf.len() - done;
+            done += self.with_span(va.wrapping_add(done as u64), want, false, |p, n| {
+                // SAFETY: `p` has n readable bytes, mapped while the table is held; `buf` is
+                // private and has n bytes from `done`.
+                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr().add(done), n) };
+                n
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `va`. On a fault, the bytes before the faulting page are written.
+    pub fn write(&self, va: u64, data: &[u8]) -> Result<(), PageFault> {
+        let mut done = 0;
+        while done < data.len() {
+            let want = data.len() - done;
+            done += self.with_span(va.wrapping_add(done as u64), want, true, |p, n| {
+                // SAFETY: `p` has n writable bytes, mapped while the table is held; `data` is
+                // private and has n bytes from `done`.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(done), p, n) };
+                n
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Reads `n` dwords at `va` (little-endian, as the GPU reads packets).
+    pub(crate) fn read_dwords(&self, va: u64, n: usize) -> Result<Vec<u32>, PageFault> {
+        let mut bytes = vec![0u8; n * 4];
+        self.read(va, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Copies `len` bytes from `src` to `dst` in chunks of [`CHUNK`], checking `stop` before
+    /// each chunk. Returns false if stopped. Overlapping ranges copy as `memmove` per chunk.
+    pub(crate) fn copy(
+        &self,
+        dst: u64,
+        src: u64,
+        len: u64,
+        stop: &AtomicBool,
+    ) -> Result<bool, PageFault> {
+        let mut done = 0u64;
+        while done < len {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let want = usize::try_from(len - done).unwrap_or(usize::MAX).min(CHUNK);
+            let s = self.span(src.wrapping_add(done), want, false)?;
+            let d = self.span(dst.wrapping_add(done), s.len, true)?;
+            let n = d.len;
+            let overlap =
+                (s.ptr as usize) < (d.ptr as usize) + n && (d.ptr as usize) < (s.ptr as usize) + n;
+            if overlap {
+                // SAFETY: both spans have at least n bytes (d.len <= s.len), kept alive by s and d.
+                unsafe { std::ptr::copy(s.ptr, d.ptr, n) };
+            } else {
+                // SAFETY: as above, and the two ranges are disjoint (checked just before).
+                unsafe { copy_bytes(s.ptr, d.ptr, n) };
+            }
+            done += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// Fills `len` bytes at `dst` with the little-endian repetition of `pattern`, starting at
+    /// its first byte, checking `stop` before each chunk. Returns false if stopped.
+    pub(crate) fn fill(
+        &self,
+        dst: u64,
+        len: u64,
+        pattern: u32,
+        stop: &AtomicBool,
+    ) -> Result<bool, PageFault> {
+        let pat = pattern.to_le_bytes();
+        let mut done = 0u64;
+        while done < len {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let want = usize::try_from(len - done).unwrap_or(usize::MAX).min(CHUNK);
+            let d = self.span(dst.wrapping_add(done), want, true)?;
+            {
+                let phase = (done % 4) as usize;
+                let at_phase: [u8; 4] = std::array::from_fn(|i| pat[(phase + i) % 4]);
+                // SAFETY: the span has d.len writable bytes, kept alive by d.
+                unsafe { fill_pattern(d.ptr, d.len, at_phase) };
+            }
+            done += d.len as u64;
+        }
+        Ok(true)
+    }
+
+    /// Runs `f` on the aligned 32-bit word at `va` as an atomic.
+    fn with_u32<T>(
+        &self,
+        va: u64,
+        write: bool,
+        f: impl FnOnce(&AtomicU32) -> T,
+    ) -> Result<Option<T>, PageFault> {
+        if !va.is_multiple_of(4) {
+            return Ok(None);
+        }
+        self.with_span(va, 4, write, |p, _| {
+            // SAFETY: an aligned word of a mapped page (a 4-aligned va in a page-aligned run
+            // maps to a 4-aligned host address), mapped while the table is held; shared bytes
+            // are only ever reached through atomics or raw copies, never plain references.
+            let a = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
+            Some(f(a))
+        })
+    }
+
+    /// Runs `f` on the aligned 64-bit word at `va` as an atomic.
+    fn with_u64<T>(
+        &self,
+        va: u64,
+        write: bool,
+        f: impl FnOnce(&AtomicU64) -> T,
+    ) -> Result<Option<T>, PageFault> {
+        if !va.is_multiple_of(8) {
+            return Ok(None);
+        }
+        self.with_span(va, 8, write, |p, _| {
+            // SAFETY: as in `with_u32`, 8-aligned.
+            let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+            Some(f(a))
+        })
+    }
+
+    /// Loads the u32 at `va` (atomically if aligned).
+    pub fn load_u32(&self, va: u64, order: Ordering) -> Result<u32, PageFault> {
+        if let Some(v) = self.with_u32(va, false, |a| a.load(order))? {
+            return Ok(v);
+        }
+        let mut b = [0u8; 4];
+        self.read(va, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Loads the u64 at `va` (atomically if aligned).
+    pub fn load_u64(&self, va: u64, order: Ordering) -> Result<u64, PageFault> {
+        if let Some(v) = self.with_u64(va, false, |a| a.load(order))? {
+            return Ok(v);
+        }
+        let mut b = [0u8; 8];
+        self.read(va, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Stores the u32 at `va` (atomically if aligned).
+    pub fn store_u32(&self, va: u64, value: u32, order: Ordering) -> Result<(), PageFault> {
+        if self
+            .with_u32(va, true, |a| a.store(value, order))?
+            .is_none()
+        {
+            self.write(va, &value.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Stores the u64 at `va` (atomically if aligned).
+    pub fn store_u64(&self, va: u64, value: u64, order: Ordering) -> Result<(), PageFault> {
+        if self
+            .with_u64(va, true, |a| a.store(value, order))?
+            .is_none()
+        {
+            self.write(va, &value.to_le_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Atomic read-modify-write of the u32 at `va`; returns the old value. An unaligned word
+    /// is read and written without atomicity.
+    pub fn rmw_u32(&self, va: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, PageFault> {
+        let r = self.with_u32(va, true, |a| {
+            let mut old = a.load(Ordering::Relaxed);
+            loop {
+                match a.compare_exchange_weak(old, op(old), Ordering::SeqCst, Ordering::Relaxed) {
+                    Ok(v) => return v,
+                    Err(v) => old = v,
+                }
+            }
+        })?;
+        if let Some(v) = r {
+            return Ok(v);
+        }
+        let old = self.load_u32(va, Ordering::SeqCst)?;
+        self.store_u32(va, op(old), Ordering::SeqCst)?;
+        Ok(old)
+    }
+
+    /// 64-bit variant of [`Vm::rmw_u32`].
+    pub fn rmw_u64(&self, va: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, PageFault> {
+        let r = self.with_u64(va, true, |a| {
+            let mut old = a.load(Ordering::Relaxed);
+            loop {
+                match a.compare_exchange_weak(old, op(old), Ordering::SeqCst, Ordering::Relaxed) {
+                    Ok(v) => return v,
+                    Err(v) => old = v,
+                }
+            }
+        })?;
+        if let Some(v) = r {
+            return Ok(v);
+        }
+        let old = self.load_u64(va, Ordering::SeqCst)?;
+        self.store_u64(va, op(old), Ordering::SeqCst)?;
+        Ok(old)
+    }
+
+    /// Unmaps everything (at drop of the address space).
+    pub(crate) fn clear(&self) {
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        for (_, e) in std::mem::take(&mut *table) {
+            if let Backing::Vram(o) = e.backing {
+                self.vram.free(o, e.bytes);
+            }
+        }
+    }
+}
+
+/// Copies and fills of at least this many bytes use streaming (non-temporal) stores, which
+/// skip reading the destination into the cache: what `memcpy` and `memset` do for large sizes.
+const STREAM_MIN: usize = 256 << 10;
+
+/// Copies `n` bytes from `src` to `dst`, two disjoint ranges.
+///
+/// # Safety
+///
+/// `src` must be valid for `n` bytes of reads and `dst` for `n` bytes of writes, the two
+/// disjoint, and no reference may cover either.
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if n >= STREAM_MIN {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = dst.align_offset(16).min(n);
+        let body_end = head + (n - head) / 64 * 64;
+        // SAFETY: the caller's ranges hold n bytes; `head` <= n. Each 64-byte step reads and
+        // writes inside [head, body_end) <= n, stores to 16-byte aligned addresses (dst + head
+        // is aligned), and the fence orders the streaming stores before any later store, such
+        // as the release of a fence that publishes the copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let mut i = head;
+            while i < body_end {
+                let s = src.add(i).cast::<__m128i>();
+                let d = dst.add(i).cast::<__m128i>();
+                let (a, b, c, e) = (
+                    _mm_loadu_si128(s),
+                    _mm_loadu_si128(s.add(1)),
+                    _mm_loadu_si128(s.add(2)),
+                    _mm_loadu_si128(s.add(3)),
+                );
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), e);
+                i += 64;
+            }
+            _mm_sfence();
+            std::ptr::copy_nonoverlapping(src.add(body_end), dst.add(body_end), n - body_end);
+        }
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+}
+
+/// Writes `len` bytes at `dst` with `pattern` repeated from its first byte.
+///
+/// # Safety
+///
+/// `dst` must be valid for `len` bytes of writes that no reference covers.
+unsafe fn fill_pattern(dst: *mut u8, len: usize, pattern: [u8; 4]) {
+    let qwords = len / 8;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let q = u64::from(u32::from_le_bytes(pattern)) * 0x1_0000_0001;
+        // SAFETY: `rep stosq` writes `qwords` 8-byte values from `dst` upwards (the ABI keeps
+        // the direction flag clear), within the caller's `len` bytes. It is the string store
+        // the microcode runs at memset's speed (it streams large fills), which a loop of
+        // stores does not reach.
+        unsafe {
+            std::arch::asm!(
+                "rep stosq",
+                inout("rcx") qwords => _,
+                inout("rdi") dst => _,
+                in("rax") q,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for i in 0..qwords * 2 {
+        // SAFETY: 4 * i + 4 <= 8 * qwords <= len.
+        unsafe { dst.add(4 * i).cast::<[u8; 4]>().write_unaligned(pattern) };
+    }
+    for i in qwords * 8..len {
+        // SAFETY: i < len.
+        unsafe { dst.add(i).write(pattern[i % 4]) };
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+impl From<PageFault> for rig_isa::MemoryFault {
+    fn from(f: PageFault) -> Self {
+        rig_isa::MemoryFault {
+            address: f.address,
+            write: f.write,
+        }
+    }
+}
+
+impl rig_isa::Memory for Vm {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), rig_isa::MemoryFault> {
+        Vm::read(self, addr, out).map_err(Into::into)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), rig_isa::MemoryFault> {
+        Vm::write(self, addr, data).map_err(Into::into)
+    }
+
+    fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, rig_isa::MemoryFault> {
+        self.rmw_u32(addr, op).map_err(Into::into)
+    }
+
+    fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, rig_isa::MemoryFault> {
+        self.rmw_u64(addr, op).map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm() -> Vm {
+        Vm::new(3, Arc::new(Vram::new(256 * PAGE).unwrap()))
+    }
+
+    #[test]
+    fn unmapped_and_read_only_fault_with_the_address() {
+        let vm = vm();
+        let r = SharedRegion::create("host", 4 * PAGE as usize).unwrap();
+        vm.alloc_vram(0x10000, 2 * PAGE).unwrap();
+        vm.map_host(0x20000, &r, PAGE, 2 * PAGE, false).unwrap();
+        let mut b = [0u8; 16];
+        let f = vm.read(0x10000 + 2 * PAGE - 8, &mut b).unwrap_err();
+        assert_eq!(
+            (f.address, f.write, f.read_only, f.vmid),
+            (0x12000, false, false, 3)
+        );
+        let f = vm.write(0x20010, &[1]).unwrap_err();
+        assert_eq!((f.address, f.write, f.read_only), (0x20010, true, true));
+        r.write(PAGE as usize + 0x10, &[9, 8, 7]);
+        vm.read(0x20010, &mut b[..3]).unwrap();
+        assert_eq!(&b[..3], &[9, 8, 7]);
+        assert_eq!(
+            vm.alloc_vram(0x11000, PAGE),
+            Err(MapError::Overlap {
+                va: 0x11000,
+                end: 0x12000
+            })
+        );
+        assert!(matches!(
+            vm.alloc_vram(0x1001, PAGE),
+            Err(MapError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            vm.map_host(0x40000, &r, 0, 5 * PAGE, true),
+            Err(MapError::OutsideRegion { .. })
+        ));
+    }
+
+    #[test]
+    fn partial_unmap_splits_and_frees() {
+        let vram = Arc::new(Vram::new(16 * PAGE).unwrap());
+        let vm = Vm::new(1, vram.clone());
+        vm.alloc_vram(0, 8 * PAGE).unwrap();
+        vm.write(0, &vec![0x5a; 8 * PAGE as usize]).unwrap();
+        assert_eq!(vm.unmap(2 * PAGE, 3 * PAGE).unwrap(), 3 * PAGE);
+        assert_eq!(vram.free_bytes(), 11 * PAGE);
+        let mut b = [0u8; 1];
+        vm.read(2 * PAGE - 1, &mut b).unwrap();
+        assert_eq!(b[0], 0x5a);
+        assert_eq!(vm.read(2 * PAGE, &mut b).unwrap_err().address, 2 * PAGE);
+        vm.read(5 * PAGE, &mut b).unwrap();
+        assert_eq!(b[0], 0x5a);
+        assert_eq!(vm.unmap(0, 16 * PAGE).unwrap(), 5 * PAGE);
+        assert_eq!(vram.free_bytes(), 16 * PAGE);
+    }
+
+    #[test]
+    fn copies_cross_runs_and_backings() {
+        let vm = vm();
+        let r = SharedRegion::create("host", 8 * PAGE as usize).unwrap();
+        vm.map_host(0x100000, &r, 0, 8 * PAGE, true).unwrap();
+        vm.alloc_vram(0x200000, 4 * PAGE).unwrap();
+        vm.alloc_vram(0x204000, 4 * PAGE).unwrap();
+        let data: Vec<u8> = (0..20000u32).map(|i| (i * 7 + 3) as u8).collect();
+        r.write(5, &data);
+        let stop = AtomicBool::new(false);
+        assert!(vm.copy(0x200003, 0x100005, 20000, &stop).unwrap());
+        let mut got = vec![0u8; 20000];
+        vm.read(0x200003, &mut got).unwrap();
+        assert_eq!(got, data);
+        assert!(vm.fill(0x200001, 4097, 0x44332211, &stop).unwrap());
+        let mut got = vec![0u8; 6];
+        vm.read(0x200000, &mut got).unwrap();
+        assert_eq!(got, [0, 0x11, 0x22, 0x33, 0x44, 0x11]);
+        let f = vm.copy(0x207000, 0x100000, 2 * PAGE, &stop).unwrap_err();
+        assert_eq!(f.address, 0x208000);
+        stop.store(true, Ordering::Relaxed);
+        assert!(!vm.copy(0x200000, 0x100000, 10, &stop).unwrap());
+    }
+
+    #[test]
+    fn large_copies_and_fills_stream_at_odd_offsets() {
+        let vm = vm();
+        vm.alloc_vram(0, 256 * PAGE).unwrap();
+        let n = 300_003usize;
+        let data: Vec<u8> = (0..n as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        vm.write(5, &data).unwrap();
+        let stop = AtomicBool::new(false);
+        assert!(vm.copy(400_001, 5, n as u64, &stop).unwrap());
+        let mut got = vec![0u8; n + 2];
+        vm.read(400_000, &mut got).unwrap();
+        assert_eq!(got[0], 0);
+        assert!(got[1..=n] == data[..]);
+        assert_eq!(got[n + 1], 0);
+        assert!(vm.fill(3, n as u64, 0x4433_2211, &stop).unwrap());
+        let mut got = vec![0u8; n + 4];
+        vm.read(0, &mut got).unwrap();
+        assert_eq!(&got[..3], &[0, 0, 0]);
+        for (i, b) in got[3..3 + n].iter().enumerate() {
+            assert_eq!(*b, [0x11, 0x22, 0x33, 0x44][i % 4], "byte {i}");
+        }
+        assert_eq!(got[3 + n], data[n - 2]);
+    }
+
+    #[test]
+    fn words_and_atomics() {
+        let vm = vm();
+        vm.alloc_vram(0, PAGE).unwrap();
+        vm.store_u64(8, 0x0102_0304_0506_0708, Ordering::Release)
+            .unwrap();
+        assert_eq!(vm.load_u32(8, Ordering::Acquire).unwrap(), 0x0506_0708);
+        assert_eq!(
+            vm.load_u64(6, Ordering::Acquire).unwrap(),
+            0x0304_0506_0708_0000
+        );
+        assert_eq!(vm.rmw_u64(8, &|v| v - 8).unwrap(), 0x0102_0304_0506_0708);
+        assert_eq!(
+            vm.load_u64(8, Ordering::Acquire).unwrap(),
+            0x0102_0304_0506_0700
+        );
+        assert_eq!(vm.rmw_u32(2, &|v| v + 1).unwrap(), 0);
+        assert_eq!(vm.load_u32(2, Ordering::Acquire).unwrap(), 1);
+        assert_eq!(
+            vm.load_u32(PAGE, Ordering::Acquire).unwrap_err().address,
+            PAGE
+        );
+    }
+}

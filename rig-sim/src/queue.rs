@@ -1,0 +1,530 @@
+//! Hardware queues: one thread per queue that sleeps on its doorbell, reads its ring, and
+//! reports interrupts and faults to the queue's owner.
+//!
+//! This module owns a queue's life (start, stop, status), the reading of dword rings (PM4 and
+//! SDMA) between the read and write positions, and the delivery of interrupts and faults.
+//! The meaning of packets belongs to [`crate::pm4`], [`crate::sdma`] and [`crate::aql`].
+//!
+//! A queue's thread holds the queue's *gate* while it processes packets, and checks the stop
+//! flag between packets and between chunks of a copy; it never touches memory without the
+//! gate. [`Queue::stop`] sets the flag and then takes the gate once, so when it returns the
+//! thread is either asleep or about to see the flag: nothing of the queue writes memory
+//! afterwards, and stop waits at most for one chunk or one packet, not for the queue's work.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
+
+use rig_amd::gpu::QueueKind;
+use rig_shm::Doorbell;
+
+use crate::memory::{PageFault, Vm};
+use crate::{Result, SimError, SimGpu};
+
+/// Where a queue's ring and positions lie, and its doorbell.
+#[derive(Debug, Clone)]
+pub struct QueueDesc {
+    /// The packets it reads.
+    pub kind: QueueKind,
+    /// GPU address of the ring, 256-byte aligned.
+    pub ring_va: u64,
+    /// Bytes of the ring: a power of two, at least 256, at most the model's bound.
+    pub ring_bytes: u64,
+    /// GPU address of the 64-bit read position, which the queue writes.
+    pub rptr_va: u64,
+    /// GPU address of the 64-bit write position, which the client writes.
+    pub wptr_va: u64,
+    /// The doorbell the client rings after moving the write position.
+    pub doorbell: Doorbell,
+    /// AQL: GPU address of the queue's `amd_queue_t`, handed to kernels that ask for the
+    /// queue pointer; 0 if none. Other kinds ignore it.
+    pub queue_va: u64,
+    /// AQL: the scratch memory every kernel of the queue gets, as (GPU address, bytes);
+    /// (0, 0) if none. Other kinds ignore it (a PM4 dispatch names its scratch).
+    pub scratch: (u64, u64),
+}
+
+/// What raised an interrupt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptSource {
+    /// A PM4 RELEASE_MEM with an INT_SEL that interrupts.
+    ReleaseMem,
+    /// An SDMA TRAP.
+    SdmaTrap,
+    /// An AQL completion signal with an event mailbox.
+    Signal,
+}
+
+/// An interrupt, as delivered to a queue's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupt {
+    /// The VMID of the queue.
+    pub vmid: u32,
+    /// The queue's id.
+    pub queue: u32,
+    /// What raised it.
+    pub source: InterruptSource,
+    /// Its context: RELEASE_MEM's INT_CTXID, TRAP's INT_CONTEXT, a signal's event id.
+    pub context: u32,
+    /// The queue's interrupts so far, this one included: a consumer that saw count n - 1
+    /// before lost none.
+    pub count: u64,
+}
+
+/// Why a queue stopped by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultReason {
+    /// An access its page table refused.
+    Page(PageFault),
+    /// A packet (or ring state) it cannot run: unknown, malformed, or positions out of range.
+    BadPacket {
+        /// The queue's read position (in its units) at the packet.
+        position: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A dispatch that did not complete: the executor's reason (illegal instruction, no
+    /// executor for the model, a page fault inside the kernel...).
+    Kernel(String),
+    /// A bug of the simulator (a panic while running the queue's packets), caught so that it
+    /// stops this queue alone.
+    Internal(String),
+}
+
+impl From<PageFault> for FaultReason {
+    fn from(f: PageFault) -> Self {
+        FaultReason::Page(f)
+    }
+}
+
+/// A queue's fault, as recorded and reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueFault {
+    /// The VMID of the queue.
+    pub vmid: u32,
+    /// The queue's id.
+    pub queue: u32,
+    /// The queue's kind.
+    pub kind: QueueKind,
+    /// Why it faulted.
+    pub reason: FaultReason,
+}
+
+impl std::fmt::Display for QueueFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            QueueKind::Pm4 => "PM4",
+            QueueKind::Aql => "AQL",
+            QueueKind::Sdma => "SDMA",
+        };
+        write!(f, "{kind} queue {} of vmid {}: ", self.queue, self.vmid)?;
+        match &self.reason {
+            FaultReason::Page(p) => write!(f, "{p}"),
+            FaultReason::BadPacket { position, reason } => {
+                write!(f, "bad packet at read position {position:#x}: {reason}")
+            }
+            FaultReason::Kernel(why) => write!(f, "dispatch failed: {why}"),
+            FaultReason::Internal(why) => write!(f, "internal error of the simulator: {why}"),
+        }
+    }
+}
+
+/// A queue's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueStatus {
+    /// Running or waiting for its doorbell.
+    Running,
+    /// Stopped by [`Queue::stop`].
+    Stopped,
+    /// Stopped by a fault of its work.
+    Faulted(QueueFault),
+}
+
+type OnInterrupt = Arc<dyn Fn(Interrupt) + Send + Sync>;
+type OnFault = Arc<dyn Fn(QueueFault) + Send + Sync>;
+
+/// State shared by a queue's handle and its thread.
+pub(crate) struct Shared {
+    pub(crate) id: u32,
+    pub(crate) kind: QueueKind,
+    /// Set by stop and by a fault; shared with the kernel executor.
+    pub(crate) stop: Arc<AtomicBool>,
+    gate: Mutex<()>,
+    status: Mutex<QueueStatus>,
+    thread: OnceLock<ThreadId>,
+    on_interrupt: OnInterrupt,
+    on_fault: OnFault,
+    interrupts: AtomicU64,
+    doorbell: Doorbell,
+}
+
+/// What a processor works with.
+pub(crate) struct Ctx {
+    pub(crate) gpu: Arc<SimGpu>,
+    pub(crate) vm: Arc<Vm>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Ctx {
+    /// Whether the queue must stop touching memory.
+    pub(crate) fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
+    /// Announces a write by this engine to the GPU's waits.
+    pub(crate) fn notify(&self) {
+        self.gpu.events.notify();
+    }
+
+    /// Delivers an interrupt to the owner.
+    pub(crate) fn interrupt(&self, source: InterruptSource, context: u32) {
+        let count = self.shared.interrupts.fetch_add(1, Ordering::SeqCst) + 1;
+        (self.shared.on_interrupt)(Interrupt {
+            vmid: self.vm.vmid(),
+            queue: self.shared.id,
+            source,
+            context,
+            count,
+        });
+    }
+
+    /// Waits until `check` passes (true) or the queue stops (false), spending no CPU between
+    /// engine writes and polls.
+    pub(crate) fn wait_until(
+        &self,
+        check: impl FnMut() -> std::result::Result<bool, PageFault>,
+    ) -> std::result::Result<bool, PageFault> {
+        let stop = &self.shared.stop;
+        self.gpu
+            .events
+            .wait_until(&|| stop.load(Ordering::Acquire), check)
+    }
+}
+
+/// A packet processor of one queue kind.
+pub(crate) trait Processor: Send {
+    /// Runs every packet available now. Returns early, with Ok, once the queue is stopped.
+    fn poll(&mut self, ctx: &Ctx) -> std::result::Result<(), FaultReason>;
+}
+
+/// A hardware queue of the simulated GPU. Dropping it stops it.
+pub struct Queue {
+    shared: Arc<Shared>,
+    gpu: Arc<SimGpu>,
+    vmid: u32,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("id", &self.shared.id)
+            .field("vmid", &self.vmid)
+            .field("kind", &self.shared.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// The queue's id, unique on its GPU.
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// The queue's VMID.
+    pub fn vmid(&self) -> u32 {
+        self.vmid
+    }
+
+    /// The queue's kind.
+    pub fn kind(&self) -> QueueKind {
+        self.shared.kind
+    }
+
+    /// Its state; a fault is recorded here before it is reported.
+    pub fn status(&self) -> QueueStatus {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Interrupts delivered so far.
+    pub fn interrupts(&self) -> u64 {
+        self.shared.interrupts.load(Ordering::SeqCst)
+    }
+
+    /// Stops the queue without waiting for its work: once this returns, nothing of the queue
+    /// writes memory. It may wait for the copy chunk or packet in flight. Called from the
+    /// queue's own callbacks it only sets the flag, and the queue stops after the callback.
+    pub fn stop(&self) {
+        let s = &self.shared;
+        s.stop.store(true, Ordering::SeqCst);
+        {
+            let mut st = s.status.lock().unwrap_or_else(|e| e.into_inner());
+            if *st == QueueStatus::Running {
+                *st = QueueStatus::Stopped;
+            }
+        }
+        // Orders the flag before the doorbell's sleeping word (see rig_shm::doorbell).
+        fence(Ordering::SeqCst);
+        s.doorbell.wake_if_sleeping();
+        self.gpu.events.wake_all();
+        if s.thread.get() != Some(&std::thread::current().id()) {
+            // The processor holds the gate while it touches memory and checks the flag
+            // before it touches memory again, so taking the gate once is enough.
+            drop(s.gate.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Validates `desc` and starts its queue.
+pub(crate) fn start(
+    gpu: Arc<SimGpu>,
+    vm: Arc<Vm>,
+    desc: QueueDesc,
+    on_interrupt: OnInterrupt,
+    on_fault: OnFault,
+) -> Result<Queue> {
+    let bad = |why: String| Err(SimError::Queue(why));
+    let most = gpu.model().most_ring(desc.kind);
+    if !desc.ring_bytes.is_power_of_two() || desc.ring_bytes < 256 || desc.ring_bytes > most {
+        return bad(format!(
+            "ring of {} bytes: it must be a power of two from 256 bytes to {most}",
+            desc.ring_bytes
+        ));
+    }
+    if !desc.ring_va.is_multiple_of(256) {
+        return bad(format!(
+            "ring address {:#x} is not 256-byte aligned",
+            desc.ring_va
+        ));
+    }
+    if !desc.rptr_va.is_multiple_of(8) || !desc.wptr_va.is_multiple_of(8) {
+        return bad(format!(
+            "read and write positions ({:#x}, {:#x}) must be 8-byte aligned",
+            desc.rptr_va, desc.wptr_va
+        ));
+    }
+    let processor: Box<dyn Processor> = match desc.kind {
+        QueueKind::Pm4 => Box::new(crate::pm4::Pm4::new(&desc, gpu.model())),
+        QueueKind::Sdma => Box::new(crate::sdma::Sdma::new(&desc, gpu.model())),
+        QueueKind::Aql => Box::new(crate::aql::Aql::new(&desc, gpu.model())),
+    };
+    let id = gpu.next_queue.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::new(Shared {
+        id,
+        kind: desc.kind,
+        stop: Arc::new(AtomicBool::new(false)),
+        gate: Mutex::new(()),
+        status: Mutex::new(QueueStatus::Running),
+        thread: OnceLock::new(),
+        on_interrupt,
+        on_fault,
+        interrupts: AtomicU64::new(0),
+        doorbell: desc.doorbell.clone(),
+    });
+    let vmid = vm.vmid();
+    let ctx = Ctx {
+        gpu: gpu.clone(),
+        vm,
+        shared: shared.clone(),
+    };
+    std::thread::Builder::new()
+        .name(format!("rig-sim-q{id}"))
+        .spawn(move || run(ctx, processor))
+        .map_err(SimError::Thread)?;
+    Ok(Queue { shared, gpu, vmid })
+}
+
+/// A queue's thread.
+fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
+    let s = ctx.shared.clone();
+    let _ = s.thread.set(std::thread::current().id());
+    loop {
+        // Read before polling: a ring after the poll read the write position then differs.
+        let seen = s.doorbell.value();
+        let fault = {
+            let _gate = s.gate.lock().unwrap_or_else(|e| e.into_inner());
+            if ctx.stopped() {
+                return;
+            }
+            // A panic is a bug of the simulator; it must stop this queue, not the daemon.
+            let polled =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor.poll(&ctx)))
+                    .unwrap_or_else(|panic| {
+                        let why = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        Err(FaultReason::Internal(why))
+                    });
+            match polled {
+                Ok(()) => None,
+                Err(reason) if !ctx.stopped() => {
+                    let fault = QueueFault {
+                        vmid: ctx.vm.vmid(),
+                        queue: s.id,
+                        kind: s.kind,
+                        reason,
+                    };
+                    s.stop.store(true, Ordering::SeqCst);
+                    *s.status.lock().unwrap_or_else(|e| e.into_inner()) =
+                        QueueStatus::Faulted(fault.clone());
+                    Some(fault)
+                }
+                Err(_) => return,
+            }
+        };
+        if let Some(fault) = fault {
+            // Reported outside the gate, so the owner may stop other queues from the callback.
+            (s.on_fault)(fault);
+            return;
+        }
+        // Sleep on the doorbell's futex until a ring. (A spin before sleeping was tried: on a
+        // machine with few cores it took the CPU from the client and doubled latency.)
+        s.doorbell
+            .wait(seen, None, || s.stop.load(Ordering::SeqCst));
+    }
+}
+
+/// A ring of dwords (PM4 or SDMA) between a read and a write position.
+#[derive(Debug)]
+pub(crate) struct DwordRing {
+    ring_va: u64,
+    ring_bytes: u64,
+    rptr_va: u64,
+    wptr_va: u64,
+    /// Bytes per position unit: 4 for PM4 (dwords), 1 for SDMA (bytes).
+    unit: u64,
+    /// The read position, in units.
+    pub(crate) pos: u64,
+}
+
+/// Most dwords fetched from a ring at once.
+const FETCH_DWORDS: u64 = 1 << 16;
+
+impl DwordRing {
+    pub(crate) fn new(desc: &QueueDesc, unit: u64) -> DwordRing {
+        DwordRing {
+            ring_va: desc.ring_va,
+            ring_bytes: desc.ring_bytes,
+            rptr_va: desc.rptr_va,
+            wptr_va: desc.wptr_va,
+            unit,
+            pos: 0,
+        }
+    }
+
+    fn bad(&self, reason: String) -> FaultReason {
+        FaultReason::BadPacket {
+            position: self.pos,
+            reason,
+        }
+    }
+
+    /// Runs packets from the read position up to the write position. `step` decodes and runs
+    /// the packet at the start of its words and returns the dwords it took, or None if the
+    /// packet runs past the words given.
+    pub(crate) fn run(
+        &mut self,
+        ctx: &Ctx,
+        mut step: impl FnMut(&Ctx, &[u32], u64) -> std::result::Result<Option<usize>, FaultReason>,
+    ) -> std::result::Result<(), FaultReason> {
+        loop {
+            if ctx.stopped() {
+                return Ok(());
+            }
+            let wptr = ctx.vm.load_u64(self.wptr_va, Ordering::Acquire)?;
+            if wptr == self.pos {
+                return Ok(());
+            }
+            if wptr < self.pos {
+                return Err(self.bad(format!(
+                    "the write position moved back from {:#x} to {wptr:#x}",
+                    self.pos
+                )));
+            }
+            let bytes = (wptr - self.pos).saturating_mul(self.unit);
+            if bytes > self.ring_bytes {
+                return Err(self.bad(format!(
+                    "the write position {wptr:#x} is more than the ring's {} bytes ahead",
+                    self.ring_bytes
+                )));
+            }
+            if !bytes.is_multiple_of(4) {
+                return Err(self.bad(format!(
+                    "the write position {wptr:#x} does not end a whole dword"
+                )));
+            }
+            let avail = bytes / 4;
+            let n = avail.min(FETCH_DWORDS);
+            let words = self.fetch(ctx, n)?;
+            let mut i = 0usize;
+            while i < words.len() {
+                if ctx.stopped() {
+                    return Ok(());
+                }
+                let at = self.pos;
+                match step(ctx, &words[i..], at)? {
+                    // A packet cut short by a stop is not consumed.
+                    Some(_) if ctx.stopped() => return Ok(()),
+                    Some(took) => {
+                        i += took;
+                        self.advance(ctx, took as u64)?;
+                    }
+                    None if n < avail && i > 0 => break,
+                    None => {
+                        return Err(self.bad("the packet runs past the write position".to_string()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads `n` dwords from the read position, across the ring's end.
+    fn fetch(&self, ctx: &Ctx, n: u64) -> std::result::Result<Vec<u32>, FaultReason> {
+        let start = (self.pos * self.unit) % self.ring_bytes;
+        let first = n.min((self.ring_bytes - start) / 4);
+        let mut words = ctx.vm.read_dwords(self.ring_va + start, first as usize)?;
+        if first < n {
+            words.extend(ctx.vm.read_dwords(self.ring_va, (n - first) as usize)?);
+        }
+        Ok(words)
+    }
+
+    /// Moves the read position past `dwords` and publishes it.
+    fn advance(&mut self, ctx: &Ctx, dwords: u64) -> std::result::Result<(), PageFault> {
+        self.pos += dwords * 4 / self.unit;
+        ctx.vm.store_u64(self.rptr_va, self.pos, Ordering::Release)
+    }
+}
+
+impl Ctx {
+    /// Runs a launch on the GPU's executor, to completion.
+    pub(crate) fn execute(
+        &self,
+        dispatch: &rig_isa::Dispatch,
+    ) -> std::result::Result<(), FaultReason> {
+        let config = self.gpu.config();
+        let launch = crate::dispatch::Launch {
+            memory: &self.vm,
+            dispatch,
+            stop: &self.shared.stop,
+            model: self.gpu.model(),
+            threads: config.exec_threads,
+            dies: self.gpu.model().dies,
+        };
+        let r = config.executor.execute(&launch);
+        // Whatever the kernel wrote before it ended may satisfy a wait.
+        self.notify();
+        r.map_err(FaultReason::Kernel)
+    }
+}

@@ -1,0 +1,204 @@
+//! Simulated VRAM: one sparse anonymous mapping and a page allocator over it.
+//!
+//! The whole VRAM of the model (16 GiB by default) is reserved at once with
+//! `MAP_NORESERVE`, so it costs address space only: a page becomes resident when it is first
+//! touched, and [`Vram::free`] gives freed pages back to the kernel with
+//! `MADV_DONTNEED`, which also makes them read as zero when they are allocated again.
+//!
+//! This module owns the arena and which of its pages are in use. It does not own GPU
+//! virtual addresses ([`crate::memory`] maps them onto arena pages).
+
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use crate::PAGE;
+
+/// The VRAM arena.
+#[derive(Debug)]
+pub(crate) struct Vram {
+    base: NonNull<u8>,
+    bytes: u64,
+    /// Free runs of pages: start offset -> bytes, coalesced.
+    free: Mutex<BTreeMap<u64, u64>>,
+}
+
+// SAFETY: the arena is plain memory reached only through raw pointers by the memory module,
+// which never makes references to it; nothing is tied to the creating thread.
+unsafe impl Send for Vram {}
+// SAFETY: as above; the free list is behind a mutex.
+unsafe impl Sync for Vram {}
+
+impl Vram {
+    /// Reserves `bytes` (a multiple of the page size) of sparse memory.
+    pub(crate) fn new(bytes: u64) -> std::io::Result<Vram> {
+        let len = usize::try_from(bytes)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel, aliasing nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Huge pages where the kernel offers them: fewer TLB misses in large copies. A refusal
+        // only costs speed.
+        // SAFETY: advice on the mapping just made; it changes no contents.
+        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        let base = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        let mut free = BTreeMap::new();
+        free.insert(0, bytes);
+        Ok(Vram {
+            base,
+            bytes,
+            free: Mutex::new(free),
+        })
+    }
+
+    /// Total bytes of VRAM.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Bytes not allocated.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        self.free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+
+    /// Pointer to the arena byte at `offset`.
+    ///
+    /// The caller keeps `offset` inside the arena (an allocation's pages).
+    pub(crate) fn ptr(&self, offset: u64) -> *mut u8 {
+        debug_assert!(offset <= self.bytes);
+        // PANIC: offsets come from allocations of this arena, so they fit usize and the arena.
+        let off = usize::try_from(offset).expect("VRAM offsets fit the address space");
+        // SAFETY: offset <= bytes, so the result is inside the mapping or one past its end.
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// Allocates `bytes` (a multiple of the page size): runs of pages, first fit, as few as
+    /// the free list allows. None if VRAM lacks the bytes, having taken nothing.
+    pub(crate) fn alloc(&self, bytes: u64) -> Option<Vec<(u64, u64)>> {
+        debug_assert!(bytes.is_multiple_of(PAGE) && bytes > 0);
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if free.values().sum::<u64>() < bytes {
+            return None;
+        }
+        // One run if any run is large enough, else the largest runs first.
+        if let Some((&start, &len)) = free.iter().find(|(_, l)| **l >= bytes) {
+            free.remove(&start);
+            if len > bytes {
+                free.insert(start + bytes, len - bytes);
+            }
+            return Some(vec![(start, bytes)]);
+        }
+        let mut runs: Vec<(u64, u64)> = free.iter().map(|(s, l)| (*s, *l)).collect();
+        runs.sort_by_key(|r| std::cmp::Reverse(r.1));
+        let mut out = Vec::new();
+        let mut left = bytes;
+        for (start, len) in runs {
+            if left == 0 {
+                break;
+            }
+            free.remove(&start);
+            let take = len.min(left);
+            if len > take {
+                free.insert(start + take, len - take);
+            }
+            out.push((start, take));
+            left -= take;
+        }
+        out.sort_unstable();
+        Some(out)
+    }
+
+    /// Gives back `bytes` at `offset`, which an allocation made, and their memory to the
+    /// kernel (they read as zero when allocated again).
+    pub(crate) fn free(&self, offset: u64, bytes: u64) {
+        debug_assert!(offset.is_multiple_of(PAGE) && bytes.is_multiple_of(PAGE));
+        if bytes == 0 {
+            return;
+        }
+        if let Ok(len) = usize::try_from(bytes) {
+            // SAFETY: the range is pages of this arena that no mapping uses any more; dropping
+            // them only zeroes their contents, the mapping itself stays valid.
+            unsafe { libc::madvise(self.ptr(offset).cast(), len, libc::MADV_DONTNEED) };
+        }
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut start = offset;
+        let mut len = bytes;
+        if let Some((&ps, &pl)) = free.range(..offset).next_back()
+            && ps + pl == offset
+        {
+            free.remove(&ps);
+            start = ps;
+            len += pl;
+        }
+        if let Some(&nl) = free.get(&(offset + bytes)) {
+            free.remove(&(offset + bytes));
+            len += nl;
+        }
+        free.insert(start, len);
+    }
+}
+
+impl Drop for Vram {
+    fn drop(&mut self) {
+        if let Ok(len) = usize::try_from(self.bytes) {
+            // SAFETY: the mapping made in `new`, unmapped once; the arena is dropped only when
+            // no address space (which holds it in an Arc) can reach it.
+            unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_coalesce_and_zero() {
+        let v = Vram::new(64 * PAGE).unwrap();
+        let a = v.alloc(4 * PAGE).unwrap();
+        assert_eq!(a, vec![(0, 4 * PAGE)]);
+        let b = v.alloc(PAGE).unwrap();
+        assert_eq!(b, vec![(4 * PAGE, PAGE)]);
+        // SAFETY: test-only write to an allocated page of the arena.
+        unsafe { v.ptr(4 * PAGE).write(7) };
+        v.free(0, 4 * PAGE);
+        v.free(4 * PAGE, PAGE);
+        assert_eq!(v.free_bytes(), 64 * PAGE);
+        let c = v.alloc(64 * PAGE).unwrap();
+        assert_eq!(c, vec![(0, 64 * PAGE)]);
+        // SAFETY: test-only read of an allocated page of the arena.
+        let byte = unsafe { v.ptr(4 * PAGE).read() };
+        assert_eq!(byte, 0, "freed pages read as zero");
+        assert!(v.alloc(PAGE).is_none());
+    }
+
+    #[test]
+    fn fragmented_alloc_takes_several_runs() {
+        let v = Vram::new(8 * PAGE).unwrap();
+        let runs: Vec<_> = (0..8).map(|_| v.alloc(PAGE).unwrap()[0]).collect();
+        for r in runs.iter().step_by(2) {
+            v.free(r.0, r.1);
+        }
+        let got = v.alloc(3 * PAGE).unwrap();
+        assert_eq!(got.iter().map(|r| r.1).sum::<u64>(), 3 * PAGE);
+        assert_eq!(got.len(), 3);
+        assert!(v.alloc(2 * PAGE).is_none(), "only one page left");
+        assert_eq!(v.free_bytes(), PAGE);
+    }
+}

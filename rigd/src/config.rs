@@ -1,0 +1,388 @@
+//! rigd's configuration: the TOML file, its defaults, and the access check it drives.
+//!
+//! The repository's `config/rigd.toml` is compiled in as the embedded default, so the file an
+//! operator reads is the configuration rigd runs with when none is given. This module owns
+//! parsing and validation; it does not open sockets or look at GPUs.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The embedded default configuration (the repository's `config/rigd.toml`).
+pub const DEFAULT_TOML: &str = include_str!("../../config/rigd.toml");
+
+/// Where rigd looks for its configuration when `--config` is not given.
+pub const SYSTEM_CONFIG: &str = "/etc/rig/rigd.toml";
+
+/// The socket path every client uses when `RIG_SOCKET` is unset.
+pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";
+
+/// Errors of reading a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for rigd.
+    #[error("the configuration {path} is invalid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A value is out of its range.
+    #[error("the configuration {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The daemon section.
+    #[serde(default)]
+    pub daemon: Daemon,
+    /// Who may connect.
+    #[serde(default)]
+    pub access: Access,
+    /// Per-client limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Simulated GPUs to serve.
+    #[serde(default)]
+    pub sim: Vec<SimGpuConfig>,
+    /// Where the configuration came from (`None`: the embedded default).
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Daemon {
+    /// The control socket's path.
+    pub socket: PathBuf,
+    /// The group that owns the socket, by name or number.
+    pub group: Option<String>,
+    /// The socket's permission bits.
+    pub mode: u32,
+    /// The most connections served at once.
+    pub max_connections: usize,
+    /// The default log filter.
+    pub log: String,
+}
+
+impl Default for Daemon {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            group: None,
+            mode: 0o660,
+            max_connections: 256,
+            log: "info".into(),
+        }
+    }
+}
+
+/// `[access]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Access {
+    /// Users allowed, by name or uid.
+    pub users: Vec<String>,
+    /// Groups whose members are allowed, by name or gid.
+    pub groups: Vec<String>,
+    /// Whether every local user is allowed.
+    pub any: bool,
+}
+
+/// `[limits]`, per client.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Bytes of GPU memory one client may hold.
+    pub memory_bytes: u64,
+    /// Devices one client may hold open.
+    pub devices: u32,
+    /// Allocations, host mappings and images one client may hold.
+    pub objects: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 8 << 30,
+            devices: 16,
+            objects: 65536,
+        }
+    }
+}
+
+/// One `[[sim]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimGpuConfig {
+    /// The processor, such as `gfx1100`.
+    pub processor: String,
+    /// Bytes of simulated VRAM.
+    #[serde(default = "default_sim_memory")]
+    pub memory_bytes: u64,
+    /// The hang bound, in milliseconds.
+    #[serde(default = "default_hang_ms")]
+    pub hang_ms: u32,
+}
+
+fn default_sim_memory() -> u64 {
+    4 << 30
+}
+
+fn default_hang_ms() -> u32 {
+    2000
+}
+
+impl SimGpuConfig {
+    /// The embedded default simulated GPU: one gfx1100 with the default memory and hang bound.
+    pub fn embedded_default() -> Self {
+        Self {
+            processor: "gfx1100".into(),
+            memory_bytes: default_sim_memory(),
+            hang_ms: default_hang_ms(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses `text`, naming `path` in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        c.validate(path)?;
+        Ok(c)
+    }
+
+    /// The embedded default.
+    pub fn embedded() -> Self {
+        // PANIC: the embedded file is checked by a unit test.
+        Self::parse(DEFAULT_TOML, Path::new("<embedded config/rigd.toml>"))
+            .expect("embedded configuration parses")
+    }
+
+    /// Loads the configuration: `explicit` if given (it must exist), else
+    /// [`SYSTEM_CONFIG`] if it exists, else the embedded default.
+    pub fn load(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+        let path = match explicit {
+            Some(p) => p.to_owned(),
+            None if Path::new(SYSTEM_CONFIG).exists() => PathBuf::from(SYSTEM_CONFIG),
+            None => return Ok(Self::embedded()),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let mut c = Self::parse(&text, &path)?;
+        c.source = Some(path);
+        Ok(c)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if self.daemon.mode & !0o777 != 0 {
+            return Err(invalid(format!(
+                "daemon.mode {:#o} has bits beyond 0o777; write permission bits such as 0o660",
+                self.daemon.mode
+            )));
+        }
+        if self.daemon.max_connections == 0 {
+            return Err(invalid("daemon.max_connections must be at least 1".into()));
+        }
+        if self.daemon.socket.as_os_str().is_empty() {
+            return Err(invalid("daemon.socket must not be empty".into()));
+        }
+        for s in &self.sim {
+            if rig_amd::gpu::Gpu::by_name(&s.processor).is_none() {
+                let known: Vec<String> = rig_amd::gpu::GPUS.iter().map(|g| g.name()).collect();
+                return Err(invalid(format!(
+                    "sim.processor {:?} is not a GPU rig drives; use one of {}",
+                    s.processor,
+                    known.join(", ")
+                )));
+            }
+            if s.memory_bytes < (1 << 20) {
+                return Err(invalid(format!(
+                    "sim.memory_bytes {} is below 1 MiB",
+                    s.memory_bytes
+                )));
+            }
+            if s.hang_ms == 0 {
+                return Err(invalid("sim.hang_ms must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connecting peer's identity, from `SO_PEERCRED` and `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Process id.
+    pub pid: i32,
+    /// Effective user id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups, where `/proc/<pid>/status` could be read.
+    pub groups: Vec<u32>,
+}
+
+/// The access rule made from `[access]` with names resolved to numbers.
+#[derive(Debug, Clone)]
+pub struct AccessRule {
+    any: bool,
+    users: Vec<u32>,
+    groups: Vec<u32>,
+    own_uid: u32,
+}
+
+impl AccessRule {
+    /// Resolves names. A name that does not exist on this machine is logged and skipped, so a
+    /// configuration naming a group that the package has not yet made still starts.
+    pub fn new(access: &Access, own_uid: u32) -> Self {
+        let users = access
+            .users
+            .iter()
+            .filter_map(|u| {
+                let id = u.parse::<u32>().ok().or_else(|| {
+                    nix::unistd::User::from_name(u)
+                        .ok()
+                        .flatten()
+                        .map(|u| u.uid.as_raw())
+                });
+                if id.is_none() {
+                    tracing::warn!(user = %u, "access.users names no user of this machine; skipped");
+                }
+                id
+            })
+            .collect();
+        let groups = access
+            .groups
+            .iter()
+            .filter_map(|g| {
+                let id = resolve_group(g);
+                if id.is_none() {
+                    tracing::warn!(group = %g, "access.groups names no group of this machine; skipped");
+                }
+                id
+            })
+            .collect();
+        Self {
+            any: access.any,
+            users,
+            groups,
+            own_uid,
+        }
+    }
+
+    /// Whether `peer` may use rigd.
+    pub fn allows(&self, peer: &Peer) -> bool {
+        self.any
+            || peer.uid == 0
+            || peer.uid == self.own_uid
+            || self.users.contains(&peer.uid)
+            || self.groups.contains(&peer.gid)
+            || peer.groups.iter().any(|g| self.groups.contains(g))
+    }
+}
+
+/// A group by name or number.
+pub fn resolve_group(g: &str) -> Option<u32> {
+    g.parse::<u32>().ok().or_else(|| {
+        nix::unistd::Group::from_name(g)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_parses() {
+        let c = Config::embedded();
+        assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(c.daemon.mode, 0o660);
+        assert!(c.sim.is_empty());
+        assert_eq!(c.limits.devices, 16);
+    }
+
+    #[test]
+    fn sims_and_errors() {
+        let c = Config::parse(
+            "[[sim]]\nprocessor = \"gfx1201\"\nhang_ms = 50\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.sim[0].processor, "gfx1201");
+        assert_eq!(c.sim[0].hang_ms, 50);
+        let e = Config::parse("[[sim]]\nprocessor = \"gfx90a\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gfx90a") && e.contains("gfx1100"), "{e}");
+        let e = Config::parse("[daemon]\nmode = 0o4777\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0o660"), "{e}");
+        let e = Config::parse("[daemon]\nsockt = \"x\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sockt"), "{e}");
+    }
+
+    #[test]
+    fn access_rule() {
+        let a = Access {
+            users: vec!["1234".into()],
+            groups: vec!["77".into()],
+            any: false,
+        };
+        let r = AccessRule::new(&a, 500);
+        let p = |uid, gid, groups: &[u32]| Peer {
+            pid: 1,
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        assert!(r.allows(&p(0, 0, &[])));
+        assert!(r.allows(&p(500, 1, &[])));
+        assert!(r.allows(&p(1234, 1, &[])));
+        assert!(r.allows(&p(1000, 77, &[])));
+        assert!(r.allows(&p(1000, 1, &[5, 77])));
+        assert!(!r.allows(&p(1000, 1, &[5])));
+        let any = AccessRule::new(
+            &Access {
+                any: true,
+                ..Access::default()
+            },
+            500,
+        );
+        assert!(any.allows(&p(1000, 1, &[])));
+    }
+}

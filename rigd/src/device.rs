@@ -1,0 +1,864 @@
+//! The device maker (the seed's `make`) and what a made device holds.
+//!
+//! A device is one client's open of one GPU, made through its [`Path`]: the compute ring
+//! (PM4 on one die, AQL on several) and the copy ring (SDMA), each with its read and write
+//! positions; the argument segment; the control page holding the timeline word; a doorbell
+//! page; and an eventfd that rigd signals on the device's interrupts. All of it is memory
+//! shared with the client by memfd. This module makes, grows, stops and loses devices; who
+//! owns them and the limits on them are [`crate::state`]'s.
+//!
+//! # Shared layouts
+//!
+//! A queue's memfd holds its ring, then one page of positions:
+//!
+//! | offset | bytes | what | written by |
+//! |---|---|---|---|
+//! | 0 | ring | packets | client |
+//! | ring | 8 | read position | the queue |
+//! | ring + 64 | 8 | write position | client |
+//!
+//! The control page (4096 bytes, Pinned memory the GPU also addresses):
+//!
+//! | offset | bytes | what | written by |
+//! |---|---|---|---|
+//! | [`WORD_OFFSET`] = 0 | 8 | the timeline word | the queues' releases; rigd at stop and loss |
+//! | [`SUBMITTED_OFFSET`] = 64 | 8 | the last value the client gave to submit | client (release) |
+//! | [`LOST_OFFSET`] = 72 | 4 | nonzero once rigd lost the device | rigd (release) |
+//!
+//! The word has a cache line of its own, as the GPU writes it while the client writes the
+//! submitted value.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rig_proto::messages::{
+    DeviceId, DeviceOpened, FdIndex, GpuShare, Grown, ImageId, MemoryHeld, MemoryKind, QueueKind,
+    QueueShare, RegionId, RingState, SegmentShare, Share, WordShare,
+};
+use rig_shm::{
+    DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, Doorbell, SharedRegion,
+};
+
+use crate::path::{GpuDescription, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Stopped};
+
+/// Offset of the timeline word in the control page.
+pub const WORD_OFFSET: u64 = 0;
+/// Offset of the client's last submitted value in the control page.
+pub const SUBMITTED_OFFSET: u64 = 64;
+/// Offset of the lost flag in the control page.
+pub const LOST_OFFSET: u64 = 72;
+/// Bytes of the control page.
+pub const CONTROL_BYTES: u64 = 4096;
+/// Offset of a queue's write position past its ring.
+const WRITE_AFTER_RING: u64 = 64;
+/// Bytes of a ring made at open, and of the argument segment made at open.
+pub const FIRST_RING_BYTES: u64 = 64 << 10;
+/// Bytes of the argument segment made at open.
+pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
+const PAGE: u64 = 4096;
+
+/// Why a device could not be made or grown.
+#[derive(Debug, thiserror::Error)]
+pub enum MakeError {
+    /// The path lacked memory or another resource: retrying after freeing may succeed.
+    #[error("the gpu lacks memory for the {what}: {reason}")]
+    Short {
+        /// What the memory was for.
+        what: &'static str,
+        /// Bytes asked.
+        bytes: u64,
+        /// The path's words.
+        reason: String,
+    },
+    /// The path refused.
+    #[error("the gpu refused the {what}: {reason}")]
+    Refused {
+        /// What was refused.
+        what: &'static str,
+        /// The path's words.
+        reason: String,
+    },
+    /// Pinned memory without a host address.
+    #[error("the path gave pinned memory with no host address for the {0}")]
+    NoHost(&'static str),
+    /// A host resource (memfd, eventfd) failed.
+    #[error("cannot make the device's {what}")]
+    Host {
+        /// What.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A submission that no ring the path makes can hold.
+    #[error(
+        "a submission of {need} bytes on {queue} exceeds the largest ring this gpu makes ({most} bytes)"
+    )]
+    Never {
+        /// The queue or segment.
+        queue: &'static str,
+        /// Bytes it needs.
+        need: u64,
+        /// The most a ring holds.
+        most: u64,
+    },
+}
+
+/// Descriptors to send with a reply, and the indices the reply names them by.
+#[derive(Debug, Default)]
+pub struct FdList {
+    fds: Vec<OwnedFd>,
+}
+
+impl FdList {
+    /// Adds a duplicate of `fd`.
+    pub fn push(&mut self, fd: impl AsFd) -> std::io::Result<FdIndex> {
+        let owned = fd.as_fd().try_clone_to_owned()?;
+        self.fds.push(owned);
+        Ok(FdIndex(
+            u32::try_from(self.fds.len() - 1).unwrap_or(u32::MAX),
+        ))
+    }
+
+    /// The descriptors, in index order.
+    pub fn into_fds(self) -> Vec<OwnedFd> {
+        self.fds
+    }
+}
+
+fn host_share(
+    fds: &mut FdList,
+    region: &SharedRegion,
+    offset: u64,
+    bytes: u64,
+) -> std::io::Result<Share> {
+    let index = match region.dup_fd() {
+        Ok(fd) => {
+            fds.fds.push(fd);
+            FdIndex(u32::try_from(fds.fds.len() - 1).unwrap_or(u32::MAX))
+        }
+        Err(e) => return Err(std::io::Error::other(e)),
+    };
+    Ok(Share {
+        fd: index,
+        offset,
+        bytes,
+    })
+}
+
+/// A hardware queue of the device and the memory it reads.
+#[derive(Debug)]
+pub struct Queue {
+    /// The packets it reads.
+    pub kind: QueueKind,
+    /// 0 at open, then one more per growth.
+    pub generation: u32,
+    /// The ring's bytes.
+    pub ring_bytes: u64,
+    /// The ring and its positions page.
+    pub memory: PathMemory,
+    /// The path's queue, until retired or stopped.
+    pub handle: Option<QueueHandle>,
+    /// Its doorbell slot in the device's doorbell page.
+    pub slot: usize,
+}
+
+impl Queue {
+    fn host(&self) -> &SharedRegion {
+        // PANIC: queues are made only from Pinned memory with a host region (checked in make).
+        self.memory
+            .host
+            .as_ref()
+            .expect("queue memory has a host mapping")
+    }
+
+    /// The read and write positions as the queue's memory holds them.
+    pub fn positions(&self) -> (u64, u64) {
+        let h = self.host();
+        let r = h.load_u64(self.ring_bytes as usize, Ordering::Acquire);
+        let w = h.load_u64(
+            (self.ring_bytes + WRITE_AFTER_RING) as usize,
+            Ordering::Acquire,
+        );
+        (r, w)
+    }
+
+    fn share(&self, fds: &mut FdList, doorbells: &SharedRegion) -> std::io::Result<QueueShare> {
+        let ring_fd = host_share(fds, self.host(), 0, self.ring_bytes)?;
+        let at = |offset: u64, bytes: u64| GpuShare {
+            host: Share {
+                fd: ring_fd.fd,
+                offset,
+                bytes,
+            },
+            gpu_address: self.memory.address + offset,
+        };
+        let bell = host_share(fds, doorbells, (self.slot * DOORBELL_SLOT_BYTES) as u64, 8)?;
+        Ok(QueueShare {
+            kind: self.kind,
+            generation: self.generation,
+            ring: at(0, self.ring_bytes),
+            read: at(self.ring_bytes, 8),
+            write: at(self.ring_bytes + WRITE_AFTER_RING, 8),
+            doorbell: bell,
+        })
+    }
+}
+
+/// The argument segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// 0 at open, then one more per growth.
+    pub generation: u32,
+    /// Its memory.
+    pub memory: PathMemory,
+}
+
+/// A region the client holds: memory it allocated or host memory it mapped.
+#[derive(Debug)]
+pub struct Region {
+    /// The path's memory.
+    pub memory: PathMemory,
+    /// The image it holds, if `LoadImage` made it.
+    pub image: Option<ImageId>,
+}
+
+/// A device: the seed's `t`, as rigd holds it for one client.
+#[derive(Debug)]
+pub struct Device {
+    /// Its id.
+    pub id: DeviceId,
+    /// The GPU's index.
+    pub gpu: u32,
+    /// The GPU's description.
+    pub desc: GpuDescription,
+    /// Its address space on the GPU.
+    pub path: Box<dyn Path>,
+    /// The control page (timeline word, submitted value, lost flag).
+    pub control: Option<PathMemory>,
+    /// The doorbell page.
+    pub doorbells: SharedRegion,
+    /// Compute queues, the newest last; older ones run until retired.
+    pub compute: Vec<Queue>,
+    /// Copy queues, the newest last.
+    pub copy: Vec<Queue>,
+    /// Argument segments, the newest last.
+    pub segments: Vec<Segment>,
+    /// Rings of queues that were retired or stopped, kept until the client closes since
+    /// the client still maps them.
+    pub spent: Vec<PathMemory>,
+    /// Signalled on every interrupt and on loss.
+    pub interrupt: Arc<EventFd>,
+    /// Memory the client allocated or mapped, by id.
+    pub regions: HashMap<RegionId, Region>,
+    /// Images loaded, by id.
+    pub images: HashMap<ImageId, crate::image::Image>,
+    /// The scratch memory entries grew, if any.
+    pub scratch: Option<PathMemory>,
+    /// Why rigd lost it, once it did.
+    pub lost: Option<String>,
+    /// True once stopped (by the client, by loss or at close).
+    pub stopped: bool,
+    /// Faults reported for its work, oldest first.
+    pub faults: Vec<String>,
+    /// The word's value at open; values start after it.
+    pub first: u64,
+    /// Watchdog: the word's value while below the submitted one, and since when it was seen
+    /// there.
+    pub progress: Option<(u64, Instant)>,
+    next_slot: usize,
+}
+
+fn kind_bytes(kind: Option<MemoryKind>, held: &mut MemoryHeld, bytes: u64) {
+    match kind {
+        Some(MemoryKind::Device) => held.device += bytes,
+        Some(MemoryKind::Pinned) => held.pinned += bytes,
+        Some(MemoryKind::Mapped) => held.mapped += bytes,
+        None => held.host += bytes,
+    }
+}
+
+fn short(what: &'static str, bytes: u64) -> impl FnOnce(Refusal) -> MakeError {
+    move |r| match r {
+        Refusal::Lacking(reason) => MakeError::Short {
+            what,
+            bytes,
+            reason,
+        },
+        Refusal::Full(reason) | Refusal::Refused(reason) => MakeError::Refused { what, reason },
+    }
+}
+
+/// The ring bytes a growth makes for `need` bytes: the first power of two from 4096 that
+/// holds twice `need`.
+pub fn grown_bytes(need: u64) -> Option<u64> {
+    need.checked_mul(2)?.max(PAGE).checked_next_power_of_two()
+}
+
+impl Device {
+    /// Makes a device through `path` (the seed's `make`): rings, segment, control page,
+    /// doorbells and queues. On failure, what it made goes back.
+    pub fn make(
+        id: DeviceId,
+        gpu: u32,
+        desc: GpuDescription,
+        path: Box<dyn Path>,
+        interrupt: Arc<EventFd>,
+    ) -> Result<Device, MakeError> {
+        let doorbells =
+            SharedRegion::create("rig-doorbells", DOORBELL_PAGE_BYTES).map_err(|e| {
+                MakeError::Host {
+                    what: "doorbell page",
+                    source: std::io::Error::other(e),
+                }
+            })?;
+        let mut d = Device {
+            id,
+            gpu,
+            desc,
+            path,
+            control: None,
+            doorbells,
+            compute: Vec::new(),
+            copy: Vec::new(),
+            segments: Vec::new(),
+            spent: Vec::new(),
+            interrupt,
+            regions: HashMap::new(),
+            images: HashMap::new(),
+            scratch: None,
+            lost: None,
+            stopped: false,
+            faults: Vec::new(),
+            first: 0,
+            progress: None,
+            next_slot: 0,
+        };
+        match d.make_parts() {
+            Ok(()) => Ok(d),
+            Err(e) => {
+                d.release_all();
+                Err(e)
+            }
+        }
+    }
+
+    fn make_parts(&mut self) -> Result<(), MakeError> {
+        let control = self.pinned("control page", CONTROL_BYTES)?;
+        self.control = Some(control);
+        let compute_kind = match self.desc.gpu.compute_queue() {
+            rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
+            _ => QueueKind::Pm4,
+        };
+        let q = self.make_queue(compute_kind, FIRST_RING_BYTES, 0)?;
+        self.compute.push(q);
+        let q = self.make_queue(QueueKind::Sdma, FIRST_RING_BYTES, 0)?;
+        self.copy.push(q);
+        let memory = self.pinned("argument segment", FIRST_SEGMENT_BYTES)?;
+        self.segments.push(Segment {
+            generation: 0,
+            memory,
+        });
+        Ok(())
+    }
+
+    fn pinned(&mut self, what: &'static str, bytes: u64) -> Result<PathMemory, MakeError> {
+        let m = self
+            .path
+            .alloc(MemoryKind::Pinned, bytes)
+            .map_err(short(what, bytes))?;
+        if m.host.is_none() {
+            self.path.free(m);
+            return Err(MakeError::NoHost(what));
+        }
+        Ok(m)
+    }
+
+    fn make_queue(
+        &mut self,
+        kind: QueueKind,
+        ring_bytes: u64,
+        generation: u32,
+    ) -> Result<Queue, MakeError> {
+        let what = match kind {
+            QueueKind::Sdma => "copy ring",
+            _ => "compute ring",
+        };
+        let memory = self.pinned(what, ring_bytes + PAGE)?;
+        // Slots cycle through the page; a device holds far fewer than 64 queues at once, as
+        // growth retires the older ones.
+        let slot = self.next_slot % DOORBELLS_PER_PAGE;
+        self.next_slot += 1;
+        let doorbells = self.doorbells.clone();
+        doorbells.store_u64(slot * DOORBELL_SLOT_BYTES, 0, Ordering::Release);
+        let bell = match Doorbell::new(doorbells, slot * DOORBELL_SLOT_BYTES) {
+            Ok(b) => b,
+            Err(e) => {
+                self.path.free(memory);
+                return Err(MakeError::Refused {
+                    what,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let spec = QueueSpec {
+            kind,
+            ring: memory.address,
+            bytes: ring_bytes,
+            read: memory.address + ring_bytes,
+            write: memory.address + ring_bytes + WRITE_AFTER_RING,
+            doorbell: bell,
+            scratch: self
+                .scratch
+                .as_ref()
+                .map_or((0, 0), |s| (s.address, s.bytes)),
+        };
+        match self.path.queue(spec) {
+            Ok(h) => Ok(Queue {
+                kind,
+                generation,
+                ring_bytes,
+                memory,
+                handle: Some(h),
+                slot,
+            }),
+            Err(r) => {
+                self.path.free(memory);
+                Err(short(what, ring_bytes)(r))
+            }
+        }
+    }
+
+    /// The control page's host mapping.
+    fn control_host(&self) -> Option<&SharedRegion> {
+        self.control.as_ref().and_then(|c| c.host.as_ref())
+    }
+
+    /// The value the timeline word holds.
+    pub fn reached(&self) -> u64 {
+        self.control_host()
+            .map_or(0, |h| h.load_u64(WORD_OFFSET as usize, Ordering::Acquire))
+    }
+
+    /// The last value the client published as submitted.
+    pub fn submitted(&self) -> u64 {
+        self.control_host().map_or(0, |h| {
+            h.load_u64(SUBMITTED_OFFSET as usize, Ordering::Acquire)
+        })
+    }
+
+    /// The message that hands the device to its client, and its descriptors.
+    pub fn opened(
+        &self,
+        facts: rig_proto::messages::Facts,
+    ) -> std::io::Result<(DeviceOpened, Vec<OwnedFd>)> {
+        let mut fds = FdList::default();
+        let compute = self.compute[self.compute.len() - 1].share(&mut fds, &self.doorbells)?;
+        let copy = self.copy[self.copy.len() - 1].share(&mut fds, &self.doorbells)?;
+        let args = self.segment_share(&mut fds, &self.segments[self.segments.len() - 1])?;
+        // PANIC: a made device has its control page.
+        let control = self
+            .control
+            .as_ref()
+            .expect("made device has a control page");
+        let host = control.host.as_ref().expect("control page is pinned");
+        let word_share = host_share(&mut fds, host, WORD_OFFSET, 8)?;
+        let word = WordShare {
+            memory: GpuShare {
+                host: word_share,
+                gpu_address: control.address + WORD_OFFSET,
+            },
+            first: self.first,
+        };
+        let submitted = Share {
+            fd: word_share.fd,
+            offset: SUBMITTED_OFFSET,
+            bytes: 8,
+        };
+        let interrupt = fds.push(self.interrupt.as_fd())?;
+        Ok((
+            DeviceOpened {
+                device: self.id,
+                facts,
+                compute,
+                copy,
+                args,
+                word,
+                submitted,
+                interrupt,
+                lost: Share {
+                    fd: word_share.fd,
+                    offset: LOST_OFFSET,
+                    bytes: 4,
+                },
+            },
+            fds.into_fds(),
+        ))
+    }
+
+    fn segment_share(&self, fds: &mut FdList, s: &Segment) -> std::io::Result<SegmentShare> {
+        // PANIC: segments are Pinned memory with a host mapping (checked in `pinned`).
+        let host = s.memory.host.as_ref().expect("segment is pinned");
+        let share = host_share(fds, host, 0, s.memory.bytes)?;
+        Ok(SegmentShare {
+            generation: s.generation,
+            memory: GpuShare {
+                host: share,
+                gpu_address: s.memory.address,
+            },
+        })
+    }
+
+    /// Memory the device holds, by kind: its regions, its own rings, segment and control
+    /// page (Pinned), and its scratch (Device).
+    pub fn held(&self) -> MemoryHeld {
+        let mut held = MemoryHeld::default();
+        for r in self.regions.values() {
+            kind_bytes(r.memory.kind, &mut held, r.memory.bytes);
+        }
+        let own = self
+            .compute
+            .iter()
+            .chain(&self.copy)
+            .map(|q| &q.memory)
+            .chain(self.segments.iter().map(|s| &s.memory))
+            .chain(&self.spent)
+            .chain(&self.control)
+            .chain(&self.scratch);
+        for m in own {
+            kind_bytes(m.kind, &mut held, m.bytes);
+        }
+        held
+    }
+
+    /// The rings and their positions, for `rigctl show`.
+    pub fn rings(&self) -> Vec<RingState> {
+        let name = |k: QueueKind| {
+            if k == QueueKind::Sdma {
+                "COPY:0"
+            } else {
+                "COMPUTE:0"
+            }
+        };
+        self.compute
+            .iter()
+            .chain(&self.copy)
+            .map(|q| {
+                let (read, write) = q.positions();
+                RingState {
+                    queue: name(q.kind).into(),
+                    kind: q.kind,
+                    generation: q.generation,
+                    bytes: q.ring_bytes,
+                    read,
+                    write,
+                }
+            })
+            .collect()
+    }
+
+    /// The bytes a growth for these sizes would make, or why none ever can.
+    pub fn growth_bytes(
+        &self,
+        compute_bytes: u64,
+        copy_bytes: u64,
+        segment_bytes: u64,
+    ) -> Result<u64, MakeError> {
+        let mut total = 0u64;
+        let compute = &self.compute[self.compute.len() - 1];
+        let copy = &self.copy[self.copy.len() - 1];
+        let seg = &self.segments[self.segments.len() - 1];
+        for (need, holds, kind, name) in [
+            (
+                compute_bytes,
+                compute.ring_bytes.saturating_sub(1),
+                compute.kind,
+                "COMPUTE:0",
+            ),
+            (copy_bytes, copy.ring_bytes / 2, QueueKind::Sdma, "COPY:0"),
+            (
+                segment_bytes,
+                seg.memory.bytes / 2,
+                QueueKind::Sdma,
+                "argument segment",
+            ),
+        ] {
+            if need == 0 || need <= holds {
+                continue;
+            }
+            let most = self.path.most_ring(kind);
+            let bytes = grown_bytes(need)
+                .filter(|b| *b <= most)
+                .ok_or(MakeError::Never {
+                    queue: name,
+                    need,
+                    most,
+                })?;
+            total = total.saturating_add(bytes).saturating_add(PAGE);
+        }
+        Ok(total)
+    }
+
+    /// Makes what a submission of these sizes needs (the seed's `grow`).
+    ///
+    /// Retires queues older than the ones the client installed, replaces a grown queue no
+    /// work ran on when it is too small, and makes rings or a segment for parts the newest
+    /// ones cannot hold. Returns the new shares and their descriptors.
+    pub fn grow(
+        &mut self,
+        compute_bytes: u64,
+        copy_bytes: u64,
+        segment_bytes: u64,
+        installed: rig_proto::messages::Generations,
+    ) -> Result<(Grown, Vec<OwnedFd>), MakeError> {
+        self.retire_before(installed.compute, installed.copy);
+        // Segments older than the installed one are no longer written by the client.
+        let (old, keep): (Vec<Segment>, Vec<Segment>) = std::mem::take(&mut self.segments)
+            .into_iter()
+            .partition(|s| s.generation < installed.args);
+        self.segments = keep;
+        if self.segments.is_empty() {
+            // The client named a generation that does not exist; keep every segment.
+            self.segments = old;
+        } else {
+            self.spent.extend(old.into_iter().map(|s| s.memory));
+        }
+        let mut grown = Grown::default();
+        let mut fds = FdList::default();
+        let io = |source| MakeError::Host {
+            what: "shares of the grown queues",
+            source,
+        };
+        let compute_kind = self.compute[self.compute.len() - 1].kind;
+        // A submission takes fewer bytes than the compute ring holds, and at most half the
+        // copy ring and half the segment.
+        if let Some(q) = self.grow_queue(compute_kind, compute_bytes, installed.compute, false)? {
+            self.compute.push(q);
+            grown.compute = Some(
+                self.compute[self.compute.len() - 1]
+                    .share(&mut fds, &self.doorbells)
+                    .map_err(io)?,
+            );
+        }
+        if let Some(q) = self.grow_queue(QueueKind::Sdma, copy_bytes, installed.copy, true)? {
+            self.copy.push(q);
+            grown.copy = Some(
+                self.copy[self.copy.len() - 1]
+                    .share(&mut fds, &self.doorbells)
+                    .map_err(io)?,
+            );
+        }
+        let seg = &self.segments[self.segments.len() - 1];
+        if segment_bytes > 0 && segment_bytes > seg.memory.bytes / 2 {
+            let most = self.path.most_ring(QueueKind::Sdma);
+            let bytes =
+                grown_bytes(segment_bytes)
+                    .filter(|b| *b <= most)
+                    .ok_or(MakeError::Never {
+                        queue: "argument segment",
+                        need: segment_bytes,
+                        most,
+                    })?;
+            let generation = seg.generation + 1;
+            if seg.generation > installed.args {
+                // A segment a growth made and nobody installed: replace it.
+                if let Some(old) = self.segments.pop() {
+                    self.path.free(old.memory);
+                }
+            }
+            let memory = self.pinned("argument segment", bytes)?;
+            self.segments.push(Segment { generation, memory });
+            let s = &self.segments[self.segments.len() - 1];
+            grown.args = Some(self.segment_share(&mut fds, s).map_err(io)?);
+        }
+        Ok((grown, fds.into_fds()))
+    }
+
+    fn grow_queue(
+        &mut self,
+        kind: QueueKind,
+        need: u64,
+        installed: u32,
+        half: bool,
+    ) -> Result<Option<Queue>, MakeError> {
+        let queues = if kind == QueueKind::Sdma {
+            &self.copy
+        } else {
+            &self.compute
+        };
+        let newest = &queues[queues.len() - 1];
+        let holds = if half {
+            newest.ring_bytes / 2
+        } else {
+            newest.ring_bytes.saturating_sub(1)
+        };
+        if need == 0 || need <= holds {
+            return Ok(None);
+        }
+        let most = self.path.most_ring(kind);
+        let name = if kind == QueueKind::Sdma {
+            "COPY:0"
+        } else {
+            "COMPUTE:0"
+        };
+        let bytes = grown_bytes(need)
+            .filter(|b| *b <= most)
+            .ok_or(MakeError::Never {
+                queue: name,
+                need,
+                most,
+            })?;
+        let generation = newest.generation + 1;
+        let replace = newest.generation > installed;
+        // Make the new queue first, then destroy the one it replaces (which ran no work).
+        let q = self.make_queue(kind, bytes, generation)?;
+        if replace {
+            let queues = if kind == QueueKind::Sdma {
+                &mut self.copy
+            } else {
+                &mut self.compute
+            };
+            if let Some(old) = queues.pop() {
+                self.retire_queue(old);
+            }
+        }
+        Ok(Some(q))
+    }
+
+    fn retire_queue(&mut self, mut q: Queue) {
+        if let Some(Err(f)) = q.handle.take().map(|h| self.path.retire(h)) {
+            tracing::warn!(device = self.id.0, fault = %f, "retiring a queue failed");
+        }
+        self.spent.push(q.memory);
+    }
+
+    /// Retires queues older than the installed generations: the client moved off them
+    /// once the device reached every value submitted to them.
+    fn retire_before(&mut self, compute: u32, copy: u32) {
+        for (is_copy, installed) in [(false, compute), (true, copy)] {
+            let queues = if is_copy {
+                &mut self.copy
+            } else {
+                &mut self.compute
+            };
+            let (old, keep): (Vec<Queue>, Vec<Queue>) =
+                queues.drain(..).partition(|q| q.generation < installed);
+            *queues = keep;
+            if queues.is_empty() {
+                // The client named a generation that does not exist; keep the newest.
+                let mut old = old;
+                if let Some(last) = old.pop() {
+                    let queues = if is_copy {
+                        &mut self.copy
+                    } else {
+                        &mut self.compute
+                    };
+                    queues.push(last);
+                }
+                for q in old {
+                    self.retire_queue(q);
+                }
+            } else {
+                for q in old {
+                    self.retire_queue(q);
+                }
+            }
+        }
+    }
+
+    /// Stops the device (the seed's Stop): the path destroys its queues; once none runs, the
+    /// word is made to read `last`. Returns whether the path stopped everything.
+    pub fn stop(&mut self, last: u64, fault: Option<&str>) -> Stopped {
+        if self.stopped {
+            return Stopped::Stopped;
+        }
+        self.stopped = true;
+        let s = self.path.stop(fault);
+        for q in self.compute.iter_mut().chain(self.copy.iter_mut()) {
+            q.handle = None;
+        }
+        if s == Stopped::Stopped {
+            if let Some(h) = self.control_host() {
+                h.store_u64(WORD_OFFSET as usize, last, Ordering::Release);
+            }
+        }
+        // Wake any sleeper so it reads the word again.
+        let _ = self.interrupt.write(1);
+        s
+    }
+
+    /// Loses the device: stops it with `why`, writes the last submitted value into its word,
+    /// raises the lost flag and wakes the client.
+    pub fn lose(&mut self, why: String) {
+        if self.lost.is_some() {
+            return;
+        }
+        tracing::warn!(device = self.id.0, reason = %why, "device lost");
+        let last = self.submitted().max(self.reached());
+        self.faults.push(why.clone());
+        self.lost = Some(why.clone());
+        // The flag goes up before the stop writes the last value into the word, so a client
+        // that sees the word reach its value and then reads the flag knows it was a loss.
+        if let Some(h) = self.control_host() {
+            h.store_u32(LOST_OFFSET as usize, 1, Ordering::Release);
+        }
+        if !self.stopped {
+            let _ = self.stop(last, Some(&why));
+        }
+        let _ = self.interrupt.write(1);
+    }
+
+    /// Gives back everything the device holds through its path. Stops it first if needed.
+    pub fn release_all(&mut self) {
+        if !self.stopped && (!self.compute.is_empty() || !self.copy.is_empty()) {
+            let last = self.submitted().max(self.reached());
+            let _ = self.stop(last, None);
+        }
+        let mut all: Vec<PathMemory> = Vec::new();
+        all.extend(self.regions.drain().map(|(_, r)| r.memory));
+        self.images.clear();
+        all.extend(self.compute.drain(..).map(|q| q.memory));
+        all.extend(self.copy.drain(..).map(|q| q.memory));
+        all.extend(self.segments.drain(..).map(|s| s.memory));
+        all.append(&mut self.spent);
+        all.extend(self.scratch.take());
+        all.extend(self.control.take());
+        for m in all {
+            self.path.free(m);
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// A fresh eventfd for a device's interrupts: nonblocking, close-on-exec.
+pub fn interrupt_fd() -> Result<Arc<EventFd>, MakeError> {
+    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        .map(Arc::new)
+        .map_err(|e| MakeError::Host {
+            what: "interrupt eventfd",
+            source: e.into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_sizes() {
+        assert_eq!(grown_bytes(1), Some(4096));
+        assert_eq!(grown_bytes(2048), Some(4096));
+        assert_eq!(grown_bytes(2049), Some(8192));
+        assert_eq!(grown_bytes(1 << 20), Some(2 << 20));
+        assert_eq!(grown_bytes(u64::MAX), None);
+    }
+}

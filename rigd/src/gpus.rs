@@ -1,0 +1,187 @@
+//! The GPUs rigd serves: what discovery found, matched with a path that drives it.
+//!
+//! AMD GPUs on the PCI bus come first, in bus order, then the configured simulated GPUs.
+//! A real GPU that no implemented path drives yet (kfd and vfio are not written) is listed
+//! and logged as not drivable, never silently replaced by the simulator. With no AMD GPU
+//! and no `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default,
+//! and says so in its log. This module also builds a device's facts from its GPU.
+
+use std::path::Path as FsPath;
+use std::sync::Arc;
+
+use rig_proto::messages::{
+    Completion, Facts, GpuInfo, IpVersion, PathKind, QueueKind, RingLimits, Waits,
+};
+
+use crate::config::{Config, SimGpuConfig};
+use crate::device::{Device, WORD_OFFSET};
+use crate::discover::{PciGpu, scan_pci};
+use crate::path::{Backend, GpuDescription};
+
+/// One GPU rigd lists.
+#[derive(Debug, Clone)]
+pub struct GpuEntry {
+    /// What `rigctl gpus` and clients see.
+    pub info: GpuInfo,
+    /// The path that drives it; `None` if none does yet.
+    pub backend: Option<Arc<dyn Backend>>,
+    /// Why it is not drivable, when it is not.
+    pub why_not: Option<String>,
+}
+
+/// Errors of making the GPU list.
+#[derive(Debug, thiserror::Error)]
+pub enum GpusError {
+    /// A simulated GPU could not be made.
+    #[error("cannot make the simulated {processor}: {reason}")]
+    Sim {
+        /// Its processor.
+        processor: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
+    let (path, why) = match pci.driver.as_deref() {
+        Some("vfio-pci") => (
+            PathKind::Vfio,
+            "it is bound to vfio-pci and rigd's vfio path is not implemented yet",
+        ),
+        Some("amdgpu") => (
+            PathKind::Kfd,
+            "it is driven by amdgpu and rigd's kfd path is not implemented yet",
+        ),
+        _ => (
+            PathKind::Kfd,
+            "no kernel driver is bound and rigd's kfd and vfio paths are not implemented yet",
+        ),
+    };
+    GpuEntry {
+        info: GpuInfo {
+            index,
+            name: format!("AMD:{index}"),
+            arch: format!("unknown (pci 1002:{:04x})", pci.device),
+            path,
+            bus: Some(pci.bus.clone()),
+            budget: 0,
+            simulated: false,
+        },
+        backend: None,
+        why_not: Some(why.into()),
+    }
+}
+
+/// Finds the GPUs to serve: `sysfs` is scanned for AMD GPUs, `config` adds simulated ones.
+pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError> {
+    let mut out = Vec::new();
+    let pci = scan_pci(sysfs);
+    for p in &pci {
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let e = not_drivable(index, p);
+        tracing::warn!(
+            gpu = %e.info.name, bus = %p.bus, device = format_args!("{:04x}", p.device),
+            "found an AMD GPU that rigd cannot drive yet: {}",
+            e.why_not.as_deref().unwrap_or_default()
+        );
+        out.push(e);
+    }
+    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && pci.is_empty() {
+        tracing::info!(
+            "no AMD GPU found and no [[sim]] configured: serving the embedded default, one simulated gfx1100"
+        );
+        vec![SimGpuConfig::embedded_default()]
+    } else {
+        config.sim.clone()
+    };
+    for s in &sims {
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let backend = crate::path::sim::SimBackend::new(s).map_err(|reason| GpusError::Sim {
+            processor: s.processor.clone(),
+            reason,
+        })?;
+        let d = backend.description();
+        tracing::info!(
+            gpu = index, arch = %s.processor, memory = s.memory_bytes, hang_ms = s.hang_ms,
+            "serving a simulated GPU"
+        );
+        out.push(GpuEntry {
+            info: GpuInfo {
+                index,
+                name: format!("AMD:{index}"),
+                arch: d.gpu.name(),
+                path: PathKind::Sim,
+                bus: None,
+                budget: d.budget,
+                simulated: true,
+            },
+            backend: Some(Arc::new(backend)),
+            why_not: None,
+        });
+    }
+    Ok(out)
+}
+
+fn ip(v: rig_amd::gpu::IpVersion) -> IpVersion {
+    IpVersion {
+        major: v.major,
+        minor: v.minor,
+        stepping: v.stepping,
+    }
+}
+
+/// The facts of device `d` on the GPU `desc` describes (the seed's Facts, plus what a
+/// client needs to encode packets).
+pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
+    let g = &desc.gpu;
+    let compute = match g.compute_queue() {
+        rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
+        _ => QueueKind::Pm4,
+    };
+    let waits = g.waits_64();
+    Facts {
+        arch: g.name(),
+        budget: desc.budget,
+        queues: vec!["COMPUTE:0".into(), "COPY:0".into()],
+        copy_engine: Some(1),
+        completion: Completion::Store,
+        waits: Waits {
+            stores: waits,
+            hosts: waits,
+        },
+        may_block: false,
+        hang_ms: desc.hang_ms,
+        maps_host: desc.maps_host,
+        host_addresses: false,
+        alignment: 4096,
+        cache_bytes: desc.cache_bytes,
+        word: d.control.as_ref().map_or(0, |c| c.address + WORD_OFFSET),
+        bus: desc.bus.clone(),
+        gc: ip(g.gc),
+        sdma: ip(g.sdma),
+        mec: desc.mec,
+        compute,
+        lds_bytes: g.lds_bytes,
+        wave_size: g.wave_size,
+        waves_per_cu: g.waves_per_cu,
+        dies: g.dies,
+        wgps: desc.wgps.clone(),
+        linear_copy_bytes: g.linear_copy_bytes(),
+        clock_hz: desc.clock_hz,
+        most_ring: RingLimits {
+            compute: d.path.most_ring(compute),
+            copy: d.path.most_ring(QueueKind::Sdma),
+        },
+    }
+}
+
+/// The host's `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(t) => {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0)
+        }
+        Err(_) => 0,
+    }
+}

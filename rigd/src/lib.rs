@@ -1,0 +1,106 @@
+//! rigd: the daemon that owns a machine's AMD GPUs and serves them to clients.
+//!
+//! Clients (programs linking `rig-client`, and `rigctl`) connect to rigd's unix socket and
+//! speak rig-proto. For each device a client opens, rigd makes the hardware queues, the
+//! argument segment and the timeline word in memory it shares with the client by memfd;
+//! the client then submits with plain stores and a doorbell store, never through rigd.
+//! Everything that changes what a GPU may touch goes through the socket.
+//!
+//! Design choices:
+//! - **One owner of state.** Connection tasks ([`server`]) decode requests and run them
+//!   under the one lock of the state ([`state`]), which owns GPUs, clients and devices, so
+//!   ownership and cleanup are sequential and a client's disconnect is handled after its
+//!   last request.
+//! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
+//!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Only
+//!   the simulated GPU's path exists so far; it is served when configured, or as the
+//!   embedded default when no AMD GPU is present, and the log says so.
+//! - **Isolation.** Each device has its own GPU address space; a fault or hang loses that
+//!   device alone ([`device::Device::lose`]) and every other client goes on.
+//! - **Privilege boundary.** The socket is mode 0660 with a configured group, and each
+//!   peer's `SO_PEERCRED` is checked against `[access]` ([`config::AccessRule`]).
+//!
+//! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod device;
+pub mod discover;
+pub mod gpus;
+pub mod image;
+pub mod listen;
+pub mod notify;
+pub mod path;
+pub mod server;
+pub mod state;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use config::{AccessRule, Config};
+
+/// Errors of starting the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The GPU list could not be made.
+    #[error(transparent)]
+    Gpus(#[from] gpus::GpusError),
+}
+
+/// A started daemon: its GPUs found and its state owner running.
+#[derive(Debug)]
+pub struct Daemon {
+    server: server::Server,
+    watch: std::thread::JoinHandle<()>,
+    watch_tx: std::sync::mpsc::Sender<state::Msg>,
+    gpus: usize,
+}
+
+impl Daemon {
+    /// Finds GPUs (scanning `sysfs`, normally `/sys`) and starts the state owner.
+    pub fn start(config: &Config, sysfs: &Path) -> Result<Self, StartError> {
+        let gpus = gpus::find(config, sysfs)?;
+        let n = gpus.len();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let inspect_gid = config
+            .daemon
+            .group
+            .as_deref()
+            .and_then(config::resolve_group);
+        let st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
+        let shared: state::Shared = Arc::new(std::sync::Mutex::new(st));
+        let watch = state::spawn_watch(shared.clone(), rx);
+        let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
+        Ok(Self {
+            watch,
+            watch_tx: tx,
+            server: server::Server {
+                state: shared,
+                access: Arc::new(access),
+                max_connections: config.daemon.max_connections,
+            },
+            gpus: n,
+        })
+    }
+
+    /// How many GPUs it lists.
+    pub fn gpus(&self) -> usize {
+        self.gpus
+    }
+
+    /// Serves `listener` until `shutdown` completes; then finishes every connection, stops
+    /// every device and gives back all memory.
+    pub async fn run(self, listener: tokio::net::UnixListener, shutdown: impl Future<Output = ()>) {
+        let Daemon {
+            server,
+            watch,
+            watch_tx,
+            ..
+        } = self;
+        server.run(listener, shutdown).await;
+        let _ = watch_tx.send(state::Msg::Shutdown);
+        drop(watch_tx);
+        let _ = tokio::task::spawn_blocking(move || watch.join()).await;
+    }
+}

@@ -1,0 +1,196 @@
+//! The control socket: binding it safely, its owner and mode, and removing it at exit.
+//!
+//! rigd refuses to start while another rigd answers on the socket: it connects first and
+//! removes a socket file only when nothing answers (a stale file left by a crash). It never
+//! removes a path that is not a socket. This module does not serve connections.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Errors of taking the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Another process answers on the socket.
+    #[error(
+        "another rigd is already serving {0}; stop it first (systemctl stop rigd) or give this one another --socket"
+    )]
+    InUse(PathBuf),
+    /// The path exists and is not a socket.
+    #[error("{0} exists and is not a socket; remove it or choose another --socket")]
+    NotASocket(PathBuf),
+    /// The socket's directory could not be made.
+    #[error("cannot create the socket directory {path}")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// bind(2) failed.
+    #[error("cannot bind the socket {path}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The configured group does not exist.
+    #[error(
+        "the socket group {0:?} does not exist; create it (systemd-sysusers) or change daemon.group"
+    )]
+    NoGroup(String),
+    /// chown or chmod failed.
+    #[error("cannot set the owner or mode of {path}")]
+    Permissions {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Removes the socket file when dropped, if it is still the one this rigd bound.
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl SocketFile {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        // A newer rigd may have replaced a file we thought stale; remove only our own.
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds the control socket at `path` with group `group` (name or gid) and mode `mode`.
+///
+/// Must run inside a tokio runtime.
+pub fn bind(
+    path: &Path,
+    group: Option<&str>,
+    mode: u32,
+) -> Result<(tokio::net::UnixListener, SocketFile), ListenError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => return Err(ListenError::NotASocket(path.into())),
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(ListenError::InUse(path.into())),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tracing::warn!(socket = %path.display(), "removing a stale socket nothing answers on");
+                let _ = std::fs::remove_file(path);
+            }
+            // Permission denied and the like: leave the file alone and let bind report it.
+            Err(_) => {}
+        },
+        Err(_) => {}
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| ListenError::Directory {
+            path: dir.into(),
+            source,
+        })?;
+    }
+    let gid = match group {
+        Some(g) => {
+            Some(crate::config::resolve_group(g).ok_or_else(|| ListenError::NoGroup(g.into()))?)
+        }
+        None => None,
+    };
+    let listener = tokio::net::UnixListener::bind(path).map_err(|source| ListenError::Bind {
+        path: path.into(),
+        source,
+    })?;
+    let perm = |source| ListenError::Permissions {
+        path: path.into(),
+        source,
+    };
+    let ino = std::fs::symlink_metadata(path).map_err(perm)?.ino();
+    let file = SocketFile {
+        path: path.into(),
+        ino,
+    };
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(perm)?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(perm)?;
+    Ok((listener, file))
+}
+
+/// The listening socket systemd passed (socket activation), if any: `LISTEN_PID` names this
+/// process and `LISTEN_FDS` is 1, so descriptor 3 is a listening unix socket that systemd
+/// owns (rigd must not remove its file).
+pub fn from_systemd() -> Option<std::os::unix::net::UnixListener> {
+    use std::os::fd::FromRawFd;
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds != 1 {
+        return None;
+    }
+    // Only an AF_UNIX stream socket will do; anything else at fd 3 is left alone.
+    nix::sys::socket::getsockname::<nix::sys::socket::UnixAddr>(3).ok()?;
+    // SAFETY: systemd's socket-activation contract (sd_listen_fds(3)) gives this process
+    // descriptor 3 as its listening socket when LISTEN_PID is our pid and LISTEN_FDS is 1,
+    // checked above; nothing else in rigd opens or owns descriptor 3 before this runs at
+    // start-up, so the new owner is its only one.
+    let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(3) };
+    Some(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn live_stale_and_foreign_files() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("sub/rigd.sock");
+        let (l, f) = bind(&p, None, 0o660).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        // A live socket is refused.
+        assert!(matches!(bind(&p, None, 0o660), Err(ListenError::InUse(_))));
+        // A stale one (listener gone, file left) is replaced.
+        drop(l);
+        std::mem::forget(f);
+        let (_l2, f2) = bind(&p, None, 0o600).unwrap();
+        drop(f2);
+        assert!(!p.exists(), "the socket is removed at drop");
+        // A regular file is never removed.
+        std::fs::write(&p, "x").unwrap();
+        assert!(matches!(
+            bind(&p, None, 0o660),
+            Err(ListenError::NotASocket(_))
+        ));
+        assert!(p.exists());
+        // A group by number: the socket is chowned to it.
+        std::fs::remove_file(&p).unwrap();
+        let gid = nix::unistd::getegid().as_raw();
+        let (_l3, f3) = bind(&p, Some(&gid.to_string()), 0o640).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.gid(), m.permissions().mode() & 0o777), (gid, 0o640));
+        drop(f3);
+        std::fs::write(&p, "x").unwrap();
+        // A missing group is named.
+        std::fs::remove_file(&p).unwrap();
+        assert!(matches!(
+            bind(&p, Some("no-such-group-rig"), 0o660),
+            Err(ListenError::NoGroup(_))
+        ));
+    }
+}

@@ -1,0 +1,189 @@
+//! Paths: the ways rigd reaches a GPU (the seed's `path` record, as two traits).
+//!
+//! A [`Backend`] is one GPU reached one way; it describes the GPU ([`GpuDescription`]) and
+//! opens address spaces on it. A [`Path`] is one device's GPU address space on that GPU (a
+//! VMID in the simulator and over VFIO, a KFD process over kfd): everything the device
+//! maker and the sessions ask of the hardware goes through it, so the same device is made
+//! from any path. Each client device gets its own `Path`, which is what keeps one client's
+//! memory and faults away from another's.
+//!
+//! Implemented: [`sim`] (the simulated GPU). `kfd` and `vfio` are not written yet; the
+//! traits hold nothing sim-specific, so they slot in beside it.
+//!
+//! This module owns the contract only; the rings, segment and word a device is made of are
+//! [`crate::device`]'s.
+
+pub mod sim;
+
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
+use rig_shm::{Doorbell, SharedRegion};
+
+/// What a path knows of its GPU: the seed's path fields that do not change while it runs.
+#[derive(Debug, Clone)]
+pub struct GpuDescription {
+    /// The GPU's table entry (processor, GC and SDMA versions, dies, LDS, waves).
+    pub gpu: rig_amd::gpu::Gpu,
+    /// How it is reached.
+    pub kind: PathKind,
+    /// The bytes of its own memory.
+    pub budget: u64,
+    /// Its PCI function, if it has one.
+    pub bus: Option<String>,
+    /// The frequency of its clock, in hertz.
+    pub clock_hz: u64,
+    /// The version of its compute queues' firmware.
+    pub mec: u32,
+    /// Work-group processors that run work, per shader engine and array.
+    pub wgps: Vec<Vec<u32>>,
+    /// Bytes of L2 and MALL, if known.
+    pub cache_bytes: Option<u64>,
+    /// Milliseconds after which work whose word has not moved hung, where nothing else
+    /// bounds the GPU's work.
+    pub hang_ms: Option<u64>,
+    /// Whether the GPU maps host memory (`map_host`).
+    pub maps_host: bool,
+}
+
+/// A path's refusal of a call (the seed's `refusal`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The path, its kernel driver or the GPU lacked memory or another resource.
+    #[error("{0}")]
+    Lacking(String),
+    /// Every slot for queues of the kind holds a queue; a retire frees one.
+    #[error("{0}")]
+    Full(String),
+    /// Any other refusal.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A refusal to map host pages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapRefusal {
+    /// The path lacked the room to map them.
+    #[error("{0}")]
+    NoRoom(String),
+    /// The path never maps these pages (read-only pages, a path that maps no host memory).
+    #[error("{0}")]
+    Never(String),
+    /// The descriptor is unfit as passed, and the client can fix that (a memfd that cannot
+    /// be sealed against shrinking).
+    #[error("{0}")]
+    Unfit(String),
+}
+
+/// A failure of the GPU or the path itself (the seed's `Fault`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Fault(pub String);
+
+/// Memory a path gave (the seed's `memory` record).
+#[derive(Debug)]
+pub struct PathMemory {
+    /// The GPU address of its first byte, a multiple of 4096.
+    pub address: u64,
+    /// Its bytes, a multiple of 4096.
+    pub bytes: u64,
+    /// Its kind; `None` for a mapping of the client's host memory.
+    pub kind: Option<MemoryKind>,
+    /// The memfd the host reaches it through (Pinned and Mapped memory, host mappings).
+    pub host: Option<SharedRegion>,
+    /// The path's own handle for it.
+    pub token: u64,
+}
+
+/// What a queue reads and where it keeps its positions (the seed's `queue` arguments).
+#[derive(Debug)]
+pub struct QueueSpec {
+    /// The packets it reads.
+    pub kind: QueueKind,
+    /// The GPU address of its ring, Pinned memory.
+    pub ring: u64,
+    /// The ring's bytes, a power of two of at most [`Path::most_ring`].
+    pub bytes: u64,
+    /// The GPU address of the 64-bit word it writes its read position to.
+    pub read: u64,
+    /// The GPU address of the 64-bit word it reads its write position from.
+    pub write: u64,
+    /// The doorbell whose stores tell it to read up to the stored position.
+    pub doorbell: Doorbell,
+    /// AQL: the device's scratch (GPU address, bytes) the queue hands every kernel; (0, 0)
+    /// if none. A PM4 dispatch names its scratch itself.
+    pub scratch: (u64, u64),
+}
+
+/// A queue a path made, for [`Path::retire`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueHandle(pub u64);
+
+/// How a stop ended (the seed's `` `Stopped | `Unknown ``).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// No queue of the device runs or can write memory any more.
+    Stopped,
+    /// A queue may still run.
+    Unknown,
+}
+
+/// What the GPU tells a device: the path calls it from its own threads.
+#[derive(Clone)]
+pub struct Events {
+    /// A release's interrupt (or any wake-worthy event).
+    pub interrupt: Arc<dyn Fn() + Send + Sync>,
+    /// A fault of the device's work, with the path's report.
+    pub fault: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Events")
+    }
+}
+
+/// One GPU, reached one way.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// The GPU.
+    fn description(&self) -> &GpuDescription;
+
+    /// A new address space on the GPU for one device, whose events go to `events`.
+    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal>;
+}
+
+/// One device's address space on a GPU: the seed's path functions.
+///
+/// Only the daemon's state owner calls it, so methods take `&mut self`; the path's own
+/// threads (a simulated queue, an interrupt handler) report through [`Events`].
+pub trait Path: Send + fmt::Debug {
+    /// `bytes` new bytes of `kind`, whole pages at a page-aligned GPU address.
+    fn alloc(&mut self, kind: MemoryKind, bytes: u64) -> Result<PathMemory, Refusal>;
+
+    /// Maps for the GPU the `bytes` bytes at `offset` of the client's memfd `fd`.
+    fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal>;
+
+    /// Gives back what `alloc` or `map_host` gave.
+    fn free(&mut self, memory: PathMemory);
+
+    /// Writes `data` at `offset` into memory the host may not address (placing an image in
+    /// Device memory).
+    fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault>;
+
+    /// Makes a hardware queue.
+    fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal>;
+
+    /// Destroys a queue that read every packet up to its write position.
+    fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault>;
+
+    /// The most bytes of a ring of a queue of kind `kind`, a power of two.
+    fn most_ring(&self, kind: QueueKind) -> u64;
+
+    /// The GPU's clock, in ticks of the description's `clock_hz`.
+    fn clock(&self) -> u64;
+
+    /// Destroys every queue without waiting for its work; `fault` is why the device was lost.
+    fn stop(&mut self, fault: Option<&str>) -> Stopped;
+}
