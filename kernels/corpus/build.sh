@@ -5,7 +5,7 @@
 # Usage: kernels/corpus/build.sh   (needs clang-19 and ld.lld-19)
 set -eu
 cd "$(dirname "$0")"
-O0="vadd_f32 branch_diverge lds_reduce private_array struct_param"
+O0="vadd_f32 branch_diverge lds_reduce private_array struct_param generic_atomics"
 W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge"
 build() { # name tag [extra clang flags]
   n="$1"; tag="$2"; shift 2

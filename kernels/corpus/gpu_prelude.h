@@ -21,6 +21,7 @@ static inline uint rig_lsz(uint d) {
 #define atomic_min(p, v) __atomic_fetch_min((p), (v), __ATOMIC_RELAXED)
 #define atomic_max(p, v) __atomic_fetch_max((p), (v), __ATOMIC_RELAXED)
 #define atomic_or(p, v) __atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
+#define atomic_xor(p, v) __atomic_fetch_xor((p), (v), __ATOMIC_RELAXED)
 #define atomic_xchg(p, v) __atomic_exchange_n((p), (v), __ATOMIC_RELAXED)
 static inline int rig_cas_i(volatile __global int* p, int c, int v) {
   __atomic_compare_exchange_n(p, &c, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);

@@ -34,6 +34,7 @@ static pthread_barrier_t rig_bar;
 #define atomic_add(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
 #define atomic_sub(p, v) __atomic_fetch_sub((p), (v), __ATOMIC_SEQ_CST)
 #define atomic_or(p, v) __atomic_fetch_or((p), (v), __ATOMIC_SEQ_CST)
+#define atomic_xor(p, v) __atomic_fetch_xor((p), (v), __ATOMIC_SEQ_CST)
 #define atomic_xchg(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
 #define rig_minmax(p, v, cmp) ({ __typeof__(*(p)) rig_o = __atomic_load_n((p), __ATOMIC_SEQ_CST), rig_v = (v); \
   while (!(rig_v cmp rig_o) ? 0 : !__atomic_compare_exchange_n((p), &rig_o, rig_v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {} rig_o; })

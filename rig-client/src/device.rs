@@ -129,6 +129,22 @@ impl Rig {
         }
     }
 
+    /// Sends `request` without waiting for its answer (see [`rig_proto::Connection::post`]):
+    /// for requests such as `Free` whose answer the program does not need. rigd refuses
+    /// them only for a device it already lost or closed, whose memory it gave back itself,
+    /// so their errors are dropped.
+    pub(crate) fn post(&self, request: &Request) -> Result<()> {
+        let mut c = self.lock()?;
+        c.post(request).map_err(proto)?;
+        drop(c.take_posted_errors());
+        Ok(())
+    }
+
+    /// True iff both are the same connection to rigd.
+    pub(crate) fn same(&self, other: &Rig) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The GPUs rigd serves.
     pub fn gpus(&self) -> Result<Vec<GpuInfo>> {
         match self.call(&Request::ListGpus, &[])? {
@@ -249,6 +265,9 @@ pub(crate) struct DeviceShared {
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
     /// The Pinned buffer host accesses of Device memory copy through.
     bounce: Mutex<Option<Buffer>>,
+    /// Other devices' timeline words as this device's GPU addresses them, asked of rigd
+    /// once per device: `None` where the GPU cannot wait for them (the host waits).
+    peer_words: Mutex<Vec<(DeviceId, Option<u64>)>>,
 }
 
 impl std::fmt::Debug for DeviceShared {
@@ -298,7 +317,55 @@ impl DeviceShared {
             deferred: Mutex::new(Deferred::default()),
             profile: Mutex::new(None),
             bounce: Mutex::new(None),
+            peer_words: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The GPU address at which this device's compute queue reads `peer`'s timeline word,
+    /// or `None` if it cannot wait for it: the facts say the compute queue makes no waits
+    /// for stores, `peer` came through another connection (rigd pairs one client's devices
+    /// only), or rigd answers that this GPU does not reach `peer`'s. Asks rigd at the first
+    /// call for `peer` and keeps the answer (rigd keeps the mapping until this device
+    /// closes); a failed ask is not kept, so a later submit asks again.
+    pub(crate) fn peer_word(&self, peer: &DeviceShared) -> Option<u64> {
+        if let Some(known) = self.find_peer_word(peer.id) {
+            return known;
+        }
+        let able = self.facts.waits.stores
+            && self.facts.compute == rig_proto::QueueKind::Pm4
+            && self.rig.same(&peer.rig);
+        let answer = if able {
+            let request = Request::MapPeerWord {
+                device: self.id,
+                peer: peer.id,
+            };
+            match self.rig.call(&request, &[]) {
+                Ok((Response::PeerWord { gpu_address }, _)) if gpu_address % 8 == 0 => {
+                    Some(gpu_address)
+                }
+                Ok((Response::Never { .. }, _)) => None,
+                // A shortage of address space, an error or a bad answer: wait on the host
+                // this time and ask again at a later submit.
+                Ok(_) | Err(_) => return None,
+            }
+        } else {
+            None
+        };
+        if let Ok(mut words) = self.peer_words.lock() {
+            words.push((peer.id, answer));
+        }
+        answer
+    }
+
+    /// The kept answer of [`DeviceShared::peer_word`] for `peer`, if asked before.
+    fn find_peer_word(&self, peer: DeviceId) -> Option<Option<u64>> {
+        let words = self.peer_words.lock().ok()?;
+        words.iter().find(|(id, _)| *id == peer).map(|(_, a)| *a)
+    }
+
+    /// The kept GPU address of `peer`'s word, with no call to rigd.
+    pub(crate) fn cached_peer_word(&self, peer: DeviceId) -> Option<u64> {
+        self.find_peer_word(peer).flatten()
     }
 
     /// The value in the timeline word (acquire).
@@ -417,18 +484,14 @@ impl DeviceShared {
 
     /// Blocks on the interrupt eventfd for at most one slice, and drains it.
     fn sleep(&self) {
-        let mut pfd = libc::pollfd {
-            fd: self.interrupt.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, SLEEP_SLICE.as_millis() as libc::c_int) };
-        if n > 0 {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let slice = PollTimeout::try_from(SLEEP_SLICE).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.interrupt.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, slice).is_ok_and(|n| n > 0) {
+            // The eventfd is nonblocking: a count another thread drained first answers
+            // EAGAIN instead of blocking, which is as good as a read here.
             let mut buf = [0u8; 8];
-            // SAFETY: reads at most 8 bytes into `buf`; the eventfd is nonblocking, so a
-            // count another thread drained first returns EAGAIN instead of blocking.
-            unsafe { libc::read(self.interrupt.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+            let _ = nix::unistd::read(self.interrupt.as_raw_fd(), &mut buf);
         }
     }
 
@@ -461,26 +524,21 @@ impl DeviceShared {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        let _ = self.rig.call(
-            &Request::Free {
-                device: self.id,
-                region,
-            },
-            &[],
-        );
+        // Nothing waits on a free: post it, and save the round trip.
+        let _ = self.rig.post(&Request::Free {
+            device: self.id,
+            region,
+        });
     }
 
     fn unload_now(&self, image: ImageId, region: RegionId) {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        let _ = self.rig.call(
-            &Request::Unload {
-                device: self.id,
-                image,
-            },
-            &[],
-        );
+        let _ = self.rig.post(&Request::Unload {
+            device: self.id,
+            image,
+        });
         self.free_now(region);
     }
 
@@ -692,20 +750,18 @@ impl Drop for DeviceShared {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
-    let raw = fd.as_fd().as_raw_fd();
-    // SAFETY: F_GETFL/F_SETFL on a descriptor we own change only its status flags.
-    let ok = unsafe {
-        let flags = libc::fcntl(raw, libc::F_GETFL);
-        flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Io {
-            what: "making the interrupt eventfd nonblocking",
-            source: std::io::Error::last_os_error(),
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let raw = fd.as_raw_fd();
+    fcntl(raw, FcntlArg::F_GETFL)
+        .and_then(|flags| {
+            let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+            fcntl(raw, FcntlArg::F_SETFL(flags))
         })
-    }
+        .map(drop)
+        .map_err(|e| Error::Io {
+            what: "making the interrupt eventfd nonblocking",
+            source: e.into(),
+        })
 }
 
 /// An open device: one GPU as rigd hands it to this process, with its own queues.

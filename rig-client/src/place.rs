@@ -161,6 +161,10 @@ pub(crate) struct Compiled {
     has_copy: bool,
     /// Index of the last copy piece.
     last_copy: Option<usize>,
+    /// Index of the 8-byte word, after the parts' words, through which COMPUTE:0 tells
+    /// COPY:0 that the waits for other devices' points passed; `Some` iff the submission
+    /// waits for any point.
+    wait_slot: Option<usize>,
 }
 
 fn align(x: u64, a: u64) -> u64 {
@@ -170,7 +174,8 @@ fn align(x: u64, a: u64) -> u64 {
 impl Compiled {
     pub(crate) fn new(t: &Target, device: u64, s: &Submission) -> Result<Compiled> {
         let n = s.parts.len() as u64;
-        let mut args_end = 8 * n;
+        let wait_slot = (!s.waits.is_empty()).then_some(s.parts.len());
+        let mut args_end = 8 * (n + u64::from(wait_slot.is_some()));
         let mut pieces = Vec::with_capacity(s.parts.len());
         for (i, part) in s.parts.iter().enumerate() {
             pieces.push(piece(t, device, i, part, &mut args_end)?);
@@ -190,6 +195,7 @@ impl Compiled {
             has_compute,
             has_copy,
             last_copy,
+            wait_slot,
         })
     }
 }
@@ -367,10 +373,9 @@ impl QueueRing {
         let at = at as usize;
         let first = words.len().min(size - at);
         self.ring
-            .write(self.ring_offset + 4 * at, words_as_bytes(&words[..first]));
+            .write_u32s(self.ring_offset + 4 * at, &words[..first]);
         if first < words.len() {
-            self.ring
-                .write(self.ring_offset, words_as_bytes(&words[first..]));
+            self.ring.write_u32s(self.ring_offset, &words[first..]);
         }
     }
 
@@ -382,12 +387,6 @@ impl QueueRing {
             .store_u64(self.write.1, units, Ordering::Release);
         self.bell.ring(units);
     }
-}
-
-fn words_as_bytes(words: &[u32]) -> &[u8] {
-    // SAFETY: u32 has no padding and every byte pattern is a valid u8; the slice covers
-    // exactly the words' bytes, borrowed for as long as `words` is.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
 }
 
 /// The argument segment.
@@ -451,6 +450,9 @@ pub(crate) struct Placer {
     pub(crate) stamps: Option<StampSlots>,
     /// The interrupt context releases carry.
     context: u32,
+    /// The waits COMPUTE:0 makes for the value being placed: (GPU address of another
+    /// device's word in this device's space, value), filled by [`submit`] under the lock.
+    pub(crate) gpu_waits: Vec<(u64, u64)>,
 }
 
 /// Bytes of a value's stamps: its start on COMPUTE:0, its start on COPY:0, its end, 8 spare.
@@ -503,6 +505,7 @@ impl Placer {
             staging: [Vec::with_capacity(1024), Vec::with_capacity(1024)],
             stamps: None,
             context: 0,
+            gpu_waits: Vec::with_capacity(4),
         })
     }
 
@@ -602,11 +605,28 @@ impl Placer {
         let part_word = |i: usize| block + 8 * i as u64;
         let release_on_copy = !c.has_compute && c.has_copy && low != 0;
         let stamp = self.stamps.and_then(|s| s.slot(v));
+        let gpu_waits = &self.gpu_waits;
+        // COPY:0 polls no other device's word (its POLL_REGMEM compares 32 bits): COMPUTE:0
+        // waits, then signals this word, which COPY:0 polls before its first part.
+        let waited = c.wait_slot.filter(|_| !gpu_waits.is_empty() && c.has_copy);
         let [cs, ks] = &mut self.staging;
         cs.clear();
         ks.clear();
-        if c.has_compute || !release_on_copy {
+        if c.has_compute || !release_on_copy || !gpu_waits.is_empty() {
             push::<9>(cs, |o| pm4::WaitRegMem64::at_least(word, v - 1).encode(o))?;
+            for &(address, value) in gpu_waits {
+                push::<9>(cs, |o| {
+                    pm4::WaitRegMem64::at_least(address, value).encode(o)
+                })?;
+            }
+            if let Some(n) = waited {
+                let r = pm4::ReleaseMem {
+                    int_sel: pm4::IntSel::None,
+                    data_sel: pm4::DataSel::Low32,
+                    ..pm4::ReleaseMem::timeline(t.write_back(), part_word(n), u64::from(low))
+                };
+                push::<8>(cs, |o| r.encode(o))?;
+            }
             if let Some(st) = stamp {
                 push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
             }
@@ -661,6 +681,9 @@ impl Placer {
         }
         if c.has_copy {
             push::<6>(ks, |o| poll_word(word, (v - 1) as u32).encode(o))?;
+            if let Some(n) = waited {
+                push::<6>(ks, |o| poll_word(part_word(n), low).encode(o))?;
+            }
             if let Some(st) = stamp {
                 push::<3>(ks, |o| sdma::Timestamp::global(st + 8).encode(o))?;
             }
@@ -773,6 +796,11 @@ impl Placer {
             if !p.args.is_empty() {
                 self.args.region.write(base + p.args_at as usize, &p.args);
             }
+        }
+        if let Some(n) = c.wait_slot {
+            self.args
+                .region
+                .store_u64(base + 8 * n, u64::from(!low), Ordering::Relaxed);
         }
         self.args.pos.write = Ring::end(seg, c.block);
         self.records.push_back((v, self.args.pos.write));
@@ -904,8 +932,10 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
         return Err(Error::Never(n.clone()));
     }
     dev.check_lost()?;
+    // Waits the GPU cannot make (another GPU's device, a GPU whose compute queue does not
+    // compare 64-bit words) are made here, on the host, before placing.
     for p in &s.waits {
-        if p.device.id != dev.id {
+        if p.device.id != dev.id && !p.signaled() && dev.peer_word(&p.device).is_none() {
             p.wait()?;
         }
     }
@@ -914,6 +944,14 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
         .placer
         .lock()
         .map_err(|_| Error::Invalid("a thread panicked while it submitted".into()))?;
+    placer.gpu_waits.clear();
+    for p in &s.waits {
+        if p.device.id != dev.id && !p.signaled() {
+            if let Some(address) = dev.cached_peer_word(p.device.id) {
+                placer.gpu_waits.push((address, p.value));
+            }
+        }
+    }
     let mut grows = 0;
     let reached = || dev.signaled();
     let v = loop {
@@ -939,6 +977,7 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
             }
         }
     };
+    placer.gpu_waits.clear();
     // Under the placer's lock, which every submit of the buffers' device takes.
     for part in &s.parts {
         match &part.what {
@@ -1331,6 +1370,58 @@ pub(crate) mod tests {
         );
         // The host set the part word to anything but the value's low word before ringing.
         assert_ne!(f.arg_bytes(part, 4), vec![0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn gpu_waits_go_on_compute_and_copy_follows_through_a_word() {
+        const PEER: u64 = 0x77_0000;
+        let mut f = Fake::new();
+        let a = buffer(1, 0x1_0000, 4096);
+        let s = Submission::new().fill(&a, 0, 64, 7);
+        // A submission with waits reserves the word after its parts' words (points need a
+        // device, so the slot is set here as `Compiled::new` sets it for one with waits).
+        let mut c = Compiled::new(&f.placer.target, 1, &s).unwrap();
+        c.wait_slot = Some(1);
+        c.block = align(16, ARG_ALIGN);
+        f.placer.gpu_waits.push((PEER, 5));
+        assert!(matches!(
+            f.placer.try_place(&c, &|| 0).unwrap(),
+            Step::Placed(1)
+        ));
+        let (cw, kw) = f.take();
+        let (cp, kp) = (pm4(&cw), sdma(&kw));
+        let slot = ARGS + 8;
+        // COMPUTE:0 waits for v-1, then for the peer's word (64 bits, >=), then tells
+        // COPY:0; it does not release (the copy-only value releases on COPY:0).
+        assert!(matches!(cp[0], P::WaitRegMem64(w) if w.address == WORD && w.reference == 0));
+        assert!(
+            matches!(cp[1], P::WaitRegMem64(w) if w.address == PEER && w.reference == 5 && w.function == pm4::Compare::GreaterEqual && w.mask == u64::MAX)
+        );
+        assert!(
+            matches!(cp[2], P::ReleaseMem(r) if r.address == slot && r.data == 1 && r.data_sel == pm4::DataSel::Low32 && r.int_sel == pm4::IntSel::None)
+        );
+        assert_eq!(cp.len(), 3);
+        // COPY:0 polls v-1, then that word, before its first part; it releases.
+        assert!(matches!(kp[0], S::PollRegMem(w) if w.address == WORD));
+        assert!(matches!(kp[1], S::PollRegMem(w) if w.address == slot && w.value == 1));
+        assert!(matches!(kp[2], S::ConstFill(_)));
+        assert!(matches!(kp[kp.len() - 2], S::Fence(x) if x.address == WORD && x.value == 1));
+        // The host set the word to anything but the value's low word before ringing.
+        assert_ne!(f.arg_bytes(slot, 4), vec![1, 0, 0, 0]);
+
+        // With no GPU-side waits the reserved word is unused and nothing changes.
+        f.placer.gpu_waits.clear();
+        assert!(matches!(
+            f.placer.try_place(&c, &|| 1).unwrap(),
+            Step::Placed(2)
+        ));
+        let (cw, kw) = f.take();
+        assert!(cw.is_empty());
+        assert!(
+            !sdma(&kw)
+                .iter()
+                .any(|p| matches!(p, S::PollRegMem(w) if w.address != WORD))
+        );
     }
 
     #[test]

@@ -277,6 +277,10 @@ impl Submission {
 
     /// Holds the submission's work back until `point`, a point of another device, is
     /// reached. A point of the submitting device itself is reached by then anyway.
+    ///
+    /// Where the device's compute queue compares 64-bit words and the point's device came
+    /// through the same [`crate::Rig`] on the same GPU, the GPU waits and `submit` returns
+    /// at once; otherwise `submit` waits for the point on the host before placing.
     pub fn wait(mut self, point: &Point) -> Submission {
         self.waits.push(point.clone());
         self

@@ -83,3 +83,41 @@ fn submitting_again_allocates_nothing() {
         "allocations on the submit path"
     );
 }
+
+#[test]
+fn submitting_a_wait_on_the_gpu_again_allocates_nothing() {
+    use rig_amd::pm4;
+    use rig_client::Queue;
+    let d = Daemon::start(None);
+    let rig = d.rig();
+    let (a, b) = (rig.open_device("0").unwrap(), rig.open_device("0").unwrap());
+    // B's point stays unreached until the host writes the flag, so A's waits go to its GPU.
+    let flag = b.buffer(8, Memory::Pinned).unwrap();
+    flag.write(|x| x.fill(0)).unwrap();
+    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
+    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
+        .encode(&mut w)
+        .unwrap();
+    let p = b
+        .submit(&Submission::new().words(Queue::Compute, &w))
+        .unwrap();
+    let out = a.buffer(256, Memory::Pinned).unwrap();
+    let s = Submission::new().fill(&out, 0, 256, 6).wait(&p);
+    // The first submit compiles and asks rigd for B's word.
+    a.submit(&s).unwrap();
+    COUNTING.with(|c| c.set(true));
+    let mut last = None;
+    for _ in 0..100 {
+        last = Some(a.submit(&s).unwrap());
+    }
+    COUNTING.with(|c| c.set(false));
+    assert!(!p.signaled());
+    flag.write(|x| x.copy_from_slice(&1u64.to_le_bytes()))
+        .unwrap();
+    last.unwrap().wait().unwrap();
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::Relaxed),
+        0,
+        "allocations on the submit path of a wait"
+    );
+}

@@ -1,5 +1,6 @@
 //! Interpreter throughput: lane-instructions per second for the tiled matrix multiply and
-//! elements per second for a vector add of 16 M floats, on one thread and on all cores.
+//! elements per second for a vector add of 16 M floats, on one thread and on all cores; and the
+//! cost of one small dispatch (vadd of one or four 32-item groups), setup included.
 //! Run: `cargo bench -p rig-isa --bench throughput` (prints its figures).
 
 #[path = "../tests/common/mod.rs"]
@@ -71,6 +72,46 @@ fn main() {
     };
     // RIG_ISA_BENCH=matmul or =vadd runs one of the two (for profiling).
     let only = std::env::var("RIG_ISA_BENCH").unwrap_or_default();
+    if only.is_empty() || only == "small" {
+        for groups in [1u32, 4] {
+            let items = 32 * groups;
+            let small = Case {
+                name: "vadd_f32",
+                opt: "O2",
+                grid: [items, 1, 1],
+                group: [32, 1, 1],
+                bufs: vec![
+                    f32s(items as usize, 3),
+                    f32s(items as usize, 4),
+                    vec![0; 4 * items as usize],
+                ],
+                args: vec![
+                    Arg::Buf(0, ""),
+                    Arg::Buf(1, ""),
+                    Arg::Buf(2, ""),
+                    Arg::U32(items),
+                ],
+            };
+            let mem = mem_for(&small);
+            let (d, _) = prepare(&mem, &small);
+            let reps = 20_000;
+            let mut times = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let t = Instant::now();
+                run(&d, &mem, cores);
+                times.push(t.elapsed());
+            }
+            times.sort();
+            println!(
+                "small dispatch (vadd, {groups} group(s) of 32, up to {cores} threads): p50 {:.2} us, p99 {:.2} us",
+                times[reps / 2].as_secs_f64() * 1e6,
+                times[reps * 99 / 100].as_secs_f64() * 1e6,
+            );
+        }
+        if only == "small" {
+            return;
+        }
+    }
     for threads in [1, cores] {
         if only == "vadd" {
             let (t, s) = bench(&va, threads, 2);

@@ -125,11 +125,13 @@ pub struct Inst {
 }
 
 /// Why a word sequence is not a gfx1100 instruction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// The encoding class or opcode is not defined for gfx1100.
+    #[error("not a gfx1100 instruction")]
     Illegal,
     /// The instruction runs past the end of the supplied words.
+    #[error("instruction runs past the end of the code")]
     Truncated,
 }
 
@@ -542,6 +544,10 @@ fn decode_vop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
 }
 
 fn vop_tail(i: &mut Inst, words: &[u32], srcs: usize, force_lit: bool) -> Result<(), DecodeError> {
+    if matches!(crate::disasm::valu_name(i.op), "v_nop" | "v_pipeflush") {
+        // No operands: the source field is ignored.
+        return Ok(());
+    }
     check_valu_widths(i)?;
     if !valu_src_ok(i.src[0]) && !matches!(i.src[0], src::DPP8 | src::DPP8FI | src::DPP16) {
         return Err(DecodeError::Illegal);

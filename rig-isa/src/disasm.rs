@@ -99,6 +99,9 @@ pub fn float_src(op: u16) -> bool {
 /// Whether the opcode accepts DPP (LLVM rejects DPP on 64-bit and a few special ops).
 pub fn dpp_allowed(i: &Inst) -> bool {
     let n = valu_name(i.op);
+    if n == "v_frexp_exp_i32_f32" && i.format == Format::Vop1 && i.src[0] == src::DPP16 {
+        return false;
+    }
     let w = valu_widths(i.op);
     if w.dst > 1 || w.src.iter().any(|&s| s > 1) {
         return false;
@@ -122,8 +125,10 @@ pub fn dpp_allowed(i: &Inst) -> bool {
             | "v_fmaak_f32"
             | "v_fmamk_f16"
             | "v_fmaak_f16"
-            | "v_frexp_exp_i32_f32"
             | "v_div_fixup_f32"
+            | "v_mul_hi_i32"
+            | "v_mul_hi_u32"
+            | "v_mul_lo_u32"
             | "v_fmac_dx9_zero_f32"
             | "v_mad_u64_u32"
             | "v_mad_i64_i32"
@@ -374,8 +379,8 @@ fn operand_k(f: &mut String, s: u16, n: u8, lit: u32, fp64: bool, int16: bool) {
     operand_x(f, s, n, lit, fp64, int16, false)
 }
 
-/// `int16`: a 16-bit operand (literal printed as 16 bits); `float16`: its type is f16, whose
-/// inline constants keep their float spelling.
+/// `int16`: a 16-bit operand (literal printed as 16 bits, integer operands' float constants as
+/// their f16 bits); `float16`: f16 operands, whose inline constants keep their float spelling.
 fn operand_x(f: &mut String, s: u16, n: u8, lit: u32, fp64: bool, int16: bool, float16: bool) {
     let n = n.max(1);
     if int16 && (240..=248).contains(&s) && !float16 {
@@ -490,6 +495,7 @@ impl Ctx<'_> {
     }
     fn op(&mut self, s: u16, n: u8) {
         self.sep();
+
         operand_x(
             &mut self.out,
             s,
@@ -508,14 +514,29 @@ impl Ctx<'_> {
             } else {
                 0xff
             };
+        // The 32-bit addend of the 16-bit multiply-adds is not a 16-bit operand.
+        let saved16 = self.int16;
+        if k == 2 && matches!(valu_name(self.i.op), "v_mad_u32_u16" | "v_mad_i32_i16") {
+            self.int16 = false;
+        }
+        self.vmod_inner(s, n, k, shown);
+        self.int16 = saved16;
+    }
+
+    fn vmod_inner(&mut self, s: u16, n: u8, k: usize, shown: u8) {
         let neg = self.i.neg >> k & 1 != 0 && shown >> (4 + k) & 1 != 0;
         let abs = self.i.abs >> k & 1 != 0 && shown >> k & 1 != 0;
         // Integer operands of VOP3 take sign extension where LLVM allows a modifier at all.
         let name = valu_name(self.i.op);
         let vop3 = matches!(self.i.format, Format::Vop3 | Format::Vop3sd);
+        // An integer source of an instruction that takes float modifiers elsewhere spells its
+        // neg bit sext(); so do the integer sources of VOP3 DPP forms.
+        let mods = opcodes::VOP3_MODS[self.i.op as usize & 1023];
+        let int_src = mods != 0 && mods >> (4 + k) & 1 == 0;
+        let _ = name;
         let sext = vop3
             && self.i.neg >> k & 1 != 0
-            && ((name == "v_cvt_pk_u8_f32" && k >= 1)
+            && ((self.i.dpp.is_none() && int_src)
                 || (self.i.dpp.is_some() && !float_src(self.i.op)));
         if sext {
             self.out.push_str("sext(");
@@ -589,12 +610,11 @@ impl fmt::Display for Inst {
                 && !n.starts_with("v_sat_pk")
                 && !n.contains("_pk_")
                 && !n.contains("dot2")
+                && n != "v_sad_u16"
         };
         // f16 sources, and the 16-bit multiply-adds with 32-bit results, spell inline constants
         // as floats while still printing 16-bit literals.
-        let float16 = int16
-            && (valu_name(self.op).ends_with("f16")
-                || matches!(valu_name(self.op), "v_mad_u32_u16" | "v_mad_i32_i16"));
+        let float16 = int16 && (valu_name(self.op).ends_with("f16"));
         let mut c = Ctx {
             out: mnemonic(self),
             i: self,
@@ -888,7 +908,9 @@ fn valu(c: &mut Ctx) {
         let shown = opcodes::VOP3_OPSEL[i.op as usize & 1023];
         if i.op_sel & shown != 0 {
             let sel = i.op_sel & shown;
-            let mut bits: Vec<String> = (0..nsrc).map(|k| (sel >> k & 1).to_string()).collect();
+            // fmac's tied accumulator takes an op_sel position of its own.
+            let slots = if n.starts_with("v_fmac") { 3 } else { nsrc };
+            let mut bits: Vec<String> = (0..slots).map(|k| (sel >> k & 1).to_string()).collect();
             if n.starts_with("v_permlane") {
                 // op_sel carries fi and bound_ctrl here: two flags, no destination bit.
                 bits.truncate(2);
@@ -977,7 +999,7 @@ fn vop3p(c: &mut Ctx) {
         for k in 0..3 {
             c.sep();
             let (neg, abs) = (i.neg >> k & 1 != 0, i.abs >> k & 1 != 0);
-            if neg && !abs && matches!(i.src[k], 128..=208 | 240..=248) {
+            if neg && !abs && matches!(i.src[k], 128..=208 | 240..=248 | 255) {
                 c.out.push_str("neg(");
                 operand_x(&mut c.out, i.src[k], 1, i.literal, false, true, true);
                 c.out.push(')');
@@ -1082,9 +1104,11 @@ fn ds_shape(n: &str) -> (bool, usize, u8, u8, bool) {
         || n == "ds_swizzle_b32"
         || n.starts_with("ds_consume")
         || n.starts_with("ds_append")
-        || n.starts_with("ds_bvh");
+        || n.starts_with("ds_bvh")
+        || n == "ds_ordered_count";
     let ndata = if n.starts_with("ds_load")
         || n == "ds_swizzle_b32"
+        || n == "ds_ordered_count"
         || n.starts_with("ds_consume")
         || n.starts_with("ds_append")
         || n == "ds_nop"
@@ -1119,7 +1143,7 @@ fn ds(c: &mut Ctx) {
     if rtn {
         c.op(i.dst, dstw);
     }
-    if !(n.starts_with("ds_consume") || n.starts_with("ds_append")) {
+    if !(n.starts_with("ds_consume") || n.starts_with("ds_append") || n.contains("addtid")) {
         c.op(i.src[0], 1);
     }
     for k in 0..ndata {

@@ -9,15 +9,18 @@
 // Lane loops index several lane arrays in step; iterators would obscure that.
 #![allow(clippy::needless_range_loop)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use crate::decode::{DecodeError, Format, Inst, decode, src};
+use crate::code::{self, Code};
+use crate::decode::{Format, Inst, src};
 use crate::meta::{Atomic, MemKind, meta};
 use crate::opcodes::{op_ds, op_smem, op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
 use crate::valu::Lanes;
-use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault};
+use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
+/// How long the calling thread runs a dispatch alone before helpers join it.
+const INVITE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
 /// Instructions a wave runs between checks of the stop flag.
 const STOP_CHECK: u64 = 256;
 /// LDS of one workgroup on gfx11.
@@ -26,70 +29,6 @@ const MAX_LDS_BYTES: u32 = 64 * 1024;
 pub const SHARED_APERTURE_HI: u32 = 0x1000_0000;
 /// High 32 bits of the flat aperture that maps private memory.
 pub const PRIVATE_APERTURE_HI: u32 = 0x2000_0000;
-
-/// Per-worker decode cache keyed by instruction address.
-struct Code<'m> {
-    mem: &'m dyn Memory,
-    base: u64,
-    dense: Vec<Option<Inst>>,
-    sparse: HashMap<u64, Inst>,
-}
-
-impl<'m> Code<'m> {
-    fn new(mem: &'m dyn Memory, base: u64) -> Self {
-        Code {
-            mem,
-            base,
-            dense: Vec::new(),
-            sparse: HashMap::new(),
-        }
-    }
-
-    fn fetch(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
-        let off = pc.wrapping_sub(self.base);
-        if off.is_multiple_of(4) && off < (1 << 20) {
-            let k = (off / 4) as usize;
-            if self.dense.get(k).is_none_or(|i| i.is_none()) {
-                let i = self.decode_at(pc)?;
-                if self.dense.len() <= k {
-                    self.dense.resize(k + 1, None);
-                }
-                self.dense[k] = Some(i);
-            }
-            return self.dense[k].as_ref().ok_or(ExecFault::Internal);
-        }
-        if !self.sparse.contains_key(&pc) {
-            let i = self.decode_at(pc)?;
-            self.sparse.insert(pc, i);
-        }
-        self.sparse.get(&pc).ok_or(ExecFault::Internal)
-    }
-
-    fn decode_at(&self, pc: u64) -> Result<Inst, ExecFault> {
-        let mut words = [0u32; 3];
-        let mut n = 0;
-        for (k, w) in words.iter_mut().enumerate() {
-            let mut b = [0u8; 4];
-            match self.mem.read(pc + 4 * k as u64, &mut b) {
-                Ok(()) => {
-                    *w = u32::from_le_bytes(b);
-                    n += 1;
-                }
-                Err(f) if k == 0 => return Err(ExecFault::Memory { fault: f, pc }),
-                Err(_) => break,
-            }
-        }
-        match decode(&words[..n]) {
-            Ok(i) => Ok(i),
-            Err(DecodeError::Illegal) | Err(DecodeError::Truncated) => {
-                Err(ExecFault::IllegalInstruction {
-                    address: pc,
-                    words: words[..n].to_vec(),
-                })
-            }
-        }
-    }
-}
 
 /// State of one wave.
 struct Wave {
@@ -207,6 +146,15 @@ impl Wave {
             }
             255 if float => (lit as u64) << 32,
             255 => lit as u64,
+            // As 64-bit operands the aperture registers read as full addresses.
+            235..=238 => {
+                (self.sread(s, lit) as u64) << 32
+                    | if matches!(s, 236 | 238) {
+                        0xffff_ffff
+                    } else {
+                        0
+                    }
+            }
             _ => self.sread(s, lit) as u64,
         }
     }
@@ -234,7 +182,6 @@ struct Group<'a> {
 /// Everything a worker needs to run groups.
 struct Ctx<'a> {
     d: &'a Dispatch,
-    mem: &'a dyn Memory,
     stop: &'a AtomicBool,
     lanes: usize,
     nvgpr: usize,
@@ -244,6 +191,7 @@ struct Ctx<'a> {
 
 pub(crate) fn execute(
     d: &Dispatch,
+    share: Workgroups,
     mem: &dyn Memory,
     stop: &AtomicBool,
     threads: usize,
@@ -254,6 +202,11 @@ pub(crate) fn execute(
                 reason: "a workgroup dimension is zero",
             });
         }
+    }
+    if share.stride == 0 {
+        return Err(ExecFault::BadDispatch {
+            reason: "a workgroup share has a stride of 0",
+        });
     }
     let lanes = if d.wave64 { 64 } else { 32 };
     let items = d.group_size[0] as u64 * d.group_size[1] as u64 * d.group_size[2] as u64;
@@ -273,11 +226,12 @@ pub(crate) fn execute(
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
     let total = ngroups[0] * ngroups[1] * ngroups[2];
+    let mine = share.count(total);
     let wave_bytes = d
         .scratch
         .map(|s| s.bytes_per_lane as u64 * lanes as u64)
         .unwrap_or(0);
-    let mut threads = threads.max(1).min(total.max(1) as usize);
+    let mut threads = threads.max(1).min(mine.max(1) as usize);
     if let Some(s) = d.scratch {
         // Each worker runs one group at a time, so it needs a group's worth of wave slots.
         let slots = s.waves as usize / waves_per_group;
@@ -288,68 +242,104 @@ pub(crate) fn execute(
         }
         threads = threads.min(slots);
     }
+    if mine == 0 {
+        return Ok(ExecStats::default());
+    }
     let ctx = Ctx {
         d,
-        mem,
         stop,
         lanes,
         nvgpr,
         waves_per_group,
         wave_bytes,
     };
+    let seed = code::take(mem, d.code_address);
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
-    let results: Vec<Result<ExecStats, ExecFault>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let (ctx, next, failed) = (&ctx, &next, &failed);
-                s.spawn(move || {
-                    let mut stats = ExecStats::default();
-                    let mut code = Code::new(ctx.mem, ctx.d.code_address);
-                    let mut pool = Vec::new();
-                    loop {
-                        if failed.load(Ordering::Relaxed) {
-                            return Ok(stats);
-                        }
-                        if ctx.stop.load(Ordering::Relaxed) {
-                            failed.store(true, Ordering::Relaxed);
-                            return Err(ExecFault::Stopped);
-                        }
-                        let g = next.fetch_add(1, Ordering::Relaxed);
-                        if g >= total {
-                            return Ok(stats);
-                        }
-                        let id = [
-                            g % ngroups[0],
-                            (g / ngroups[0]) % ngroups[1],
-                            g / (ngroups[0] * ngroups[1]),
-                        ];
-                        if let Err(e) = run_group(ctx, &mut code, &mut pool, t, id, &mut stats) {
-                            failed.store(true, Ordering::Relaxed);
-                            return Err(e);
-                        }
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap_or(Err(ExecFault::Internal)))
-            .collect()
-    });
-    let mut stats = ExecStats::default();
-    for r in results {
-        let s = r?;
-        stats.waves += s.waves;
-        stats.workgroups += s.workgroups;
-        stats.instructions += s.instructions;
-        stats.lane_instructions += s.lane_instructions;
+    let workers = AtomicUsize::new(0);
+    let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
+    let best: Mutex<Option<Code>> = Mutex::new(None);
+    let started = std::time::Instant::now();
+    let worker = |invite: &dyn Fn()| {
+        let t = workers.fetch_add(1, Ordering::Relaxed);
+        if t >= threads {
+            // Scratch slots exist for `threads` workers only (a helper may call in twice).
+            return;
+        }
+        let mut stats = ExecStats::default();
+        let mut code = Code::new(mem, d.code_address, seed.as_ref());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut group = Group {
+                lds: Vec::new(),
+                waves: Vec::new(),
+                mem,
+            };
+            let mut spare = Vec::new();
+            loop {
+                if failed.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                if stop.load(Ordering::Relaxed) {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(ExecFault::Stopped);
+                }
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                if j >= mine {
+                    return Ok(());
+                }
+                let g = share.first + j * share.stride;
+                let id = [
+                    g % ngroups[0],
+                    (g / ngroups[0]) % ngroups[1],
+                    g / (ngroups[0] * ngroups[1]),
+                ];
+                if let Err(e) =
+                    run_group(&ctx, &mut code, &mut group, &mut spare, t, id, &mut stats)
+                {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+                // Helpers join once the work has proven longer than waking them costs.
+                if j + 1 < mine && started.elapsed() >= INVITE_AFTER {
+                    invite();
+                }
+            }
+        }))
+        .unwrap_or(Err(ExecFault::Internal));
+        {
+            let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+            o.0.waves += stats.waves;
+            o.0.workgroups += stats.workgroups;
+            o.0.instructions += stats.instructions;
+            o.0.lane_instructions += stats.lane_instructions;
+            if let Err(e) = r {
+                o.1.get_or_insert(e);
+            }
+        }
+        let mut b = best.lock().unwrap_or_else(|e| e.into_inner());
+        if b.as_ref().is_none_or(|c| c.decoded() < code.decoded()) {
+            *b = Some(code);
+        }
+    };
+    crate::pool::run(threads, &worker);
+    if let Some(c) = best
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .and_then(Code::into_cached)
+    {
+        code::put(d.code_address, c);
     }
-    Ok(stats)
+    let (stats, fault) = out.into_inner().unwrap_or_else(|e| e.into_inner());
+    match fault {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
 }
 
 fn run_group(
     ctx: &Ctx,
     code: &mut Code,
+    group: &mut Group,
     pool: &mut Vec<Wave>,
     worker: usize,
     id: [u64; 3],
@@ -366,11 +356,10 @@ fn run_group(
     let rsrc2 = d.pgm_rsrc2;
     let user = ((rsrc2 >> 1) & 0x1f) as usize;
     let tid_cnt = (rsrc2 >> 11) & 3;
-    let mut group = Group {
-        lds: vec![0u8; d.lds_bytes as usize],
-        waves: Vec::with_capacity(nwaves),
-        mem: ctx.mem,
-    };
+    // The group's buffers are reused from the worker's previous group.
+    pool.append(&mut group.waves);
+    group.lds.clear();
+    group.lds.resize(d.lds_bytes as usize, 0);
     for w in 0..nwaves {
         // Waves are recycled between groups: allocation dominated small kernels.
         let mut wave = match pool.pop() {
@@ -466,7 +455,7 @@ fn run_group(
                 continue;
             }
             progressed = true;
-            run_wave(ctx, code, &mut group, w, stats)?;
+            run_wave(ctx, code, group, w, stats)?;
         }
         let live = group.waves.iter().filter(|w| !w.done).count();
         if live == 0 {
@@ -1027,7 +1016,20 @@ fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
         | S_CODE_END
         | S_SETHALT
         | S_DENORM_MODE
-        | S_ROUND_MODE => false,
+        | S_ROUND_MODE
+        | S_WAKEUP
+        | S_TTRACEDATA
+        | S_TTRACEDATA_IMM
+        | S_INCPERFLEVEL
+        | S_DECPERFLEVEL
+        | S_SETKILL
+        | S_WAIT_IDLE
+        | S_WAIT_EVENT => false,
+        // No debugger is attached: the debug-condition branches fall through.
+        S_CBRANCH_CDBGSYS
+        | S_CBRANCH_CDBGUSER
+        | S_CBRANCH_CDBGSYS_OR_USER
+        | S_CBRANCH_CDBGSYS_AND_USER => false,
         _ => return Err(unsupported(i, pc)),
     };
     if take {
@@ -1098,7 +1100,8 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
     let lanes = wv.lanes;
     let off = (i.imm as u32) | (i.imm1 as u32) << 8;
     let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
-        let r = r as usize - 256 + k as usize;
+        // A non-VGPR operand here (r < 256) wraps to a huge index and is rejected below.
+        let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
         if r >= wv.nvgpr {
             Err(ExecFault::VgprOutOfRange { address: pc })
         } else {
@@ -1267,6 +1270,38 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
                 }
             }
         }
+        _ if matches!(m.kind, MemKind::Atomic(_)) && m.bytes == 8 => {
+            let MemKind::Atomic(f) = m.kind else {
+                return Err(unsupported(i, pc));
+            };
+            let read64 = |lds: &[u8], a: u32| {
+                lds_read(lds, a) as u64 | (lds_read(lds, a.wrapping_add(4)) as u64) << 32
+            };
+            for l in 0..lanes {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let a = wv.vgpr[addr_row + l].wrapping_add(off);
+                let old = read64(lds, a);
+                let pair = |r: u16| -> Result<u64, ExecFault> {
+                    Ok(wv.vgpr[row(r, 0)? + l] as u64 | (wv.vgpr[row(r, 1)? + l] as u64) << 32)
+                };
+                let d0 = pair(i.src[1])?;
+                let d1 = if matches!(f, Atomic::CmpSwap) {
+                    pair(i.src[2])?
+                } else {
+                    0
+                };
+                let new = f.apply64(old, d0, d1);
+                lds_write(lds, a, new as u32);
+                lds_write(lds, a.wrapping_add(4), (new >> 32) as u32);
+                if m.rtn {
+                    let (r0, r1) = (row(i.dst, 0)?, row(i.dst, 1)?);
+                    wv.vgpr[r0 + l] = old as u32;
+                    wv.vgpr[r1 + l] = (old >> 32) as u32;
+                }
+            }
+        }
         DS_NOP => {}
         DS_SWIZZLE_B32 => {
             // offset < 0x8000: bit-mask mode over groups of 32 lanes (and, or, xor masks);
@@ -1348,7 +1383,7 @@ fn vmem(
     let lanes = wv.lanes;
     let nv = wv.nvgpr;
     let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
-        let r = r as usize - 256 + k as usize;
+        let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
         if r >= nv {
             Err(ExecFault::VgprOutOfRange { address: pc })
         } else {
@@ -1543,9 +1578,7 @@ fn vmem(
             if exec >> l & 1 == 0 {
                 continue;
             }
-            let Target::Global(a) = target(wv, l)? else {
-                return Err(unsupported(i, pc));
-            };
+            let t = target(wv, l)?;
             let d = |k: u16| -> Result<u64, ExecFault> {
                 let r0 = row(i.src[1], k)?;
                 let r1 = row(i.src[1], k + 1)?;
@@ -1553,9 +1586,29 @@ fn vmem(
             };
             let d0 = d(0)?;
             let d1 = if cmp { d(2)? } else { 0 };
-            let old = mem
-                .atomic_u64(a, &|o| kind.apply64(o, d0, d1))
-                .map_err(mem_fault(pc))?;
+            let old = match t {
+                Target::Global(a) => mem
+                    .atomic_u64(a, &|o| kind.apply64(o, d0, d1))
+                    .map_err(mem_fault(pc))?,
+                Target::Lds(a) => {
+                    let o =
+                        lds_read(lds, a) as u64 | (lds_read(lds, a.wrapping_add(4)) as u64) << 32;
+                    let n = kind.apply64(o, d0, d1);
+                    lds_write(lds, a, n as u32);
+                    lds_write(lds, a.wrapping_add(4), (n >> 32) as u32);
+                    o
+                }
+                Target::Private(o) => {
+                    // Private memory belongs to this lane alone: a plain read-modify-write.
+                    let a = private(wv, l, o, 8)?;
+                    let mut b = [0u8; 8];
+                    mem.read(a, &mut b).map_err(mem_fault(pc))?;
+                    let old = u64::from_le_bytes(b);
+                    mem.write(a, &kind.apply64(old, d0, d1).to_le_bytes())
+                        .map_err(mem_fault(pc))?;
+                    old
+                }
+            };
             if rtn {
                 let r0 = row(i.dst, 0)?;
                 let r1 = row(i.dst, 1)?;
@@ -1585,7 +1638,16 @@ fn vmem(
                 lds_write(lds, a, kind.apply(o, d0, d1));
                 o
             }
-            Target::Private(_) => return Err(unsupported(i, pc)),
+            Target::Private(o) => {
+                // Private memory belongs to this lane alone: a plain read-modify-write.
+                let a = private(wv, l, o, 4)?;
+                let mut b = [0u8; 4];
+                mem.read(a, &mut b).map_err(mem_fault(pc))?;
+                let old = u32::from_le_bytes(b);
+                mem.write(a, &kind.apply(old, d0, d1).to_le_bytes())
+                    .map_err(mem_fault(pc))?;
+                old
+            }
         };
         if rtn {
             let r = row(i.dst, 0)?;

@@ -6,11 +6,13 @@
 //! AQL packet) and runs against a [`Memory`] (one VMID's view of GPU virtual memory).
 //!
 //! Design choices:
-//! - every instruction is decoded once per dispatch into [`decode::Inst`] and cached by address;
+//! - every instruction is decoded once into [`decode::Inst`] and cached by address, across
+//!   dispatches too (a reused decode is first checked against the code words in memory);
 //! - a wave's VGPR file is structure-of-arrays (`[register][lane]`), so each vector instruction
 //!   is a tight loop over the lanes of one register;
 //! - waves of a workgroup run cooperatively on one host thread (switching at barriers), which
-//!   makes LDS barriers exact without locks; workgroups are spread over worker threads.
+//!   makes LDS barriers exact without locks; workgroups are spread over the calling thread and
+//!   helpers of a process-wide pool ([`parallel`]), never over threads made per dispatch.
 //! - an encoding not defined for gfx1100 is an [`ExecFault::IllegalInstruction`], never a guess.
 //!
 //! Launch state: SGPRs hold `user_sgprs`, then the workgroup ids enabled in rsrc2, the workgroup
@@ -85,12 +87,67 @@ pub struct Dispatch {
     pub scratch: Option<Scratch>,
 }
 
+mod code;
 mod exec;
 mod meta;
+mod pool;
 pub mod testing;
 mod valu;
 
 pub use exec::{PRIVATE_APERTURE_HI, SHARED_APERTURE_HI};
+pub use pool::parallel;
+
+/// A share of a dispatch's workgroups: the linear workgroup ids `first`, `first + stride`,
+/// `first + 2 * stride`, ... below the dispatch's workgroup count. Linear ids count x fastest,
+/// then y, then z. [`Workgroups::ALL`] is every workgroup; [`Workgroups::round_robin`] is one
+/// die's share when workgroups are dealt to dies in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workgroups {
+    /// Linear id of the first workgroup of the share.
+    pub first: u64,
+    /// Distance between consecutive workgroups of the share (at least 1).
+    pub stride: u64,
+}
+
+impl Workgroups {
+    /// Every workgroup of the dispatch.
+    pub const ALL: Workgroups = Workgroups {
+        first: 0,
+        stride: 1,
+    };
+
+    /// The share of die `die` of `dies` when workgroup `g` goes to die `g % dies`.
+    pub fn round_robin(die: u32, dies: u32) -> Workgroups {
+        Workgroups {
+            first: u64::from(die),
+            stride: u64::from(dies.max(1)),
+        }
+    }
+
+    /// How many of `total` workgroups are in the share.
+    pub fn count(&self, total: u64) -> u64 {
+        if self.first >= total || self.stride == 0 {
+            0
+        } else {
+            (total - self.first).div_ceil(self.stride)
+        }
+    }
+
+    /// The linear ids of the share, out of `total` workgroups.
+    pub fn ids(&self, total: u64) -> impl Iterator<Item = u64> + use<> {
+        let (first, stride) = (self.first, self.stride.max(1));
+        (0..self.count(total)).map(move |j| first + j * stride)
+    }
+}
+
+impl Dispatch {
+    /// Workgroups of the dispatch (per axis: work-items over group size, rounded up).
+    pub fn workgroup_count(&self) -> u64 {
+        (0..3)
+            .map(|k| u64::from(self.grid_items[k]).div_ceil(u64::from(self.group_size[k].max(1))))
+            .product()
+    }
+}
 
 /// Why a dispatch stopped before every wave ended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -161,15 +218,32 @@ pub struct ExecStats {
     pub lane_instructions: u64,
 }
 
-/// Runs a dispatch to completion over `threads` worker threads.
+/// Runs a dispatch to completion over up to `threads` threads: the calling thread and helpers
+/// of a process-wide pool (no thread is created per dispatch; a dispatch of one workgroup runs
+/// on the calling thread alone).
 ///
 /// Workgroups are handed out in linear order; each worker runs one group at a time. `stop` is
-/// polled every few hundred instructions per wave. The first fault stops the dispatch.
+/// polled before each workgroup and every few hundred instructions per worker. The first fault
+/// stops the dispatch.
 pub fn execute(
     d: &Dispatch,
     mem: &dyn Memory,
     stop: &std::sync::atomic::AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    exec::execute(d, mem, stop, threads)
+    exec::execute(d, Workgroups::ALL, mem, stop, threads)
+}
+
+/// [`execute`] for a share of the workgroups only (one die's, say). Each workgroup keeps its
+/// id, so running every share of a partition, in any order or at once, computes what
+/// [`execute`] computes. Shares that run at once must have disjoint scratch
+/// ([`Dispatch::scratch`]): wave slots are numbered from 0 within each call.
+pub fn execute_workgroups(
+    d: &Dispatch,
+    share: Workgroups,
+    mem: &dyn Memory,
+    stop: &std::sync::atomic::AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    exec::execute(d, share, mem, stop, threads)
 }

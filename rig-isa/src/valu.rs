@@ -191,7 +191,8 @@ impl WaveRef<'_> {
         }
     }
     fn row(&self, r: u16, pc: u64) -> Result<usize, ExecFault> {
-        let r = r as usize - 256;
+        // A non-VGPR operand here (r < 256) wraps to a huge index and is rejected below.
+        let r = (r as usize).wrapping_sub(256);
         if r >= self.nvgpr {
             Err(ExecFault::VgprOutOfRange { address: pc })
         } else {
@@ -244,6 +245,14 @@ impl WaveRef<'_> {
                 ][(s - 240) as usize]
                     .to_bits(),
                 255 if oi.f64src => (lit as u64) << 32,
+                235..=238 => {
+                    (self.sread(s, lit, false) as u64) << 32
+                        | if matches!(s, 236 | 238) {
+                            0xffff_ffff
+                        } else {
+                            0
+                        }
+                }
                 _ => self.sread(s, lit, false) as u64,
             }
         } else {
@@ -1179,27 +1188,29 @@ pub(crate) fn valu(
                 }
                 _ => 0,
             };
-            let mut cm = 0u64;
+            // Every lane is computed (one loop per op, no branch per lane); results of lanes
+            // outside EXEC are never written back, and their carries are masked off.
+            // The carry of lane l is bit 32 of the 64-bit sum or difference (a borrow sets
+            // every high bit), so one vectorisable loop computes both; a second packs them.
+            if matches!(op, V_SUBREV_CO_U32 | V_SUBREV_CO_CI_U32) {
+                std::mem::swap(a, b);
+            }
+            let add = matches!(op, V_ADD_CO_U32 | V_ADD_CO_CI_U32);
             for l in 0..n {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
                 let ci = cin >> l & 1;
                 let (x, y) = (a[l] & 0xffff_ffff, b[l] & 0xffff_ffff);
-                let (res, co) = match op {
-                    V_ADD_CO_U32 | V_ADD_CO_CI_U32 => {
-                        let s = x + y + ci;
-                        (s, s >> 32 != 0)
-                    }
-                    V_SUB_CO_U32 | V_SUB_CO_CI_U32 => {
-                        (x.wrapping_sub(y).wrapping_sub(ci), y + ci > x)
-                    }
-                    _ => (y.wrapping_sub(x).wrapping_sub(ci), x + ci > y),
+                c[l] = if add {
+                    x + y + ci
+                } else {
+                    x.wrapping_sub(y).wrapping_sub(ci)
                 };
-                r[l] = res & 0xffff_ffff;
-                cm |= (co as u64) << l;
             }
-            carry = Some(cm);
+            let mut cm = 0u64;
+            for l in 0..n {
+                r[l] = c[l] & 0xffff_ffff;
+                cm |= (c[l] >> 32 & 1) << l;
+            }
+            carry = Some(cm & exec);
         }
         V_READFIRSTLANE_B32 => {
             let l = if exec == 0 {

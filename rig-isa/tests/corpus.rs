@@ -598,6 +598,22 @@ fn cases() -> Vec<Case> {
             Buf(2, "long*"),
         ],
     );
+    add(
+        "lds_atomic64",
+        "O2",
+        g1(1024, 256),
+        vec![u64s(ua.clone()), zero(8 * 16)],
+        vec![Buf(0, "const ulong*"), Buf(1, "ulong*")],
+    );
+    for opt in ["O2", "O0"] {
+        add(
+            "generic_atomics",
+            opt,
+            g1(1024, 128),
+            vec![u32s(small.clone()), zero(4 * 65)],
+            vec![Buf(0, "const int*"), Buf(1, "int*")],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",

@@ -13,13 +13,16 @@ use std::process::{Command, Stdio};
 
 use rig_isa::decode;
 
+/// Both LLVM tools the random-word oracle runs (llvm-mc-19 assembles, llvm-objdump-19 decodes).
 fn have_llvm_mc() -> bool {
-    Command::new("llvm-mc-19")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
+    ["llvm-mc-19", "llvm-objdump-19"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    })
 }
 
 struct Rng(u64);
@@ -255,15 +258,15 @@ fn gen_class(rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
         }
         // Most of the time give the reserved bits their required value (the generated FIXED
         // tables), so accepted encodings are well covered, not only rejections.
-        if let (Some(op), Some(t)) = (chosen, fixed_table(class)) {
-            if !rng.next().is_multiple_of(4) {
-                let (m, v) = t[op as usize];
-                let both = (ws[0] as u64 | (ws[1] as u64) << 32) & !m | v;
-                ws[0] = both as u32;
-                ws[1] = (both >> 32) as u32;
-                if class == "flat" && !rng.next().is_multiple_of(4) {
-                    ws[1] = (ws[1] & !(0x7f << 16)) | 0x7c << 16;
-                }
+        if let (Some(op), Some(t)) = (chosen, fixed_table(class))
+            && !rng.next().is_multiple_of(4)
+        {
+            let (m, v) = t[op as usize];
+            let both = (ws[0] as u64 | (ws[1] as u64) << 32) & !m | v;
+            ws[0] = both as u32;
+            ws[1] = (both >> 32) as u32;
+            if class == "flat" && !rng.next().is_multiple_of(4) {
+                ws[1] = (ws[1] & !(0x7f << 16)) | 0x7c << 16;
             }
         }
         if let Ok(i) = decode(&ws) {
@@ -308,7 +311,7 @@ fn per_class() -> usize {
 #[test]
 fn random_words_decode_like_llvm() {
     if !have_llvm_mc() {
-        eprintln!("skipping decoding oracle: llvm-mc-19 is not installed");
+        eprintln!("skipping decoding oracle: llvm-mc-19 or llvm-objdump-19 is not installed");
         return;
     }
     let classes = [

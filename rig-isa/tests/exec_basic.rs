@@ -69,6 +69,26 @@ fn s_trap_reports_its_code() {
 }
 
 #[test]
+fn code_rewritten_at_the_same_address_runs_as_rewritten() {
+    // Decodes are cached across dispatches by code address: a reload must not run stale code.
+    let stop = AtomicBool::new(false);
+    for code in [2u32, 3, 3, 7] {
+        let mem = setup(&[0xbf90_0000 | code, S_ENDPGM]); // s_trap code
+        for _ in 0..2 {
+            assert_eq!(
+                execute(&dispatch(32), &mem, &stop, 1),
+                Err(ExecFault::Trap {
+                    address: CODE,
+                    code: code as u16
+                })
+            );
+        }
+        mem.write(CODE, &S_ENDPGM.to_le_bytes()).unwrap();
+        assert!(execute(&dispatch(32), &mem, &stop, 1).is_ok());
+    }
+}
+
+#[test]
 fn unmapped_scalar_load_faults_with_pc() {
     // s_load_b32 s2, s[0:1], 0x0 with s[0:1] pointing outside the mapping.
     let mem = setup(&[0xf400_0080, 0xf800_0000, 0xbf89_fc07, S_ENDPGM]);

@@ -3,7 +3,9 @@
 
 The facts come from LLVM's disassembler: for every opcode value of every encoding class the
 script assembles one word with plain operands, disassembles the batch with llvm-mc-19 and keeps
-the mnemonic LLVM prints (suffixes _e32/_e64 stripped). Run: python3 tools/gen_opcodes.py
+the mnemonic LLVM prints; it also probes which bits each opcode requires fixed and which VOP3
+modifiers LLVM prints. Run from rig-isa/: python3 tools/gen_opcodes.py (needs llvm-mc-19 and
+llvm-objdump-19; about 20 s).
 """
 import subprocess, sys, os
 
@@ -98,7 +100,7 @@ table("VOPDX", 0x10, [lambda op: [0xC8000000 | op << 22 | 4 << 17 | 2 << 9 | SV0
                       lambda op: [0xC8000000 | op << 22 | 4 << 17 | 0 << 9 | SV0 + 1, 3 << 24 | 4 << 17 | 5 << 9 | SV0 + 6],lambda op: [0xC8000000 | op << 22 | 4 << 17 | 2 << 9 | SV0 + 1, 3 << 24 | 4 << 17 | 5 << 9 | SV0 + 6]])
 table("VOPDY", 0x20, [lambda op: [0xC8000000 | 3 << 22 | op << 17 | 2 << 9 | SV0 + 1, 2 << 24 | 4 << 17 | 0 << 9 | SV0 + 6],
                       lambda op: [0xC8000000 | 3 << 22 | op << 17 | 2 << 9 | SV0 + 1, 2 << 24 | 4 << 17 | 5 << 9 | SV0 + 6, 0x3f800000],lambda op: [0xC8000000 | 3 << 22 | op << 17 | 2 << 9 | SV0 + 1, 2 << 24 | 4 << 17 | 5 << 9 | SV0 + 6]])
-table("DS", 0x100, [lambda op: [0xD8000000 | op << 18, 0x00000201], lambda op: [0xD8000000 | op << 18, 0x00030201],
+table("DS", 0x100, [lambda op: [0xD8000000 | op << 18 | 1 << 17, 0x06000001],lambda op: [0xD8000000 | op << 18, 0x00000201], lambda op: [0xD8000000 | op << 18, 0x00030201],
                     lambda op: [0xD8000000 | op << 18, 0x04000001], lambda op: [0xD8000000 | op << 18, 0x04000000], lambda op: [0xD8000000 | op << 18, 0x00000000],lambda op: [0xD8000000 | op << 18, 0x02000301 | 4 << 24],
                     lambda op: [0xD8000000 | op << 18, 0x04040201], lambda op: [0xD8000000 | op << 18, 0x08040201]])
 table("MUBUF", 0x100, [lambda op: [0xE0000000 | op << 18, 0x03410102], lambda op: [0xE0000000 | op << 18, 0x00000000],
@@ -249,9 +251,11 @@ out.append("pub static VOP3_MODS: [u8; 1024] = [%s];" % ", ".join(str(x) for x i
 out.append("")
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "opcodes.rs")
 open(path, "w").write("\n".join(out))
-with open("/tmp/isa/samples.txt", "w") as f:
-    for cls, (names, samples) in tables.items():
-        for op, s in enumerate(samples):
-            if s:
-                f.write("%s %#x %s\n" % (cls, op, s))
+# RIG_ISA_SAMPLES=path writes one LLVM disassembly sample per opcode (for inspection).
+if os.environ.get("RIG_ISA_SAMPLES"):
+    with open(os.environ["RIG_ISA_SAMPLES"], "w") as f:
+        for cls, (names, samples) in tables.items():
+            for op, s in enumerate(samples):
+                if s:
+                    f.write("%s %#x %s\n" % (cls, op, s))
 print("ok")

@@ -9,9 +9,15 @@
 //! offset 8  payload          bincode 2 (serde), standard config, byte limit MAX_FRAME
 //! ```
 //!
-//! The descriptors ride as one `SCM_RIGHTS` message on the frame's first bytes. The header
-//! is checked before anything is allocated, and the payload buffer grows with the bytes
-//! that actually arrive, so a peer that announces 16 MiB and sends nothing costs nothing.
+//! The descriptors ride as one `SCM_RIGHTS` message on the frame's first bytes, and a frame
+//! goes out with one `sendmsg` (header and payload as two iovecs). The header is checked
+//! before anything is allocated for the payload, and a large payload's buffer grows with the
+//! bytes that actually arrive, so a peer that announces 16 MiB and sends nothing costs
+//! nothing.
+//!
+//! Connections receive ahead: one `recvmsg` into an [`AHEAD`]-byte buffer takes a header
+//! and its payload together, and any bytes of later frames stay buffered for the next read
+//! (see [`Reader`] for which frame the descriptors of such a receive belong to).
 //!
 //! This module owns the byte layout, the limits and a reader that is resumable (so an
 //! async read can be cancelled between polls without losing bytes). It does not own the

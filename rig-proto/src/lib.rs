@@ -75,7 +75,7 @@ mod server;
 
 use std::path::PathBuf;
 
-pub use conn::Connection;
+pub use conn::{Connection, MOST_POSTED, MOST_POSTED_ERRORS};
 pub use frame::{FrameError, MAX_FDS, MAX_FRAME};
 pub use messages::*;
 #[cfg(feature = "tokio")]
@@ -85,7 +85,7 @@ pub use server::{ServerConnection, reply_for};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
 /// The protocol version of this build. Both sides must speak the same one.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

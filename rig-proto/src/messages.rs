@@ -123,8 +123,9 @@ pub enum Request {
     },
     /// Needs a live device whose facts say `maps_host`, exactly one descriptor passed (a
     /// memfd the client also maps), `offset` page-aligned and `bytes` positive; maps the
-    /// pages that hold those bytes. Answered with [`Response::Mapped`], [`Response::NoMemory`]
-    /// or [`Response::Never`].
+    /// pages that hold those bytes. The memfd must allow sealing (`MFD_ALLOW_SEALING`): rigd
+    /// seals it against shrinking and answers `InvalidArgument` when it cannot. Answered with
+    /// [`Response::Mapped`], [`Response::NoMemory`] or [`Response::Never`].
     MapHost {
         /// The device.
         device: DeviceId,
@@ -227,6 +228,19 @@ pub enum Request {
         /// The device.
         device: DeviceId,
     },
+    /// Needs a live `device` and a `peer` device of this client (live or not); maps `peer`'s
+    /// timeline word read-only into `device`'s address space, once per pair, so `device`'s
+    /// compute queue can wait for `peer`'s points. The mapping lasts until `device` closes,
+    /// and the word keeps its last value once `peer` stops. Answered with
+    /// [`Response::PeerWord`], or [`Response::Never`] if `device`'s GPU does not reach
+    /// `peer`'s (the client then waits on the host); an unknown peer is
+    /// [`ErrorCode::NoSuchDevice`].
+    MapPeerWord {
+        /// The device whose queue waits.
+        device: DeviceId,
+        /// The device whose timeline word it waits on.
+        peer: DeviceId,
+    },
 }
 
 impl Request {
@@ -251,6 +265,7 @@ impl Request {
             Request::ListClients => "list-clients",
             Request::ListDevices => "list-devices",
             Request::ShowDevice { .. } => "show-device",
+            Request::MapPeerWord { .. } => "map-peer-word",
         }
     }
 
@@ -343,6 +358,12 @@ pub enum Response {
     Device(Box<DeviceReport>),
     /// The request failed.
     Error(ErrorReply),
+    /// Another device's timeline word, mapped read-only for [`Request::MapPeerWord`].
+    PeerWord {
+        /// The GPU address, in the requesting device's address space, of the peer's
+        /// 8-byte timeline word.
+        gpu_address: u64,
+    },
 }
 
 impl Response {

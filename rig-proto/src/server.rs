@@ -54,15 +54,16 @@ impl ServerConnection {
             // Receive first and wait for readiness only when nothing is there: a client
             // that sends its next request right after an answer costs one `recvmsg`.
             let fd = stream.as_fd();
-            let got =
-                match stream.try_io(Interest::READABLE, || fdpass::recv(fd, reader.spare(), true)) {
-                    Ok(got) => got,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        stream.readable().await.map_err(FrameError::Io)?;
-                        continue;
-                    }
-                    Err(e) => return Err(FrameError::Io(e)),
-                };
+            let got = match stream.try_io(Interest::READABLE, || {
+                fdpass::recv(fd, reader.spare(), true)
+            }) {
+                Ok(got) => got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    stream.readable().await.map_err(FrameError::Io)?;
+                    continue;
+                }
+                Err(e) => return Err(FrameError::Io(e)),
+            };
             if got.truncated {
                 *reader = Reader::new();
                 return Err(FrameError::Truncated);

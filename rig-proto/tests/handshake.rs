@@ -357,3 +357,69 @@ fn connect_through_a_socket_on_disk() {
     assert!(matches!(e, Error::Connect { .. }));
     assert!(e.to_string().contains("rigd.sock"), "{e}");
 }
+
+#[test]
+fn posted_requests_are_answered_in_order_before_the_next_call() {
+    // More posts than MOST_POSTED, so a post also reads answers; every fourth is refused.
+    let posts = MOST_POSTED as u64 + 10;
+    with_daemon(
+        move |mut conn| async move {
+            conn.handshake("rigd", 1).await.unwrap();
+            for i in 0..posts {
+                let (req, _) = conn.read_request().await.unwrap().unwrap();
+                assert_eq!(
+                    req,
+                    Request::Free {
+                        device: DeviceId(1),
+                        region: RegionId(i)
+                    }
+                );
+                let answer = if i % 4 == 3 {
+                    Response::Error(ErrorReply {
+                        code: ErrorCode::NoSuchRegion,
+                        message: format!("no region {i}"),
+                    })
+                } else {
+                    Response::Done
+                };
+                conn.send(&answer, &[]).await.unwrap();
+            }
+            let (req, _) = conn.read_request().await.unwrap().unwrap();
+            assert_eq!(req, Request::ListGpus);
+            conn.send(&Response::Gpus(vec![]), &[]).await.unwrap();
+        },
+        move |stream| {
+            let mut c = Connection::handshake(stream, "client").unwrap();
+            for i in 0..posts {
+                c.post(&Request::Free {
+                    device: DeviceId(1),
+                    region: RegionId(i),
+                })
+                .unwrap();
+            }
+            // The call's answer is its own, not a posted request's.
+            let (r, _) = c.call(&Request::ListGpus, &[]).unwrap();
+            assert_eq!(r, Response::Gpus(vec![]));
+            let refused: Vec<String> = c
+                .take_posted_errors()
+                .into_iter()
+                .map(|e| e.message)
+                .collect();
+            let expected: Vec<String> = (0..posts)
+                .filter(|i| i % 4 == 3)
+                .map(|i| format!("no region {i}"))
+                .collect();
+            assert_eq!(refused, expected);
+            assert!(c.take_posted_errors().is_empty());
+            // A request that takes descriptors cannot be posted.
+            assert!(matches!(
+                c.post(&Request::MapHost {
+                    device: DeviceId(1),
+                    bytes: 1,
+                    offset: 0
+                }),
+                Err(Error::FdCount { needed: 1, got: 0 })
+            ));
+        },
+    );
+}

@@ -400,7 +400,9 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|device| Request::DeviceStatus { device }),
         Just(Request::ListClients),
         Just(Request::ListDevices),
-        dev.prop_map(|device| Request::ShowDevice { device }),
+        dev.clone()
+            .prop_map(|device| Request::ShowDevice { device }),
+        (dev.clone(), dev).prop_map(|(device, peer)| Request::MapPeerWord { device, peer }),
     ]
 }
 
@@ -508,6 +510,7 @@ fn response() -> impl Strategy<Value = Response> {
         vec(device_info(), 0..3).prop_map(Response::Devices),
         report.prop_map(|r| Response::Device(Box::new(r))),
         error_reply().prop_map(Response::Error),
+        any::<u64>().prop_map(|gpu_address| Response::PeerWord { gpu_address }),
     ]
 }
 
@@ -632,6 +635,10 @@ fn every_variant_has_a_name_and_round_trips() {
         Request::ShowDevice {
             device: DeviceId(1),
         },
+        Request::MapPeerWord {
+            device: DeviceId(1),
+            peer: DeviceId(2),
+        },
     ];
     let mut names = std::collections::BTreeSet::new();
     for r in &requests {
@@ -652,7 +659,8 @@ fn every_variant_has_a_name_and_round_trips() {
             | Request::DeviceStatus { .. }
             | Request::ListClients
             | Request::ListDevices
-            | Request::ShowDevice { .. } => 0,
+            | Request::ShowDevice { .. }
+            | Request::MapPeerWord { .. } => 0,
             Request::MapHost { .. } => 1,
         };
         assert_eq!(r.fds_needed(), seen, "{}", r.name());

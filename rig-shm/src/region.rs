@@ -264,6 +264,15 @@ impl SharedRegion {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
     }
 
+    /// Writes `words` in the host's byte order at `offset` (packets into a ring).
+    pub fn write_u32s(&self, offset: usize, words: &[u32]) {
+        let bytes = std::mem::size_of_val(words);
+        let dst = self.at(offset, bytes);
+        // SAFETY: `dst` has `bytes` bytes inside the mapping, which no reference covers;
+        // u32 has no padding, so its bytes are a valid source of that many bytes.
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), dst, bytes) }
+    }
+
     /// Sets `bytes` bytes at `offset` to `value`.
     pub fn fill(&self, offset: usize, bytes: usize, value: u8) {
         let dst = self.at(offset, bytes);

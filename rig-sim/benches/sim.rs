@@ -1,5 +1,6 @@
 //! Figures of the simulated GPU: doorbell-to-release latency, SDMA bandwidth against
-//! memcpy/memset on this machine, and the CPU an idle GPU with 64 queues uses.
+//! memcpy/memset on this machine, the CPU an idle GPU with 64 queues uses, and how long
+//! `Queue::stop()` takes in the middle of a long kernel (the goal is under 10 ms).
 //!
 //! Run with `cargo bench -p rig-sim --bench sim`; it prints one line per figure.
 
@@ -8,8 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rig_amd::gpu::{Gpu, QueueKind};
+use rig_amd::code_object::CodeObject;
+use rig_amd::gpu::{Generation, Gpu, QueueKind};
+use rig_amd::kernarg::{self, Grid};
 use rig_amd::pm4::{self, ReleaseMem};
+use rig_amd::regs::{self, initiator};
 use rig_amd::sdma::{self, ConstFill, CopyLinear, Fence, Layout, Timestamp};
 use rig_shm::{Doorbell, SharedRegion};
 use rig_sim::{AddressSpace, Queue, QueueDesc, SimConfig, SimGpu};
@@ -20,7 +24,7 @@ const HOST_VA: u64 = 0x3_0000_0000;
 const VRAM_VA: u64 = 0x4_0000_0000;
 
 struct Client {
-    _queue: Queue,
+    queue: Queue,
     ring: SharedRegion,
     ring_bytes: u64,
     pos: SharedRegion,
@@ -61,7 +65,7 @@ impl Client {
             .unwrap();
         let unit = if kind == QueueKind::Pm4 { 4 } else { 1 };
         Client {
-            _queue: queue,
+            queue,
             ring,
             ring_bytes,
             pos,
@@ -281,11 +285,160 @@ fn idle() {
     );
 }
 
+const CODE_VA: u64 = 0x5_0000_0000;
+
+/// A long dispatch of a corpus kernel taking `(a, b, c, n)` over `grid` work-items.
+struct LongKernel {
+    name: &'static str,
+    what: &'static str,
+    grid: [u32; 3],
+    group: [u32; 3],
+    n: u32,
+    /// Bytes of each of a, b and c.
+    bytes: u64,
+    /// Whether every page of a, b and c is written before the kernels run.
+    touched: bool,
+}
+
+/// `Queue::stop()` issued while a long kernel runs: p50 and max over fresh queues.
+fn stop_latency() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/corpus");
+    let cases = [
+        LongKernel {
+            name: "matmul",
+            what: "matmul 1024x1024 (LDS tiles, barriers; compute-bound, minutes long)",
+            grid: [1024, 1024, 1],
+            group: [16, 16, 1],
+            n: 1024,
+            bytes: 4 << 20,
+            touched: true,
+        },
+        LongKernel {
+            name: "vadd_f32",
+            what: "vadd 16 M f32 (short waves, 65536 groups)",
+            grid: [16 << 20, 1, 1],
+            group: [256, 1, 1],
+            n: 16 << 20,
+            bytes: 64 << 20,
+            touched: true,
+        },
+        LongKernel {
+            name: "vadd_f32",
+            what: "vadd 16 M f32 on fresh VRAM (first-touch faults of huge pages)",
+            grid: [16 << 20, 1, 1],
+            group: [256, 1, 1],
+            n: 16 << 20,
+            bytes: 64 << 20,
+            touched: false,
+        },
+    ];
+    for case in cases {
+        let path = dir.join(format!("{}.O2.co", case.name));
+        let Ok(bytes) = std::fs::read(&path) else {
+            println!("stop mid-kernel: skipped, {} is absent", path.display());
+            continue;
+        };
+        let co = CodeObject::parse(&bytes).expect("corpus code object");
+        let k = co.kernel(case.name).expect("kernel").clone();
+        let gpu = gpu();
+        let space = gpu.create_address_space();
+        let mut image = vec![0u8; co.image_size() as usize];
+        co.place(CODE_VA, &mut image).unwrap();
+        space
+            .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
+            .unwrap();
+        space.write(CODE_VA, &image).unwrap();
+        let (a, b, c) = (VRAM_VA, VRAM_VA + case.bytes, VRAM_VA + 2 * case.bytes);
+        space.alloc_vram(VRAM_VA, 3 * case.bytes).unwrap();
+        if case.touched {
+            // Page faults of fresh sparse VRAM can stall in the host kernel (huge-page
+            // compaction); the fresh case shows that separately.
+            let ones: Vec<u8> = std::iter::repeat_n(1.0f32.to_le_bytes(), 1 << 20)
+                .flatten()
+                .collect();
+            for at in (0..3 * case.bytes).step_by(ones.len()) {
+                space.write(VRAM_VA + at, &ones).unwrap();
+            }
+        }
+        let args = SharedRegion::create("kernarg", 4096).unwrap();
+        space.map_host(HOST_VA, &args, 0, 4096, true).unwrap();
+        let mut params = Vec::new();
+        for p in [a, b, c] {
+            params.extend(p.to_le_bytes());
+        }
+        params.extend(case.n.to_le_bytes());
+        let grid = Grid {
+            groups: std::array::from_fn(|i| case.grid[i] / case.group[i]),
+            group_size: case.group,
+            dynamic_lds: 0,
+        };
+        let mut ka = vec![0u8; 1024];
+        let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
+        args.write(0, &ka[..n]);
+        let props = k.code_properties();
+        let mut user = Vec::new();
+        for (bit, words) in [(0u16, 4), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (6, 1)] {
+            if props & (1 << bit) != 0 {
+                if bit == 3 {
+                    user.extend([HOST_VA as u32, (HOST_VA >> 32) as u32]);
+                } else {
+                    user.extend(std::iter::repeat_n(0, words));
+                }
+            }
+        }
+        let regs = regs::compute(Generation::Gfx11);
+        let set = |offset: u16, values: &[u32]| {
+            pm4::Packet::SetShReg(pm4::SetShReg { offset, values })
+                .to_words()
+                .unwrap()
+        };
+        let code = CODE_VA + k.code_offset();
+        let mut w = set(regs.pgm_lo, &[(code >> 8) as u32, (code >> 40) as u32]);
+        w.extend(set(regs.pgm_rsrc1, &[k.rsrc1(), k.rsrc2()]));
+        w.extend(set(regs.pgm_rsrc3, &[k.rsrc3()]));
+        w.extend(set(regs.num_thread_x, &case.group));
+        w.extend(set(regs.user_data_0, &user));
+        w.extend(
+            pm4::Packet::DispatchDirect(pm4::DispatchDirect {
+                dim: grid.groups,
+                initiator: initiator::COMPUTE_SHADER_EN
+                    | initiator::FORCE_START_AT_000
+                    | initiator::CS_W32_EN,
+            })
+            .to_words()
+            .unwrap(),
+        );
+        let mut times = Vec::new();
+        for slot in 0..15u64 {
+            let mut client = Client::new(&space, QueueKind::Pm4, slot);
+            client.submit(&w);
+            // Well into the kernel: vadd takes about a second, matmul minutes.
+            std::thread::sleep(Duration::from_millis(30 + 7 * slot));
+            let t = Instant::now();
+            client.queue.stop();
+            times.push(t.elapsed());
+            assert!(client.pos.load_u64(0, Ordering::Acquire) * 4 < client.wbytes);
+        }
+        let max = *times.iter().max().unwrap();
+        println!(
+            "stop mid-kernel, {}: p50 {:.3} ms, max {:.3} ms over {} stops (goal: under 10 ms)",
+            case.what,
+            percentile(&mut times, 0.5).as_secs_f64() * 1e3,
+            max.as_secs_f64() * 1e3,
+            times.len(),
+        );
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    latency();
-    bandwidth();
-    idle();
+    // RIG_SIM_BENCH=stop runs the stop figures only.
+    if std::env::var("RIG_SIM_BENCH").as_deref() != Ok("stop") {
+        latency();
+        bandwidth();
+        idle();
+    }
+    stop_latency();
 }

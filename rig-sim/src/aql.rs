@@ -12,8 +12,8 @@
 //! at offset 8) as WAIT_REG_MEM waits: woken by engine writes, re-polled every millisecond. A
 //! completion signal is decremented atomically once the packet completes; if the signal has
 //! an event mailbox (offset 16) the processor writes the signal's event id (offset 24) there
-//! and raises an interrupt with that id as context. A kernel dispatch's workgroups are spread
-//! over the model's dies by the executor ([`crate::dispatch::Launch::dies`]).
+//! and raises an interrupt with that id as context. A kernel dispatch's workgroups are dealt
+//! round-robin to the model's dies, which run their shares at once ([`crate::dispatch::spread`]).
 //!
 //! Packets come from rig-amd's [`rig_amd::aql::decode`].
 

@@ -4,9 +4,10 @@
 //! AQL kernel-dispatch packet takes the kernel descriptor at its `kernel_object` and builds the
 //! user SGPRs its enable bits ask for ([`from_aql`]), as LLVM's AMDGPUUsage "Initial Kernel
 //! Execution State" lays them out. Either way the launch goes to the GPU's
-//! [`KernelExecutor`], which runs it against the queue's page table. A launch the executor
-//! cannot run faults the queue with the executor's reason: no launch ever pretends to have
-//! run.
+//! [`KernelExecutor`], which runs it against the queue's page table; on a model of several
+//! dies, once per die with that die's share of the workgroups ([`spread`]). A launch the
+//! executor cannot run faults the queue with the executor's reason: no launch ever pretends
+//! to have run.
 //!
 //! This module does not decode instructions (rig-isa does) or packets (rig-amd does).
 
@@ -15,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 
 use rig_amd::gpu::{Generation, Gpu};
 use rig_amd::regs::{self, initiator};
-use rig_isa::{Dispatch, Scratch};
+use rig_isa::{Dispatch, Scratch, Workgroups};
 
 use crate::memory::Vm;
 
@@ -30,17 +31,108 @@ pub struct Launch<'a> {
     pub stop: &'a AtomicBool,
     /// The modelled GPU.
     pub model: &'static Gpu,
-    /// Host threads the executor may use.
+    /// Host threads the executor may use for this launch.
     pub threads: usize,
-    /// Dies to spread workgroups over (1 on a GPU of one die).
+    /// Dies of the GPU (1 on a GPU of one die).
     pub dies: u32,
+    /// The die this launch runs on, below `dies`.
+    pub die: u32,
+    /// The workgroups this die runs: [`Workgroups::ALL`] on a GPU of one die, otherwise
+    /// [`Workgroups::round_robin`]`(die, dies)` (see [`spread`]).
+    pub workgroups: Workgroups,
 }
 
 /// Runs kernels for the simulated GPU.
 pub trait KernelExecutor: Send + Sync {
-    /// Runs `launch` to completion, or returns why it could not (illegal instruction, page
-    /// fault inside the kernel, stop, ...).
+    /// Runs `launch` (the workgroups of [`Launch::workgroups`] only) to completion, or returns
+    /// why it could not (illegal instruction, page fault inside the kernel, stop, ...). On a
+    /// GPU of several dies it is called once per die for each dispatch, concurrently.
     fn execute(&self, launch: &Launch<'_>) -> Result<(), String>;
+}
+
+/// Hands each die of the model its share of a dispatch's workgroups and runs the shares on
+/// `executor`, all dies at once, returning the first failing die's reason.
+///
+/// Workgroups are dealt round-robin by linear workgroup id (x fastest): workgroup `g` runs on
+/// die `g % dies`, as the XCCs of a GPU in its default (SPX) partition mode take workgroups in
+/// turn. Each die gets `threads / dies` host threads (at least 1) and, when the kernel uses
+/// scratch, an equal disjoint part of the queue's scratch wave slots. Should the slots not
+/// divide into a workgroup's worth per die, the dies run one after another over the whole
+/// scratch instead, which computes the same.
+pub fn spread(
+    executor: &dyn KernelExecutor,
+    memory: &Vm,
+    dispatch: &Dispatch,
+    stop: &AtomicBool,
+    model: &'static Gpu,
+    threads: usize,
+) -> Result<(), String> {
+    let dies = model.dies.max(1);
+    let run_die = |d: &Dispatch, die: u32, threads: usize| {
+        executor.execute(&Launch {
+            memory,
+            dispatch: d,
+            stop,
+            model,
+            threads,
+            dies,
+            die,
+            workgroups: if dies == 1 {
+                Workgroups::ALL
+            } else {
+                Workgroups::round_robin(die, dies)
+            },
+        })
+    };
+    if dies == 1 {
+        return run_die(dispatch, 0, threads);
+    }
+    let lanes = if dispatch.wave64 { 64 } else { 32 };
+    let items: u64 = dispatch.group_size.iter().map(|&n| u64::from(n)).product();
+    let group_waves = u32::try_from(items.div_ceil(lanes))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let per_die: Option<Vec<Dispatch>> = match dispatch.scratch {
+        None => Some(vec![dispatch.clone(); dies as usize]),
+        Some(s) if s.waves / dies >= group_waves => {
+            let slots = s.waves / dies;
+            let slot_bytes = u64::from(s.bytes_per_lane) * lanes;
+            Some(
+                (0..dies)
+                    .map(|k| Dispatch {
+                        scratch: Some(Scratch {
+                            base: s.base + u64::from(k * slots) * slot_bytes,
+                            waves: slots,
+                            ..s
+                        }),
+                        ..dispatch.clone()
+                    })
+                    .collect(),
+            )
+        }
+        Some(_) => None,
+    };
+    let n = dies as usize;
+    let results: Vec<std::sync::Mutex<Option<Result<(), String>>>> =
+        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let run = |die: usize| {
+        let (d, t) = match &per_die {
+            Some(v) => (&v[die], (threads / n).max(1)),
+            None => (dispatch, threads),
+        };
+        let r = run_die(d, die as u32, t);
+        *results[die].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    };
+    let width = if per_die.is_some() { n } else { 1 };
+    rig_isa::parallel(n, width, &run);
+    for r in results {
+        match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(e),
+            None => return Err("internal error: a die's kernel executor panicked".into()),
+        }
+    }
+    Ok(())
 }
 
 /// An executor that runs nothing: every dispatch faults its queue, saying so.
@@ -69,9 +161,15 @@ impl KernelExecutor for IsaExecutor {
                 launch.model.name()
             ));
         }
-        rig_isa::execute(launch.dispatch, launch.memory, launch.stop, launch.threads)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        rig_isa::execute_workgroups(
+            launch.dispatch,
+            launch.workgroups,
+            launch.memory,
+            launch.stop,
+            launch.threads,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -329,6 +427,80 @@ pub fn from_aql(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Die, share, threads and scratch of a call.
+    type Call = (u32, Workgroups, usize, Option<Scratch>);
+
+    /// Records each call.
+    #[derive(Default)]
+    struct Calls(std::sync::Mutex<Vec<Call>>);
+
+    impl KernelExecutor for Calls {
+        fn execute(&self, l: &Launch<'_>) -> Result<(), String> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((l.die, l.workgroups, l.threads, l.dispatch.scratch));
+            if l.die == 5 {
+                return Err("die 5 failed".into());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn spread_gives_each_die_its_share_threads_and_scratch() {
+        let gpu = crate::SimGpu::new(crate::SimConfig {
+            model: "gfx942".into(),
+            vram_bytes: 1 << 24,
+            ..crate::SimConfig::default()
+        })
+        .unwrap();
+        let space = gpu.create_address_space();
+        let model = Gpu::by_name("gfx942").unwrap();
+        let mut d = Dispatch {
+            code_address: 0x1000,
+            pgm_rsrc1: 0,
+            pgm_rsrc2: 0,
+            pgm_rsrc3: 0,
+            user_sgprs: vec![],
+            grid_items: [640, 1, 1],
+            group_size: [128, 1, 1],
+            wave64: true,
+            lds_bytes: 0,
+            scratch: Some(Scratch {
+                base: 0x10_0000,
+                bytes_per_lane: 16,
+                waves: 32,
+            }),
+        };
+        let stop = AtomicBool::new(false);
+        let calls = Calls::default();
+        let r = spread(&calls, space.memory(), &d, &stop, model, 16);
+        assert_eq!(r, Err("die 5 failed".to_string()));
+        let mut got = calls.0.lock().unwrap().clone();
+        got.sort_by_key(|c| c.0);
+        assert_eq!(got.len(), 8);
+        for (k, (die, share, threads, scratch)) in got.iter().enumerate() {
+            assert_eq!(*die, k as u32);
+            assert_eq!(*share, Workgroups::round_robin(*die, 8));
+            assert_eq!(*threads, 2);
+            // 32 slots over 8 dies: 4 each, 1 KiB per wave64 slot, disjoint.
+            let s = scratch.unwrap();
+            assert_eq!((s.base, s.waves), (0x10_0000 + k as u64 * 4 * 1024, 4));
+        }
+        // Too few slots to split (4 over 8 dies, 2 waves a group): whole scratch, one at a time.
+        d.scratch = Some(Scratch {
+            base: 0x10_0000,
+            bytes_per_lane: 16,
+            waves: 4,
+        });
+        let calls = Calls::default();
+        let _ = spread(&calls, space.memory(), &d, &stop, model, 16);
+        let got = calls.0.lock().unwrap().clone();
+        assert_eq!(got.len(), 8);
+        assert!(got.iter().all(|c| c.3 == d.scratch && c.2 == 16));
+    }
 
     #[test]
     fn registers_make_a_launch() {

@@ -49,8 +49,10 @@
 //! - AQL ([`aql`]): kernel dispatch, barrier-AND and barrier-OR, completion signals.
 //!
 //! A dispatch is handed, fully described, to the [`KernelExecutor`] of the GPU; see
-//! [`dispatch`]. Work runs in queue order: a dispatch completes before the next packet runs,
-//! so an end-of-pipe release follows the dispatches before it.
+//! [`dispatch`]. On a model of several dies (gfx942's XCCs) each die gets its round-robin
+//! share of the workgroups ([`dispatch::spread`]) and the shares run at once. Work runs in
+//! queue order: a dispatch completes before the next packet runs, so an end-of-pipe release
+//! follows the dispatches before it.
 //!
 //! **Waits.** WAIT_REG_MEM and POLL_REGMEM and AQL barriers spend no CPU while they wait: every
 //! write by an engine of this GPU (releases, fences, data writes, signal updates, copies)
@@ -143,7 +145,9 @@ pub struct SimConfig {
     pub vram_bytes: u64,
     /// GPU clock rate, ticks per second.
     pub clock_hz: u64,
-    /// Host threads a dispatch may run workgroups on.
+    /// Host threads a dispatch may run workgroups on (the queue's own thread and helpers of
+    /// rig-isa's process-wide pool; on a model of several dies each die gets
+    /// `exec_threads / dies`, at least 1, and the dies run at once).
     pub exec_threads: usize,
     /// What runs kernels: [`IsaExecutor`] by default; [`NoExecutor`] faults every dispatch,
     /// saying why.

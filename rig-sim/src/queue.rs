@@ -514,15 +514,14 @@ impl Ctx {
         dispatch: &rig_isa::Dispatch,
     ) -> std::result::Result<(), FaultReason> {
         let config = self.gpu.config();
-        let launch = crate::dispatch::Launch {
-            memory: &self.vm,
+        let r = crate::dispatch::spread(
+            config.executor.as_ref(),
+            &self.vm,
             dispatch,
-            stop: &self.shared.stop,
-            model: self.gpu.model(),
-            threads: config.exec_threads,
-            dies: self.gpu.model().dies,
-        };
-        let r = config.executor.execute(&launch);
+            &self.shared.stop,
+            self.gpu.model(),
+            config.exec_threads,
+        );
         // Whatever the kernel wrote before it ended may satisfy a wait.
         self.notify();
         r.map_err(FaultReason::Kernel)

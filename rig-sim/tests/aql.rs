@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,11 +14,15 @@ use rig_sim::dispatch::{KernelExecutor, Launch};
 use rig_sim::{AddressSpace, FaultReason, InterruptSource, QueueStatus, SimConfig, SimGpu};
 
 /// Records each launch (and its dies), then adds 1 to the u32 at the first kernel argument.
+/// Only die 0's share acts: the other dies' shares of a launch return at once.
 #[derive(Default)]
 struct Recorder(Mutex<Vec<(rig_isa::Dispatch, u32)>>);
 
 impl KernelExecutor for Recorder {
     fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+        if launch.die != 0 {
+            return Ok(());
+        }
         let d = launch.dispatch.clone();
         // The kernarg pointer follows the dispatch pointer in this test's descriptor.
         let kernarg = u64::from(d.user_sgprs[2]) | u64::from(d.user_sgprs[3]) << 32;
@@ -42,6 +46,76 @@ impl Add for rig_sim::memory::Vm {
     fn atomic_u32_add(&self, va: u64) {
         self.rmw_u32(va, &|v| v + 1).unwrap();
     }
+}
+
+/// Records which workgroups each die's share holds, and how many dies ran at once.
+#[derive(Default)]
+struct Shares {
+    ran: Mutex<Vec<(u32, Vec<u64>)>>,
+    inside: AtomicU32,
+    most_inside: AtomicU32,
+}
+
+impl KernelExecutor for Shares {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+        let ids: Vec<u64> = launch
+            .workgroups
+            .ids(launch.dispatch.workgroup_count())
+            .collect();
+        self.ran.lock().unwrap().push((launch.die, ids));
+        // Stay until every die has come in (or a generous timeout): shares run at once.
+        let n = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_inside.fetch_max(n, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        while self.inside.load(Ordering::SeqCst) < launch.dies
+            && self.most_inside.load(Ordering::SeqCst) < launch.dies
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.most_inside
+            .fetch_max(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn each_die_runs_its_round_robin_share_of_the_workgroups_at_once() {
+    let rec = Arc::new(Shares::default());
+    let gpu = SimGpu::new(SimConfig {
+        model: "gfx942".into(),
+        vram_bytes: 1 << 30,
+        executor: rec.clone(),
+        exec_threads: 16,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let space = gpu.create_address_space();
+    let mem = host(&space, HOST_VA, 4096);
+    mem.write(16, &0x1000i64.to_le_bytes());
+    mem.store_u32(52, 6 << 1, Ordering::Relaxed);
+    mem.write(56, &(0b1_1010u16).to_le_bytes());
+    let mut q = TestQueue::new(&space, QueueKind::Aql, 4096, 0);
+    // 16 x 3 x 2 = 96 workgroups (the last group of each row is partial).
+    q.place_aql(dispatch([1000, 3, 2], [64, 1, 1], 0));
+    q.ring_bell();
+    q.wait_idle();
+    let ran = rec.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), 8, "one share per die");
+    let mut seen = vec![0u32; 96];
+    for (die, ids) in &ran {
+        assert_eq!(ids.len(), 12, "die {die} gets 96 / 8 workgroups");
+        for &g in ids {
+            assert_eq!(g % 8, u64::from(*die), "workgroup {g} dealt to die {die}");
+            seen[g as usize] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n == 1), "every workgroup exactly once");
+    assert_eq!(
+        rec.most_inside.load(Ordering::SeqCst),
+        8,
+        "the dies ran at once"
+    );
 }
 
 const KD: u64 = HOST_VA;

@@ -270,6 +270,10 @@ pub struct Device {
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
     /// there.
     pub progress: Option<(u64, Instant)>,
+    /// Other devices' control pages mapped read-only for waits on their words, by device.
+    /// Each holds the other device's memory until this device closes; it is not counted in
+    /// [`Device::held`], being the other device's page.
+    pub peer_words: HashMap<DeviceId, PathMemory>,
     next_slot: usize,
 }
 
@@ -336,6 +340,7 @@ impl Device {
             faults: Vec::new(),
             first: 0,
             progress: None,
+            peer_words: HashMap::new(),
             next_slot: 0,
         };
         match d.make_parts() {
@@ -436,6 +441,29 @@ impl Device {
     /// The control page's host mapping.
     fn control_host(&self) -> Option<&SharedRegion> {
         self.control.as_ref().and_then(|c| c.host.as_ref())
+    }
+
+    /// The control page's memory and the word's GPU address in this device's address space.
+    pub fn word(&self) -> Option<(&SharedRegion, u64)> {
+        let c = self.control.as_ref()?;
+        Some((c.host.as_ref()?, c.address + WORD_OFFSET))
+    }
+
+    /// The GPU address, in this device's address space, of the timeline word of device
+    /// `peer` whose control page is `control`: mapped read-only at the first call for
+    /// `peer` and kept until this device closes.
+    pub fn map_peer_word(
+        &mut self,
+        peer: DeviceId,
+        control: &SharedRegion,
+    ) -> Result<u64, Refusal> {
+        if let Some(m) = self.peer_words.get(&peer) {
+            return Ok(m.address + WORD_OFFSET);
+        }
+        let m = self.path.map_peer(control, 0, CONTROL_BYTES)?;
+        let address = m.address + WORD_OFFSET;
+        self.peer_words.insert(peer, m);
+        Ok(address)
     }
 
     /// The value the timeline word holds.
@@ -827,6 +855,7 @@ impl Device {
         all.append(&mut self.spent);
         all.extend(self.scratch.take());
         all.extend(self.control.take());
+        all.extend(self.peer_words.drain().map(|(_, m)| m));
         for m in all {
             self.path.free(m);
         }

@@ -508,6 +508,49 @@ impl State {
         }
     }
 
+    /// Maps `peer`'s timeline word read-only into `id`'s address space (once per pair).
+    fn map_peer_word(&mut self, client: ClientId, id: DeviceId, peer: DeviceId) -> Response {
+        let (peer_gpu, control) = match self.owned_device(client, peer) {
+            // A clone of the page keeps it alive after the peer closes; rigd made and
+            // sealed it, so nobody can shrink it under the mapping.
+            Ok(p) => match p.word() {
+                Some((page, _)) => (p.gpu, page.clone()),
+                None => return err(ErrorCode::Internal, "the peer device has no control page"),
+            },
+            Err(e) => return e,
+        };
+        let d = match self.live_device(client, id) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        if peer == id {
+            return match d.word() {
+                Some((_, gpu_address)) => Response::PeerWord { gpu_address },
+                None => err(ErrorCode::Internal, "the device has no control page"),
+            };
+        }
+        // A GPU reaches the words of its own devices only: a queue of another GPU would
+        // read its host memory over paths rigd does not set up.
+        if peer_gpu != d.gpu {
+            return Response::Never {
+                reason: format!(
+                    "gpu {} does not reach the word of device {} on gpu {peer_gpu}; wait on the host",
+                    d.gpu, peer.0
+                ),
+            };
+        }
+        match d.map_peer_word(peer, &control) {
+            Ok(gpu_address) => Response::PeerWord { gpu_address },
+            Err(crate::path::Refusal::Lacking(_)) => Response::NoMemory {
+                bytes: crate::device::CONTROL_BYTES,
+                shortage: Shortage::Gpu,
+            },
+            Err(r) => Response::Never {
+                reason: r.to_string(),
+            },
+        }
+    }
+
     fn status(d: &Device) -> DeviceStatus {
         DeviceStatus {
             lost: d.lost.clone(),
@@ -758,6 +801,7 @@ impl Handler for State {
                     format!("no device {}; `rigctl devices` lists them", device.0),
                 ),
             }),
+            Request::MapPeerWord { device, peer } => none(self.map_peer_word(client, device, peer)),
         };
         if let Response::Error(e) = &reply.0 {
             tracing::debug!(client = client.0, request = name, code = ?e.code, error = %e.message, "request refused");
@@ -943,7 +987,7 @@ mod tests {
         /// Whatever a client asks, with whatever numbers, the state answers without panicking
         /// and a disconnect gives everything back.
         #[test]
-        fn any_requests_any_numbers(ops in proptest::collection::vec((0u8..9, proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()), 1..24), junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+        fn any_requests_any_numbers(ops in proptest::collection::vec((0u8..10, proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()), 1..24), junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
             let mut s = state(Limits { memory_bytes: 32 << 20, devices: 2, objects: 16 });
             let c = s.connect(peer(1), "p".into());
             let mut devices = vec![DeviceId(0)];
@@ -959,6 +1003,7 @@ mod tests {
                     5 => Request::LoadImage { device, code_object: junk.clone() },
                     6 => Request::CloseDevice { device },
                     7 => Request::ShowDevice { device },
+                    8 => Request::MapPeerWord { device, peer: devices[(y as usize) % devices.len()] },
                     _ => Request::MapHost { device, bytes: y >> (x % 64), offset: x % (1 << 20) },
                 };
                 let fds = if req.fds_needed() == 1 {

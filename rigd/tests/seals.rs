@@ -134,10 +134,8 @@ fn map_host_needs_a_memfd_rigd_can_seal() {
     // Sealing forbidden (F_SEAL_SEAL) before anyone sealed it against shrinking.
     let locked = memfd(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING, 2 * 4096);
     // SAFETY: F_ADD_SEALS with an int argument on a live descriptor.
-    assert_eq!(
-        unsafe { libc::fcntl(locked.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SEAL) },
-        0
-    );
+    let sealed = unsafe { libc::fcntl(locked.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SEAL) };
+    assert_eq!(sealed, 0);
     let r = map(&mut c, &locked);
     assert_eq!(code(&r), Some(ErrorCode::InvalidArgument), "{r:?}");
 

@@ -53,8 +53,12 @@ struct OwnDaemon {
 
 impl Drop for OwnDaemon {
     fn drop(&mut self) {
-        // SAFETY: kill(2) of the child this program spawned, by its id.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -234,9 +238,8 @@ mod serve {
             .position(|a| a == "--hang-ms")
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok());
-        // SAFETY: prctl(PR_SET_PDEATHSIG) changes only this process's own death signal, so
-        // the daemon stops when the program that started it exits.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+        // The daemon stops when the program that started it exits.
+        let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
         let mut config = rigd::config::Config::embedded();
         config.daemon.socket = socket.clone();
         config.daemon.mode = 0o600;
@@ -246,6 +249,20 @@ mod serve {
                 memory_bytes: 2 << 30,
                 hang_ms,
             }];
+        }
+        // `--gpus N` serves N simulated GPUs alike (tests of waits across GPUs).
+        let gpus: Option<usize> = args
+            .iter()
+            .position(|a| a == "--gpus")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok());
+        if let Some(n) = gpus {
+            let first = config
+                .sim
+                .first()
+                .cloned()
+                .unwrap_or_else(rigd::config::SimGpuConfig::embedded_default);
+            config.sim = vec![first; n.clamp(1, 8)];
         }
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -20,6 +20,11 @@ static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0)
 impl Daemon {
     /// Starts a rigd; `hang_ms` bounds how long work may run.
     pub fn start(hang_ms: Option<u32>) -> Daemon {
+        Self::start_gpus(hang_ms, 1)
+    }
+
+    /// Starts a rigd serving `gpus` simulated GPUs alike.
+    pub fn start_gpus(hang_ms: Option<u32>, gpus: u32) -> Daemon {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("rig-client-test-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -28,6 +33,9 @@ impl Daemon {
         cmd.arg("--serve-rigd").arg(&socket);
         if let Some(ms) = hang_ms {
             cmd.arg("--hang-ms").arg(ms.to_string());
+        }
+        if gpus > 1 {
+            cmd.arg("--gpus").arg(gpus.to_string());
         }
         let child = cmd.spawn().expect("start rigd");
         let d = Daemon { child, dir, socket };

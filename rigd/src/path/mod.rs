@@ -165,7 +165,17 @@ pub trait Path: Send + fmt::Debug {
     /// Maps for the GPU the `bytes` bytes at `offset` of the client's memfd `fd`.
     fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal>;
 
-    /// Gives back what `alloc` or `map_host` gave.
+    /// Maps read-only for the GPU the `bytes` bytes at `offset` (whole pages) of `region`,
+    /// Pinned memory another device's path on the same GPU gave, so this address space's
+    /// queues read another device's timeline word. The mapping holds the memory until freed.
+    fn map_peer(
+        &mut self,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<PathMemory, Refusal>;
+
+    /// Gives back what `alloc`, `map_host` or `map_peer` gave.
     fn free(&mut self, memory: PathMemory);
 
     /// Writes `data` at `offset` into memory the host may not address (placing an image in

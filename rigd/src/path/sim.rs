@@ -144,12 +144,13 @@ impl SimPath {
         offset: u64,
         bytes: u64,
         kind: Option<MemoryKind>,
+        writable: bool,
     ) -> Result<PathMemory, Refusal> {
         let va = self
             .reserve(bytes)
             .ok_or_else(|| Refusal::Lacking("the device's gpu address space is full".into()))?;
         self.space
-            .map_host(va, &region, offset, bytes, true)
+            .map_host(va, &region, offset, bytes, writable)
             .map_err(|e| Refusal::Refused(e.to_string()))?;
         let token = self.token();
         let is_mapped = kind == Some(MemoryKind::Mapped);
@@ -213,7 +214,7 @@ impl Path for SimPath {
                 })?;
                 let region = SharedRegion::create(name, len)
                     .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
-                let m = self.map_region(region, 0, bytes, Some(kind))?;
+                let m = self.map_region(region, 0, bytes, Some(kind), true)?;
                 if kind == MemoryKind::Mapped {
                     self.mapped_bytes += bytes;
                 }
@@ -240,11 +241,29 @@ impl Path for SimPath {
                 region.len()
             )));
         }
-        self.map_region(region, offset, bytes, None)
+        self.map_region(region, offset, bytes, None, true)
             .map_err(|r| match r {
                 Refusal::Lacking(s) => MapRefusal::NoRoom(s),
                 Refusal::Full(s) | Refusal::Refused(s) => MapRefusal::Never(s),
             })
+    }
+
+    fn map_peer(
+        &mut self,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<PathMemory, Refusal> {
+        // rigd made the region (sealed against shrinking), so no client can truncate it
+        // under the mapping; the clone keeps it alive after the other device frees it.
+        let bytes = page_round(bytes).unwrap_or(u64::MAX);
+        if offset % PAGE != 0 || !region.contains(offset, bytes) {
+            return Err(Refusal::Refused(format!(
+                "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",
+                region.len()
+            )));
+        }
+        self.map_region(region.clone(), offset, bytes, None, false)
     }
 
     fn free(&mut self, memory: PathMemory) {
