@@ -119,8 +119,10 @@ impl Connection {
                 got: fds.len(),
             });
         }
-        self.read_posted()?;
+        // Send first, then read the posted requests' answers, which rigd sends before this
+        // one's: the posted ones and this one cost a single wait for rigd.
         frame::write_frame(self.stream.as_fd(), &frame::encode(request)?, fds)?;
+        self.read_posted()?;
         self.answer()
     }
 
