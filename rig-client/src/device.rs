@@ -165,6 +165,12 @@ impl Rig {
                     "rigd serves no GPU named {name:?}; it serves {names:?}"
                 ))
             })?;
+        if let Some(why) = &gpu.unavailable {
+            return Err(Error::Invalid(format!(
+                "rigd cannot drive {}: {why}",
+                gpu.name
+            )));
+        }
         let (response, fds) = self.call(&Request::OpenDevice { gpu: gpu.index }, &[])?;
         let Response::DeviceOpened(opened) = response else {
             return Err(unexpected("open-device", &response));

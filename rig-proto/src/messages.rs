@@ -717,6 +717,8 @@ pub struct GpuInfo {
     pub budget: u64,
     /// True iff it is the simulated GPU.
     pub simulated: bool,
+    /// Why rigd cannot drive it (listed, but `OpenDevice` refuses it); `None` when it can.
+    pub unavailable: Option<String>,
 }
 
 /// The kinds of memory a device allocates.

@@ -313,9 +313,10 @@ fn gpu_info() -> impl Strategy<Value = GpuInfo> {
         of(text()),
         any::<u64>(),
         any::<bool>(),
+        of(text()),
     )
         .prop_map(
-            |(index, name, arch, path, bus, budget, simulated)| GpuInfo {
+            |(index, name, arch, path, bus, budget, simulated, unavailable)| GpuInfo {
                 index,
                 name,
                 arch,
@@ -323,6 +324,7 @@ fn gpu_info() -> impl Strategy<Value = GpuInfo> {
                 bus,
                 budget,
                 simulated,
+                unavailable,
             },
         )
 }

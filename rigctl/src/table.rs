@@ -80,8 +80,8 @@ pub fn gpus(g: &[GpuInfo]) -> String {
                 },
                 if g.simulated {
                     "simulated".into()
-                } else if g.budget == 0 {
-                    "not drivable yet".into()
+                } else if let Some(why) = &g.unavailable {
+                    format!("not drivable: {why}")
                 } else {
                     "hardware".into()
                 },

@@ -903,6 +903,7 @@ mod tests {
             bus: None,
             budget: backend.description().budget,
             simulated: true,
+            unavailable: None,
         };
         let (tx, _rx) = mpsc::channel();
         let gpus = vec![GpuEntry {
