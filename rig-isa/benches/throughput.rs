@@ -34,7 +34,11 @@ fn main() {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let n = 256u32;
+    // RIG_ISA_BENCH_N shrinks the matmul (e.g. 64 for callgrind).
+    let n: u32 = std::env::var("RIG_ISA_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
     let mm = Case {
         name: "matmul",
         opt: "O2",

@@ -127,7 +127,20 @@ impl<'m> Code<'m> {
         self.dense.len()
     }
 
+    #[inline]
     pub(crate) fn fetch(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
+        // The hot case (decoded before) stays small enough to inline into the issue loop.
+        let off = pc.wrapping_sub(self.base);
+        let k = (off / 4) as usize;
+        if off.is_multiple_of(4) && off < DENSE_SPAN && matches!(self.dense.get(k), Some(Some(_))) {
+            return self.dense[k].as_ref().ok_or(ExecFault::Internal);
+        }
+        self.fetch_slow(pc)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fetch_slow(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
         let off = pc.wrapping_sub(self.base);
         if off.is_multiple_of(4) && off < DENSE_SPAN {
             let k = (off / 4) as usize;

@@ -567,6 +567,8 @@ impl Wave {
     }
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_sop2::*;
     let wd = meta(i).w;
@@ -726,6 +728,8 @@ fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     Ok(())
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_sop1::*;
     let wd = meta(i).w;
@@ -897,6 +901,8 @@ fn realtime() -> u64 {
         / 10) as u64
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_sopc::*;
     if matches!(i.op, S_CMP_EQ_U64 | S_CMP_LG_U64) {
@@ -933,6 +939,8 @@ fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     Ok(())
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_sopk::*;
     let k = i.imm as u16;
@@ -1038,6 +1046,8 @@ fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
     Ok(Flow::Next)
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_smem::*;
     let n = match i.op {
@@ -1080,12 +1090,9 @@ fn lds_ok(lds: &[u8], a: u32, n: usize) -> bool {
 }
 
 fn lds_read(lds: &[u8], a: u32) -> u32 {
-    if lds_ok(lds, a, 4) {
-        let a = a as usize;
-        u32::from_le_bytes([lds[a], lds[a + 1], lds[a + 2], lds[a + 3]])
-    } else {
-        0
-    }
+    let a = a as usize;
+    lds.get(a..a + 4)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn lds_write(lds: &mut [u8], a: u32, v: u32) {
@@ -1094,6 +1101,32 @@ fn lds_write(lds: &mut [u8], a: u32, v: u32) {
     }
 }
 
+/// LDS loads of whole dwords: row `r` of each `(r, o)` in `dst` gets the dword at the lane's
+/// address (row `addr_row`) plus `o`, for the lanes in `exec`.
+fn ds_gather(wv: &mut Wave, lds: &[u8], exec: u64, addr_row: usize, dst: &[(usize, u32)]) {
+    let n = wv.lanes;
+    // Addresses are copied first: a destination may be the address register.
+    let mut addr = [0u32; 64];
+    addr[..n].copy_from_slice(&wv.vgpr[addr_row..addr_row + n]);
+    let full = exec == wv.full();
+    for &(r, o) in dst {
+        let out = &mut wv.vgpr[r..r + n];
+        if full {
+            for (d, a) in out.iter_mut().zip(&addr) {
+                *d = lds_read(lds, a.wrapping_add(o));
+            }
+        } else {
+            for (l, d) in out.iter_mut().enumerate() {
+                if exec >> l & 1 != 0 {
+                    *d = lds_read(lds, addr[l].wrapping_add(o));
+                }
+            }
+        }
+    }
+}
+
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_ds::*;
     let exec = wv.exec();
@@ -1114,17 +1147,14 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
     let dwords = |_: &str| (m.bytes as usize).div_ceil(4).max(1);
     match i.op {
         DS_LOAD_B32 | DS_LOAD_B64 | DS_LOAD_B96 | DS_LOAD_B128 => {
-            let n = dwords(name);
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off);
-                for k in 0..n {
-                    let r = row(i.dst, k as u16)?;
-                    wv.vgpr[r + l] = lds_read(lds, a + 4 * k as u32);
-                }
+            if exec == 0 {
+                return Ok(());
             }
+            let mut dst = [(0usize, 0u32); 4];
+            for (k, d) in dst.iter_mut().take(dwords(name)).enumerate() {
+                *d = (row(i.dst, k as u16)?, off.wrapping_add(4 * k as u32));
+            }
+            ds_gather(wv, lds, exec, addr_row, &dst[..dwords(name)]);
         }
         DS_STORE_B32 | DS_STORE_B64 | DS_STORE_B96 | DS_STORE_B128 => {
             let n = dwords(name);
@@ -1192,18 +1222,19 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
                     | DS_STORE_2ADDR_STRIDE64_B64
             );
             let scale = 4 * n as u32 * if stride64 { 64 } else { 1 };
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l];
-                for (h, o) in [i.imm as u32, i.imm1 as u32].into_iter().enumerate() {
-                    for k in 0..n {
-                        let r = row(i.dst, (h * n + k) as u16)?;
-                        wv.vgpr[r + l] = lds_read(lds, a.wrapping_add(o * scale) + 4 * k as u32);
-                    }
-                }
+            if exec == 0 {
+                return Ok(());
             }
+            // Destination rows and byte offsets resolved once, not per lane.
+            let mut dst = [(0usize, 0u32); 4];
+            for (j, d) in dst.iter_mut().take(2 * n).enumerate() {
+                let o = if j < n { i.imm as u32 } else { i.imm1 as u32 };
+                *d = (
+                    row(i.dst, j as u16)?,
+                    (o * scale).wrapping_add(4 * (j % n) as u32),
+                );
+            }
+            ds_gather(wv, lds, exec, addr_row, &dst[..2 * n]);
         }
         DS_STORE_2ADDR_B32
         | DS_STORE_2ADDR_STRIDE64_B32
@@ -1370,6 +1401,8 @@ enum Target {
     Private(u64),
 }
 
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
 fn vmem(
     ctx: &Ctx,
     wv: &mut Wave,

@@ -89,6 +89,7 @@ pub struct Dispatch {
 
 mod code;
 mod exec;
+mod fma;
 mod meta;
 mod pool;
 pub mod testing;
