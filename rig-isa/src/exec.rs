@@ -1101,6 +1101,31 @@ fn lds_write(lds: &mut [u8], a: u32, v: u32) {
     }
 }
 
+/// The dwords per address (1 or 2) and the byte scale of the offsets of a `ds_*_2addr_*`
+/// instruction: offsets count elements, or 64 elements in the `stride64` forms.
+fn two_addr_shape(op: u16) -> (usize, u32) {
+    use op_ds::*;
+    let n = if matches!(
+        op,
+        DS_LOAD_2ADDR_B64
+            | DS_LOAD_2ADDR_STRIDE64_B64
+            | DS_STORE_2ADDR_B64
+            | DS_STORE_2ADDR_STRIDE64_B64
+    ) {
+        2
+    } else {
+        1
+    };
+    let stride64 = matches!(
+        op,
+        DS_LOAD_2ADDR_STRIDE64_B32
+            | DS_LOAD_2ADDR_STRIDE64_B64
+            | DS_STORE_2ADDR_STRIDE64_B32
+            | DS_STORE_2ADDR_STRIDE64_B64
+    );
+    (n, 4 * n as u32 * if stride64 { 64 } else { 1 })
+}
+
 /// LDS loads of whole dwords: row `r` of each `(r, o)` in `dst` gets the dword at the lane's
 /// address (row `addr_row`) plus `o`, for the lanes in `exec`.
 fn ds_gather(wv: &mut Wave, lds: &[u8], exec: u64, addr_row: usize, dst: &[(usize, u32)]) {
@@ -1203,25 +1228,7 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
         | DS_LOAD_2ADDR_STRIDE64_B32
         | DS_LOAD_2ADDR_B64
         | DS_LOAD_2ADDR_STRIDE64_B64 => {
-            let n = if matches!(
-                i.op,
-                DS_LOAD_2ADDR_B64
-                    | DS_LOAD_2ADDR_STRIDE64_B64
-                    | DS_STORE_2ADDR_B64
-                    | DS_STORE_2ADDR_STRIDE64_B64
-            ) {
-                2
-            } else {
-                1
-            };
-            let stride64 = matches!(
-                i.op,
-                DS_LOAD_2ADDR_STRIDE64_B32
-                    | DS_LOAD_2ADDR_STRIDE64_B64
-                    | DS_STORE_2ADDR_STRIDE64_B32
-                    | DS_STORE_2ADDR_STRIDE64_B64
-            );
-            let scale = 4 * n as u32 * if stride64 { 64 } else { 1 };
+            let (n, scale) = two_addr_shape(i.op);
             if exec == 0 {
                 return Ok(());
             }
@@ -1240,25 +1247,7 @@ fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault>
         | DS_STORE_2ADDR_STRIDE64_B32
         | DS_STORE_2ADDR_B64
         | DS_STORE_2ADDR_STRIDE64_B64 => {
-            let n = if matches!(
-                i.op,
-                DS_LOAD_2ADDR_B64
-                    | DS_LOAD_2ADDR_STRIDE64_B64
-                    | DS_STORE_2ADDR_B64
-                    | DS_STORE_2ADDR_STRIDE64_B64
-            ) {
-                2
-            } else {
-                1
-            };
-            let stride64 = matches!(
-                i.op,
-                DS_LOAD_2ADDR_STRIDE64_B32
-                    | DS_LOAD_2ADDR_STRIDE64_B64
-                    | DS_STORE_2ADDR_STRIDE64_B32
-                    | DS_STORE_2ADDR_STRIDE64_B64
-            );
-            let scale = 4 * n as u32 * if stride64 { 64 } else { 1 };
+            let (n, scale) = two_addr_shape(i.op);
             for l in 0..lanes {
                 if exec >> l & 1 == 0 {
                     continue;
