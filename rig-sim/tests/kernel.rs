@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::*;
-use rig_amd::code_object::CodeObject;
+use rig_amd::code_object::{CodeObject, Kernel};
 use rig_amd::gpu::{Generation, QueueKind};
 use rig_amd::kernarg::{self, Grid};
 use rig_amd::pm4::{self, Packet, ReleaseMem};
@@ -20,6 +20,70 @@ fn set(offset: u16, values: &[u32]) -> Vec<u32> {
     Packet::SetShReg(pm4::SetShReg { offset, values })
         .to_words()
         .unwrap()
+}
+
+/// Places the committed gfx1100 `add` kernel in VRAM at `CODE_VA`; `None`, saying so, when
+/// the object is absent.
+fn place_add(space: &rig_sim::AddressSpace) -> Option<Kernel> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co");
+    let Ok(bytes) = std::fs::read(&path) else {
+        println!(
+            "skipped: {} is absent (kernels/build.sh makes it)",
+            path.display()
+        );
+        return None;
+    };
+    let co = CodeObject::parse(&bytes).unwrap();
+    let mut image = vec![0u8; co.image_size() as usize];
+    co.place(CODE_VA, &mut image).unwrap();
+    space
+        .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
+        .unwrap();
+    space.write(CODE_VA, &image).unwrap();
+    Some(co.kernel("add").unwrap().clone())
+}
+
+/// The PM4 words of one dispatch of `k` (placed at `CODE_VA`) in groups of 64 with its
+/// arguments at `args`, then a release of value 1 to `HOST_VA + 2048`.
+fn add_dispatch(k: &Kernel, args: u64, groups: [u32; 3]) -> Vec<u32> {
+    // User SGPRs in the order of the descriptor's enable bits (AMDGPUUsage).
+    let props = k.code_properties();
+    let mut user = Vec::new();
+    for (bit, words) in [(0u16, 4), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (6, 1)] {
+        if props & (1 << bit) != 0 {
+            if bit == 3 {
+                user.extend([args as u32, (args >> 32) as u32]);
+            } else {
+                user.extend(std::iter::repeat_n(0, words));
+            }
+        }
+    }
+    let c = regs::compute(Generation::Gfx11);
+    let code = CODE_VA + k.code_offset();
+    let mut w = set(c.pgm_lo, &[(code >> 8) as u32, (code >> 40) as u32]);
+    w.extend(set(c.pgm_rsrc1, &[k.rsrc1(), k.rsrc2()]));
+    w.extend(set(c.pgm_rsrc3, &[k.rsrc3()]));
+    w.extend(set(c.num_thread_x, &[64, 1, 1]));
+    w.extend(set(c.user_data_0, &user));
+    let mut init = initiator::COMPUTE_SHADER_EN | initiator::FORCE_START_AT_000;
+    if !k.wave64() {
+        init |= initiator::CS_W32_EN;
+    }
+    w.extend(
+        Packet::DispatchDirect(pm4::DispatchDirect {
+            dim: groups,
+            initiator: init,
+        })
+        .to_words()
+        .unwrap(),
+    );
+    w.extend(
+        Packet::ReleaseMem(ReleaseMem::timeline(0, HOST_VA + 2048, 1))
+            .to_words()
+            .unwrap(),
+    );
+    w
 }
 
 const SCRATCH_VA: u64 = 0x6_0000_0000;
@@ -140,27 +204,11 @@ fn a_kernel_with_a_private_segment_runs_with_the_dispatch_scratch() {
 
 #[test]
 fn the_add_kernel_runs_through_a_pm4_dispatch() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co");
-    let Ok(bytes) = std::fs::read(&path) else {
-        println!(
-            "skipped: {} is absent (kernels/build.sh makes it)",
-            path.display()
-        );
-        return;
-    };
-    let co = CodeObject::parse(&bytes).unwrap();
-    let k = co.kernel("add").unwrap().clone();
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
-
-    // The image, placed for its load address, in VRAM.
-    let mut image = vec![0u8; co.image_size() as usize];
-    co.place(CODE_VA, &mut image).unwrap();
-    space
-        .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
-        .unwrap();
-    space.write(CODE_VA, &image).unwrap();
+    let Some(k) = place_add(&space) else {
+        return;
+    };
 
     // x, y and the kernel arguments in host memory.
     let mem = host(&space, HOST_VA, 3 * 4096 + 2 * N * 4);
@@ -180,42 +228,7 @@ fn the_add_kernel_runs_through_a_pm4_dispatch() {
     let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
     mem.write(0, &ka[..n]);
 
-    // User SGPRs in the order of the descriptor's enable bits (AMDGPUUsage).
-    let props = k.code_properties();
-    let mut user = Vec::new();
-    for (bit, words) in [(0u16, 4), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (6, 1)] {
-        if props & (1 << bit) != 0 {
-            if bit == 3 {
-                user.extend([args as u32, (args >> 32) as u32]);
-            } else {
-                user.extend(std::iter::repeat_n(0, words));
-            }
-        }
-    }
-    let c = regs::compute(Generation::Gfx11);
-    let code = CODE_VA + k.code_offset();
-    let mut w = set(c.pgm_lo, &[(code >> 8) as u32, (code >> 40) as u32]);
-    w.extend(set(c.pgm_rsrc1, &[k.rsrc1(), k.rsrc2()]));
-    w.extend(set(c.pgm_rsrc3, &[k.rsrc3()]));
-    w.extend(set(c.num_thread_x, &[64, 1, 1]));
-    w.extend(set(c.user_data_0, &user));
-    let mut init = initiator::COMPUTE_SHADER_EN | initiator::FORCE_START_AT_000;
-    if !k.wave64() {
-        init |= initiator::CS_W32_EN;
-    }
-    w.extend(
-        Packet::DispatchDirect(pm4::DispatchDirect {
-            dim: grid.groups,
-            initiator: init,
-        })
-        .to_words()
-        .unwrap(),
-    );
-    w.extend(
-        Packet::ReleaseMem(ReleaseMem::timeline(0, HOST_VA + 2048, 1))
-            .to_words()
-            .unwrap(),
-    );
+    let w = add_dispatch(&k, args, grid.groups);
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
     q.submit(&w);
     wait_for("the release", || {
@@ -247,25 +260,11 @@ fn the_add_kernel_runs_through_a_pm4_dispatch() {
 
 #[test]
 fn a_stop_mid_kernel_returns_at_once_and_nothing_lands_after_it() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co");
-    let Ok(bytes) = std::fs::read(&path) else {
-        println!(
-            "skipped: {} is absent (kernels/build.sh makes it)",
-            path.display()
-        );
-        return;
-    };
-    let co = CodeObject::parse(&bytes).unwrap();
-    let k = co.kernel("add").unwrap().clone();
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
-    let mut image = vec![0u8; co.image_size() as usize];
-    co.place(CODE_VA, &mut image).unwrap();
-    space
-        .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
-        .unwrap();
-    space.write(CODE_VA, &image).unwrap();
+    let Some(k) = place_add(&space) else {
+        return;
+    };
     // 16 Mi work-items: far longer than the test waits.
     let n_items: u64 = 16 << 20;
     let (x, y) = (VRAM_VA, VRAM_VA + 4 * n_items);
@@ -288,39 +287,7 @@ fn a_stop_mid_kernel_returns_at_once_and_nothing_lands_after_it() {
     let mut ka = vec![0u8; 1024];
     let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
     mem.write(0, &ka[..n]);
-    let props = k.code_properties();
-    let mut user = Vec::new();
-    for (bit, words) in [(0u16, 4), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (6, 1)] {
-        if props & (1 << bit) != 0 {
-            if bit == 3 {
-                user.extend([HOST_VA as u32, (HOST_VA >> 32) as u32]);
-            } else {
-                user.extend(std::iter::repeat_n(0, words));
-            }
-        }
-    }
-    let c = regs::compute(Generation::Gfx11);
-    let code = CODE_VA + k.code_offset();
-    let mut w = set(c.pgm_lo, &[(code >> 8) as u32, (code >> 40) as u32]);
-    w.extend(set(c.pgm_rsrc1, &[k.rsrc1(), k.rsrc2()]));
-    w.extend(set(c.pgm_rsrc3, &[k.rsrc3()]));
-    w.extend(set(c.num_thread_x, &[64, 1, 1]));
-    w.extend(set(c.user_data_0, &user));
-    w.extend(
-        Packet::DispatchDirect(pm4::DispatchDirect {
-            dim: grid.groups,
-            initiator: initiator::COMPUTE_SHADER_EN
-                | initiator::FORCE_START_AT_000
-                | initiator::CS_W32_EN,
-        })
-        .to_words()
-        .unwrap(),
-    );
-    w.extend(
-        Packet::ReleaseMem(ReleaseMem::timeline(0, HOST_VA + 2048, 1))
-            .to_words()
-            .unwrap(),
-    );
+    let w = add_dispatch(&k, HOST_VA, grid.groups);
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
     q.submit(&w);
     // Wait until the kernel has visibly started writing y.
