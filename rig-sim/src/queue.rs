@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use rig_amd::gpu::QueueKind;
 use rig_shm::Doorbell;
@@ -156,6 +157,16 @@ pub(crate) struct Shared {
     on_fault: OnFault,
     interrupts: AtomicU64,
     doorbell: Doorbell,
+    /// When the processor began the poll it is still in, as nanoseconds past [`epoch`] plus
+    /// one; 0 while it waits for its doorbell. Written by the queue's thread only, so no
+    /// client word can make a queue look idle while it runs.
+    busy_since: AtomicU64,
+}
+
+/// The instant `busy_since` counts from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// What a processor works with.
@@ -254,6 +265,17 @@ impl Queue {
         self.shared.interrupts.load(Ordering::SeqCst)
     }
 
+    /// When the queue's processor began the run of packets it is still executing (a poll
+    /// that has not found its ring empty yet), or `None` while it waits for its doorbell or
+    /// has stopped. Kept by the simulator itself, never read from memory a client writes,
+    /// so a hang bound can rest on it.
+    pub fn busy_since(&self) -> Option<Instant> {
+        match self.shared.busy_since.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(epoch() + Duration::from_nanos(n - 1)),
+        }
+    }
+
     /// Stops the queue without waiting for its work: once this returns, nothing of the queue
     /// writes memory. It may wait for the copy chunk or packet in flight. Called from the
     /// queue's own callbacks it only sets the flag, and the queue stops after the callback.
@@ -329,6 +351,7 @@ pub(crate) fn start(
         on_fault,
         interrupts: AtomicU64::new(0),
         doorbell: desc.doorbell.clone(),
+        busy_since: AtomicU64::new(0),
     });
     let vmid = vm.vmid();
     let ctx = Ctx {
@@ -355,6 +378,8 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
             if ctx.stopped() {
                 return;
             }
+            let began = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+            s.busy_since.store(began + 1, Ordering::Release);
             // A panic is a bug of the simulator; it must stop this queue, not the daemon.
             let polled =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| processor.poll(&ctx)))
@@ -366,6 +391,7 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
                             .unwrap_or_else(|| "a panic".into());
                         Err(FaultReason::Internal(why))
                     });
+            s.busy_since.store(0, Ordering::Release);
             match polled {
                 Ok(()) => None,
                 Err(reason) if !ctx.stopped() => {
