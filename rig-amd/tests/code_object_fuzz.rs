@@ -1,6 +1,6 @@
 //! Bad input: arbitrary bytes, and real code objects with bytes flipped or cut, give the
 //! parser an error that names the problem, never a panic. Bounded so it runs in CI in a few
-//! seconds; `rig-amd/fuzz` runs the same target for longer.
+//! seconds; `fuzz/` (cargo-fuzz) runs the same checks, coverage-guided, in CI.
 
 use std::path::Path;
 
