@@ -67,7 +67,8 @@
 //! # Modules
 //!
 //! The public types live at the crate's root. Inside: `device` (rigd, devices, waits),
-//! `buffer`, `image`, `submission` (the builder and its checks), `place` (the submission
+//! `buffer`, `image`, `loss` (reached before a loss; consumers of lost producers),
+//! `submission` (the builder and its checks), `place` (the submission
 //! path: framing, room, rings), `dispatch` (PM4 dispatches, kernel arguments), `copies`
 //! (SDMA copies and fills), `ring` (ring arithmetic), `profile` (clock stamps, traces).
 
@@ -77,6 +78,7 @@ mod device;
 mod dispatch;
 mod error;
 mod image;
+mod loss;
 mod place;
 mod point;
 mod profile;
