@@ -432,29 +432,30 @@ impl DeviceShared {
         if value == 0 {
             return Ok(());
         }
-        if !self.live.reached(value) {
-            let spin = spin.unwrap_or(DEFAULT_SPIN);
-            let start = Instant::now();
-            let mut asked = start;
-            loop {
-                if self.live.reached(value) {
-                    break;
-                }
-                if self.lost_flag() {
-                    return Err(Error::Lost(self.lost_reason()));
-                }
-                if start.elapsed() < spin {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                // Work held back by a lost producer is lost before it runs, if ever.
-                self.check_producers(value)?;
-                self.sleep();
-                // A rigd that died raises no flag: ask it now and then while the word stands.
-                if asked.elapsed() >= CHECK_DAEMON {
-                    asked = Instant::now();
-                    self.check_daemon()?;
-                }
+        if self.live.reached(value) {
+            return self.check_producers(value);
+        }
+        let spin = spin.unwrap_or(DEFAULT_SPIN);
+        let start = Instant::now();
+        let mut asked = start;
+        loop {
+            if self.live.reached(value) {
+                break;
+            }
+            if self.lost_flag() {
+                return Err(Error::Lost(self.lost_reason()));
+            }
+            if start.elapsed() < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Work held back by a lost producer is lost before it runs, if ever.
+            self.check_producers(value)?;
+            self.sleep();
+            // A rigd that died raises no flag: ask it now and then while the word stands.
+            if asked.elapsed() >= CHECK_DAEMON {
+                asked = Instant::now();
+                self.check_daemon()?;
             }
         }
         self.check_producers(value)?;

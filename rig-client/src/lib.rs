@@ -62,7 +62,17 @@
 //!
 //! Every call returns [`Result`]. A part the device never runs is [`Error::Never`] with the
 //! reason ([`Never`]); a device rigd lost (a fault of its work, a hang, a reset) answers
-//! waits and later calls with [`Error::Lost`] and rigd's reason.
+//! waits and later calls with [`Error::Lost`] and rigd's reason. A device whose work waited
+//! on the GPU for a point of another device that was lost before it reached it is lost too,
+//! its reason naming that device ("AMD:1 lost: AMD:0 lost: ...").
+//!
+//! # Lifetimes
+//!
+//! Handles keep what they name alive, never the reverse: a kernel keeps its image loaded,
+//! and buffers, images, kernels and points keep their device open. Dropping the last
+//! handle of an image unloads it; dropping the last handle of a device stops its work and
+//! closes it at once (and its connection to rigd, if nothing else uses it).
+//! [`Device::close`] waits for submitted work first; [`Device::abort`] does not.
 //!
 //! # Modules
 //!

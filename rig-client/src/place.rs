@@ -1459,10 +1459,11 @@ pub(crate) mod tests {
         let mut c = Compiled::new(&f.placer.target, 1, &s).unwrap();
         c.wait_slot = Some(1);
         c.block = align(16, ARG_ALIGN);
+        const EVIDENCE: u64 = 0x88_0000;
         f.placer.gpu_waits.push(GpuWait {
             word: PEER,
             value: 5,
-            evidence: None,
+            evidence: Some((EVIDENCE + 12, PEER + 72)),
         });
         assert!(matches!(
             f.placer.try_place(&c, &|| 0).unwrap(),
@@ -1471,16 +1472,20 @@ pub(crate) mod tests {
         let (cw, kw) = f.take();
         let (cp, kp) = (pm4(&cw), sdma(&kw));
         let slot = ARGS + 8;
-        // COMPUTE:0 waits for v-1, then for the peer's word (64 bits, >=), then tells
-        // COPY:0; it does not release (the copy-only value releases on COPY:0).
+        // COMPUTE:0 waits for v-1, then for the peer's word (64 bits, >=), copies the
+        // peer's lost flag into the evidence slot, then tells COPY:0; it does not release
+        // (the copy-only value releases on COPY:0).
         assert!(matches!(cp[0], P::WaitRegMem64(w) if w.address == WORD && w.reference == 0));
         assert!(
             matches!(cp[1], P::WaitRegMem64(w) if w.address == PEER && w.reference == 5 && w.function == pm4::Compare::GreaterEqual && w.mask == u64::MAX)
         );
         assert!(
-            matches!(cp[2], P::ReleaseMem(r) if r.address == slot && r.data == 1 && r.data_sel == pm4::DataSel::Low32 && r.int_sel == pm4::IntSel::None)
+            matches!(cp[2], P::CopyData(c) if c.src == PEER + 72 && c.dst == EVIDENCE + 12 && c.src_sel == pm4::CopySrc::Memory && c.dst_sel == pm4::CopyDst::Memory && !c.count_64 && c.wr_confirm)
         );
-        assert_eq!(cp.len(), 3);
+        assert!(
+            matches!(cp[3], P::ReleaseMem(r) if r.address == slot && r.data == 1 && r.data_sel == pm4::DataSel::Low32 && r.int_sel == pm4::IntSel::None)
+        );
+        assert_eq!(cp.len(), 4);
         // COPY:0 polls v-1, then that word, before its first part; it releases.
         assert!(matches!(kp[0], S::PollRegMem(w) if w.address == WORD));
         assert!(matches!(kp[1], S::PollRegMem(w) if w.address == slot && w.value == 1));

@@ -86,14 +86,25 @@ fn a_consumer_of_a_point_its_producer_never_reached_is_lost_naming_the_producer(
     let q = consumer
         .submit(&Submission::new().fill(&out, 0, 4096, 7).wait(&p))
         .unwrap();
+    // A later value of the consumer that waits for nothing itself runs after q.
+    let later = consumer.buffer(4096, Memory::Pinned).unwrap();
+    let q_later = consumer
+        .submit(&Submission::new().fill(&later, 0, 4096, 8))
+        .unwrap();
     assert!(!p.signaled() && !q.signaled());
     set(&flag, 1);
     let why = lost_reason(&p);
+    // The later value is lost through q, and so is q itself.
+    match q_later.wait() {
+        Err(Error::Lost(r)) => assert_eq!(r, format!("AMD:0 lost: AMD:0 lost: {why}")),
+        r => panic!("the consumer's later wait returned {r:?} after its producer was lost"),
+    }
     match q.wait() {
         Err(Error::Lost(r)) => assert_eq!(r, format!("AMD:0 lost: AMD:0 lost: {why}")),
         r => panic!("the consumer's wait returned {r:?} after its producer was lost"),
     }
-    assert!(!q.signaled());
+    assert!(!q.signaled() && !q_later.signaled());
+    assert!(matches!(later.read(|_| ()), Err(Error::Lost(_))));
     // The consumer stays lost, with the same reason.
     match consumer.submit(&Submission::new()) {
         Err(Error::Lost(r)) => assert!(r.starts_with("AMD:0 lost: AMD:0 lost: "), "{r}"),
