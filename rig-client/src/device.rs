@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rig_proto::{
@@ -23,6 +23,7 @@ use rig_shm::SharedRegion;
 use crate::buffer::{Buffer, BufferInner, HostView};
 use crate::error::{Error, Result};
 use crate::image::{Image, ImageInner};
+use crate::loss::{Deps, Evidence, Liveness};
 use crate::place::Placer;
 use crate::point::Point;
 use crate::profile::Profile;
@@ -253,19 +254,22 @@ struct Deferred {
 }
 
 /// The client half of an open device, shared by its buffers, images, kernels and points.
+///
+/// Nothing it holds points back at a handle of its own device (its bounce buffer and
+/// profile stamps name no device), so the last handle's drop closes the device.
 pub(crate) struct DeviceShared {
     pub rig: Rig,
     pub id: DeviceId,
     pub name: String,
     pub facts: Facts,
-    word: SharedRegion,
-    word_offset: usize,
-    /// The 4 bytes rigd raises once it lost the device.
-    lost_flag: SharedRegion,
-    lost_offset: usize,
+    /// The word, the lost flag and the loss, shared with the records of consumers.
+    pub(crate) live: Arc<Liveness>,
+    /// The submitted word, as the placer stores it: the last value placed.
+    submitted: (SharedRegion, usize),
     interrupt: OwnedFd,
-    lost: OnceLock<String>,
     closed: AtomicBool,
+    /// GPU-side waits of this device's values on other devices' points.
+    pub(crate) deps: Mutex<Deps>,
     pub(crate) placer: Mutex<Placer>,
     deferred: Mutex<Deferred>,
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
@@ -307,18 +311,24 @@ impl DeviceShared {
         let interrupt = maps.take(opened.interrupt)?;
         set_nonblocking(&interrupt)?;
         let placer = Placer::new(&opened, &mut maps, (control.clone(), submitted_offset))?;
+        let same_fd = opened.word.memory.host.fd == opened.lost.fd;
+        let live = Liveness::new(
+            name.clone(),
+            opened.device,
+            (word, word_offset),
+            (lost_flag, lost_offset),
+            same_fd,
+        );
         Ok(DeviceShared {
             rig,
             id: opened.device,
             name,
             facts: opened.facts,
-            word,
-            word_offset,
-            lost_flag,
-            lost_offset,
+            live: Arc::new(live),
+            submitted: (control, submitted_offset),
             interrupt,
-            lost: OnceLock::new(),
             closed: AtomicBool::new(false),
+            deps: Mutex::new(Deps::default()),
             placer: Mutex::new(placer),
             deferred: Mutex::new(Deferred::default()),
             profile: Mutex::new(None),
@@ -376,28 +386,23 @@ impl DeviceShared {
 
     /// The value in the timeline word (acquire).
     pub(crate) fn signaled(&self) -> u64 {
-        self.word.load_u64(self.word_offset, Ordering::Acquire)
+        self.live.signaled()
+    }
+
+    /// The last value placed, as the submitted word holds it.
+    fn submitted(&self) -> u64 {
+        self.submitted
+            .0
+            .load_u64(self.submitted.1, Ordering::Acquire)
     }
 
     fn lost_flag(&self) -> bool {
-        self.lost.get().is_some()
-            || self.lost_flag.load_u32(self.lost_offset, Ordering::Acquire) != 0
+        self.live.is_lost()
     }
 
-    /// The reason rigd lost the device, asked once and kept.
+    /// The reason the device was lost, asked once and kept.
     fn lost_reason(&self) -> String {
-        if let Some(why) = self.lost.get() {
-            return why.clone();
-        }
-        let why = match self
-            .rig
-            .call(&Request::DeviceStatus { device: self.id }, &[])
-        {
-            Ok((Response::Status(s), _)) => s.lost.unwrap_or_else(|| "rigd lost the device".into()),
-            Ok(_) => "rigd lost the device".into(),
-            Err(e) => format!("rigd lost the device and cannot say why: {e}"),
-        };
-        self.lost.get_or_init(|| why).clone()
+        self.live.lost_reason(&self.rig)
     }
 
     /// `Err(Lost)` if rigd lost the device, `Err(Invalid)` once it was closed.
@@ -412,28 +417,40 @@ impl DeviceShared {
         }
     }
 
+    /// True iff `value` is reached and the work up to it waited for no point that its
+    /// producer failed to reach before a loss (the check can lose the device).
+    pub(crate) fn reached(&self, value: u64) -> bool {
+        self.live.reached(value) && self.check_producers(value).is_ok()
+    }
+
     /// Waits until the word reaches `value`: spins for `spin` (default [`DEFAULT_SPIN`]),
     /// then sleeps on the interrupt eventfd in slices, reading the word and the lost flag
-    /// after each, so that a lost device is noticed.
+    /// after each, so that a lost device is noticed. A value reached before a loss is
+    /// reached; work that waited on the GPU for a point of a lost producer is lost too.
     pub(crate) fn wait(&self, value: u64, spin: Option<Duration>) -> Result<()> {
         // 0 is no value: what a buffer no work used waits for, also on a lost device.
-        if value == 0 || (self.signaled() >= value && !self.lost_flag()) {
+        if value == 0 {
             return Ok(());
+        }
+        if self.live.reached(value) {
+            return self.check_producers(value);
         }
         let spin = spin.unwrap_or(DEFAULT_SPIN);
         let start = Instant::now();
         let mut asked = start;
         loop {
+            if self.live.reached(value) {
+                break;
+            }
             if self.lost_flag() {
                 return Err(Error::Lost(self.lost_reason()));
-            }
-            if self.signaled() >= value {
-                break;
             }
             if start.elapsed() < spin {
                 std::hint::spin_loop();
                 continue;
             }
+            // Work held back by a lost producer is lost before it runs, if ever.
+            self.check_producers(value)?;
             self.sleep();
             // A rigd that died raises no flag: ask it now and then while the word stands.
             if asked.elapsed() >= CHECK_DAEMON {
@@ -441,11 +458,87 @@ impl DeviceShared {
                 self.check_daemon()?;
             }
         }
-        // rigd writes the last value into the word when it loses a device: tell that apart.
-        if self.lost_flag() {
-            return Err(Error::Lost(self.lost_reason()));
-        }
+        self.check_producers(value)?;
         self.settle();
+        Ok(())
+    }
+
+    /// `Err(Lost)` if work up to `value` waited on the GPU for a point its producer did not
+    /// reach before it was lost: this device is lost then, from the first such value, and
+    /// rigd is told to stop it with the reason, which names the producer.
+    fn check_producers(&self, value: u64) -> Result<()> {
+        let doomed = {
+            let Ok(mut deps) = self.deps.lock() else {
+                return Err(poisoned());
+            };
+            if deps.is_empty() {
+                return Ok(());
+            }
+            deps.check(value, self.signaled(), &self.name, &self.rig)
+        };
+        let Some(d) = doomed else {
+            return Ok(());
+        };
+        self.live.observe();
+        if self.live.lose_from(d.value, d.why.clone()) {
+            // The stop makes the word read the last value placed, so this device's own
+            // consumers' GPU waits pass too and their checks find this loss.
+            let _ = self.rig.call(
+                &Request::StopDevice {
+                    device: self.id,
+                    last: self.submitted(),
+                    fault: Some(d.why),
+                },
+                &[],
+            );
+        }
+        Err(Error::Lost(self.lost_reason()))
+    }
+
+    /// Makes room for `n` more GPU-side waits, waiting for the oldest values (at most a
+    /// slice at a time) while the records hold [`crate::loss::SLOTS`]. Called under the
+    /// placer's lock.
+    pub(crate) fn room_for_waits(&self, n: usize) -> Result<()> {
+        loop {
+            {
+                let mut deps = self.deps.lock().map_err(|_| poisoned())?;
+                if deps.room() >= n {
+                    return Ok(());
+                }
+                deps.prune(self.signaled());
+                if deps.room() >= n {
+                    return Ok(());
+                }
+            }
+            self.check_producers(u64::MAX)?;
+            self.wait_for_move(self.signaled())?;
+        }
+    }
+
+    /// Allocates the evidence slots at the first GPU-side wait on another device's point.
+    pub(crate) fn evidence_ready(&self) -> Result<()> {
+        if self.deps.lock().map_err(|_| poisoned())?.evidence.is_some() {
+            return Ok(());
+        }
+        let bytes = 4 * crate::loss::SLOTS as u64;
+        let (region, gpu, host) = self.alloc_raw(bytes, Memory::Pinned)?;
+        let Some(host) = host else {
+            self.free_now(region);
+            return Err(Error::Protocol(
+                "rigd gave Pinned memory the host does not address".into(),
+            ));
+        };
+        let mut deps = self.deps.lock().map_err(|_| poisoned())?;
+        if deps.evidence.is_some() {
+            drop(deps);
+            self.free_now(region);
+            return Ok(());
+        }
+        deps.evidence = Some(Evidence {
+            gpu,
+            host: host.view.region,
+            offset: host.view.offset,
+        });
         Ok(())
     }
 
@@ -456,14 +549,14 @@ impl DeviceShared {
             .call(&Request::DeviceStatus { device: self.id }, &[])
         {
             Ok((Response::Status(st), _)) => match st.lost {
-                Some(why) => Err(Error::Lost(self.lost.get_or_init(|| why).clone())),
+                Some(why) => Err(Error::Lost(self.live.keep_reason(why))),
                 None => Ok(()),
             },
             Ok(_) => Ok(()),
             Err(Error::Protocol(e)) => {
                 let why =
                     format!("rigd no longer answers ({e}); the device's work is gone with it");
-                Err(Error::Lost(self.lost.get_or_init(|| why).clone()))
+                Err(Error::Lost(self.live.keep_reason(why)))
             }
             Err(e) => Err(e),
         }
@@ -635,29 +728,36 @@ impl DeviceShared {
     }
 
     /// The device's bounce buffer, of at least `bytes` bytes (at most [`BOUNCE`]), made at
-    /// its first use. It names no device, so it holds none alive; rigd frees its region
-    /// when the device closes.
+    /// its first use.
     fn bounce_buffer<'a>(&self, slot: &'a mut Option<Buffer>, bytes: u64) -> Result<&'a Buffer> {
         if slot.as_ref().is_none_or(|b| b.len() < bytes) {
             let len = bytes.next_power_of_two().clamp(4096, BOUNCE);
-            let (region, address, host) = self.alloc_raw(len, Memory::Pinned)?;
+            let fresh = self.alloc_detached(len)?;
             if let Some(old) = slot.take().and_then(|b| b.0.region) {
                 self.free_now(old);
             }
-            *slot = Some(Buffer(Arc::new(BufferInner {
-                device: None,
-                device_id: self.id.0,
-                region: Some(region),
-                address,
-                len,
-                memory: Memory::Pinned,
-                host: host.map(|h| h.view),
-                last_write: Default::default(),
-                last_use: Default::default(),
-            })));
+            *slot = Some(fresh);
         }
         slot.as_ref()
             .ok_or_else(|| Error::Invalid("no bounce buffer".into()))
+    }
+
+    /// A Pinned buffer of `bytes` bytes that the device itself keeps (a bounce buffer,
+    /// profile stamps). It names no device, so it holds none alive; its keeper frees it
+    /// ([`DeviceShared::free_after`]), or rigd does when the device closes.
+    pub(crate) fn alloc_detached(&self, bytes: u64) -> Result<Buffer> {
+        let (region, address, host) = self.alloc_raw(bytes, Memory::Pinned)?;
+        Ok(Buffer(Arc::new(BufferInner {
+            device: None,
+            device_id: self.id.0,
+            region: Some(region),
+            address,
+            len: bytes,
+            memory: Memory::Pinned,
+            host: host.map(|h| h.view),
+            last_write: Default::default(),
+            last_use: Default::default(),
+        })))
     }
 
     /// `bytes` bytes of `memory`; Mapped falls back to Pinned where the device has none.
@@ -745,13 +845,50 @@ fn poisoned() -> Error {
     Error::Invalid("a thread panicked while it used the device".into())
 }
 
-impl Drop for DeviceShared {
-    fn drop(&mut self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            let _ = self
-                .rig
-                .call(&Request::CloseDevice { device: self.id }, &[]);
+impl DeviceShared {
+    /// Closes the device now, without waiting for its work: rigd stops its queues
+    /// (`StopDevice` first where `stop`) and gives back everything it holds. Work it had
+    /// not reached is lost for `why` first, so waits on it from other threads and the
+    /// checks of its consumers answer `Lost`. Returns `false` if it was closed before.
+    fn end_now(&self, why: &str, stop: bool) -> Result<bool> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(false);
         }
+        let reached = self.live.observe();
+        let last = self.submitted();
+        if reached < last {
+            let why = format!(
+                "{} lost: {why} at value {reached}, before it reached {last}",
+                self.name
+            );
+            self.live.lose_from(reached + 1, why);
+        } else if self.live.is_lost() && Arc::strong_count(&self.live) > 1 {
+            // Consumers may still ask why: ask rigd while it knows the device.
+            self.lost_reason();
+        }
+        if stop {
+            let request = Request::StopDevice {
+                device: self.id,
+                last,
+                fault: None,
+            };
+            match self.rig.call(&request, &[]) {
+                // A device rigd lost or stopped before is stopped already.
+                Ok(_) | Err(Error::Refused(_) | Error::Lost(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.rig
+            .call(&Request::CloseDevice { device: self.id }, &[])?;
+        Ok(true)
+    }
+}
+
+impl Drop for DeviceShared {
+    /// The last handle is gone: nothing can wait for the device's work any more, so it is
+    /// stopped and closed at once.
+    fn drop(&mut self) {
+        let _ = self.end_now("dropped", false);
     }
 }
 
@@ -772,8 +909,10 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
 
 /// An open device: one GPU as rigd hands it to this process, with its own queues.
 ///
-/// Cheap to clone. The device closes once [`Device::close`] is called or the last clone,
-/// buffer, image and point of it drop.
+/// Cheap to clone. The device closes once [`Device::close`] or [`Device::abort`] is
+/// called, or the last clone, buffer, image, kernel and point of it drop. The last drop
+/// does not wait: rigd stops the device's work at once and gives back its memory, and the
+/// connection to rigd closes with it unless other devices or a [`Rig`] still use it.
 #[derive(Debug, Clone)]
 pub struct Device(pub(crate) Arc<DeviceShared>);
 
@@ -902,16 +1041,25 @@ impl Device {
     }
 
     /// Waits for every submitted value, then closes the device: rigd stops its queues and
-    /// gives back its memory. Buffers and images of it stay as handles that fail.
+    /// gives back its memory. Buffers and images of it stay as handles that fail. Work that
+    /// never ends is waited for until rigd's hang bound (`facts().hang_ms`) loses the
+    /// device; [`Device::abort`] does not wait.
     pub fn close(self) -> Result<()> {
         let last = self.last();
         let waited = last.wait();
-        if !self.0.closed.swap(true, Ordering::AcqRel) {
-            self.0
-                .rig
-                .call(&Request::CloseDevice { device: self.0.id }, &[])?;
-        }
+        self.0.end_now("closed", false)?;
         waited
+    }
+
+    /// Stops the device's work at once, without waiting for it, and closes the device:
+    /// rigd destroys its queues (`StopDevice`), then gives back its memory
+    /// (`CloseDevice`). Returns as soon as rigd has done both, also while a kernel runs
+    /// forever. Values not reached by then are lost: waits on them, from other threads or
+    /// through other handles, return [`Error::Lost`], and so do the waits of other devices'
+    /// work that waited on the GPU for them. Buffers and images of it stay as handles that
+    /// fail.
+    pub fn abort(self) -> Result<()> {
+        self.0.end_now("aborted", true).map(drop)
     }
 
     /// Starts a profile: until [`Device::end_profile`], each value's work records GPU clock

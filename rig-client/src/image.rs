@@ -5,6 +5,11 @@
 //! [`Kernel`] (a resolved entry: rigd's answer plus the dispatch packets precomputed for
 //! the device). Loading and resolving go through rigd; the packets come from
 //! [`crate::place`].
+//!
+//! Ownership runs one way: a kernel keeps its image loaded, and an image keeps its device
+//! open, never the reverse. The image's cache of resolved kernels holds their data
+//! ([`KernelInner`]) without a pointer back to the image, so dropping the last handle of
+//! an image unloads it, kernels resolved or not.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +33,9 @@ pub(crate) struct ImageInner {
     pub gpu_address: u64,
     pub size: u64,
     pub kernels: Vec<String>,
-    pub resolved: Mutex<HashMap<String, Kernel>>,
+    /// Kernels resolved so far, by name: their data only, so the cache keeps no kernel's
+    /// image (itself) alive.
+    pub resolved: Mutex<HashMap<String, Arc<KernelInner>>>,
 }
 
 impl Image {
@@ -51,22 +58,22 @@ impl Image {
     /// its dispatch packets are precomputed. A second call returns the same kernel.
     pub fn resolve(&self, name: &str) -> Result<Kernel> {
         if let Some(k) = self.0.resolved.lock().map_err(poisoned)?.get(name) {
-            return Ok(k.clone());
+            return Ok(Kernel(k.clone(), Some(self.0.clone())));
         }
         let entry = self.0.device.resolve(self.0.id, name)?;
         let dev = &self.0.device;
         let template = LaunchTemplate::new(&dev.facts, &entry);
-        let kernel = Kernel(Arc::new(KernelInner {
+        let kernel = Arc::new(KernelInner {
             device_id: dev.id.0,
             name: name.to_owned(),
             lds_bytes: dev.facts.lds_bytes,
             dies: dev.facts.dies,
             entry,
             template,
-            image: Some(self.0.clone()),
-        }));
+        });
         let mut resolved = self.0.resolved.lock().map_err(poisoned)?;
-        Ok(resolved.entry(name.to_owned()).or_insert(kernel).clone())
+        let kernel = resolved.entry(name.to_owned()).or_insert(kernel).clone();
+        Ok(Kernel(kernel, Some(self.0.clone())))
     }
 
     /// Starts making the entries of `names` without waiting, so that several kernels are
@@ -89,9 +96,14 @@ impl Drop for ImageInner {
     }
 }
 
-/// A kernel of an image, ready to launch ([`crate::Submission::launch`]).
+/// A kernel of an image, ready to launch ([`crate::Submission::launch`]). Cheap to clone;
+/// it keeps its image loaded (and so its device open) while it lives.
 #[derive(Debug, Clone)]
-pub struct Kernel(pub(crate) Arc<KernelInner>);
+pub struct Kernel(
+    pub(crate) Arc<KernelInner>,
+    /// The image, kept loaded while the kernel lives; `None` for unit tests.
+    pub(crate) Option<Arc<ImageInner>>,
+);
 
 #[derive(Debug)]
 pub(crate) struct KernelInner {
@@ -103,8 +115,6 @@ pub(crate) struct KernelInner {
     pub dies: u32,
     pub entry: Entry,
     pub template: LaunchTemplate,
-    /// The image, kept loaded while the kernel lives; `None` for unit tests.
-    pub image: Option<Arc<ImageInner>>,
 }
 
 impl Kernel {
@@ -120,7 +130,7 @@ impl Kernel {
 
     /// The image it was resolved from.
     pub fn image(&self) -> Option<Image> {
-        self.0.image.clone().map(Image)
+        self.1.clone().map(Image)
     }
 
     /// The most work-items of one of its groups.
@@ -151,14 +161,16 @@ pub(crate) mod tests {
         };
         let facts = crate::place::tests::facts();
         let template = LaunchTemplate::new(&facts, &entry);
-        Kernel(Arc::new(KernelInner {
-            device_id,
-            name: "k".into(),
-            lds_bytes: 65536,
-            dies: 1,
-            entry,
-            template,
-            image: None,
-        }))
+        Kernel(
+            Arc::new(KernelInner {
+                device_id,
+                name: "k".into(),
+                lds_bytes: 65536,
+                dies: 1,
+                entry,
+                template,
+            }),
+            None,
+        )
     }
 }

@@ -62,12 +62,23 @@
 //!
 //! Every call returns [`Result`]. A part the device never runs is [`Error::Never`] with the
 //! reason ([`Never`]); a device rigd lost (a fault of its work, a hang, a reset) answers
-//! waits and later calls with [`Error::Lost`] and rigd's reason.
+//! waits and later calls with [`Error::Lost`] and rigd's reason. A device whose work waited
+//! on the GPU for a point of another device that was lost before it reached it is lost too,
+//! its reason naming that device ("AMD:1 lost: AMD:0 lost: ...").
+//!
+//! # Lifetimes
+//!
+//! Handles keep what they name alive, never the reverse: a kernel keeps its image loaded,
+//! and buffers, images, kernels and points keep their device open. Dropping the last
+//! handle of an image unloads it; dropping the last handle of a device stops its work and
+//! closes it at once (and its connection to rigd, if nothing else uses it).
+//! [`Device::close`] waits for submitted work first; [`Device::abort`] does not.
 //!
 //! # Modules
 //!
 //! The public types live at the crate's root. Inside: `device` (rigd, devices, waits),
-//! `buffer`, `image`, `submission` (the builder and its checks), `place` (the submission
+//! `buffer`, `image`, `loss` (reached before a loss; consumers of lost producers),
+//! `submission` (the builder and its checks), `place` (the submission
 //! path: framing, room, rings), `dispatch` (PM4 dispatches, kernel arguments), `copies`
 //! (SDMA copies and fills), `ring` (ring arithmetic), `profile` (clock stamps, traces).
 
@@ -77,6 +88,7 @@ mod device;
 mod dispatch;
 mod error;
 mod image;
+mod loss;
 mod place;
 mod point;
 mod profile;

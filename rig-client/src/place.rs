@@ -34,6 +34,7 @@ use rig_shm::{Doorbell, SharedRegion};
 
 use crate::device::{DeviceShared, Maps};
 use crate::error::{Error, Never, Result};
+use crate::point::Point;
 use crate::ring::{Ring, Spot};
 use crate::submission::{Part, Submission, What};
 use crate::types::Queue;
@@ -450,9 +451,22 @@ pub(crate) struct Placer {
     pub(crate) stamps: Option<StampSlots>,
     /// The interrupt context releases carry.
     context: u32,
-    /// The waits COMPUTE:0 makes for the value being placed: (GPU address of another
-    /// device's word in this device's space, value), filled by [`submit`] under the lock.
-    pub(crate) gpu_waits: Vec<(u64, u64)>,
+    /// The waits COMPUTE:0 makes for the value being placed, filled by [`submit`] under
+    /// the lock.
+    pub(crate) gpu_waits: Vec<GpuWait>,
+}
+
+/// A wait of COMPUTE:0 for another device's point.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GpuWait {
+    /// The GPU address of the other device's word in this device's space.
+    pub word: u64,
+    pub value: u64,
+    /// (GPU address of an evidence slot, GPU address of the other device's lost flag):
+    /// right after the wait passes, the queue copies the flag into the slot, so the host
+    /// can tell a point reached from one written by the stop of a lost device
+    /// ([`crate::loss`]).
+    pub evidence: Option<(u64, u64)>,
 }
 
 /// Bytes of a value's stamps: its start on COMPUTE:0, its start on COPY:0, its end, 8 spare.
@@ -614,10 +628,24 @@ impl Placer {
         ks.clear();
         if c.has_compute || !release_on_copy || !gpu_waits.is_empty() {
             push::<9>(cs, |o| pm4::WaitRegMem64::at_least(word, v - 1).encode(o))?;
-            for &(address, value) in gpu_waits {
+            for w in gpu_waits {
                 push::<9>(cs, |o| {
-                    pm4::WaitRegMem64::at_least(address, value).encode(o)
+                    pm4::WaitRegMem64::at_least(w.word, w.value).encode(o)
                 })?;
+                if let Some((slot, flag)) = w.evidence {
+                    let copy = pm4::CopyData {
+                        src_sel: pm4::CopySrc::Memory,
+                        dst_sel: pm4::CopyDst::Memory,
+                        src_cache_policy: 0,
+                        count_64: false,
+                        wr_confirm: true,
+                        dst_cache_policy: 0,
+                        engine_sel: 0,
+                        src: flag,
+                        dst: slot,
+                    };
+                    push::<6>(cs, |o| copy.encode(o))?;
+                }
             }
             if let Some(n) = waited {
                 let r = pm4::ReleaseMem {
@@ -933,11 +961,19 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
     }
     dev.check_lost()?;
     // Waits the GPU cannot make (another GPU's device, a GPU whose compute queue does not
-    // compare 64-bit words) are made here, on the host, before placing.
-    for p in &s.waits {
-        if p.device.id != dev.id && !p.signaled() && dev.peer_word(&p.device).is_none() {
+    // compare 64-bit words) are made here, on the host, before placing; so are waits for
+    // a device already lost, which answer `Lost` unless it reached the point before.
+    let pending = |p: &&Point| p.device.id != dev.id && !p.device.live.reached(p.value);
+    let mut on_gpu = 0;
+    for p in s.waits.iter().filter(pending) {
+        if p.device.live.is_lost() || dev.peer_word(&p.device).is_none() {
             p.wait()?;
+        } else {
+            on_gpu += 1;
         }
+    }
+    if on_gpu > 0 {
+        dev.evidence_ready()?;
     }
     let compiled = s.compiled(dev)?;
     let mut placer = dev
@@ -945,17 +981,55 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
         .lock()
         .map_err(|_| Error::Invalid("a thread panicked while it submitted".into()))?;
     placer.gpu_waits.clear();
-    for p in &s.waits {
-        if p.device.id != dev.id && !p.signaled() {
-            if let Some(address) = dev.cached_peer_word(p.device.id) {
-                placer.gpu_waits.push((address, p.value));
+    let next = placer.last() + 1;
+    if on_gpu > 0 {
+        dev.room_for_waits(on_gpu)?;
+        let mut deps = dev.deps.lock().map_err(|_| poisoned())?;
+        for p in s.waits.iter().filter(pending) {
+            if let Some(word) = dev.cached_peer_word(p.device.id) {
+                let evidence = deps.take(next, &p.device.live, p.value, word);
+                placer.gpu_waits.push(GpuWait {
+                    word,
+                    value: p.value,
+                    evidence,
+                });
             }
         }
     }
+    let placed = place_value(dev, &mut placer, &compiled);
+    let waited = !placer.gpu_waits.is_empty();
+    placer.gpu_waits.clear();
+    match placed {
+        Ok(v) => {
+            mark_uses(s, v);
+            Ok(v)
+        }
+        Err(e) => {
+            if waited {
+                // Nothing was placed: the records of its waits go.
+                if let Ok(mut deps) = dev.deps.lock() {
+                    deps.forget(next);
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Invalid("a thread panicked while it submitted".into())
+}
+
+/// Places `compiled` as the device's next value, growing the rings or waiting for room.
+fn place_value(
+    dev: &Arc<DeviceShared>,
+    placer: &mut std::sync::MutexGuard<'_, Placer>,
+    compiled: &Compiled,
+) -> Result<u64> {
     let mut grows = 0;
     let reached = || dev.signaled();
     let v = loop {
-        match placer.try_place(&compiled, &reached)? {
+        match placer.try_place(compiled, &reached)? {
             Step::Placed(v) => break v,
             Step::Later => {
                 let seen = dev.signaled();
@@ -977,8 +1051,12 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
             }
         }
     };
-    placer.gpu_waits.clear();
-    // Under the placer's lock, which every submit of the buffers' device takes.
+    Ok(v)
+}
+
+/// Records that value `v` uses the buffers of `s`. Under the placer's lock, which every
+/// submit of the buffers' device takes.
+fn mark_uses(s: &Submission, v: u64) {
     for part in &s.parts {
         match &part.what {
             What::Words(_) => {}
@@ -994,8 +1072,6 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
             What::Fill(f) => f.dst.used(v, crate::types::Access::Write),
         }
     }
-    drop(placer);
-    Ok(v)
 }
 
 impl Submission {
@@ -1383,7 +1459,12 @@ pub(crate) mod tests {
         let mut c = Compiled::new(&f.placer.target, 1, &s).unwrap();
         c.wait_slot = Some(1);
         c.block = align(16, ARG_ALIGN);
-        f.placer.gpu_waits.push((PEER, 5));
+        const EVIDENCE: u64 = 0x88_0000;
+        f.placer.gpu_waits.push(GpuWait {
+            word: PEER,
+            value: 5,
+            evidence: Some((EVIDENCE + 12, PEER + 72)),
+        });
         assert!(matches!(
             f.placer.try_place(&c, &|| 0).unwrap(),
             Step::Placed(1)
@@ -1391,16 +1472,20 @@ pub(crate) mod tests {
         let (cw, kw) = f.take();
         let (cp, kp) = (pm4(&cw), sdma(&kw));
         let slot = ARGS + 8;
-        // COMPUTE:0 waits for v-1, then for the peer's word (64 bits, >=), then tells
-        // COPY:0; it does not release (the copy-only value releases on COPY:0).
+        // COMPUTE:0 waits for v-1, then for the peer's word (64 bits, >=), copies the
+        // peer's lost flag into the evidence slot, then tells COPY:0; it does not release
+        // (the copy-only value releases on COPY:0).
         assert!(matches!(cp[0], P::WaitRegMem64(w) if w.address == WORD && w.reference == 0));
         assert!(
             matches!(cp[1], P::WaitRegMem64(w) if w.address == PEER && w.reference == 5 && w.function == pm4::Compare::GreaterEqual && w.mask == u64::MAX)
         );
         assert!(
-            matches!(cp[2], P::ReleaseMem(r) if r.address == slot && r.data == 1 && r.data_sel == pm4::DataSel::Low32 && r.int_sel == pm4::IntSel::None)
+            matches!(cp[2], P::CopyData(c) if c.src == PEER + 72 && c.dst == EVIDENCE + 12 && c.src_sel == pm4::CopySrc::Memory && c.dst_sel == pm4::CopyDst::Memory && !c.count_64 && c.wr_confirm)
         );
-        assert_eq!(cp.len(), 3);
+        assert!(
+            matches!(cp[3], P::ReleaseMem(r) if r.address == slot && r.data == 1 && r.data_sel == pm4::DataSel::Low32 && r.int_sel == pm4::IntSel::None)
+        );
+        assert_eq!(cp.len(), 4);
         // COPY:0 polls v-1, then that word, before its first part; it releases.
         assert!(matches!(kp[0], S::PollRegMem(w) if w.address == WORD));
         assert!(matches!(kp[1], S::PollRegMem(w) if w.address == slot && w.value == 1));

@@ -32,14 +32,24 @@ impl Point {
         self.value
     }
 
-    /// True iff the device's word has reached the value (one acquire load, no system call).
+    /// True iff the device reached the value before any loss (two acquire loads, no system
+    /// call). False once the value's work is known lost: a value the device had not
+    /// reached when rigd lost it, or whose work waited on the GPU for a point of another
+    /// device that was lost before it reached it (the device is lost then, as
+    /// [`Point::wait`] says).
     pub fn signaled(&self) -> bool {
-        self.device.signaled() >= self.value
+        self.device.reached(self.value)
     }
 
     /// Waits until the value is reached: spins briefly, then sleeps on the device's
     /// interrupt. Returns [`crate::Error::Lost`] with rigd's reason if the device is lost
-    /// first.
+    /// first. A value the device reached before a loss is reached.
+    ///
+    /// Where the value's work (or an earlier value's) waited on the GPU for a point of
+    /// another device that was lost before it reached the point, this device is lost too:
+    /// the wait returns `Lost` with a reason naming the other device ("AMD:0 lost: AMD:0
+    /// lost: why", the consumer's name first), and rigd is told to stop it with that
+    /// reason.
     pub fn wait(&self) -> Result<()> {
         self.device.wait(self.value, None)
     }

@@ -18,7 +18,6 @@ use crate::buffer::Buffer;
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
 use crate::place::{STAMP_BYTES, StampSlots};
-use crate::types::Memory;
 
 /// Values a profile stamps; later values run unstamped.
 const SLOTS: u64 = 1 << 16;
@@ -26,6 +25,7 @@ const SLOTS: u64 = 1 << 16;
 /// A profile being taken.
 #[derive(Debug)]
 pub(crate) struct Taking {
+    /// Names no device: the device keeps it, so it must not keep the device.
     stamps: Buffer,
     slots: StampSlots,
     start: ClockSample,
@@ -108,8 +108,8 @@ pub(crate) fn begin(dev: &Arc<DeviceShared>) -> Result<()> {
             "a profile is already being taken on this device".into(),
         ));
     }
-    let stamps = dev.alloc(STAMP_BYTES * SLOTS, Memory::Pinned)?;
-    stamps.write_at(0, &vec![0u8; (STAMP_BYTES * SLOTS) as usize])?;
+    let stamps = dev.alloc_detached(STAMP_BYTES * SLOTS)?;
+    dev.host_write(&stamps, 0, &vec![0u8; (STAMP_BYTES * SLOTS) as usize])?;
     let start = sample(dev)?;
     let mut placer = dev
         .placer
@@ -144,15 +144,19 @@ pub(crate) fn end(dev: &Arc<DeviceShared>) -> Result<Profile> {
         placer.stamps = None;
         placer.last()
     };
-    dev.wait(last, None)?;
-    let latest = sample(dev)?;
-    let line = Line::new(&taking.start, &latest, dev.facts.clock_hz);
+    let waited = dev.wait(last, None);
     let n = last
         .saturating_add(1)
         .saturating_sub(taking.slots.first)
         .min(taking.slots.slots);
     let mut raw = vec![0u8; (STAMP_BYTES * n) as usize];
-    taking.stamps.read_at(0, &mut raw)?;
+    let read = waited.and_then(|()| dev.host_read(&taking.stamps, 0, &mut raw));
+    if let Some(region) = taking.stamps.0.region {
+        dev.free_after(region, last);
+    }
+    read?;
+    let latest = sample(dev)?;
+    let line = Line::new(&taking.start, &latest, dev.facts.clock_hz);
     let mut work = Vec::with_capacity(n as usize);
     let mut floor = 0u64;
     let at = |s: &[u8], o: usize| u64::from_le_bytes(s[o..o + 8].try_into().unwrap_or_default());

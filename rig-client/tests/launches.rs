@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Daemon, code};
+use common::{Daemon, code, spin_kernel};
 use rig_client::{Buffer, Device, Error, Memory, Ref, Submission, f32s, put_f32s};
 
 fn floats(dev: &Device, v: &[f32]) -> Buffer {
@@ -305,47 +305,6 @@ fn a_faulting_kernel_loses_its_device_alone() {
     );
     good.submit(&s).unwrap();
     assert_eq!(read_f32(&gy), vec![7.0; 256]);
-}
-
-/// Compiles a kernel that spins until a word turns nonzero, if LLVM 19 is installed.
-fn spin_kernel() -> Option<Vec<u8>> {
-    let dir = std::env::temp_dir().join(format!("rig-client-spin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let src = dir.join("spin.cl");
-    std::fs::write(
-        &src,
-        "__kernel void spin(__global volatile uint *flag) { while (*flag == 0) {} }\n",
-    )
-    .ok()?;
-    let obj = dir.join("spin.o");
-    let co = dir.join("spin.co");
-    let ok = std::process::Command::new("clang-19")
-        .args([
-            "-x",
-            "cl",
-            "-cl-std=CL2.0",
-            "-target",
-            "amdgcn-amd-amdhsa",
-            "-mcpu=gfx1100",
-            "-nogpulib",
-            "-O2",
-            "-c",
-        ])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .is_ok_and(|s| s.success())
-        && std::process::Command::new("ld.lld-19")
-            .args(["-shared", "--build-id=none"])
-            .arg(&obj)
-            .arg("-o")
-            .arg(&co)
-            .status()
-            .is_ok_and(|s| s.success());
-    let bytes = if ok { std::fs::read(&co).ok() } else { None };
-    let _ = std::fs::remove_dir_all(&dir);
-    bytes
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use rig_client::{Device, Rig};
+use rig_proto::{Connection, DeviceInfo, Request, Response};
 
 pub struct Daemon {
     child: Child,
@@ -101,4 +102,93 @@ pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Compiles a kernel that spins until a word turns nonzero, if LLVM 19 is installed.
+pub fn spin_kernel() -> Option<Vec<u8>> {
+    // A directory per call: tests of one binary compile it at once.
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rig-client-spin-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let src = dir.join("spin.cl");
+    std::fs::write(
+        &src,
+        "__kernel void spin(__global volatile uint *flag) { while (*flag == 0) {} }\n",
+    )
+    .ok()?;
+    let obj = dir.join("spin.o");
+    let co = dir.join("spin.co");
+    let ok = std::process::Command::new("clang-19")
+        .args([
+            "-x",
+            "cl",
+            "-cl-std=CL2.0",
+            "-target",
+            "amdgcn-amd-amdhsa",
+            "-mcpu=gfx1100",
+            "-nogpulib",
+            "-O2",
+            "-c",
+        ])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::process::Command::new("ld.lld-19")
+            .args(["-shared", "--build-id=none"])
+            .arg(&obj)
+            .arg("-o")
+            .arg(&co)
+            .status()
+            .is_ok_and(|s| s.success());
+    let bytes = if ok { std::fs::read(&co).ok() } else { None };
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
+}
+
+/// A connection of rigd's own user, which may inspect every client (rigctl's view).
+pub struct Inspector(Connection);
+
+impl Inspector {
+    pub fn connect(d: &Daemon) -> Inspector {
+        Inspector(Connection::connect(&d.socket, "inspector").expect("connect to rigd"))
+    }
+
+    fn ask(&mut self, request: Request) -> Response {
+        self.0.call(&request, &[]).expect("rigd answers").0
+    }
+
+    /// The devices rigd holds open, every client's.
+    pub fn devices(&mut self) -> Vec<DeviceInfo> {
+        match self.ask(Request::ListDevices) {
+            Response::Devices(d) => d,
+            r => panic!("list-devices answered {r:?}"),
+        }
+    }
+
+    /// How many clients rigd serves, this one included.
+    pub fn clients(&mut self) -> usize {
+        match self.ask(Request::ListClients) {
+            Response::Clients(c) => c.len(),
+            r => panic!("list-clients answered {r:?}"),
+        }
+    }
+
+    /// rigd's report of `device`: memory held, images, regions.
+    pub fn report(&mut self, device: rig_proto::DeviceId) -> rig_proto::messages::DeviceReport {
+        match self.ask(Request::ShowDevice { device }) {
+            Response::Device(r) => *r,
+            r => panic!("show-device answered {r:?}"),
+        }
+    }
+}
+
+/// Polls `f` until it holds, for at most 10 s; panics with `what` otherwise.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

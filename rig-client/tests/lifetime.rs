@@ -1,0 +1,158 @@
+//! Lifetimes of client handles, checked from rigd's side (an inspecting connection, as
+//! rigctl sees it): an image is unloaded once its last handle drops, kernels resolved or
+//! not; the last drop of a device's handles closes it and stops its work, and the
+//! connection goes with it; an abort stops work that never ends at once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Daemon, Inspector, code, eventually, spin_kernel};
+use rig_client::{Error, Memory, Ref, Submission};
+
+#[test]
+fn images_whose_kernels_were_resolved_are_unloaded_when_dropped() {
+    let d = Daemon::start(None);
+    let rig = d.rig();
+    let dev = rig.open_device("0").unwrap();
+    let mut inspect = Inspector::connect(&d);
+    let id = inspect.devices()[0].device;
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Pinned).unwrap();
+    let round = || {
+        let image = dev.load_image(&code("add")).unwrap();
+        let add = image.resolve("add").unwrap();
+        let s = Submission::new().launch(
+            &add,
+            &[0; 16],
+            &[Ref::read(&x, 0), Ref::write(&y, 8)],
+            [1, 1, 1],
+            [256, 1, 1],
+            0,
+        );
+        dev.submit(&s).unwrap().wait().unwrap();
+        // The launch's value is reached: dropping the handles unloads the image now.
+    };
+    // The first round makes what stays (the kernel's scratch, if any).
+    round();
+    rig.gpus().unwrap(); // a call: rigd has read the posted unload and free before it
+    let base = inspect.report(id);
+    assert_eq!(base.images, 0, "the first round's image is unloaded");
+    for _ in 0..20 {
+        round();
+    }
+    rig.gpus().unwrap();
+    let after = inspect.report(id);
+    assert_eq!(
+        after.images, 0,
+        "20 rounds left {} images loaded",
+        after.images
+    );
+    assert_eq!(
+        after.info.memory, base.info.memory,
+        "20 load/resolve/drop rounds changed the device's memory"
+    );
+    assert_eq!(after.regions, base.regions);
+}
+
+#[test]
+fn dropping_every_handle_closes_the_device_and_the_connection() {
+    let d = Daemon::start(None);
+    let mut inspect = Inspector::connect(&d);
+    eventually("only the inspector is connected", || inspect.clients() == 1);
+    let dev = d.rig().open_device("0").unwrap(); // the Rig handle drops here
+    assert_eq!(inspect.devices().len(), 1);
+    assert_eq!(inspect.clients(), 2);
+    let image = dev.load_image(&code("add")).unwrap();
+    let add = image.resolve("add").unwrap();
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Device).unwrap();
+    let s = Submission::new().launch(
+        &add,
+        &[0; 16],
+        &[Ref::read(&x, 0), Ref::write(&y, 8)],
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+    );
+    dev.begin_profile().unwrap();
+    let point = dev.submit(&s).unwrap();
+    point.wait().unwrap();
+    // Each handle keeps the device open while it lives.
+    drop((dev, image, s));
+    assert_eq!(
+        inspect.devices().len(),
+        1,
+        "the kernel and buffers keep it open"
+    );
+    drop((add, x));
+    assert_eq!(
+        inspect.devices().len(),
+        1,
+        "a buffer and a point keep it open"
+    );
+    drop((y, point));
+    // The last drop closed it (a call to rigd), and the connection with it.
+    assert!(inspect.devices().is_empty(), "rigd still holds the device");
+    eventually("the client's connection is gone", || inspect.clients() == 1);
+}
+
+#[test]
+fn dropping_a_device_whose_kernel_never_ends_stops_it_at_once() {
+    let Some(spin) = spin_kernel() else {
+        eprintln!("skipped: LLVM 19 is needed to build the spinning kernel");
+        return;
+    };
+    let d = Daemon::start(Some(2000));
+    let mut inspect = Inspector::connect(&d);
+    let dev = d.rig().open_device("0").unwrap();
+    let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
+    let flag = dev.buffer(4, Memory::Pinned).unwrap();
+    flag.write(|b| b.fill(0)).unwrap();
+    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let point = dev.submit(&s).unwrap();
+    assert!(!point.signaled());
+    let start = Instant::now();
+    drop((dev, k, flag, s, point));
+    assert!(inspect.devices().is_empty(), "rigd still holds the device");
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "the last drop took {took:?}: it waited for the work"
+    );
+}
+
+#[test]
+fn an_abort_stops_a_kernel_that_never_ends_at_once() {
+    let Some(spin) = spin_kernel() else {
+        eprintln!("skipped: LLVM 19 is needed to build the spinning kernel");
+        return;
+    };
+    let d = Daemon::start(Some(2000));
+    let mut inspect = Inspector::connect(&d);
+    let dev = d.rig().open_device("0").unwrap();
+    let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
+    let flag = dev.buffer(4, Memory::Pinned).unwrap();
+    flag.write(|b| b.fill(0)).unwrap();
+    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let point = dev.submit(&s).unwrap();
+    let other = dev.clone();
+    let start = Instant::now();
+    dev.abort().unwrap();
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "abort took {took:?} (hang_ms is 2000)"
+    );
+    assert!(inspect.devices().is_empty(), "rigd still holds the device");
+    // What it had not reached is lost, and the device is closed for every handle.
+    match point.wait() {
+        Err(Error::Lost(why)) => assert!(why.contains("aborted"), "{why}"),
+        r => panic!("a wait on aborted work returned {r:?}"),
+    }
+    assert!(matches!(
+        other.submit(&Submission::new()),
+        Err(Error::Invalid(_))
+    ));
+    assert!(took < Duration::from_millis(500));
+}
