@@ -41,8 +41,8 @@
 //! with any new value; a PM4 or SDMA queue reads its write position from memory, and an AQL
 //! queue runs packets while their headers are valid (the doorbell value, the last packet's
 //! index, only wakes it). Each queue runs on a thread of its own, which sleeps on the
-//! doorbell's futex when it has nothing to do (waking every [`queue::DOORBELL_RECHECK`] to look
-//! at its stop flag): an idle GPU spends next to no CPU.
+//! doorbell's futex when it has nothing to do (looking at its stop flag every
+//! [`queue::DOORBELL_RECHECK`]): an idle GPU spends next to no CPU.
 //!
 //! - PM4 ([`pm4`]): NOP, SET_SH_REG, DISPATCH_DIRECT, RELEASE_MEM, WAIT_REG_MEM(64),
 //!   ACQUIRE_MEM, WRITE_DATA, COPY_DATA, INDIRECT_BUFFER (chained), EVENT_WRITE.
@@ -70,8 +70,9 @@
 //! returned the queue's thread has ended, so nothing of the queue touches memory: copies move
 //! at most [`memory::CHUNK`] bytes between checks of the stop flag, kernels see the executor's
 //! stop flag, and every wait watches it. Stop wakes the thread whatever the client wrote in
-//! its doorbell slot, and the thread never sleeps longer than [`queue::DOORBELL_RECHECK`]
-//! without looking at its flag, so no client word can keep a stopped queue's thread alive.
+//! its doorbell slot, again until the thread has ended, and the thread never sleeps longer
+//! than [`queue::DOORBELL_RECHECK`] without looking at its flag, so no client word can keep a
+//! stopped queue's thread alive.
 //! [`Queue::busy_since`] says, from the simulator's own state, since when a queue has been
 //! running without going back to sleep: what a hang bound can trust.
 //!

@@ -13,9 +13,9 @@
 //!
 //! **Lifetime of what an access translated.** Short accesses (words, packets, a kernel's loads
 //! and stores) run while holding the page table, so an unmap waits for them. A long copy or
-//! fill translates a chunk into a [`Span`] and runs it without the table; the span holds what
+//! fill translates a chunk into a `Span` and runs it without the table; the span holds what
 //! it translated: a host region stays mapped, and VRAM pages unmapped meanwhile go back to the
-//! arena only when the last span of their allocation lets go ([`VramRun`]). So a copy racing
+//! arena only when the last span of their allocation lets go (`VramRun`). So a copy racing
 //! an unmap writes or reads only pages that no one else can have been given, and its next
 //! chunk faults. The arena zeroes pages when it takes them back, so an allocation never
 //! sees another's bytes.

@@ -12,11 +12,13 @@
 //! space, its doorbell page): stop waits for one chunk or one packet, not for the queue's
 //! work, and afterwards nothing of the queue writes memory.
 //!
-//! No wait of a queue's thread trusts a word a client can write: it sleeps on its doorbell
-//! for at most [`DOORBELL_RECHECK`] before it looks at its stop flag again (a client may
-//! clear or set the `sleeping` word to lose a wake), and stop wakes it again while it waits.
-//! If a thread has not ended [`STOP_WAIT`] after its stop (a bug of the simulator), stop logs
-//! it and returns rather than hang its caller.
+//! No wait of a queue's thread trusts a word a client can write. A client may clear or set
+//! its doorbell slot's `sleeping` word to make a stop's wake miss the thread as it goes to
+//! sleep; so stop wakes the thread again every few milliseconds until the thread has ended (a
+//! wake of a thread already asleep cannot be missed), and the thread's doorbell sleep is
+//! bounded by [`DOORBELL_RECHECK`] besides. The waits of packets poll their memory every
+//! millisecond and watch the flag. If a thread has not ended [`STOP_WAIT`] after its stop (a
+//! bug of the simulator), stop logs it and returns rather than hang its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -30,10 +32,15 @@ use rig_shm::Doorbell;
 use crate::memory::{PageFault, Vm};
 use crate::{Result, SimError, SimGpu};
 
-/// Longest a queue's thread sleeps on its doorbell before it looks at its stop flag again:
-/// the bound on a thread that a client made miss its stop's wakes. An idle queue wakes this
-/// often and does nothing else, which costs a few microseconds of CPU a second.
-pub const DOORBELL_RECHECK: Duration = Duration::from_millis(250);
+/// Longest a queue's thread sleeps on its doorbell before it looks at its stop flag again.
+///
+/// A backstop only: [`Queue::stop`] wakes the thread again every few milliseconds until it
+/// has ended, and a futex wake reaches a sleeping thread whatever the client wrote in the
+/// word, so no client can make a stop wait for this. It bounds a thread that went to sleep
+/// after a stop gave up on it ([`STOP_WAIT`]). Long, because every timeout wakes an idle queue
+/// for nothing: each wake costs about 10 us of CPU, so 250 ms would make 64 idle queues cost
+/// 2.5 ms of CPU a second instead of next to nothing.
+pub const DOORBELL_RECHECK: Duration = Duration::from_secs(10);
 
 /// How long [`Queue::stop`] waits for the queue's thread to end (it takes one copy chunk or
 /// one packet, milliseconds) before it logs that the thread did not stop and returns.
@@ -483,8 +490,8 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
         }
         // Sleep on the doorbell's futex until a ring. (A spin before sleeping was tried: on a
         // machine with few cores it took the CPU from the client and doubled latency.) The
-        // client may clear the sleeping word to lose a wake, so the sleep is bounded (and a
-        // ring lost that way is found at the next look).
+        // sleep is bounded (see DOORBELL_RECHECK). Any wake polls: a ring with the value
+        // seen (an AQL producer may ring its last index again) still means "look".
         s.doorbell.wait(seen, Some(DOORBELL_RECHECK), || {
             s.stop.load(Ordering::SeqCst)
         });
