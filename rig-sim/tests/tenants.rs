@@ -51,19 +51,34 @@ fn fill(q: &mut TestQueue, va: u64, value: u8) {
     q.wait_idle();
 }
 
-/// Starts an SDMA queue of `space` copying `src` to `dst` twice, so that an unmap always meets
-/// a chunk (the second copy faults at its first, if the first copy ended before the unmap).
-fn start_copy(space: &rig_sim::AddressSpace, dst: u64, src: u64, slot: u64) -> TestQueue {
+/// What A's queue runs over the region.
+#[derive(Clone, Copy)]
+enum Work {
+    /// COPY_LINEAR from a source.
+    Copy(u64),
+    /// CONST_FILL with a byte.
+    Fill(u8),
+}
+
+/// Starts an SDMA queue of `space` doing `work` into `dst` twice, so that an unmap always
+/// meets a chunk (the second one faults at its first, if the first ended before the unmap).
+fn start(space: &rig_sim::AddressSpace, dst: u64, work: Work, slot: u64) -> TestQueue {
     let mut q = TestQueue::new(space, QueueKind::Sdma, 4096, slot);
-    let mut words = w(Packet::CopyLinear(CopyLinear::new(src, dst, BYTES)));
-    words.extend(w(Packet::CopyLinear(CopyLinear::new(src, dst, BYTES))));
+    let packet = match work {
+        Work::Copy(src) => Packet::CopyLinear(CopyLinear::new(src, dst, BYTES)),
+        Work::Fill(v) => {
+            Packet::ConstFill(ConstFill::dwords(dst, u32::from_le_bytes([v; 4]), BYTES))
+        }
+    };
+    let mut words = w(packet);
+    words.extend(w(packet));
     q.submit(&words);
     q
 }
 
-/// Waits until the first byte of `va` in `space` is `value`: the copy's first chunk runs.
+/// Waits until the first byte of `va` in `space` is `value`: the first chunk runs.
 fn wait_first_byte(space: &rig_sim::AddressSpace, va: u64, value: u8) {
-    wait_for("the copy to begin", || {
+    wait_for("the work to begin", || {
         let mut b = [0u8; 1];
         space.read(va, &mut b).unwrap();
         b[0] == value
@@ -85,7 +100,7 @@ fn gpu() -> Arc<SimGpu> {
 }
 
 #[test]
-fn a_copy_into_unmapped_vram_never_writes_another_vmids_new_memory() {
+fn a_copy_or_fill_into_unmapped_vram_never_writes_another_vmids_new_memory() {
     let gpu = gpu();
     let a = gpu.create_address_space();
     let b = gpu.create_address_space();
@@ -97,7 +112,13 @@ fn a_copy_into_unmapped_vram_never_writes_another_vmids_new_memory() {
     let mut leaks = Vec::new();
     for round in 0..ROUNDS {
         a.alloc_vram(A_DST, BYTES).unwrap();
-        let q = start_copy(&a, A_DST, A_SRC, 1 + round as u64);
+        // Copies and fills alike: both run chunks without the page table.
+        let work = if round % 2 == 0 {
+            Work::Copy(A_SRC)
+        } else {
+            Work::Fill(0xa5)
+        };
+        let q = start(&a, A_DST, work, 1 + round as u64);
         wait_first_byte(&a, A_DST, 0xa5);
         a.unmap(A_DST, BYTES).unwrap();
         b.alloc_vram(B_MEM, BYTES).unwrap();
@@ -115,7 +136,7 @@ fn a_copy_into_unmapped_vram_never_writes_another_vmids_new_memory() {
         }
         b.unmap(B_MEM, BYTES).unwrap();
     }
-    assert!(leaks.is_empty(), "A's copy reached B's memory: {leaks:#?}");
+    assert!(leaks.is_empty(), "A's work reached B's memory: {leaks:#?}");
     assert_eq!(a.unmap(A_SRC, BYTES).unwrap(), BYTES);
     assert_eq!(gpu.vram_free(), gpu.vram_bytes(), "every page came back");
 }
@@ -125,19 +146,16 @@ fn a_copy_from_unmapped_vram_never_reads_another_vmids_memory() {
     let gpu = gpu();
     let a = gpu.create_address_space();
     let b = gpu.create_address_space();
-    // A's source first: its pages are the first that fit 64 MiB once it is unmapped.
-    a.alloc_vram(A_SRC, BYTES).unwrap();
-    a.alloc_vram(A_DST, BYTES).unwrap();
     let mut filler = TestQueue::new(&a, QueueKind::Sdma, 4096, 0);
     let secret = vec![0xc3u8; 4096];
     let mut leaks = Vec::new();
     for round in 0..ROUNDS {
-        if round > 0 {
-            a.alloc_vram(A_SRC, BYTES).unwrap();
-        }
+        // A's source first: its pages are the first that fit 64 MiB once it is unmapped. The
+        // destination is fresh (not yet touched), which keeps the chunk in flight longer.
+        a.alloc_vram(A_SRC, BYTES).unwrap();
+        a.alloc_vram(A_DST, BYTES).unwrap();
         fill(&mut filler, A_SRC, 0x5a);
-        fill(&mut filler, A_DST, 0x00);
-        let q = start_copy(&a, A_DST, A_SRC, 1 + round as u64);
+        let q = start(&a, A_DST, Work::Copy(A_SRC), 1 + round as u64);
         wait_first_byte(&a, A_DST, 0x5a);
         a.unmap(A_SRC, BYTES).unwrap();
         b.alloc_vram(B_MEM, BYTES).unwrap();
@@ -156,8 +174,8 @@ fn a_copy_from_unmapped_vram_never_reads_another_vmids_memory() {
             ));
         }
         b.unmap(B_MEM, BYTES).unwrap();
+        a.unmap(A_DST, BYTES).unwrap();
     }
     assert!(leaks.is_empty(), "A's copy read B's memory: {leaks:#?}");
-    a.unmap(A_DST, BYTES).unwrap();
     assert_eq!(gpu.vram_free(), gpu.vram_bytes(), "every page came back");
 }
