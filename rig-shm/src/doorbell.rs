@@ -23,6 +23,12 @@
 //! not sleep, or the client sees `sleeping` set and wakes it. The client clears `sleeping`
 //! before waking, so a processor that is between its check and `FUTEX_WAIT` finds the word
 //! changed and does not sleep: no wake is lost.
+//!
+//! **The processor's owner trusts no word of the slot.** A client may write `sleeping` at
+//! will (clear it while the processor sleeps, so that a ring or a stop would not wake it; set
+//! it just before the processor sleeps). So whoever stops a processor wakes it with
+//! [`Doorbell::wake`], which wakes whatever sleeps on the word whatever the word says, and a
+//! processor sleeps with a timeout and re-checks its own state (such as a stop flag) after it.
 
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
@@ -99,8 +105,24 @@ impl Doorbell {
         self.wake_if_sleeping();
     }
 
-    /// Wakes the processor if it sleeps, without changing the value: for a party that changed
-    /// another condition the processor checks (such as a stop flag), after a SeqCst fence.
+    /// Wakes the processor whatever the `sleeping` word says (a client may have cleared it),
+    /// without changing the value: for a party that changed another condition the processor
+    /// checks (such as a stop flag), after a SeqCst fence. Clearing the word first makes a
+    /// processor that is just going to sleep return at once.
+    ///
+    /// A processor that is about to sleep while the client sets the word back can still miss
+    /// this wake; it must sleep with a timeout, or the party must wake it again until it sees
+    /// the condition.
+    pub fn wake(&self) {
+        let sleeping = self
+            .region
+            .atomic_u32(self.offset + DOORBELL_SLEEPING_OFFSET);
+        sleeping.store(0, Ordering::SeqCst);
+        futex::wake_all(sleeping);
+    }
+
+    /// Wakes the processor if it sleeps, without changing the value: what a ring does. It
+    /// trusts the `sleeping` word, so the processor's owner uses [`Doorbell::wake`] instead.
     pub fn wake_if_sleeping(&self) {
         let sleeping = self
             .region
@@ -114,7 +136,8 @@ impl Doorbell {
     /// or after `timeout`, sleeping meanwhile. Returns the value it last read.
     ///
     /// `also` lets the processor wake for other reasons, such as a stop; whoever makes it true
-    /// must then issue a SeqCst fence and call [`Doorbell::wake_if_sleeping`].
+    /// must then issue a SeqCst fence and call [`Doorbell::wake`]. Since a client can defeat
+    /// any wake by writing `sleeping`, a processor that must notice `also` passes a timeout.
     pub fn wait(&self, seen: u64, timeout: Option<Duration>, also: impl Fn() -> bool) -> u64 {
         let v = self.value();
         if v != seen || also() {
@@ -192,6 +215,37 @@ mod tests {
                 "lost wake in round {round}"
             );
         }
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn wake_ends_a_wait_whose_sleeping_word_the_client_cleared() {
+        let r = SharedRegion::create("bells", DOORBELL_PAGE_BYTES).unwrap();
+        let d = Doorbell::new(r.clone(), 0).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (d2, s2) = (d.clone(), stop.clone());
+        let h = std::thread::spawn(move || {
+            while !s2.load(Ordering::SeqCst) {
+                d2.wait(0, Some(Duration::from_secs(30)), || {
+                    s2.load(Ordering::SeqCst)
+                });
+            }
+        });
+        // The client clears the word once the processor sleeps; a ring would not wake it now.
+        while r.load_u32(DOORBELL_SLEEPING_OFFSET, Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        r.store_u32(DOORBELL_SLEEPING_OFFSET, 0, Ordering::SeqCst);
+        let t = Instant::now();
+        // Wakes again until the processor saw the flag: one wake may come before it sleeps.
+        stop.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        while !h.is_finished() {
+            d.wake();
+            assert!(t.elapsed() < Duration::from_secs(10), "the wake was lost");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        h.join().unwrap();
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //!   .create_queue(QueueDesc, on_interrupt, on_fault) -> Result<Queue>
 //! Queue
 //!   .stop()  .status() -> QueueStatus  .interrupts() -> u64  .id()
+//!   .busy_since() -> Option<Instant>
 //! ```
 //!
 //! The daemon chooses every GPU virtual address. Addresses and sizes of mappings are whole
@@ -40,7 +41,8 @@
 //! with any new value; a PM4 or SDMA queue reads its write position from memory, and an AQL
 //! queue runs packets while their headers are valid (the doorbell value, the last packet's
 //! index, only wakes it). Each queue runs on a thread of its own, which sleeps on the
-//! doorbell's futex when it has nothing to do: an idle GPU spends no CPU.
+//! doorbell's futex when it has nothing to do (looking at its stop flag every
+//! [`queue::DOORBELL_RECHECK`]): an idle GPU spends next to no CPU.
 //!
 //! - PM4 ([`pm4`]): NOP, SET_SH_REG, DISPATCH_DIRECT, RELEASE_MEM, WAIT_REG_MEM(64),
 //!   ACQUIRE_MEM, WRITE_DATA, COPY_DATA, INDIRECT_BUFFER (chained), EVENT_WRITE.
@@ -65,8 +67,19 @@
 //! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called.
 //!
 //! **Stop.** [`Queue::stop`] returns without waiting for the queue's work, and once it has
-//! returned nothing of the queue writes memory: copies move at most [`memory::CHUNK`] bytes
-//! between checks of the stop flag, and kernels see the executor's stop flag.
+//! returned the queue's thread has ended, so nothing of the queue touches memory: copies move
+//! at most [`memory::CHUNK`] bytes between checks of the stop flag, kernels see the executor's
+//! stop flag, and every wait watches it. Stop wakes the thread whatever the client wrote in
+//! its doorbell slot, again until the thread has ended, and the thread never sleeps longer
+//! than [`queue::DOORBELL_RECHECK`] without looking at its flag, so no client word can keep a
+//! stopped queue's thread alive.
+//! [`Queue::busy_since`] says, from the simulator's own state, since when a queue has been
+//! running without going back to sleep: what a hang bound can trust.
+//!
+//! **Memory in flight.** A copy or fill holds what it translated for as long as it uses it:
+//! VRAM unmapped under a chunk in flight goes back to the arena (zeroed) only when the chunk
+//! lets go, and the next chunk faults; see [`memory`]. No VMID is ever given pages that
+//! another VMID's work may still read or write.
 //!
 //! This crate does not parse packets (rig-amd does) or run instructions (rig-isa does).
 

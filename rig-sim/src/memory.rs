@@ -11,11 +11,20 @@
 //! shared with other processes, so this module never makes references to mapped bytes: it
 //! copies through raw pointers and uses atomics for words.
 //!
+//! **Lifetime of what an access translated.** Short accesses (words, packets, a kernel's loads
+//! and stores) run while holding the page table, so an unmap waits for them. A long copy or
+//! fill translates a chunk into a `Span` and runs it without the table; the span holds what
+//! it translated: a host region stays mapped, and VRAM pages unmapped meanwhile go back to the
+//! arena only when the last span of their allocation lets go (`VramRun`). So a copy racing
+//! an unmap writes or reads only pages that no one else can have been given, and its next
+//! chunk faults. The arena zeroes pages when it takes them back, so an allocation never
+//! sees another's bytes.
+//!
 //! It does not own VRAM (the [`crate::vram`] arena) or decide addresses (the daemon does).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rig_shm::SharedRegion;
 
@@ -91,10 +100,80 @@ pub enum MapError {
     },
 }
 
+/// The VRAM pages of one `alloc_vram`: held by the page-table entries that map them and by
+/// the spans of copies in flight over them.
+///
+/// The table gives pages back with [`VramRun::release`]; while a span holds the run, they
+/// wait here and go back to the arena when the last span lets go, so no access in flight
+/// reaches pages another allocation was given.
+#[derive(Debug)]
+struct VramRun {
+    vram: Arc<Vram>,
+    holds: Mutex<Holds>,
+}
+
+#[derive(Debug, Default)]
+struct Holds {
+    /// Spans alive over this run.
+    spans: usize,
+    /// Arena pages (offset, bytes) the table released while spans were alive.
+    released: Vec<(u64, u64)>,
+}
+
+impl VramRun {
+    /// Gives `bytes` of arena pages at `offset` back: now, or when the last span lets go.
+    ///
+    /// Called with the page table held for writing, so no span of it starts meanwhile.
+    fn release(&self, offset: u64, bytes: u64) {
+        {
+            let mut h = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+            if h.spans > 0 {
+                h.released.push((offset, bytes));
+                return;
+            }
+        }
+        self.vram.free(offset, bytes);
+    }
+
+    /// A hold of the run for a span. Made with the page table held, which keeps the pages
+    /// mapped until the hold is counted.
+    fn hold(self: &Arc<Self>) -> VramHold {
+        self.holds.lock().unwrap_or_else(|e| e.into_inner()).spans += 1;
+        VramHold(self.clone())
+    }
+}
+
+impl Drop for VramRun {
+    fn drop(&mut self) {
+        let h = self.holds.get_mut().unwrap_or_else(|e| e.into_inner());
+        debug_assert!(h.spans == 0 && h.released.is_empty());
+    }
+}
+
+/// A span's hold of a [`VramRun`].
+#[derive(Debug)]
+struct VramHold(Arc<VramRun>);
+
+impl Drop for VramHold {
+    fn drop(&mut self) {
+        let released = {
+            let mut h = self.0.holds.lock().unwrap_or_else(|e| e.into_inner());
+            h.spans -= 1;
+            if h.spans > 0 {
+                return;
+            }
+            std::mem::take(&mut h.released)
+        };
+        for (offset, bytes) in released {
+            self.0.vram.free(offset, bytes);
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Backing {
-    /// Pages of the VRAM arena at this offset, owned by the entry.
-    Vram(u64),
+    /// Pages of the VRAM arena at this offset, of this allocation.
+    Vram(Arc<VramRun>, u64),
     /// Pages of a host region at this offset.
     Host(SharedRegion, u64),
 }
@@ -110,7 +189,7 @@ impl Entry {
     /// The entry's part from `skip` bytes in, `bytes` long.
     fn part(&self, skip: u64, bytes: u64) -> Entry {
         let backing = match &self.backing {
-            Backing::Vram(o) => Backing::Vram(o + skip),
+            Backing::Vram(run, o) => Backing::Vram(run.clone(), o + skip),
             Backing::Host(r, o) => Backing::Host(r.clone(), o + skip),
         };
         Entry {
@@ -123,13 +202,21 @@ impl Entry {
 
 /// A run of host-addressable bytes that a GPU range translated to.
 ///
-/// It keeps a registered host region alive while it is used, so that an unmap racing a copy
-/// never leaves the copy with a dangling pointer (VRAM stays mapped for the life of the GPU).
+/// It holds what it translated while it is used: a host region stays mapped, and VRAM pages
+/// stay out of the arena (see [`VramRun`]), so an unmap racing a copy never leaves the copy
+/// with a dangling pointer or with pages another allocation was given.
 #[derive(Debug)]
 pub(crate) struct Span {
     ptr: *mut u8,
     len: usize,
-    _keep: Option<SharedRegion>,
+    _keep: Keep,
+}
+
+/// What a [`Span`] holds (only held, never read).
+#[derive(Debug)]
+enum Keep {
+    Host { _region: SharedRegion },
+    Vram { _hold: VramHold },
 }
 
 /// One VMID's address space.
@@ -187,13 +274,17 @@ impl Vm {
             .vram
             .alloc(bytes)
             .ok_or(MapError::OutOfVram { bytes })?;
+        let run = Arc::new(VramRun {
+            vram: self.vram.clone(),
+            holds: Mutex::new(Holds::default()),
+        });
         let mut at = va;
         for (offset, len) in runs {
             table.insert(
                 at,
                 Entry {
                     bytes: len,
-                    backing: Backing::Vram(offset),
+                    backing: Backing::Vram(run.clone(), offset),
                     writable: true,
                 },
             );
@@ -234,8 +325,8 @@ impl Vm {
         Ok(())
     }
 
-    /// Unmaps every mapped page of `bytes` at `va` (whole pages), giving VRAM pages back.
-    /// Returns the bytes that were mapped.
+    /// Unmaps every mapped page of `bytes` at `va` (whole pages), giving VRAM pages back (once
+    /// no copy in flight holds them). Returns the bytes that were mapped.
     pub fn unmap(&self, va: u64, bytes: u64) -> Result<u64, MapError> {
         let end = Self::check_pages(va, bytes)?;
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
@@ -258,8 +349,8 @@ impl Vm {
             if cut_end < e_end {
                 table.insert(cut_end, e.part(cut_end - s, e_end - cut_end));
             }
-            if let Backing::Vram(o) = e.backing {
-                self.vram.free(o + (cut_start - s), cut_end - cut_start);
+            if let Backing::Vram(run, o) = &e.backing {
+                run.release(o + (cut_start - s), cut_end - cut_start);
             }
             unmapped += cut_end - cut_start;
         }
@@ -268,14 +359,14 @@ impl Vm {
 
     /// Translates the access of up to `len` bytes at `va` in `table`: a pointer to `va`'s
     /// byte, the bytes from there to the end of its mapping run or `len` (whichever is
-    /// first), and the host region that holds them, if any.
+    /// first), and the backing that holds them.
     fn translate<'t>(
         &self,
         table: &'t BTreeMap<u64, Entry>,
         va: u64,
         len: usize,
         write: bool,
-    ) -> Result<(*mut u8, usize, Option<&'t SharedRegion>), PageFault> {
+    ) -> Result<(*mut u8, usize, &'t Backing), PageFault> {
         let fault = |read_only| PageFault {
             vmid: self.vmid,
             address: va,
@@ -294,26 +385,31 @@ impl Vm {
         }
         let avail = usize::try_from(e.bytes - skip).unwrap_or(usize::MAX);
         let len = len.min(avail);
-        Ok(match &e.backing {
-            Backing::Vram(o) => (self.vram.ptr(o + skip), len, None),
+        let ptr = match &e.backing {
+            Backing::Vram(_, o) => self.vram.ptr(o + skip),
             Backing::Host(r, o) => {
                 // PANIC: map_host checked that offset + bytes lies in the region (a usize).
                 let off = usize::try_from(o + skip).expect("host offsets fit usize");
                 // SAFETY: o + skip < o + bytes <= region.len(), so this stays in the mapping.
-                (unsafe { r.as_ptr().add(off) }, len, Some(r))
+                unsafe { r.as_ptr().add(off) }
             }
-        })
+        };
+        Ok((ptr, len, &e.backing))
     }
 
-    /// Translates the access of up to `len` bytes at `va` into a [`Span`] that keeps its
-    /// memory alive without holding the page table: for long copies.
+    /// Translates the access of up to `len` bytes at `va` into a [`Span`] that holds its
+    /// memory without holding the page table: for long copies.
     pub(crate) fn span(&self, va: u64, len: usize, write: bool) -> Result<Span, PageFault> {
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
-        let (ptr, len, region) = self.translate(&table, va, len, write)?;
+        let (ptr, len, backing) = self.translate(&table, va, len, write)?;
+        let keep = match backing {
+            Backing::Vram(run, _) => Keep::Vram { _hold: run.hold() },
+            Backing::Host(r, _) => Keep::Host { _region: r.clone() },
+        };
         Ok(Span {
             ptr,
             len,
-            _keep: region.cloned(),
+            _keep: keep,
         })
     }
 
@@ -336,9 +432,11 @@ impl Vm {
     pub fn check(&self, va: u64, len: u64, write: bool) -> Result<(), PageFault> {
         let mut at = va;
         let end = va.saturating_add(len);
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
         while at < end {
-            let s = self.span(at, usize::try_from(end - at).unwrap_or(usize::MAX), write)?;
-            at += s.len as u64;
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX);
+            let (_, n, _) = self.translate(&table, at, want, write)?;
+            at += n as u64;
         }
         Ok(())
     }
@@ -564,8 +662,8 @@ impl Vm {
     pub(crate) fn clear(&self) {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         for (_, e) in std::mem::take(&mut *table) {
-            if let Backing::Vram(o) = e.backing {
-                self.vram.free(o, e.bytes);
+            if let Backing::Vram(run, o) = &e.backing {
+                run.release(*o, e.bytes);
             }
         }
     }
@@ -744,6 +842,41 @@ mod tests {
         assert_eq!(b[0], 0x5a);
         assert_eq!(vm.unmap(0, 16 * PAGE).unwrap(), 5 * PAGE);
         assert_eq!(vram.free_bytes(), 16 * PAGE);
+    }
+
+    #[test]
+    fn vram_a_span_holds_stays_out_of_other_allocations_until_it_lets_go() {
+        let vram = Arc::new(Vram::new(16 * PAGE).unwrap());
+        let (a, b) = (Vm::new(1, vram.clone()), Vm::new(2, vram.clone()));
+        a.alloc_vram(0, 8 * PAGE).unwrap();
+        // A copy's chunk in flight over the second half of A's allocation.
+        let held = a.span(4 * PAGE, 4 * PAGE as usize, true).unwrap();
+        assert_eq!(a.unmap(0, 8 * PAGE).unwrap(), 8 * PAGE);
+        assert_eq!(
+            a.span(4 * PAGE, 1, true).unwrap_err().address,
+            4 * PAGE,
+            "the next chunk faults"
+        );
+        assert_eq!(vram.free_bytes(), 8 * PAGE, "A's pages wait for the span");
+        // B takes every free page: none of them is A's.
+        b.alloc_vram(0, 8 * PAGE).unwrap();
+        assert!(b.alloc_vram(0x100000, PAGE).is_err());
+        // SAFETY: the span's pages, held by it; test-only writes as the chunk would make.
+        unsafe { std::ptr::write_bytes(held.ptr, 0xa5, held.len) };
+        let mut got = vec![0u8; 8 * PAGE as usize];
+        b.read(0, &mut got).unwrap();
+        assert!(got.iter().all(|x| *x == 0), "B never sees A's bytes");
+        drop(held);
+        assert_eq!(
+            vram.free_bytes(),
+            8 * PAGE,
+            "the last holder gave them back"
+        );
+        // They come back zeroed.
+        let c = Vm::new(3, vram.clone());
+        c.alloc_vram(0, 8 * PAGE).unwrap();
+        c.read(0, &mut got).unwrap();
+        assert!(got.iter().all(|x| *x == 0), "reused pages are zero");
     }
 
     #[test]

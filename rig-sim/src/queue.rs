@@ -5,15 +5,25 @@
 //! SDMA) between the read and write positions, and the delivery of interrupts and faults.
 //! The meaning of packets belongs to [`crate::pm4`], [`crate::sdma`] and [`crate::aql`].
 //!
-//! A queue's thread holds the queue's *gate* while it processes packets, and checks the stop
-//! flag between packets and between chunks of a copy; it never touches memory without the
-//! gate. [`Queue::stop`] sets the flag and then takes the gate once, so when it returns the
-//! thread is either asleep or about to see the flag: nothing of the queue writes memory
-//! afterwards, and stop waits at most for one chunk or one packet, not for the queue's work.
+//! A queue's thread checks the stop flag between packets and between chunks of a copy, and
+//! every wait of a packet (WAIT_REG_MEM, POLL_REGMEM, AQL barriers) and of a kernel watches it.
+//! [`Queue::stop`] sets the flag, wakes the thread whatever the client wrote in its doorbell
+//! slot, and waits until the thread has ended and let go of everything it held (its address
+//! space, its doorbell page): stop waits for one chunk or one packet, not for the queue's
+//! work, and afterwards nothing of the queue writes memory.
+//!
+//! No wait of a queue's thread trusts a word a client can write. A client may clear or set
+//! its doorbell slot's `sleeping` word to make a stop's wake miss the thread as it goes to
+//! sleep; so stop wakes the thread again every few milliseconds until the thread has ended (a
+//! wake of a thread already asleep cannot be missed), and the thread's doorbell sleep is
+//! bounded by [`DOORBELL_RECHECK`] besides. The waits of packets poll their memory every
+//! millisecond and watch the flag. If a thread has not ended [`STOP_WAIT`] after its stop (a
+//! bug of the simulator), stop logs it and returns rather than hang its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::ThreadId;
+use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use rig_amd::gpu::QueueKind;
@@ -21,6 +31,23 @@ use rig_shm::Doorbell;
 
 use crate::memory::{PageFault, Vm};
 use crate::{Result, SimError, SimGpu};
+
+/// Longest a queue's thread sleeps on its doorbell before it looks at its stop flag again.
+///
+/// A backstop only: [`Queue::stop`] wakes the thread again every few milliseconds until it
+/// has ended, and a futex wake reaches a sleeping thread whatever the client wrote in the
+/// word, so no client can make a stop wait for this. It bounds a thread that went to sleep
+/// after a stop gave up on it ([`STOP_WAIT`]). Long, because every timeout wakes an idle queue
+/// for nothing: each wake costs about 10 us of CPU, so 250 ms would make 64 idle queues cost
+/// 2.5 ms of CPU a second instead of next to nothing.
+pub const DOORBELL_RECHECK: Duration = Duration::from_secs(10);
+
+/// How long [`Queue::stop`] waits for the queue's thread to end (it takes one copy chunk or
+/// one packet, milliseconds) before it logs that the thread did not stop and returns.
+pub const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// How often [`Queue::stop`] wakes the thread again while it waits for it to end.
+const STOP_REWAKE: Duration = Duration::from_millis(5);
 
 /// Where a queue's ring and positions lie, and its doorbell.
 #[derive(Debug, Clone)]
@@ -150,9 +177,7 @@ pub(crate) struct Shared {
     pub(crate) kind: QueueKind,
     /// Set by stop and by a fault; shared with the kernel executor.
     pub(crate) stop: Arc<AtomicBool>,
-    gate: Mutex<()>,
     status: Mutex<QueueStatus>,
-    thread: OnceLock<ThreadId>,
     on_interrupt: OnInterrupt,
     on_fault: OnFault,
     interrupts: AtomicU64,
@@ -223,6 +248,11 @@ pub struct Queue {
     shared: Arc<Shared>,
     gpu: Arc<SimGpu>,
     vmid: u32,
+    /// The queue's thread.
+    thread: ThreadId,
+    /// Until a stop has seen the thread end: its handle, and a channel that disconnects once
+    /// the thread has dropped everything it held.
+    worker: Mutex<Option<(JoinHandle<()>, mpsc::Receiver<()>)>>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -276,9 +306,11 @@ impl Queue {
         }
     }
 
-    /// Stops the queue without waiting for its work: once this returns, nothing of the queue
-    /// writes memory. It may wait for the copy chunk or packet in flight. Called from the
-    /// queue's own callbacks it only sets the flag, and the queue stops after the callback.
+    /// Stops the queue without waiting for its work: once this returns, the queue's thread
+    /// has ended and dropped what it held, so nothing of the queue touches memory. It waits
+    /// for the copy chunk or packet in flight, at most [`STOP_WAIT`] (past that it logs the
+    /// stuck thread and returns). Called from the queue's own callbacks it only sets the flag,
+    /// and the queue stops after the callback.
     pub fn stop(&self) {
         let s = &self.shared;
         s.stop.store(true, Ordering::SeqCst);
@@ -290,13 +322,47 @@ impl Queue {
         }
         // Orders the flag before the doorbell's sleeping word (see rig_shm::doorbell).
         fence(Ordering::SeqCst);
-        s.doorbell.wake_if_sleeping();
-        self.gpu.events.wake_all();
-        if s.thread.get() != Some(&std::thread::current().id()) {
-            // The processor holds the gate while it touches memory and checks the flag
-            // before it touches memory again, so taking the gate once is enough.
-            drop(s.gate.lock().unwrap_or_else(|e| e.into_inner()));
+        self.wake();
+        if self.thread == std::thread::current().id() {
+            return;
         }
+        // Concurrent stops wait here for the first one's join.
+        let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((handle, ended)) = worker.take() else {
+            return;
+        };
+        let began = Instant::now();
+        loop {
+            match ended.recv_timeout(STOP_REWAKE) {
+                Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                    // It has dropped everything; what is left is its exit.
+                    let _ = handle.join();
+                    return;
+                }
+                Err(RecvTimeoutError::Timeout) if began.elapsed() < STOP_WAIT => {
+                    // A wake can be lost to a client writing the sleeping word while the
+                    // thread goes to sleep; one sent while it sleeps is not.
+                    self.wake();
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    tracing::error!(
+                        queue = s.id,
+                        vmid = self.vmid,
+                        kind = ?s.kind,
+                        waited_ms = STOP_WAIT.as_millis() as u64,
+                        "a queue thread of the simulated GPU did not end after its stop; \
+                         leaving it (a bug of rig-sim: it keeps its address space alive)"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Wakes the queue's thread wherever it waits, whatever its doorbell slot says.
+    fn wake(&self) {
+        self.shared.doorbell.wake();
+        self.gpu.events.wake_all();
     }
 }
 
@@ -344,9 +410,7 @@ pub(crate) fn start(
         id,
         kind: desc.kind,
         stop: Arc::new(AtomicBool::new(false)),
-        gate: Mutex::new(()),
         status: Mutex::new(QueueStatus::Running),
-        thread: OnceLock::new(),
         on_interrupt,
         on_fault,
         interrupts: AtomicU64::new(0),
@@ -359,22 +423,31 @@ pub(crate) fn start(
         vm,
         shared: shared.clone(),
     };
-    std::thread::Builder::new()
+    let (ended_tx, ended) = mpsc::channel::<()>();
+    let handle = std::thread::Builder::new()
         .name(format!("rig-sim-q{id}"))
-        .spawn(move || run(ctx, processor))
+        .spawn(move || {
+            // Dropped last, after `run` dropped the context and the processor.
+            let _ended = ended_tx;
+            run(ctx, processor);
+        })
         .map_err(SimError::Thread)?;
-    Ok(Queue { shared, gpu, vmid })
+    Ok(Queue {
+        shared,
+        gpu,
+        vmid,
+        thread: handle.thread().id(),
+        worker: Mutex::new(Some((handle, ended))),
+    })
 }
 
 /// A queue's thread.
 fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
     let s = ctx.shared.clone();
-    let _ = s.thread.set(std::thread::current().id());
     loop {
         // Read before polling: a ring after the poll read the write position then differs.
         let seen = s.doorbell.value();
         let fault = {
-            let _gate = s.gate.lock().unwrap_or_else(|e| e.into_inner());
             if ctx.stopped() {
                 return;
             }
@@ -410,14 +483,18 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
             }
         };
         if let Some(fault) = fault {
-            // Reported outside the gate, so the owner may stop other queues from the callback.
+            // Reported after the poll, so the owner may stop other queues from the callback
+            // (stopping this one from there only sets its flag).
             (s.on_fault)(fault);
             return;
         }
         // Sleep on the doorbell's futex until a ring. (A spin before sleeping was tried: on a
-        // machine with few cores it took the CPU from the client and doubled latency.)
-        s.doorbell
-            .wait(seen, None, || s.stop.load(Ordering::SeqCst));
+        // machine with few cores it took the CPU from the client and doubled latency.) The
+        // sleep is bounded (see DOORBELL_RECHECK). Any wake polls: a ring with the value
+        // seen (an AQL producer may ring its last index again) still means "look".
+        s.doorbell.wait(seen, Some(DOORBELL_RECHECK), || {
+            s.stop.load(Ordering::SeqCst)
+        });
     }
 }
 

@@ -125,16 +125,23 @@ impl Vram {
     }
 
     /// Gives back `bytes` at `offset`, which an allocation made, and their memory to the
-    /// kernel (they read as zero when allocated again).
+    /// kernel: they read as zero when allocated again, so no allocation sees another's bytes.
+    /// The caller makes sure nothing reads or writes them any more.
     pub(crate) fn free(&self, offset: u64, bytes: u64) {
         debug_assert!(offset.is_multiple_of(PAGE) && bytes.is_multiple_of(PAGE));
         if bytes == 0 {
             return;
         }
-        if let Ok(len) = usize::try_from(bytes) {
-            // SAFETY: the range is pages of this arena that no mapping uses any more; dropping
-            // them only zeroes their contents, the mapping itself stays valid.
-            unsafe { libc::madvise(self.ptr(offset).cast(), len, libc::MADV_DONTNEED) };
+        // PANIC: offsets and sizes come from allocations of this arena, which fits usize.
+        let len = usize::try_from(bytes).expect("VRAM sizes fit the address space");
+        // SAFETY: the range is pages of this arena that nothing reaches any more (the memory
+        // module gives pages back only once no access holds them); dropping them only zeroes
+        // their contents, the mapping itself stays valid.
+        let dropped = unsafe { libc::madvise(self.ptr(offset).cast(), len, libc::MADV_DONTNEED) };
+        if dropped != 0 {
+            // The next allocation must not see these bytes, whatever the kernel refused.
+            // SAFETY: as above; the range lies in the arena's writable mapping.
+            unsafe { std::ptr::write_bytes(self.ptr(offset), 0, len) };
         }
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let mut start = offset;
