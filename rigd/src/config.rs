@@ -139,7 +139,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             memory_bytes: 8 << 30,
-            devices: 16,
+            devices: 64,
             objects: 65536,
             gpu_share_percent: 50,
             host_memory_bytes: 0,
@@ -361,7 +361,7 @@ mod tests {
         assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.daemon.mode, 0o660);
         assert!(c.sim.is_empty());
-        assert_eq!(c.limits.devices, 16);
+        assert_eq!(c.limits.devices, 64);
     }
 
     #[test]

@@ -841,10 +841,9 @@ impl Device {
         }
         let reached = self.reached();
         let stopped = self.stopped;
-        let (go, keep): (Vec<Quarantined>, Vec<Quarantined>) =
-            std::mem::take(&mut self.quarantine)
-                .into_iter()
-                .partition(|q| stopped || reached >= q.until);
+        let (go, keep): (Vec<Quarantined>, Vec<Quarantined>) = std::mem::take(&mut self.quarantine)
+            .into_iter()
+            .partition(|q| stopped || reached >= q.until);
         self.quarantine = keep;
         for q in go {
             self.quarantine_cost = self.quarantine_cost.minus(q.cost);

@@ -250,7 +250,11 @@ impl State {
         let l = &self.limits;
         let b = &self.budget;
         let refuse = |message: String| {
-            tracing::info!(uid, client = client.0, "client refused for a limit: {message}");
+            tracing::info!(
+                uid,
+                client = client.0,
+                "client refused for a limit: {message}"
+            );
             Some(err(ErrorCode::Quota, message))
         };
         if device && t.devices >= l.devices {
@@ -259,8 +263,7 @@ impl State {
                 t.devices, l.devices
             ));
         }
-        if need.objects > 0 && t.held.objects.saturating_add(need.objects) > u64::from(l.objects)
-        {
+        if need.objects > 0 && t.held.objects.saturating_add(need.objects) > u64::from(l.objects) {
             return refuse(format!(
                 "user {uid} holds {} allocations, mappings and images across its connections, the most rigd's limits.objects ({}) allows; free some first",
                 t.held.objects, l.objects
@@ -314,7 +317,8 @@ impl State {
                 Shortage::Quota,
             );
         }
-        if let Some(g) = gpu.filter(|_| need.gpu_bytes > 0) {
+        // At 100 percent the GPU's own memory is the bound, and the GPU refuses.
+        if let Some(g) = gpu.filter(|_| need.gpu_bytes > 0 && l.gpu_share_percent < 100) {
             let budget = self.gpus.get(g as usize).map_or(0, |e| e.info.budget);
             let share = budget / 100 * u64::from(l.gpu_share_percent)
                 + budget % 100 * u64::from(l.gpu_share_percent) / 100;
@@ -359,7 +363,9 @@ impl State {
         let t = self.tenants.entry(c.peer.uid).or_default();
         t.held = t.held.minus(was).plus(now);
         let g = t.gpu_bytes.entry(gpu).or_default();
-        *g = g.saturating_sub(was.gpu_bytes).saturating_add(now.gpu_bytes);
+        *g = g
+            .saturating_sub(was.gpu_bytes)
+            .saturating_add(now.gpu_bytes);
     }
 
     /// Takes device `id` out of the state, gives back all it holds and its charges, and
@@ -557,7 +563,11 @@ impl State {
             fds: hosted,
             maps: hosted,
             host_bytes: hosted * rounded,
-            gpu_bytes: if kind == MemoryKind::Pinned { 0 } else { rounded },
+            gpu_bytes: if kind == MemoryKind::Pinned {
+                0
+            } else {
+                rounded
+            },
         };
         if let Some(r) = self.admit(client, Some(gpu), need, false) {
             return none(r);

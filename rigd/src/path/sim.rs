@@ -306,17 +306,18 @@ impl Path for SimPath {
         // mapped in rigd, so rigd's address space holds what was charged and no more (a
         // sparse memfd of 2^46 bytes costs its sender nothing). See docs/security.md.
         let bytes = page_round(bytes).unwrap_or(u64::MAX);
-        let region = SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| match &e {
-            rig_shm::ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
-                "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
-            )),
-            rig_shm::ShmError::OutsideFile { len, .. } => MapRefusal::Never(format!(
-                "{bytes} bytes at offset {offset} lie outside the {len}-byte memfd"
-            )),
-            _ => MapRefusal::Never(format!(
-                "the descriptor is not shared memory rigd can map for writing: {e}"
-            )),
-        })?;
+        let region =
+            SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| match &e {
+                rig_shm::ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
+                    "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
+                )),
+                rig_shm::ShmError::OutsideFile { len, .. } => MapRefusal::Never(format!(
+                    "{bytes} bytes at offset {offset} lie outside the {len}-byte memfd"
+                )),
+                _ => MapRefusal::Never(format!(
+                    "the descriptor is not shared memory rigd can map for writing: {e}"
+                )),
+            })?;
         self.map_region(region, 0, bytes, None, true)
             .map_err(|r| match r {
                 Refusal::Lacking(s) => MapRefusal::NoRoom(s),
