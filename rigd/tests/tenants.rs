@@ -559,7 +559,10 @@ fn a_self_chained_indirect_buffer_is_lost_within_the_hang_bound() {
     );
     let mut c = d.client("spinner");
     let o = c.open();
-    assert_eq!(queue_threads(d.pid()), 2);
+    // The threads name themselves once they run.
+    assert!(eventually(Duration::from_secs(5), || queue_threads(
+        d.pid()
+    ) == 2));
     let (_, ib, view) = alloc(&mut c, o.id(), MemoryKind::Pinned, 4096);
     let mut w = [0u32; rig_amd::pm4::IndirectBuffer::WORDS];
     rig_amd::pm4::IndirectBuffer {
