@@ -365,6 +365,20 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_checked() {
+        for bad in [
+            "[limits]\ngpu_share_percent = 0\n",
+            "[limits]\ngpu_share_percent = 101\n",
+            "[limits]\ndevices = 0\n",
+        ] {
+            let e = Config::parse(bad, Path::new("t.toml")).unwrap_err();
+            assert!(e.to_string().contains("limits."), "{e}");
+        }
+        let c = Config::parse("[limits]\nfds = 100\n", Path::new("t.toml")).unwrap();
+        assert_eq!((c.limits.fds, c.limits.mappings), (100, 0));
+    }
+
+    #[test]
     fn sims_and_errors() {
         let c = Config::parse(
             "[[sim]]\nprocessor = \"gfx1201\"\nhang_ms = 50\n",

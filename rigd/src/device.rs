@@ -5,7 +5,15 @@
 //! positions; the argument segment; the control page holding the timeline word; a doorbell
 //! page; and an eventfd that rigd signals on the device's interrupts. All of it is memory
 //! shared with the client by memfd. This module makes, grows, stops and loses devices; who
-//! owns them and the limits on them are [`crate::state`]'s.
+//! owns them and the limits on them are [`crate::state`]'s, counted from each device's
+//! [`Footprint`] (kept with running totals, so a request's cost does not grow with the
+//! regions a client holds).
+//!
+//! Memory a client gives back (a `Free`, a replaced segment, a peer word whose device
+//! closed) is never freed while work that may touch it can run: it goes to the device's
+//! quarantine, still mapped in its address space and charged to its user, until the
+//! device's word reached the value submitted when it was given back and the path says no
+//! queue of the device runs, or until the device stopped ([`Device::give_back`]).
 //!
 //! # Shared layouts
 //!

@@ -7,8 +7,14 @@
 //! of the same client. Handling in the connection task, rather than handing each request
 //! to an owner thread and back, saves two thread wake-ups per request, which were most of
 //! a request's cost. The watch thread ([`spawn_watch`]) takes fault reports from the GPUs'
-//! paths and runs the hang watchdog under the same lock. The [`Handler`] trait is the seam
-//! between sockets and devices, so tests and fuzzers can drive requests without a socket.
+//! paths and runs the hang watchdog under the same lock; its tick also frees quarantined
+//! memory once no work can touch it. The [`Handler`] trait is the seam between sockets and
+//! devices, so tests and fuzzers can drive requests without a socket.
+//!
+//! Limits hold per user (uid) across all its connections, and for all clients together
+//! ([`Budget`]): each device's [`Footprint`] is charged to its connection, its user and
+//! the totals whenever a request changed it ([`State::recharge`]), and every request that
+//! makes something is admitted first against what is charged ([`State::admit`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
@@ -1205,6 +1211,7 @@ mod tests {
     use crate::config::SimGpuConfig;
     use crate::path::Backend;
     use crate::path::sim::SimBackend;
+    use std::sync::atomic::Ordering;
 
     fn state(limits: Limits) -> State {
         let backend = SimBackend::new(&SimGpuConfig {
@@ -1300,6 +1307,105 @@ mod tests {
         assert_eq!(dev.reached(), 3);
     }
 
+    /// What the running totals say all devices hold, recounted from the devices.
+    fn recount(s: &State) -> Footprint {
+        s.devices
+            .values()
+            .fold(Footprint::default(), |f, (_, d)| f.plus(d.footprint()))
+    }
+
+    #[test]
+    fn limits_are_sized_from_the_process_limits() {
+        let b = Budget::sized(&Limits::default(), 1024, 65530, 16 << 30);
+        assert_eq!(b.fds, 1024 - 512 - 64);
+        assert_eq!(b.uid_fds, b.fds / 4);
+        assert_eq!(b.maps, 65530 - 1024 - 4095);
+        assert_eq!(b.uid_maps, b.maps / 4);
+        assert_eq!(b.host_bytes, 8 << 30);
+        let set = Limits {
+            fds: 10,
+            mappings: 20,
+            host_memory_bytes: 30,
+            ..Limits::default()
+        };
+        let b = Budget::sized(&set, 1024, 65530, 16 << 30);
+        assert_eq!((b.uid_fds, b.uid_maps, b.host_bytes), (10, 20, 30));
+    }
+
+    #[test]
+    fn freed_memory_waits_for_the_work_submitted_before_the_free() {
+        let mut s = state(Limits::default());
+        let a = s.connect(peer(1), "a".into());
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(d) = r else {
+            panic!("{r:?}")
+        };
+        let (r, _) = s.handle(
+            a,
+            Request::Alloc {
+                device: d.device,
+                memory: MemoryKind::Device,
+                bytes: 1 << 20,
+            },
+            Vec::new(),
+        );
+        let Response::Allocated { region, .. } = r else {
+            panic!("{r:?}")
+        };
+        let held = s.held_bytes();
+        let host = {
+            let dev = &s.devices.get(&d.device).unwrap().1;
+            dev.control.as_ref().unwrap().host.clone().unwrap()
+        };
+        // Work up to 3 was submitted and the word is at 2: the free keeps the memory.
+        host.store_u64(
+            crate::device::SUBMITTED_OFFSET as usize,
+            3,
+            Ordering::Release,
+        );
+        host.store_u64(crate::device::WORD_OFFSET as usize, 2, Ordering::Release);
+        let (r, _) = s.handle(
+            a,
+            Request::Free {
+                device: d.device,
+                region,
+            },
+            Vec::new(),
+        );
+        assert_eq!(r, Response::Done);
+        assert_eq!(s.held_bytes(), held, "still held while work may use it");
+        assert_eq!(s.total, recount(&s));
+        assert!(s.watchdog(Instant::now()));
+        assert_eq!(s.held_bytes(), held);
+        // The word reaches it: the next tick frees it.
+        host.store_u64(crate::device::WORD_OFFSET as usize, 3, Ordering::Release);
+        s.watchdog(Instant::now());
+        assert_eq!(s.held_bytes(), held - (1 << 20));
+        assert_eq!(s.total, recount(&s));
+        s.disconnect(a);
+        assert_eq!(s.total, Footprint::default());
+    }
+
+    #[test]
+    fn connections_of_one_user_share_its_limits() {
+        let mut s = state(Limits {
+            devices: 2,
+            ..Limits::default()
+        });
+        let a = s.connect(peer(1), "a".into());
+        let b = s.connect(peer(2), "b".into());
+        let open = |s: &mut State, c| s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new()).0;
+        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
+        assert!(matches!(open(&mut s, b), Response::DeviceOpened(_)));
+        let r = open(&mut s, a);
+        assert!(
+            matches!(&r, Response::Error(e) if e.code == ErrorCode::Quota && e.message.contains("limits.devices (2)")),
+            "{r:?}"
+        );
+        s.disconnect(b);
+        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
 
@@ -1337,6 +1443,7 @@ mod tests {
                     _ => {}
                 }
             }
+            proptest::prop_assert_eq!(s.total, recount(&s));
             s.disconnect(c);
             proptest::prop_assert_eq!(s.held_bytes(), 0);
             proptest::prop_assert!(s.devices.is_empty());
