@@ -479,6 +479,9 @@ pub struct Device {
     pub lost: Option<String>,
     /// True once stopped (by the client, by loss or at close).
     pub stopped: bool,
+    /// True once the path said, at a stop, that no queue of the device runs or can write
+    /// memory any more: from then on memory given back is free to reuse at once.
+    pub halted: bool,
     /// Faults reported for its work, oldest first.
     pub faults: Vec<String>,
     /// The word's value at open; values start after it.
@@ -557,6 +560,7 @@ impl Device {
             scratch: None,
             lost: None,
             stopped: false,
+            halted: false,
             faults: Vec::new(),
             first: 0,
             progress: None,
@@ -821,7 +825,7 @@ impl Device {
     /// once if the device is stopped or idle with its work reached, else at a later
     /// [`Device::release_quarantine`]. Until then it stays mapped and costs `cost`.
     pub fn give_back(&mut self, memory: PathMemory, cost: Footprint, held: bool) {
-        if self.stopped {
+        if self.halted {
             self.path.free(memory);
             return;
         }
@@ -836,19 +840,19 @@ impl Device {
         self.release_quarantine();
     }
 
-    /// Frees the quarantined memory no work can touch any more: all of it once the device
-    /// stopped; else, while no queue runs (the path says so, not a client word), what was
+    /// Frees the quarantined memory no work can touch any more: all of it once the path
+    /// said at a stop that nothing of the device runs; else, while no queue runs (the path says so, not a client word), what was
     /// given back when the device had submitted no more than its word reached. Returns
     /// whether some stays quarantined.
     pub fn release_quarantine(&mut self) -> bool {
         if self.quarantine.is_empty() {
             return false;
         }
-        if !self.stopped && self.path.busy_since().is_some() {
+        if !self.halted && self.path.busy_since().is_some() {
             return true;
         }
         let reached = self.reached();
-        let stopped = self.stopped;
+        let stopped = self.halted;
         let (go, keep): (Vec<Quarantined>, Vec<Quarantined>) = std::mem::take(&mut self.quarantine)
             .into_iter()
             .partition(|q| stopped || reached >= q.until);
@@ -1119,9 +1123,8 @@ impl Device {
             if let Some(h) = self.control_host() {
                 h.store_u64(WORD_OFFSET as usize, last, Ordering::Release);
             }
-        }
-        if s == Stopped::Stopped {
             // Nothing of the device runs any more: what it gave back is free to reuse.
+            self.halted = true;
             self.release_quarantine();
         }
         // Wake any sleeper so it reads the word again.
