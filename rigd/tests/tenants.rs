@@ -149,6 +149,27 @@ impl Copier {
         self.value
     }
 
+    /// As [`Copier::submit`], but leaves `submitted` as it was, as an attacker may.
+    fn submit_unpublished(&mut self) -> u64 {
+        let before = self
+            .control
+            .load_u64(self.submitted_off as usize, Ordering::Acquire);
+        self.value += 1;
+        let mut w = [0u32; sdma::Fence::WORDS];
+        sdma::Fence {
+            mtype: sdma::FENCE_MTYPE_UC,
+            address: self.word_gpu,
+            value: u32::try_from(self.value).unwrap(),
+        }
+        .encode(&mut w)
+        .unwrap();
+        self.ring.push(&w);
+        self.control
+            .store_u64(self.submitted_off as usize, before, Ordering::Release);
+        self.ring.kick();
+        self.value
+    }
+
     fn word(&self) -> u64 {
         self.control
             .load_u64(self.word_off as usize, Ordering::Acquire)
@@ -240,11 +261,16 @@ fn freed_memory_is_not_given_away_while_a_copy_writes_it() {
     let (_, mut a_src, a_view) = alloc(&mut a, ao.id(), MemoryKind::Pinned, BIG);
     a_view.unwrap().fill(0, BIG as usize, 0xa5);
     let mut seen = Vec::new();
-    for _ in 0..ROUNDS {
-        // The attacker copies its bytes into fresh Device memory and frees it at once.
+    for round in 0..ROUNDS {
+        // The attacker copies its bytes into fresh Device memory and frees it at once;
+        // in odd rounds it does not even publish what it submitted.
         let (a_dst, a_dst_gpu, _) = alloc(&mut a, ao.id(), MemoryKind::Device, BIG);
         ak.copy(a_src, a_dst_gpu, BIG);
-        let v = ak.submit();
+        let v = if round % 2 == 0 {
+            ak.submit()
+        } else {
+            ak.submit_unpublished()
+        };
         free(&mut a, ao.id(), a_dst);
         // The victim takes 64 MiB right away.
         let (b_dev, b_dev_gpu, _) = alloc(&mut b, bo.id(), MemoryKind::Device, BIG);
@@ -282,13 +308,18 @@ fn freed_memory_is_not_given_away_while_a_copy_reads_it() {
     let (mut ao, mut ak) = open_copier(&mut a);
     let (bo, mut bk) = open_copier(&mut b);
     let mut seen = Vec::new();
-    for _ in 0..ROUNDS {
-        // The attacker copies from Device memory it frees at once into its own host memory.
+    for round in 0..ROUNDS {
+        // The attacker copies from Device memory it frees at once into its own host memory;
+        // in odd rounds it does not publish what it submitted.
         let (a_src, a_src_gpu, _) = alloc(&mut a, ao.id(), MemoryKind::Device, BIG);
         let (a_dst, a_dst_gpu, a_view) = alloc(&mut a, ao.id(), MemoryKind::Pinned, BIG);
         let a_view = a_view.unwrap();
         ak.copy(a_src_gpu, a_dst_gpu, BIG);
-        let v = ak.submit();
+        let v = if round % 2 == 0 {
+            ak.submit()
+        } else {
+            ak.submit_unpublished()
+        };
         free(&mut a, ao.id(), a_src);
         // The victim takes 64 MiB right away and writes its secret there.
         let (b_dev, b_dev_gpu, _) = alloc(&mut b, bo.id(), MemoryKind::Device, BIG);
@@ -704,4 +735,69 @@ fn mapped_memory_takes_from_vram() {
     );
     free(&mut c, o.id(), mapped);
     let _ = alloc(&mut c, o.id(), MemoryKind::Device, 512 * MIB);
+}
+
+#[test]
+fn host_memory_for_all_clients_is_capped() {
+    let d = Rigd::start(&format!(
+        "[limits]\nhost_memory_bytes = {}\n\n{SIM}",
+        64 * MIB
+    ));
+    let mut a = d.client("a");
+    let ao = a.open();
+    let r = a.call(Request::Alloc {
+        device: ao.id(),
+        memory: MemoryKind::Pinned,
+        bytes: 64 * MIB,
+    });
+    assert_eq!(
+        r,
+        Response::NoMemory {
+            bytes: 64 * MIB,
+            shortage: Shortage::Host
+        }
+    );
+    assert!(d.log().contains("limits.host_memory_bytes"));
+    let mut b = d.client("b");
+    let bo = b.open();
+    let _ = alloc(&mut b, bo.id(), MemoryKind::Pinned, 32 * MIB);
+    let r = a.call(Request::Alloc {
+        device: ao.id(),
+        memory: MemoryKind::Mapped,
+        bytes: 32 * MIB,
+    });
+    assert!(
+        matches!(
+            r,
+            Response::NoMemory {
+                shortage: Shortage::Host,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn mappings_are_bounded_per_user_and_the_limit_named() {
+    let d = Rigd::start(&format!("[limits]\nmappings = 40\n\n{SIM}"));
+    let mut a = d.client("a");
+    let ao = a.open();
+    let mut n = 0;
+    let r = loop {
+        let r = a.call(Request::Alloc {
+            device: ao.id(),
+            memory: MemoryKind::Pinned,
+            bytes: 4096,
+        });
+        if !matches!(r, Response::Allocated { .. }) {
+            break r;
+        }
+        n += 1;
+        assert!(n <= 40, "more Pinned allocations than limits.mappings");
+    };
+    assert!(
+        matches!(&r, Response::Error(e) if e.code == ErrorCode::Quota && e.message.contains("limits.mappings (40)")),
+        "{r:?}"
+    );
 }
