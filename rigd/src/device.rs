@@ -1157,13 +1157,10 @@ impl Device {
     pub fn release_all(&mut self) {
         if !self.stopped && (!self.compute.is_empty() || !self.copy.is_empty()) {
             let last = self.submitted().max(self.reached());
-            if self.stop(last, None) == Stopped::Unknown {
-                tracing::error!(
-                    device = self.id.0,
-                    "the path could not say that the device's queues stopped; its memory is given back anyway"
-                );
-            }
+            let _ = self.stop(last, None);
         }
+        // A queue the path could not say stopped may still touch any of it.
+        let quiet = self.halted || (self.compute.is_empty() && self.copy.is_empty());
         let mut all: Vec<PathMemory> = Vec::new();
         all.extend(self.regions.drain().map(|(_, r)| r.memory));
         all.extend(self.quarantine.drain(..).map(|q| q.memory));
@@ -1176,6 +1173,13 @@ impl Device {
         all.extend(self.scratch.take());
         all.extend(self.control.take());
         all.extend(self.peer_words.drain().map(|(_, m)| m));
+        if !quiet && !all.is_empty() {
+            tracing::error!(
+                device = self.id.0,
+                "the path could not say that the device's queues stopped: its memory is kept from reuse for the life of its address space"
+            );
+            return;
+        }
         for m in all {
             self.path.free(m);
         }

@@ -859,6 +859,8 @@ impl State {
         if let Some((_, d)) = self.devices.get_mut(&id) {
             d.lose(why);
         }
+        // The stop gave back its queues' threads and what it had quarantined.
+        self.recharge(id);
     }
 
     /// The hang watchdog: loses every device whose word has stayed below its submitted
