@@ -310,12 +310,14 @@ pub enum Response {
         /// The GPU address of the byte at the request's offset.
         gpu_address: u64,
     },
-    /// The device, the host or the client's quota lacks `bytes` bytes. Nothing was made;
-    /// reclaiming memory and asking again may succeed.
+    /// The device, the host or the client's quota cannot give the `bytes` bytes the
+    /// request asked (rigd's log says how many were missing and the limit's value). Nothing
+    /// was made; reclaiming memory and asking again may succeed.
     NoMemory {
-        /// The bytes that were missing.
+        /// The bytes the request asked for.
         bytes: u64,
-        /// Which budget ran out.
+        /// Which budget refused them: the GPU's memory, rigd's host-memory cap, or the
+        /// user's quota (its memory or its share of the GPU).
         shortage: Shortage,
     },
     /// The request can never succeed on this device, as the reason says: Mapped memory on

@@ -88,6 +88,18 @@ pub enum ShmError {
         /// The region's size.
         len: usize,
     },
+    /// A range of a received file that does not lie inside it, or does not start on a page.
+    #[error(
+        "{bytes} bytes at offset {offset} are not a page-aligned range inside the {len}-byte file"
+    )]
+    OutsideFile {
+        /// The range's first byte.
+        offset: u64,
+        /// Its bytes.
+        bytes: u64,
+        /// The file's bytes, after sealing.
+        len: u64,
+    },
     /// The operation needs a real memfd, which Miri does not have.
     #[error("file-descriptor sharing is not available under miri")]
     Unsupported,

@@ -8,7 +8,9 @@
 //! A mapping must never lose pages under it: a holder of the memfd that `ftruncate`s it
 //! smaller would make the next access here a `SIGBUS`. So memfds made here are sealed
 //! against resizing and resealing, and memfds from untrusted senders are mapped with
-//! [`SharedRegion::from_fd_sealed`], which seals them against shrinking first.
+//! [`SharedRegion::from_fd_sealed`], which seals them against shrinking first, or
+//! [`SharedRegion::from_fd_range_sealed`], which also maps only the range asked for, so
+//! what a sender's file costs this process is what it was charged for.
 
 use std::os::fd::OwnedFd;
 #[cfg(not(miri))]
@@ -139,6 +141,40 @@ impl SharedRegion {
     /// Under Miri there are no memfds to receive.
     #[cfg(miri)]
     pub fn from_fd_sealed(_fd: OwnedFd) -> Result<Self> {
+        Err(ShmError::Unsupported)
+    }
+
+    /// Maps only the `bytes` bytes at `offset` of a memfd received from a process that is not
+    /// trusted, sealed against shrinking first as [`SharedRegion::from_fd_sealed`] does.
+    ///
+    /// The range must start on a page and lie inside the file as sealed
+    /// ([`ShmError::OutsideFile`] otherwise), so a sender cannot make this process map more
+    /// of its address space than it asked for (a sparse memfd of 2^46 bytes costs nothing to
+    /// make). Offsets into the region count from `offset`.
+    #[cfg(not(miri))]
+    pub fn from_fd_range_sealed(fd: OwnedFd, offset: u64, bytes: u64) -> Result<Self> {
+        sys::seal_shrink(&fd)?;
+        let file = sys::size(&fd)?;
+        let outside = ShmError::OutsideFile {
+            offset,
+            bytes,
+            len: file,
+        };
+        if !offset.is_multiple_of(sys::page_bytes())
+            || offset.checked_add(bytes).is_none_or(|end| end > file)
+        {
+            return Err(outside);
+        }
+        let len = check_size(bytes)?;
+        let ptr = sys::map_at(&fd, len, offset)?;
+        Ok(Self {
+            inner: Arc::new(Mapping { ptr, len, fd }),
+        })
+    }
+
+    /// Under Miri there are no memfds to receive.
+    #[cfg(miri)]
+    pub fn from_fd_range_sealed(_fd: OwnedFd, _offset: u64, _bytes: u64) -> Result<Self> {
         Err(ShmError::Unsupported)
     }
 
@@ -385,6 +421,19 @@ mod sys {
     }
 
     pub(super) fn map(fd: &OwnedFd, len: usize) -> Result<NonNull<u8>> {
+        map_at(fd, len, 0)
+    }
+
+    /// The system's page size.
+    pub(super) fn page_bytes() -> u64 {
+        // SAFETY: sysconf only reads a system constant.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(p).unwrap_or(4096).max(1)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size).
+    pub(super) fn map_at(fd: &OwnedFd, len: usize, offset: u64) -> Result<NonNull<u8>> {
+        let off = libc::off_t::try_from(offset).map_err(|_| ShmError::BadSize(offset))?;
         // SAFETY: a fresh shared mapping chosen by the kernel; it aliases no Rust object.
         let p = unsafe {
             libc::mmap(
@@ -393,7 +442,7 @@ mod sys {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
-                0,
+                off,
             )
         };
         if p == libc::MAP_FAILED {
@@ -571,5 +620,35 @@ mod tests {
             SharedRegion::from_fd_sealed(file),
             Err(ShmError::Unsealable(_))
         ));
+    }
+
+    #[test]
+    #[cfg(not(miri))]
+    fn a_range_maps_only_its_pages_of_a_huge_sparse_memfd() {
+        let fd = raw_memfd(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING, 1 << 46);
+        let mine = fd.try_clone().unwrap();
+        let r = SharedRegion::from_fd_range_sealed(fd, 3 * 4096, 4096).unwrap();
+        assert_eq!(r.len(), 4096);
+        r.store_u64(8, 5, Ordering::Relaxed);
+        // The region's offset 0 is the file's offset 3 * 4096.
+        let again =
+            SharedRegion::from_fd_range_sealed(mine.try_clone().unwrap(), 3 * 4096, 4096).unwrap();
+        assert_eq!(again.load_u64(8, Ordering::Relaxed), 5);
+        // Sealed: the sender cannot shrink it under the mapping.
+        let e = ftruncate(mine.as_fd(), 4096).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        for (offset, bytes) in [
+            (1 << 46, 4096),
+            ((1 << 46) - 4096, 8192),
+            (100, 4096),
+            (u64::MAX - 4095, 4096),
+        ] {
+            let e = SharedRegion::from_fd_range_sealed(mine.try_clone().unwrap(), offset, bytes)
+                .unwrap_err();
+            assert!(
+                matches!(e, ShmError::OutsideFile { .. }),
+                "{offset} {bytes}: {e:?}"
+            );
+        }
     }
 }

@@ -57,7 +57,7 @@ pub struct Config {
     /// Who may connect.
     #[serde(default)]
     pub access: Access,
-    /// Per-client limits.
+    /// Limits per user and for all clients.
     #[serde(default)]
     pub limits: Limits,
     /// Simulated GPUs to serve.
@@ -108,24 +108,43 @@ pub struct Access {
     pub any: bool,
 }
 
-/// `[limits]`, per client.
+/// `[limits]`: what clients may hold, per user (uid) across all its connections, and what
+/// all clients together may make rigd hold. A value of 0 where the comment says so means
+/// "sized at start" (see [`Limits`] fields and `config/rigd.toml`).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Bytes of GPU memory one client may hold.
+    /// Bytes of memory one user may hold: allocations of every kind, host mappings, images,
+    /// rings, segments and control pages of its devices.
     pub memory_bytes: u64,
-    /// Devices one client may hold open.
+    /// Devices one user may hold open.
     pub devices: u32,
-    /// Allocations, host mappings and images one client may hold.
+    /// Allocations, host mappings, images and peer-word mappings one user may hold.
     pub objects: u32,
+    /// The percentage of each GPU's own memory (Device and Mapped memory) one user may hold,
+    /// so that no user starves the others of a GPU.
+    pub gpu_share_percent: u32,
+    /// Bytes of host memory rigd makes for all clients together (Pinned and Mapped memory,
+    /// rings, segments, control and doorbell pages). 0: half the machine's memory.
+    pub host_memory_bytes: u64,
+    /// File descriptors rigd may hold for one user's memory and devices. 0: a quarter of
+    /// what rigd's `RLIMIT_NOFILE` leaves after what it keeps for connections.
+    pub fds: u32,
+    /// Memory mappings rigd may hold for one user (mapped memfds, queue thread stacks). 0: a
+    /// quarter of what `vm.max_map_count` leaves after what rigd keeps for itself.
+    pub mappings: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             memory_bytes: 8 << 30,
-            devices: 16,
+            devices: 64,
             objects: 65536,
+            gpu_share_percent: 50,
+            host_memory_bytes: 0,
+            fds: 0,
+            mappings: 0,
         }
     }
 }
@@ -214,6 +233,18 @@ impl Config {
         }
         if self.daemon.socket.as_os_str().is_empty() {
             return Err(invalid("daemon.socket must not be empty".into()));
+        }
+        let l = &self.limits;
+        if l.gpu_share_percent == 0 || l.gpu_share_percent > 100 {
+            return Err(invalid(format!(
+                "limits.gpu_share_percent {} must be from 1 to 100",
+                l.gpu_share_percent
+            )));
+        }
+        if l.devices == 0 || l.objects == 0 || l.memory_bytes == 0 {
+            return Err(invalid(
+                "limits.memory_bytes, limits.devices and limits.objects must be at least 1".into(),
+            ));
         }
         for s in &self.sim {
             if rig_amd::gpu::Gpu::by_name(&s.processor).is_none() {
@@ -330,7 +361,21 @@ mod tests {
         assert_eq!(c.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.daemon.mode, 0o660);
         assert!(c.sim.is_empty());
-        assert_eq!(c.limits.devices, 16);
+        assert_eq!(c.limits.devices, 64);
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        for bad in [
+            "[limits]\ngpu_share_percent = 0\n",
+            "[limits]\ngpu_share_percent = 101\n",
+            "[limits]\ndevices = 0\n",
+        ] {
+            let e = Config::parse(bad, Path::new("t.toml")).unwrap_err();
+            assert!(e.to_string().contains("limits."), "{e}");
+        }
+        let c = Config::parse("[limits]\nfds = 100\n", Path::new("t.toml")).unwrap();
+        assert_eq!((c.limits.fds, c.limits.mappings), (100, 0));
     }
 
     #[test]

@@ -5,7 +5,15 @@
 //! positions; the argument segment; the control page holding the timeline word; a doorbell
 //! page; and an eventfd that rigd signals on the device's interrupts. All of it is memory
 //! shared with the client by memfd. This module makes, grows, stops and loses devices; who
-//! owns them and the limits on them are [`crate::state`]'s.
+//! owns them and the limits on them are [`crate::state`]'s, counted from each device's
+//! [`Footprint`] (kept with running totals, so a request's cost does not grow with the
+//! regions a client holds).
+//!
+//! Memory a client gives back (a `Free`, a replaced segment, a peer word whose device
+//! closed) is never freed while work that may touch it can run: it goes to the device's
+//! quarantine, still mapped in its address space and charged to its user, until the
+//! device's word reached the value submitted when it was given back and the path says no
+//! queue of the device runs, or until the device stopped ([`Device::give_back`]).
 //!
 //! # Shared layouts
 //!
@@ -227,6 +235,209 @@ pub struct Region {
     pub image: Option<ImageId>,
 }
 
+/// What something makes rigd hold, as the limits count it: bytes charged to its user,
+/// objects, descriptors and mappings in rigd's process, host memory rigd made for it, and
+/// memory of its GPU (Device and Mapped).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes charged against the user's `limits.memory_bytes`.
+    pub bytes: u64,
+    /// Allocations, host mappings, images and peer-word mappings (`limits.objects`).
+    pub objects: u64,
+    /// File descriptors rigd holds (`limits.fds`).
+    pub fds: u64,
+    /// Memory mappings in rigd's address space (`limits.mappings`).
+    pub maps: u64,
+    /// Host memory rigd made (`limits.host_memory_bytes`).
+    pub host_bytes: u64,
+    /// Memory of the device's GPU (`limits.gpu_share_percent`).
+    pub gpu_bytes: u64,
+}
+
+impl Footprint {
+    /// What one piece of path memory costs (an object only where the caller says so).
+    pub fn of(m: &PathMemory) -> Footprint {
+        let hosted = u64::from(m.host.is_some());
+        Footprint {
+            bytes: m.bytes,
+            objects: 0,
+            fds: hosted,
+            maps: hosted,
+            host_bytes: match m.kind {
+                Some(MemoryKind::Pinned | MemoryKind::Mapped) => m.bytes,
+                _ => 0,
+            },
+            gpu_bytes: match m.kind {
+                Some(MemoryKind::Device | MemoryKind::Mapped) => m.bytes,
+                _ => 0,
+            },
+        }
+    }
+
+    /// What a region the client names costs: its memory and one object.
+    pub fn region(m: &PathMemory) -> Footprint {
+        Footprint {
+            objects: 1,
+            ..Footprint::of(m)
+        }
+    }
+
+    /// A peer-word mapping: one object, and the descriptor and mapping of the other device's
+    /// control page that it keeps alive; its bytes are the other device's.
+    pub const PEER_WORD: Footprint = Footprint {
+        bytes: 0,
+        objects: 1,
+        fds: 1,
+        maps: 1,
+        host_bytes: 0,
+        gpu_bytes: 0,
+    };
+
+    /// What opening a device costs at most before it is made: its control page, first rings
+    /// and segment (one memfd and mapping each), doorbell page, eventfd and queue threads.
+    pub fn opening() -> Footprint {
+        let pinned = CONTROL_BYTES + 2 * (FIRST_RING_BYTES + PAGE) + FIRST_SEGMENT_BYTES;
+        Footprint {
+            bytes: pinned,
+            objects: 0,
+            fds: 4 + 2,
+            maps: 4 + 1 + 2 * THREAD_MAPS,
+            host_bytes: pinned + DOORBELL_PAGE_BYTES as u64,
+            gpu_bytes: 0,
+        }
+    }
+
+    /// What a growth making `bytes` of rings and segment costs at most (each part one memfd
+    /// and mapping, each queue a thread).
+    pub fn growth(bytes: u64) -> Footprint {
+        Footprint {
+            bytes,
+            objects: 0,
+            fds: 3,
+            maps: 3 + 2 * THREAD_MAPS,
+            host_bytes: bytes,
+            gpu_bytes: 0,
+        }
+    }
+
+    /// The sum.
+    pub fn plus(self, o: Footprint) -> Footprint {
+        Footprint {
+            bytes: self.bytes.saturating_add(o.bytes),
+            objects: self.objects.saturating_add(o.objects),
+            fds: self.fds.saturating_add(o.fds),
+            maps: self.maps.saturating_add(o.maps),
+            host_bytes: self.host_bytes.saturating_add(o.host_bytes),
+            gpu_bytes: self.gpu_bytes.saturating_add(o.gpu_bytes),
+        }
+    }
+
+    /// The difference, stopping at zero.
+    pub fn minus(self, o: Footprint) -> Footprint {
+        Footprint {
+            bytes: self.bytes.saturating_sub(o.bytes),
+            objects: self.objects.saturating_sub(o.objects),
+            fds: self.fds.saturating_sub(o.fds),
+            maps: self.maps.saturating_sub(o.maps),
+            host_bytes: self.host_bytes.saturating_sub(o.host_bytes),
+            gpu_bytes: self.gpu_bytes.saturating_sub(o.gpu_bytes),
+        }
+    }
+}
+
+/// Mappings a queue's thread costs rigd (its stack and the stack's guard).
+const THREAD_MAPS: u64 = 2;
+
+/// The regions a client holds on a device, by id, with running totals of what they hold,
+/// so that no request's cost grows with the number of regions a client holds.
+#[derive(Debug, Default)]
+pub struct Regions {
+    map: HashMap<RegionId, Region>,
+    held: MemoryHeld,
+    cost: Footprint,
+}
+
+fn held_minus(a: &mut MemoryHeld, kind: Option<MemoryKind>, bytes: u64) {
+    let f = match kind {
+        Some(MemoryKind::Device) => &mut a.device,
+        Some(MemoryKind::Pinned) => &mut a.pinned,
+        Some(MemoryKind::Mapped) => &mut a.mapped,
+        None => &mut a.host,
+    };
+    *f = f.saturating_sub(bytes);
+}
+
+impl Regions {
+    /// Adds a region (replacing one of the same id, which ids never repeat).
+    pub fn insert(&mut self, id: RegionId, region: Region) -> Option<Region> {
+        kind_bytes(region.memory.kind, &mut self.held, region.memory.bytes);
+        self.cost = self.cost.plus(Footprint::region(&region.memory));
+        let old = self.map.insert(id, region);
+        if let Some(o) = &old {
+            self.forget(o);
+        }
+        old
+    }
+
+    fn forget(&mut self, r: &Region) {
+        held_minus(&mut self.held, r.memory.kind, r.memory.bytes);
+        self.cost = self.cost.minus(Footprint::region(&r.memory));
+    }
+
+    /// Takes a region out.
+    pub fn remove(&mut self, id: &RegionId) -> Option<Region> {
+        let r = self.map.remove(id)?;
+        self.forget(&r);
+        Some(r)
+    }
+
+    /// A region.
+    pub fn get(&self, id: &RegionId) -> Option<&Region> {
+        self.map.get(id)
+    }
+
+    /// A region, to change its `image` (its memory must stay as it is: the totals count it).
+    pub fn get_mut(&mut self, id: &RegionId) -> Option<&mut Region> {
+        self.map.get_mut(id)
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The regions.
+    pub fn values(&self) -> impl Iterator<Item = &Region> {
+        self.map.values()
+    }
+
+    /// Takes every region out.
+    pub fn drain(&mut self) -> impl Iterator<Item = (RegionId, Region)> + '_ {
+        self.held = MemoryHeld::default();
+        self.cost = Footprint::default();
+        self.map.drain()
+    }
+}
+
+/// Memory the client gave back, kept (mapped, and charged to it) until no work of the
+/// device can touch it.
+#[derive(Debug)]
+pub struct Quarantined {
+    /// The memory.
+    pub memory: PathMemory,
+    /// The submitted value when it was given back: work up to it may use the memory.
+    pub until: u64,
+    /// What it costs while kept.
+    pub cost: Footprint,
+    /// Whether its bytes count in [`Device::held`] (a peer word's are another device's).
+    pub held: bool,
+}
+
 /// A device: the seed's `t`, as rigd holds it for one client.
 #[derive(Debug)]
 pub struct Device {
@@ -254,7 +465,12 @@ pub struct Device {
     /// Signalled on every interrupt and on loss.
     pub interrupt: Arc<EventFd>,
     /// Memory the client allocated or mapped, by id.
-    pub regions: HashMap<RegionId, Region>,
+    pub regions: Regions,
+    /// Memory given back while work that may touch it could still run: freed through the
+    /// path once the device reached what was submitted when it was given back and no queue
+    /// runs, or once the device stopped ([`Device::release_quarantine`]).
+    pub quarantine: Vec<Quarantined>,
+    quarantine_cost: Footprint,
     /// Images loaded, by id.
     pub images: HashMap<ImageId, crate::image::Image>,
     /// The scratch memory entries grew, if any.
@@ -263,6 +479,9 @@ pub struct Device {
     pub lost: Option<String>,
     /// True once stopped (by the client, by loss or at close).
     pub stopped: bool,
+    /// True once the path said, at a stop, that no queue of the device runs or can write
+    /// memory any more: from then on memory given back is free to reuse at once.
+    pub halted: bool,
     /// Faults reported for its work, oldest first.
     pub faults: Vec<String>,
     /// The word's value at open; values start after it.
@@ -274,6 +493,8 @@ pub struct Device {
     /// Each holds the other device's memory until this device closes; it is not counted in
     /// [`Device::held`], being the other device's page.
     pub peer_words: HashMap<DeviceId, PathMemory>,
+    /// What the state last charged to the device's user for it ([`Device::footprint`] then).
+    pub charged: Footprint,
     next_slot: usize,
 }
 
@@ -332,15 +553,19 @@ impl Device {
             segments: Vec::new(),
             spent: Vec::new(),
             interrupt,
-            regions: HashMap::new(),
+            regions: Regions::default(),
+            quarantine: Vec::new(),
+            quarantine_cost: Footprint::default(),
             images: HashMap::new(),
             scratch: None,
             lost: None,
             stopped: false,
+            halted: false,
             faults: Vec::new(),
             first: 0,
             progress: None,
             peer_words: HashMap::new(),
+            charged: Footprint::default(),
             next_slot: 0,
         };
         match d.make_parts() {
@@ -544,9 +769,9 @@ impl Device {
     /// Memory the device holds, by kind: its regions, its own rings, segment and control
     /// page (Pinned), and its scratch (Device).
     pub fn held(&self) -> MemoryHeld {
-        let mut held = MemoryHeld::default();
-        for r in self.regions.values() {
-            kind_bytes(r.memory.kind, &mut held, r.memory.bytes);
+        let mut held = self.regions.held;
+        for q in self.quarantine.iter().filter(|q| q.held) {
+            kind_bytes(q.memory.kind, &mut held, q.memory.bytes);
         }
         let own = self
             .compute
@@ -561,6 +786,90 @@ impl Device {
             kind_bytes(m.kind, &mut held, m.bytes);
         }
         held
+    }
+
+    /// What the device makes rigd hold, for the limits. Its cost does not grow with the
+    /// regions it holds (their totals run); its own parts are a few rings and segments.
+    pub fn footprint(&self) -> Footprint {
+        let own = self
+            .compute
+            .iter()
+            .chain(&self.copy)
+            .map(|q| &q.memory)
+            .chain(self.segments.iter().map(|s| &s.memory))
+            .chain(&self.spent)
+            .chain(&self.control)
+            .chain(&self.scratch)
+            .fold(Footprint::default(), |f, m| f.plus(Footprint::of(m)));
+        let threads = self
+            .compute
+            .iter()
+            .chain(&self.copy)
+            .filter(|q| q.handle.is_some())
+            .count() as u64;
+        let peers = self.peer_words.len() as u64;
+        let base = Footprint {
+            // The doorbell page's memfd and the interrupt eventfd.
+            fds: 2 + peers * Footprint::PEER_WORD.fds,
+            maps: 1 + threads * THREAD_MAPS + peers * Footprint::PEER_WORD.maps,
+            objects: peers * Footprint::PEER_WORD.objects,
+            host_bytes: DOORBELL_PAGE_BYTES as u64,
+            ..Footprint::default()
+        };
+        own.plus(base)
+            .plus(self.regions.cost)
+            .plus(self.quarantine_cost)
+    }
+
+    /// Gives `memory` back through the path once no work of the device can touch it: at
+    /// once if the device is stopped or idle with its work reached, else at a later
+    /// [`Device::release_quarantine`]. Until then it stays mapped and costs `cost`.
+    pub fn give_back(&mut self, memory: PathMemory, cost: Footprint, held: bool) {
+        if self.halted {
+            self.path.free(memory);
+            return;
+        }
+        let until = self.submitted();
+        self.quarantine_cost = self.quarantine_cost.plus(cost);
+        self.quarantine.push(Quarantined {
+            memory,
+            until,
+            cost,
+            held,
+        });
+        self.release_quarantine();
+    }
+
+    /// Frees the quarantined memory no work can touch any more: all of it once the path
+    /// said at a stop that nothing of the device runs; else, while no queue runs (the path says so, not a client word), what was
+    /// given back when the device had submitted no more than its word reached. Returns
+    /// whether some stays quarantined.
+    pub fn release_quarantine(&mut self) -> bool {
+        if self.quarantine.is_empty() {
+            return false;
+        }
+        if !self.halted && self.path.busy_since().is_some() {
+            return true;
+        }
+        let reached = self.reached();
+        let stopped = self.halted;
+        let (go, keep): (Vec<Quarantined>, Vec<Quarantined>) = std::mem::take(&mut self.quarantine)
+            .into_iter()
+            .partition(|q| stopped || reached >= q.until);
+        self.quarantine = keep;
+        for q in go {
+            self.quarantine_cost = self.quarantine_cost.minus(q.cost);
+            self.path.free(q.memory);
+        }
+        !self.quarantine.is_empty()
+    }
+
+    /// Drops the mapping of `peer`'s word (the peer closed): given back as quarantined
+    /// memory, since this device's queues may be reading it.
+    pub fn drop_peer_word(&mut self, peer: DeviceId) {
+        if let Some(m) = self.peer_words.remove(&peer) {
+            self.give_back(m, Footprint::PEER_WORD, false);
+        }
     }
 
     /// The rings and their positions, for `rigctl show`.
@@ -695,7 +1004,8 @@ impl Device {
             if seg.generation > installed.args {
                 // A segment a growth made and nobody installed: replace it.
                 if let Some(old) = self.segments.pop() {
-                    self.path.free(old.memory);
+                    let cost = Footprint::of(&old.memory);
+                    self.give_back(old.memory, cost, true);
                 }
             }
             let memory = self.pinned("argument segment", bytes)?;
@@ -813,6 +1123,9 @@ impl Device {
             if let Some(h) = self.control_host() {
                 h.store_u64(WORD_OFFSET as usize, last, Ordering::Release);
             }
+            // Nothing of the device runs any more: what it gave back is free to reuse.
+            self.halted = true;
+            self.release_quarantine();
         }
         // Wake any sleeper so it reads the word again.
         let _ = self.interrupt.write(1);
@@ -846,8 +1159,12 @@ impl Device {
             let last = self.submitted().max(self.reached());
             let _ = self.stop(last, None);
         }
+        // A queue the path could not say stopped may still touch any of it.
+        let quiet = self.halted || (self.compute.is_empty() && self.copy.is_empty());
         let mut all: Vec<PathMemory> = Vec::new();
         all.extend(self.regions.drain().map(|(_, r)| r.memory));
+        all.extend(self.quarantine.drain(..).map(|q| q.memory));
+        self.quarantine_cost = Footprint::default();
         self.images.clear();
         all.extend(self.compute.drain(..).map(|q| q.memory));
         all.extend(self.copy.drain(..).map(|q| q.memory));
@@ -856,6 +1173,13 @@ impl Device {
         all.extend(self.scratch.take());
         all.extend(self.control.take());
         all.extend(self.peer_words.drain().map(|(_, m)| m));
+        if !quiet && !all.is_empty() {
+            tracing::error!(
+                device = self.id.0,
+                "the path could not say that the device's queues stopped: its memory is kept from reuse for the life of its address space"
+            );
+            return;
+        }
         for m in all {
             self.path.free(m);
         }

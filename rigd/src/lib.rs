@@ -19,6 +19,10 @@
 //!   device alone ([`device::Device::lose`]) and every other client goes on.
 //! - **Privilege boundary.** The socket is mode 0660 with a configured group, and each
 //!   peer's `SO_PEERCRED` is checked against `[access]` ([`config::AccessRule`]).
+//! - **Tenants.** Limits hold per user across its connections and for all clients
+//!   together ([`config::Limits`], sized at start from the process's limits into
+//!   [`state::Budget`]); memory given back is reused only once no work that may touch it
+//!   can run ([`device::Device::give_back`]).
 //!
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
@@ -48,6 +52,22 @@ pub enum StartError {
     Gpus(#[from] gpus::GpusError),
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard one: every Pinned or Mapped allocation and
+/// host mapping is a descriptor in rigd, and the per-user limits are sized from this one
+/// ([`state::Budget`]).
+fn raise_nofile() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, error = %e, "cannot raise RLIMIT_NOFILE to its hard limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE"),
+    }
+}
+
 /// A started daemon: its GPUs found and its state owner running.
 #[derive(Debug)]
 pub struct Daemon {
@@ -60,6 +80,7 @@ pub struct Daemon {
 impl Daemon {
     /// Finds GPUs (scanning `sysfs`, normally `/sys`) and starts the state owner.
     pub fn start(config: &Config, sysfs: &Path) -> Result<Self, StartError> {
+        raise_nofile();
         let gpus = gpus::find(config, sysfs)?;
         let n = gpus.len();
         let (tx, rx) = std::sync::mpsc::channel();

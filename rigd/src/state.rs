@@ -7,8 +7,14 @@
 //! of the same client. Handling in the connection task, rather than handing each request
 //! to an owner thread and back, saves two thread wake-ups per request, which were most of
 //! a request's cost. The watch thread ([`spawn_watch`]) takes fault reports from the GPUs'
-//! paths and runs the hang watchdog under the same lock. The [`Handler`] trait is the seam
-//! between sockets and devices, so tests and fuzzers can drive requests without a socket.
+//! paths and runs the hang watchdog under the same lock; its tick also frees quarantined
+//! memory once no work can touch it. The [`Handler`] trait is the seam between sockets and
+//! devices, so tests and fuzzers can drive requests without a socket.
+//!
+//! Limits hold per user (uid) across all its connections, and for all clients together
+//! ([`Budget`]): each device's [`Footprint`] is charged to its connection, its user and
+//! the totals whenever a request changed it ([`State::recharge`]), and every request that
+//! makes something is admitted first against what is charged ([`State::admit`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
@@ -22,7 +28,7 @@ use rig_proto::messages::{
 };
 
 use crate::config::{Limits, Peer};
-use crate::device::{Device, MakeError, Region};
+use crate::device::{Device, Footprint, MakeError, Region};
 use crate::gpus::GpuEntry;
 use crate::path::{Events, MapRefusal, Refusal};
 
@@ -49,16 +55,98 @@ struct Client {
     program: String,
     devices: BTreeSet<DeviceId>,
     inspector: bool,
+    /// What this connection's devices hold (running total).
+    held: Footprint,
 }
+
+/// What one user (uid) holds across all its connections: the limits count these.
+#[derive(Debug, Default)]
+struct Tenant {
+    devices: u32,
+    held: Footprint,
+    /// Device and Mapped memory it holds, by GPU.
+    gpu_bytes: BTreeMap<u32, u64>,
+}
+
+/// The limits as they apply while rigd runs: the configured ones with the sized defaults
+/// filled in from the process's limits and the machine's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Host memory rigd makes for all clients together.
+    pub host_bytes: u64,
+    /// Descriptors rigd may hold for one user.
+    pub uid_fds: u64,
+    /// Mappings rigd may hold for one user.
+    pub uid_maps: u64,
+    /// Descriptors rigd may hold for all clients: `RLIMIT_NOFILE` less what it keeps.
+    pub fds: u64,
+    /// Mappings rigd may hold for all clients: `vm.max_map_count` less what it keeps.
+    pub maps: u64,
+    /// rigd's `RLIMIT_NOFILE` (soft, as raised at start).
+    pub nofile: u64,
+    /// The system's `vm.max_map_count`.
+    pub max_map_count: u64,
+}
+
+impl Budget {
+    /// Sizes the limits from `limits` and the process's limits as they are now.
+    pub fn new(limits: &Limits) -> Budget {
+        let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(65530);
+        let host_total = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(8 << 30, |kib| kib.saturating_mul(1024));
+        Self::sized(limits, nofile, max_map_count, host_total)
+    }
+
+    /// Sizes the limits for a process with these limits on a machine of `host_total` bytes.
+    pub fn sized(limits: &Limits, nofile: u64, max_map_count: u64, host_total: u64) -> Budget {
+        // Kept for connections, passed descriptors in flight, logs and libraries.
+        let fds = nofile.saturating_sub(FD_RESERVE + nofile / 16);
+        // Kept for libraries, heaps, the runtime's threads and the simulators' VRAM.
+        let maps = max_map_count.saturating_sub(MAP_RESERVE + max_map_count / 16);
+        let or = |configured: u64, sized: u64| if configured == 0 { sized } else { configured };
+        Budget {
+            host_bytes: or(limits.host_memory_bytes, host_total / 2),
+            uid_fds: or(u64::from(limits.fds), fds / 4),
+            uid_maps: or(u64::from(limits.mappings), maps / 4),
+            fds,
+            maps,
+            nofile,
+            max_map_count,
+        }
+    }
+}
+
+/// Descriptors rigd keeps for itself beyond `RLIMIT_NOFILE / 16`.
+const FD_RESERVE: u64 = 512;
+/// Mappings rigd keeps for itself beyond `vm.max_map_count / 16`.
+const MAP_RESERVE: u64 = 1024;
 
 /// Everything rigd holds.
 #[derive(Debug)]
 pub struct State {
     gpus: Vec<GpuEntry>,
     limits: Limits,
+    budget: Budget,
     inspect_gid: Option<u32>,
     own_uid: u32,
     clients: BTreeMap<ClientId, Client>,
+    /// What each user holds, across its connections.
+    tenants: BTreeMap<u32, Tenant>,
+    /// What all clients hold.
+    total: Footprint,
+    /// The device the request being handled names, for [`State::quota_for`].
+    serving: Option<DeviceId>,
     devices: BTreeMap<DeviceId, (ClientId, Device)>,
     next_client: u64,
     next_device: u64,
@@ -84,12 +172,31 @@ impl State {
         inspect_gid: Option<u32>,
         faults: mpsc::Sender<Msg>,
     ) -> Self {
+        let budget = Budget::new(&limits);
+        tracing::info!(
+            memory_bytes = limits.memory_bytes,
+            devices = limits.devices,
+            objects = limits.objects,
+            gpu_share_percent = limits.gpu_share_percent,
+            host_memory_bytes = budget.host_bytes,
+            fds = budget.uid_fds,
+            mappings = budget.uid_maps,
+            all_fds = budget.fds,
+            all_mappings = budget.maps,
+            nofile = budget.nofile,
+            max_map_count = budget.max_map_count,
+            "limits per user, and for all clients"
+        );
         Self {
             gpus,
             limits,
+            budget,
             inspect_gid,
             own_uid: nix::unistd::geteuid().as_raw(),
             clients: BTreeMap::new(),
+            tenants: BTreeMap::new(),
+            total: Footprint::default(),
+            serving: None,
             devices: BTreeMap::new(),
             next_client: 1,
             next_device: 1,
@@ -108,41 +215,187 @@ impl State {
         self.gpus.iter().map(|g| g.info.clone()).collect()
     }
 
-    /// Bytes and objects `client` holds across its devices.
-    fn usage(&self, client: ClientId) -> (u64, u32) {
-        let Some(c) = self.clients.get(&client) else {
-            return (0, 0);
-        };
-        c.devices
-            .iter()
-            .filter_map(|d| self.devices.get(d))
-            .fold((0, 0), |(b, o), (_, d)| {
-                (
-                    b + d.held().total(),
-                    // An image lies in a region of its own, so regions count both.
-                    o + u32::try_from(d.regions.len()).unwrap_or(u32::MAX),
-                )
-            })
+    /// Bytes `client` (this connection) holds across its devices.
+    fn usage(&self, client: ClientId) -> u64 {
+        self.clients.get(&client).map_or(0, |c| c.held.bytes)
     }
 
-    /// `None` if `client` may take `bytes` more bytes and one more object; else the answer.
+    /// The limits as sized at start.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// `None` if `client` may take `bytes` more bytes of Device memory and one more object
+    /// on the GPU of the device the request names; else the answer.
     pub(crate) fn quota_for(&self, client: ClientId, bytes: u64) -> Option<Response> {
-        let (held, objects) = self.usage(client);
-        if objects >= self.limits.objects {
-            return Some(err(
-                ErrorCode::Quota,
-                format!(
-                    "this client holds {objects} allocations, mappings and images, the most rigd's limits.objects allows; free some first"
-                ),
+        let gpu = self
+            .serving
+            .and_then(|d| self.devices.get(&d))
+            .map(|(_, d)| d.gpu);
+        let need = Footprint {
+            bytes,
+            objects: 1,
+            gpu_bytes: if gpu.is_some() { bytes } else { 0 },
+            ..Footprint::default()
+        };
+        self.admit(client, gpu, need, false)
+    }
+
+    /// `None` if `client` may take `need` more (and a device more, if `device`) on `gpu`;
+    /// else the answer naming the limit that refuses it.
+    pub(crate) fn admit(
+        &self,
+        client: ClientId,
+        gpu: Option<u32>,
+        need: Footprint,
+        device: bool,
+    ) -> Option<Response> {
+        let uid = self.clients.get(&client).map_or(u32::MAX, |c| c.peer.uid);
+        let none = Tenant::default();
+        let t = self.tenants.get(&uid).unwrap_or(&none);
+        let l = &self.limits;
+        let b = &self.budget;
+        let refuse = |message: String| {
+            tracing::info!(
+                uid,
+                client = client.0,
+                "client refused for a limit: {message}"
+            );
+            Some(err(ErrorCode::Quota, message))
+        };
+        if device && t.devices >= l.devices {
+            return refuse(format!(
+                "user {uid} has {} devices open across its connections, the most rigd's limits.devices ({}) allows; close one first",
+                t.devices, l.devices
             ));
         }
-        if held.saturating_add(bytes) > self.limits.memory_bytes {
-            return Some(Response::NoMemory {
-                bytes: held.saturating_add(bytes) - self.limits.memory_bytes,
-                shortage: Shortage::Quota,
-            });
+        if need.objects > 0 && t.held.objects.saturating_add(need.objects) > u64::from(l.objects) {
+            return refuse(format!(
+                "user {uid} holds {} allocations, mappings and images across its connections, the most rigd's limits.objects ({}) allows; free some first",
+                t.held.objects, l.objects
+            ));
+        }
+        if need.fds > 0 && t.held.fds.saturating_add(need.fds) > b.uid_fds {
+            return refuse(format!(
+                "rigd holds {} file descriptors for user {uid}'s memory and devices and needs {} more, beyond rigd's limits.fds ({}); free Pinned or Mapped allocations or host mappings, or make fewer larger ones",
+                t.held.fds, need.fds, b.uid_fds
+            ));
+        }
+        if need.fds > 0 && self.total.fds.saturating_add(need.fds) > b.fds {
+            return refuse(format!(
+                "rigd holds {} file descriptors for all clients, the most its RLIMIT_NOFILE ({}) leaves after what it keeps for connections ({}); retry once others free memory, or raise LimitNOFILE",
+                self.total.fds, b.nofile, b.fds
+            ));
+        }
+        if need.maps > 0 && t.held.maps.saturating_add(need.maps) > b.uid_maps {
+            return refuse(format!(
+                "rigd holds {} memory mappings for user {uid} and needs {} more, beyond rigd's limits.mappings ({}); free Pinned or Mapped allocations, host mappings or devices, or make fewer larger ones",
+                t.held.maps, need.maps, b.uid_maps
+            ));
+        }
+        if need.maps > 0 && self.total.maps.saturating_add(need.maps) > b.maps {
+            return refuse(format!(
+                "rigd holds {} memory mappings for all clients, the most vm.max_map_count ({}) leaves after what rigd keeps for itself ({}); retry once others free memory, or raise vm.max_map_count",
+                self.total.maps, b.max_map_count, b.maps
+            ));
+        }
+        let short = |limit: &str, value: u64, held: u64, shortage: Shortage| {
+            let missing = held.saturating_add(need.bytes).saturating_sub(value);
+            tracing::info!(
+                uid,
+                client = client.0,
+                asked = need.bytes,
+                missing,
+                limit,
+                value,
+                "client refused memory for a limit"
+            );
+            Some(Response::NoMemory {
+                bytes: need.bytes,
+                shortage,
+            })
+        };
+        if t.held.bytes.saturating_add(need.bytes) > l.memory_bytes {
+            return short(
+                "limits.memory_bytes",
+                l.memory_bytes,
+                t.held.bytes,
+                Shortage::Quota,
+            );
+        }
+        // At 100 percent the GPU's own memory is the bound, and the GPU refuses.
+        if let Some(g) = gpu.filter(|_| need.gpu_bytes > 0 && l.gpu_share_percent < 100) {
+            let budget = self.gpus.get(g as usize).map_or(0, |e| e.info.budget);
+            let share = budget / 100 * u64::from(l.gpu_share_percent)
+                + budget % 100 * u64::from(l.gpu_share_percent) / 100;
+            let held = t.gpu_bytes.get(&g).copied().unwrap_or(0);
+            if held.saturating_add(need.gpu_bytes) > share {
+                return short("limits.gpu_share_percent", share, held, Shortage::Quota);
+            }
+        }
+        if need.host_bytes > 0
+            && self.total.host_bytes.saturating_add(need.host_bytes) > b.host_bytes
+        {
+            return short(
+                "limits.host_memory_bytes",
+                b.host_bytes,
+                self.total.host_bytes,
+                Shortage::Host,
+            );
         }
         None
+    }
+
+    /// Brings the charges of device `id` up to what it holds now.
+    pub(crate) fn recharge(&mut self, id: DeviceId) {
+        let Some((owner, d)) = self.devices.get_mut(&id) else {
+            return;
+        };
+        let now = d.footprint();
+        let was = std::mem::replace(&mut d.charged, now);
+        if was != now {
+            let (owner, gpu) = (*owner, d.gpu);
+            self.apply(owner, gpu, was, now);
+        }
+    }
+
+    /// Moves the charges of a device of `owner` on `gpu` from `was` to `now`.
+    fn apply(&mut self, owner: ClientId, gpu: u32, was: Footprint, now: Footprint) {
+        self.total = self.total.minus(was).plus(now);
+        let Some(c) = self.clients.get_mut(&owner) else {
+            return;
+        };
+        c.held = c.held.minus(was).plus(now);
+        let t = self.tenants.entry(c.peer.uid).or_default();
+        t.held = t.held.minus(was).plus(now);
+        let g = t.gpu_bytes.entry(gpu).or_default();
+        *g = g
+            .saturating_sub(was.gpu_bytes)
+            .saturating_add(now.gpu_bytes);
+    }
+
+    /// Takes device `id` out of the state, gives back all it holds and its charges, and
+    /// drops the mappings of its word that other devices hold.
+    fn remove_device(&mut self, id: DeviceId) {
+        let Some((owner, mut d)) = self.devices.remove(&id) else {
+            return;
+        };
+        d.release_all();
+        self.apply(owner, d.gpu, d.charged, Footprint::default());
+        let mut peers = Vec::new();
+        if let Some(c) = self.clients.get_mut(&owner) {
+            c.devices.remove(&id);
+            peers.extend(c.devices.iter().copied());
+            if let Some(t) = self.tenants.get_mut(&c.peer.uid) {
+                t.devices = t.devices.saturating_sub(1);
+            }
+        }
+        for p in peers {
+            if let Some((_, pd)) = self.devices.get_mut(&p) {
+                pd.drop_peer_word(id);
+            }
+            self.recharge(p);
+        }
     }
 
     /// The device `id` if `client` owns it.
@@ -212,14 +465,8 @@ impl State {
                 ),
             ));
         };
-        let open = self.clients.get(&client).map_or(0, |c| c.devices.len());
-        if open >= self.limits.devices as usize {
-            return none(err(
-                ErrorCode::Quota,
-                format!(
-                    "this client has {open} devices open, the most rigd's limits.devices allows; close one first"
-                ),
-            ));
+        if let Some(r) = self.admit(client, Some(gpu), Footprint::opening(), true) {
+            return none(r);
         }
         let id = DeviceId(self.next_device);
         self.next_device += 1;
@@ -258,22 +505,14 @@ impl State {
         let desc = backend.description().clone();
         let device = match Device::make(id, gpu, desc, path, interrupt) {
             Ok(d) => d,
-            Err(MakeError::Short { bytes, .. }) => {
+            Err(MakeError::Short { .. }) => {
                 return none(Response::NoMemory {
-                    bytes,
+                    bytes: Footprint::opening().bytes,
                     shortage: Shortage::Gpu,
                 });
             }
             Err(e) => return none(err(ErrorCode::Fault, e.to_string())),
         };
-        let held = device.held().total();
-        let (used, _) = self.usage(client);
-        if used.saturating_add(held) > self.limits.memory_bytes {
-            return none(Response::NoMemory {
-                bytes: used.saturating_add(held) - self.limits.memory_bytes,
-                shortage: Shortage::Quota,
-            });
-        }
         let facts = Self::facts(&device);
         let (opened, fds) = match device.opened(facts) {
             Ok(x) => x,
@@ -286,6 +525,7 @@ impl State {
         };
         if let Some(c) = self.clients.get_mut(&client) {
             c.devices.insert(id);
+            self.tenants.entry(c.peer.uid).or_default().devices += 1;
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,
@@ -295,6 +535,7 @@ impl State {
             );
         }
         self.devices.insert(id, (client, device));
+        self.recharge(id);
         (Response::DeviceOpened(Box::new(opened)), fds)
     }
 
@@ -302,12 +543,7 @@ impl State {
         if let Err(e) = self.owned_device(client, id) {
             return e;
         }
-        if let Some((_, mut d)) = self.devices.remove(&id) {
-            d.release_all();
-        }
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.devices.remove(&id);
-        }
+        self.remove_device(id);
         tracing::debug!(client = client.0, device = id.0, "device closed");
         Response::Done
     }
@@ -322,10 +558,24 @@ impl State {
             ));
         }
         let rounded = bytes.div_ceil(4096).saturating_mul(4096);
-        if let Err(e) = self.live_device(client, id) {
-            return none(e);
-        }
-        if let Some(r) = self.quota_for(client, rounded) {
+        let gpu = match self.live_device(client, id) {
+            Ok(d) => d.gpu,
+            Err(e) => return none(e),
+        };
+        let hosted = u64::from(kind != MemoryKind::Device);
+        let need = Footprint {
+            bytes: rounded,
+            objects: 1,
+            fds: hosted,
+            maps: hosted,
+            host_bytes: hosted * rounded,
+            gpu_bytes: if kind == MemoryKind::Pinned {
+                0
+            } else {
+                rounded
+            },
+        };
+        if let Some(r) = self.admit(client, Some(gpu), need, false) {
             return none(r);
         }
         let region = rig_proto::messages::RegionId(self.new_object_id());
@@ -398,7 +648,10 @@ impl State {
                 if let Some(image) = r.image {
                     d.images.remove(&image);
                 }
-                d.path.free(r.memory);
+                // Work submitted before the free may still use the memory: it is reused
+                // only once none can (see Device::give_back).
+                let cost = Footprint::region(&r.memory);
+                d.give_back(r.memory, cost, true);
                 Response::Done
             }
             None => err(
@@ -440,7 +693,14 @@ impl State {
             Ok(_) => {}
             Err(e) => return e,
         }
-        if let Some(r) = self.quota_for(client, rounded) {
+        let need = Footprint {
+            bytes: rounded,
+            objects: 1,
+            fds: 1,
+            maps: 1,
+            ..Footprint::default()
+        };
+        if let Some(r) = self.admit(client, None, need, false) {
             return r;
         }
         let region = rig_proto::messages::RegionId(self.new_object_id());
@@ -489,16 +749,18 @@ impl State {
             },
             Err(e) => return none(e),
         };
-        if let Some(r) = self.quota_for(client, want) {
-            return none(r);
+        if want > 0 {
+            if let Some(r) = self.admit(client, None, Footprint::growth(want), false) {
+                return none(r);
+            }
         }
         let Ok(d) = self.live_device(client, id) else {
             return none(err(ErrorCode::Internal, "device vanished"));
         };
         match d.grow(sizes.0, sizes.1, sizes.2, installed) {
             Ok((g, fds)) => (Response::Grown(g), fds),
-            Err(MakeError::Short { bytes, .. }) => none(Response::NoMemory {
-                bytes,
+            Err(MakeError::Short { .. }) => none(Response::NoMemory {
+                bytes: want,
                 shortage: Shortage::Gpu,
             }),
             Err(e @ MakeError::Never { .. }) => none(Response::Never {
@@ -539,6 +801,14 @@ impl State {
                 ),
             };
         }
+        if !d.peer_words.contains_key(&peer) {
+            if let Some(r) = self.admit(client, None, Footprint::PEER_WORD, false) {
+                return r;
+            }
+        }
+        let Ok(d) = self.live_device(client, id) else {
+            return err(ErrorCode::Internal, "device vanished");
+        };
         match d.map_peer_word(peer, &control) {
             Ok(gpu_address) => Response::PeerWord { gpu_address },
             Err(crate::path::Refusal::Lacking(_)) => Response::NoMemory {
@@ -589,14 +859,27 @@ impl State {
         if let Some((_, d)) = self.devices.get_mut(&id) {
             d.lose(why);
         }
+        // The stop gave back its queues' threads and what it had quarantined.
+        self.recharge(id);
     }
 
     /// The hang watchdog: loses every device whose word has stayed below its submitted
-    /// value for its hang bound. Returns whether any device has outstanding work (so the
-    /// owner knows whether to keep ticking).
+    /// value for its hang bound, and every device whose queues ran that long without its
+    /// word moving, whatever its submitted value says (the path, not a client word, tells
+    /// whether a queue runs). Then frees the quarantined memory no work can touch any more.
+    /// Returns whether any device has outstanding work or quarantined memory (so the owner
+    /// knows whether to keep ticking).
     pub fn watchdog(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for (_, d) in self.devices.values_mut() {
+        let mut recharge = Vec::new();
+        for (id, (_, d)) in self.devices.iter_mut() {
+            if !d.quarantine.is_empty() {
+                let before = d.quarantine.len();
+                busy |= d.release_quarantine();
+                if d.quarantine.len() != before {
+                    recharge.push(*id);
+                }
+            }
             if d.stopped || d.lost.is_some() {
                 continue;
             }
@@ -604,27 +887,45 @@ impl State {
                 continue;
             };
             let (reached, submitted) = (d.reached(), d.submitted());
-            if reached >= submitted {
+            let running = d.path.busy_since();
+            let below = reached < submitted;
+            if !below && running.is_none() {
                 d.progress = None;
                 continue;
             }
             busy = true;
             // The stall counts from when the watchdog first saw the word below the
-            // submitted value, or last saw it move: late by at most a tick, never early.
-            let since = match d.progress {
+            // submitted value (or the queues running), or last saw it move: late by at most
+            // a tick, never early. A queue run that began later starts the count again.
+            let seen_since = match d.progress {
                 Some((seen, since)) if seen == reached => since,
                 _ => {
                     d.progress = Some((reached, now));
                     now
                 }
             };
+            let since = match running {
+                Some(run) if !below => seen_since.max(run),
+                _ => seen_since,
+            };
             let still = now.saturating_duration_since(since);
             if still >= Duration::from_millis(hang_ms) {
-                d.lose(format!(
-                    "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
-                    still.as_millis()
-                ));
+                d.lose(if below {
+                    format!(
+                        "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
+                        still.as_millis()
+                    )
+                } else {
+                    format!(
+                        "hang: the queues ran for {} ms without the timeline moving from {reached}",
+                        still.as_millis()
+                    )
+                });
+                recharge.push(*id);
             }
+        }
+        for id in recharge {
+            self.recharge(id);
         }
         busy
     }
@@ -638,6 +939,8 @@ impl State {
             d.release_all();
         }
         self.clients.clear();
+        self.tenants.clear();
+        self.total = Footprint::default();
         tracing::info!(
             devices = n,
             "every device stopped and its memory given back"
@@ -666,6 +969,7 @@ impl Handler for State {
                 program,
                 devices: BTreeSet::new(),
                 inspector,
+                held: Footprint::default(),
             },
         );
         id
@@ -673,6 +977,7 @@ impl Handler for State {
 
     fn handle(&mut self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply {
         let name = request.name();
+        self.serving = named_device(&request);
         let reply = match request {
             Request::ListGpus => none(Response::Gpus(self.gpu_infos())),
             Request::OpenDevice { gpu } => self.open_device(client, gpu),
@@ -765,7 +1070,7 @@ impl Handler for State {
                             gid: c.peer.gid,
                             program: c.program.clone(),
                             devices: c.devices.iter().copied().collect(),
-                            bytes: self.usage(*id).0,
+                            bytes: self.usage(*id),
                         })
                         .collect(),
                 )
@@ -803,6 +1108,9 @@ impl Handler for State {
             }),
             Request::MapPeerWord { device, peer } => none(self.map_peer_word(client, device, peer)),
         };
+        if let Some(id) = self.serving.take() {
+            self.recharge(id);
+        }
         if let Response::Error(e) = &reply.0 {
             tracing::debug!(client = client.0, request = name, code = ?e.code, error = %e.message, "request refused");
         }
@@ -810,21 +1118,39 @@ impl Handler for State {
     }
 
     fn disconnect(&mut self, client: ClientId) {
+        let Some(ids) = self.clients.get(&client).map(|c| c.devices.clone()) else {
+            return;
+        };
+        let n = ids.len();
+        for id in ids {
+            self.remove_device(id);
+        }
         let Some(c) = self.clients.remove(&client) else {
             return;
         };
-        let n = c.devices.len();
-        for id in c.devices {
-            if let Some((_, mut d)) = self.devices.remove(&id) {
-                d.release_all();
-            }
-        }
         tracing::info!(
             client = client.0,
             pid = c.peer.pid,
             devices = n,
             "client gone; everything it held given back"
         );
+    }
+}
+
+/// The device a request names, whose charges change with it.
+fn named_device(r: &Request) -> Option<DeviceId> {
+    match r {
+        Request::Alloc { device, .. }
+        | Request::Free { device, .. }
+        | Request::MapHost { device, .. }
+        | Request::LoadImage { device, .. }
+        | Request::ResolveEntry { device, .. }
+        | Request::Prepare { device, .. }
+        | Request::Unload { device, .. }
+        | Request::Grow { device, .. }
+        | Request::StopDevice { device, .. }
+        | Request::MapPeerWord { device, .. } => Some(*device),
+        _ => None,
     }
 }
 
@@ -887,6 +1213,7 @@ mod tests {
     use crate::config::SimGpuConfig;
     use crate::path::Backend;
     use crate::path::sim::SimBackend;
+    use std::sync::atomic::Ordering;
 
     fn state(limits: Limits) -> State {
         let backend = SimBackend::new(&SimGpuConfig {
@@ -982,6 +1309,105 @@ mod tests {
         assert_eq!(dev.reached(), 3);
     }
 
+    /// What the running totals say all devices hold, recounted from the devices.
+    fn recount(s: &State) -> Footprint {
+        s.devices
+            .values()
+            .fold(Footprint::default(), |f, (_, d)| f.plus(d.footprint()))
+    }
+
+    #[test]
+    fn limits_are_sized_from_the_process_limits() {
+        let b = Budget::sized(&Limits::default(), 1024, 65530, 16 << 30);
+        assert_eq!(b.fds, 1024 - 512 - 64);
+        assert_eq!(b.uid_fds, b.fds / 4);
+        assert_eq!(b.maps, 65530 - 1024 - 4095);
+        assert_eq!(b.uid_maps, b.maps / 4);
+        assert_eq!(b.host_bytes, 8 << 30);
+        let set = Limits {
+            fds: 10,
+            mappings: 20,
+            host_memory_bytes: 30,
+            ..Limits::default()
+        };
+        let b = Budget::sized(&set, 1024, 65530, 16 << 30);
+        assert_eq!((b.uid_fds, b.uid_maps, b.host_bytes), (10, 20, 30));
+    }
+
+    #[test]
+    fn freed_memory_waits_for_the_work_submitted_before_the_free() {
+        let mut s = state(Limits::default());
+        let a = s.connect(peer(1), "a".into());
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(d) = r else {
+            panic!("{r:?}")
+        };
+        let (r, _) = s.handle(
+            a,
+            Request::Alloc {
+                device: d.device,
+                memory: MemoryKind::Device,
+                bytes: 1 << 20,
+            },
+            Vec::new(),
+        );
+        let Response::Allocated { region, .. } = r else {
+            panic!("{r:?}")
+        };
+        let held = s.held_bytes();
+        let host = {
+            let dev = &s.devices.get(&d.device).unwrap().1;
+            dev.control.as_ref().unwrap().host.clone().unwrap()
+        };
+        // Work up to 3 was submitted and the word is at 2: the free keeps the memory.
+        host.store_u64(
+            crate::device::SUBMITTED_OFFSET as usize,
+            3,
+            Ordering::Release,
+        );
+        host.store_u64(crate::device::WORD_OFFSET as usize, 2, Ordering::Release);
+        let (r, _) = s.handle(
+            a,
+            Request::Free {
+                device: d.device,
+                region,
+            },
+            Vec::new(),
+        );
+        assert_eq!(r, Response::Done);
+        assert_eq!(s.held_bytes(), held, "still held while work may use it");
+        assert_eq!(s.total, recount(&s));
+        assert!(s.watchdog(Instant::now()));
+        assert_eq!(s.held_bytes(), held);
+        // The word reaches it: the next tick frees it.
+        host.store_u64(crate::device::WORD_OFFSET as usize, 3, Ordering::Release);
+        s.watchdog(Instant::now());
+        assert_eq!(s.held_bytes(), held - (1 << 20));
+        assert_eq!(s.total, recount(&s));
+        s.disconnect(a);
+        assert_eq!(s.total, Footprint::default());
+    }
+
+    #[test]
+    fn connections_of_one_user_share_its_limits() {
+        let mut s = state(Limits {
+            devices: 2,
+            ..Limits::default()
+        });
+        let a = s.connect(peer(1), "a".into());
+        let b = s.connect(peer(2), "b".into());
+        let open = |s: &mut State, c| s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new()).0;
+        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
+        assert!(matches!(open(&mut s, b), Response::DeviceOpened(_)));
+        let r = open(&mut s, a);
+        assert!(
+            matches!(&r, Response::Error(e) if e.code == ErrorCode::Quota && e.message.contains("limits.devices (2)")),
+            "{r:?}"
+        );
+        s.disconnect(b);
+        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
 
@@ -989,7 +1415,7 @@ mod tests {
         /// and a disconnect gives everything back.
         #[test]
         fn any_requests_any_numbers(ops in proptest::collection::vec((0u8..10, proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()), 1..24), junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
-            let mut s = state(Limits { memory_bytes: 32 << 20, devices: 2, objects: 16 });
+            let mut s = state(Limits { memory_bytes: 32 << 20, devices: 2, objects: 16, ..Limits::default() });
             let c = s.connect(peer(1), "p".into());
             let mut devices = vec![DeviceId(0)];
             let mut regions = vec![rig_proto::messages::RegionId(0)];
@@ -1019,6 +1445,7 @@ mod tests {
                     _ => {}
                 }
             }
+            proptest::prop_assert_eq!(s.total, recount(&s));
             s.disconnect(c);
             proptest::prop_assert_eq!(s.held_bytes(), 0);
             proptest::prop_assert!(s.devices.is_empty());

@@ -196,4 +196,11 @@ pub trait Path: Send + fmt::Debug {
 
     /// Destroys every queue without waiting for its work; `fault` is why the device was lost.
     fn stop(&mut self, fault: Option<&str>) -> Stopped;
+
+    /// Since when a queue of the device has been running work without pause: the earliest
+    /// start of the runs its queues are still in, `None` while every queue waits for its
+    /// doorbell (or none is left). Known by the path itself, never read from memory a
+    /// client writes, so the hang bound and the reuse of freed memory can rest on it. A
+    /// path that cannot tell must answer as if its queues always ran.
+    fn busy_since(&self) -> Option<std::time::Instant>;
 }

@@ -4,16 +4,18 @@
 //! [`SimPath`] over a fresh address space (its own VMID). Memory kinds map as design.md
 //! says: Device memory is simulated VRAM; Pinned memory is memfd pages the address space
 //! maps and the client maps too; Mapped memory is also memfd pages (the simulator has no
-//! BAR), counted against the VRAM budget.
+//! BAR), and as much VRAM is reserved for it as it has bytes, in a holding address space no
+//! queue runs in, so Mapped memory takes from VRAM what a BAR mapping of VRAM would.
+//! Host memory a client passes (`map_host`) is mapped in rigd only for the range asked.
 //!
 //! GPU addresses are chosen here: a bump allocator per address space from
 //! [`FIRST_VA`], with an unmapped guard page after each allocation so an overrun faults
 //! instead of reaching the next allocation. Freed ranges are not reused; the 47-bit space
 //! holds billions of allocations.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
@@ -37,6 +39,73 @@ const PAGE: u64 = 4096;
 pub struct SimBackend {
     gpu: Arc<SimGpu>,
     desc: GpuDescription,
+    holding: Arc<Holding>,
+}
+
+/// VRAM reserved for Mapped memory: allocated in an address space of its own that no queue
+/// runs in and nobody reads, so the pages are never touched (they cost no host memory) yet
+/// no Device allocation can have them.
+#[derive(Debug)]
+struct Holding {
+    space: AddressSpace,
+    /// Free GPU address ranges of the holding space: start -> bytes.
+    free: Mutex<BTreeMap<u64, u64>>,
+}
+
+impl Holding {
+    fn new(gpu: &Arc<SimGpu>) -> Holding {
+        let mut free = BTreeMap::new();
+        free.insert(FIRST_VA, END_VA - FIRST_VA);
+        Holding {
+            space: gpu.create_address_space(),
+            free: Mutex::new(free),
+        }
+    }
+
+    /// Reserves `bytes` of VRAM; returns where they are held.
+    fn reserve(&self, bytes: u64) -> Result<u64, Refusal> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let (start, len) = free
+            .iter()
+            .find(|(_, l)| **l >= bytes)
+            .map(|(s, l)| (*s, *l))
+            .ok_or_else(|| Refusal::Lacking("the gpu has no room to hold Mapped memory".into()))?;
+        match self.space.alloc_vram(start, bytes) {
+            Ok(()) => {}
+            Err(SimError::Map(rig_sim::MapError::OutOfVram { .. })) => {
+                return Err(Refusal::Lacking(format!(
+                    "the simulated gpu has no {bytes} bytes of vram left"
+                )));
+            }
+            Err(e) => return Err(Refusal::Refused(e.to_string())),
+        }
+        free.remove(&start);
+        if len > bytes {
+            free.insert(start + bytes, len - bytes);
+        }
+        Ok(start)
+    }
+
+    /// Gives back what `reserve` held at `va`.
+    fn release(&self, va: u64, bytes: u64) {
+        if let Err(e) = self.space.unmap(va, bytes) {
+            tracing::warn!(va, bytes, error = %e, "giving back vram held for Mapped memory failed");
+            return;
+        }
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut start, mut len) = (va, bytes);
+        if let Some((&ps, &pl)) = free.range(..va).next_back()
+            && ps + pl == va
+        {
+            free.remove(&ps);
+            start = ps;
+            len += pl;
+        }
+        if let Some(nl) = free.remove(&(va + bytes)) {
+            len += nl;
+        }
+        free.insert(start, len);
+    }
 }
 
 fn to_amd(kind: QueueKind) -> rig_amd::gpu::QueueKind {
@@ -81,7 +150,8 @@ impl SimBackend {
             hang_ms: Some(u64::from(c.hang_ms)),
             maps_host: true,
         };
-        Ok(Self { gpu, desc })
+        let holding = Arc::new(Holding::new(&gpu));
+        Ok(Self { gpu, desc, holding })
     }
 }
 
@@ -100,7 +170,7 @@ impl Backend for SimBackend {
             next_token: 1,
             held: HashMap::new(),
             queues: HashMap::new(),
-            mapped_bytes: 0,
+            holding: self.holding.clone(),
             stopped: false,
         }))
     }
@@ -113,11 +183,11 @@ pub struct SimPath {
     events: Events,
     next_va: u64,
     next_token: u64,
-    /// What each token maps: its address and bytes (to unmap) and whether it is Mapped
-    /// memory (counted against VRAM).
-    held: HashMap<u64, (u64, u64, bool)>,
+    /// What each token maps: its address and bytes (to unmap) and, for Mapped memory,
+    /// where its VRAM is held.
+    held: HashMap<u64, (u64, u64, Option<u64>)>,
     queues: HashMap<u64, rig_sim::Queue>,
-    mapped_bytes: u64,
+    holding: Arc<Holding>,
     stopped: bool,
 }
 
@@ -153,8 +223,7 @@ impl SimPath {
             .map_host(va, &region, offset, bytes, writable)
             .map_err(|e| Refusal::Refused(e.to_string()))?;
         let token = self.token();
-        let is_mapped = kind == Some(MemoryKind::Mapped);
-        self.held.insert(token, (va, bytes, is_mapped));
+        self.held.insert(token, (va, bytes, None));
         Ok(PathMemory {
             address: va,
             bytes,
@@ -189,7 +258,7 @@ impl Path for SimPath {
                     Err(e) => return Err(Refusal::Refused(e.to_string())),
                 }
                 let token = self.token();
-                self.held.insert(token, (va, bytes, false));
+                self.held.insert(token, (va, bytes, None));
                 Ok(PathMemory {
                     address: va,
                     bytes,
@@ -199,11 +268,6 @@ impl Path for SimPath {
                 })
             }
             MemoryKind::Pinned | MemoryKind::Mapped => {
-                if kind == MemoryKind::Mapped && self.space.gpu().vram_free() < bytes {
-                    return Err(Refusal::Lacking(format!(
-                        "the simulated gpu has no {bytes} bytes of vram left"
-                    )));
-                }
                 let name = if kind == MemoryKind::Pinned {
                     "rig-pinned"
                 } else {
@@ -214,9 +278,22 @@ impl Path for SimPath {
                 })?;
                 let region = SharedRegion::create(name, len)
                     .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
-                let m = self.map_region(region, 0, bytes, Some(kind), true)?;
-                if kind == MemoryKind::Mapped {
-                    self.mapped_bytes += bytes;
+                let hold = if kind == MemoryKind::Mapped {
+                    Some(self.holding.reserve(bytes)?)
+                } else {
+                    None
+                };
+                let m = match self.map_region(region, 0, bytes, Some(kind), true) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        if let Some(at) = hold {
+                            self.holding.release(at, bytes);
+                        }
+                        return Err(e);
+                    }
+                };
+                if let Some(entry) = self.held.get_mut(&m.token) {
+                    entry.2 = hold;
                 }
                 Ok(m)
             }
@@ -225,23 +302,23 @@ impl Path for SimPath {
 
     fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal> {
         // Sealed against shrinking before it is mapped: a client that could truncate it
-        // later would make the GPU's (rigd's) next access a SIGBUS. See docs/security.md.
-        let region = SharedRegion::from_fd_sealed(fd).map_err(|e| match &e {
-            rig_shm::ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
-                "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
-            )),
-            _ => MapRefusal::Never(format!(
-                "the descriptor is not shared memory rigd can map for writing: {e}"
-            )),
-        })?;
+        // later would make the GPU's (rigd's) next access a SIGBUS. Only the range asked is
+        // mapped in rigd, so rigd's address space holds what was charged and no more (a
+        // sparse memfd of 2^46 bytes costs its sender nothing). See docs/security.md.
         let bytes = page_round(bytes).unwrap_or(u64::MAX);
-        if !region.contains(offset, bytes) {
-            return Err(MapRefusal::Never(format!(
-                "{bytes} bytes at offset {offset} lie outside the {}-byte memfd",
-                region.len()
-            )));
-        }
-        self.map_region(region, offset, bytes, None, true)
+        let region =
+            SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| match &e {
+                rig_shm::ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
+                    "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
+                )),
+                rig_shm::ShmError::OutsideFile { len, .. } => MapRefusal::Never(format!(
+                    "{bytes} bytes at offset {offset} lie outside the {len}-byte memfd"
+                )),
+                _ => MapRefusal::Never(format!(
+                    "the descriptor is not shared memory rigd can map for writing: {e}"
+                )),
+            })?;
+        self.map_region(region, 0, bytes, None, true)
             .map_err(|r| match r {
                 Refusal::Lacking(s) => MapRefusal::NoRoom(s),
                 Refusal::Full(s) | Refusal::Refused(s) => MapRefusal::Never(s),
@@ -267,12 +344,12 @@ impl Path for SimPath {
     }
 
     fn free(&mut self, memory: PathMemory) {
-        if let Some((va, bytes, mapped)) = self.held.remove(&memory.token) {
+        if let Some((va, bytes, hold)) = self.held.remove(&memory.token) {
             if let Err(e) = self.space.unmap(va, bytes) {
                 tracing::warn!(va, bytes, error = %e, "unmapping freed memory failed");
             }
-            if mapped {
-                self.mapped_bytes = self.mapped_bytes.saturating_sub(bytes);
+            if let Some(at) = hold {
+                self.holding.release(at, bytes);
             }
         }
         // The host mapping (if any) goes with `memory`.
@@ -349,12 +426,22 @@ impl Path for SimPath {
         }
         Stopped::Stopped
     }
+
+    fn busy_since(&self) -> Option<std::time::Instant> {
+        self.queues.values().filter_map(|q| q.busy_since()).min()
+    }
 }
 
 impl Drop for SimPath {
     fn drop(&mut self) {
         for (_, q) in self.queues.drain() {
             q.stop();
+        }
+        // VRAM held for Mapped memory belongs to the GPU, which outlives this space.
+        for (_, (_, bytes, hold)) in self.held.drain() {
+            if let Some(at) = hold {
+                self.holding.release(at, bytes);
+            }
         }
     }
 }

@@ -220,3 +220,32 @@ pub fn compile(dir: &Path, src: &str, mcpu: &str) -> Option<Vec<u8>> {
     assert!(st.success(), "clang failed to build the test kernel");
     std::fs::read(&out).ok()
 }
+
+impl Rigd {
+    /// Starts rigd through `wrapper` (a command line that runs its first argument after it,
+    /// such as `sh -c 'ulimit -n 1024 && exec "$0" "$@"'`), so the test can set what rigd
+    /// inherits; the wrapper must `exec` rigd so the pid stays rigd's.
+    pub fn start_wrapped(config: &str, wrapper: &[&str]) -> Rigd {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("rigd.sock");
+        let cfg = dir.path().join("rigd.toml");
+        std::fs::write(&cfg, config).expect("write config");
+        let child = Command::new(wrapper[0])
+            .args(&wrapper[1..])
+            .arg(env!("CARGO_BIN_EXE_rigd"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(&socket)
+            .env("RUST_LOG", "rigd=debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.path().join("rigd.log")).expect("log file"),
+            ))
+            .spawn()
+            .expect("start rigd");
+        let r = Rigd { child, dir, socket };
+        r.wait_ready();
+        r
+    }
+}
