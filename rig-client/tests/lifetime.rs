@@ -36,13 +36,13 @@ fn images_whose_kernels_were_resolved_are_unloaded_when_dropped() {
     // The first round makes what stays (the kernel's scratch, if any).
     round();
     rig.gpus().unwrap(); // a call: rigd has read the posted unload and free before it
-    let base = inspect.report(id);
+    let base = inspect.settled_report(id);
     assert_eq!(base.images, 0, "the first round's image is unloaded");
     for _ in 0..20 {
         round();
     }
     rig.gpus().unwrap();
-    let after = inspect.report(id);
+    let after = inspect.settled_report(id);
     assert_eq!(
         after.images, 0,
         "20 rounds left {} images loaded",

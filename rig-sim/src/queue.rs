@@ -186,6 +186,9 @@ pub(crate) struct Shared {
     /// one; 0 while it waits for its doorbell. Written by the queue's thread only, so no
     /// client word can make a queue look idle while it runs.
     busy_since: AtomicU64,
+    /// Memory writes the queue's engines completed (releases, fences, copies, fills, data
+    /// writes, kernels): counted by the simulator, so a client cannot fake progress.
+    progress: AtomicU64,
 }
 
 /// The instant `busy_since` counts from.
@@ -209,6 +212,7 @@ impl Ctx {
 
     /// Announces a write by this engine to the GPU's waits.
     pub(crate) fn notify(&self) {
+        self.shared.progress.fetch_add(1, Ordering::Relaxed);
         self.gpu.events.notify();
     }
 
@@ -293,6 +297,15 @@ impl Queue {
     /// Interrupts delivered so far.
     pub fn interrupts(&self) -> u64 {
         self.shared.interrupts.load(Ordering::SeqCst)
+    }
+
+    /// How many memory writes the queue's engines have completed (releases, fences, copies,
+    /// fills, data writes, whole kernels). Counted by the simulator itself, never read from
+    /// memory a client writes, so a hang bound can tell a queue that runs without getting
+    /// anywhere (an indirect buffer chained to itself, a wait that never passes) from one
+    /// that works.
+    pub fn progress(&self) -> u64 {
+        self.shared.progress.load(Ordering::Relaxed)
     }
 
     /// When the queue's processor began the run of packets it is still executing (a poll
@@ -416,6 +429,7 @@ pub(crate) fn start(
         interrupts: AtomicU64::new(0),
         doorbell: desc.doorbell.clone(),
         busy_since: AtomicU64::new(0),
+        progress: AtomicU64::new(0),
     });
     let vmid = vm.vmid();
     let ctx = Ctx {

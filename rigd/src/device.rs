@@ -489,6 +489,9 @@ pub struct Device {
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
     /// there.
     pub progress: Option<(u64, Instant)>,
+    /// Watchdog: the path's count of completed work while queues run, and since when it
+    /// was seen at that count.
+    pub work: Option<(u64, Instant)>,
     /// Other devices' control pages mapped read-only for waits on their words, by device.
     /// Each holds the other device's memory until this device closes; it is not counted in
     /// [`Device::held`], being the other device's page.
@@ -564,6 +567,7 @@ impl Device {
             faults: Vec::new(),
             first: 0,
             progress: None,
+            work: None,
             peer_words: HashMap::new(),
             charged: Footprint::default(),
             next_slot: 0,
@@ -1135,11 +1139,18 @@ impl Device {
     /// Loses the device: stops it with `why`, writes the last submitted value into its word,
     /// raises the lost flag and wakes the client.
     pub fn lose(&mut self, why: String) {
+        let last = self.submitted().max(self.reached());
+        self.lose_at(why, last);
+    }
+
+    /// Loses the device as [`Device::lose`] does, with `last` as the value its stop writes
+    /// into the word: for a client that lost the device itself (a consumer of a lost
+    /// producer) and says so with its stop.
+    pub fn lose_at(&mut self, why: String, last: u64) {
         if self.lost.is_some() {
             return;
         }
         tracing::warn!(device = self.id.0, reason = %why, "device lost");
-        let last = self.submitted().max(self.reached());
         self.faults.push(why.clone());
         self.lost = Some(why.clone());
         // The flag goes up before the stop writes the last value into the word, so a client

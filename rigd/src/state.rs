@@ -889,38 +889,59 @@ impl State {
             let (reached, submitted) = (d.reached(), d.submitted());
             let running = d.path.busy_since();
             let below = reached < submitted;
-            if !below && running.is_none() {
+            if !below {
                 d.progress = None;
+            }
+            if running.is_none() {
+                d.work = None;
+            }
+            if !below && running.is_none() {
                 continue;
             }
             busy = true;
-            // The stall counts from when the watchdog first saw the word below the
-            // submitted value (or the queues running), or last saw it move: late by at most
-            // a tick, never early. A queue run that began later starts the count again.
-            let seen_since = match d.progress {
-                Some((seen, since)) if seen == reached => since,
-                _ => {
-                    d.progress = Some((reached, now));
-                    now
-                }
-            };
-            let since = match running {
-                Some(run) if !below => seen_since.max(run),
-                _ => seen_since,
-            };
-            let still = now.saturating_duration_since(since);
-            if still >= Duration::from_millis(hang_ms) {
-                d.lose(if below {
-                    format!(
+            let bound = Duration::from_millis(hang_ms);
+            // Two bounds, each late by at most a tick and never early. The word's: it stayed
+            // below the submitted value (both written by the client, so it can only lose
+            // itself by them). The path's: queues ran without completing any work, counted
+            // from the later of the run's start and the last completed work; a client cannot
+            // fake that count, nor keep a queue running by leaving `submitted` unpublished
+            // or by writing its own word.
+            let mut why = None;
+            if below {
+                let since = match d.progress {
+                    Some((seen, since)) if seen == reached => since,
+                    _ => {
+                        d.progress = Some((reached, now));
+                        now
+                    }
+                };
+                let still = now.saturating_duration_since(since);
+                if still >= bound {
+                    why = Some(format!(
                         "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
                         still.as_millis()
-                    )
-                } else {
-                    format!(
-                        "hang: the queues ran for {} ms without the timeline moving from {reached}",
+                    ));
+                }
+            }
+            if let (None, Some(run)) = (&why, running) {
+                let work = d.path.progress();
+                let seen = match d.work {
+                    Some((count, since)) if count == work => since,
+                    _ => {
+                        d.work = Some((work, now));
+                        now
+                    }
+                };
+                let still = now.saturating_duration_since(seen.max(run));
+                if still >= bound {
+                    why = Some(format!(
+                        "hang: the queues ran for {} ms without completing any work (the timeline at {reached})",
                         still.as_millis()
-                    )
-                });
+                    ));
+                }
+            }
+            if let Some(why) = why {
+                d.lose(why);
                 recharge.push(*id);
             }
         }
@@ -978,6 +999,10 @@ impl Handler for State {
     fn handle(&mut self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply {
         let name = request.name();
         self.serving = named_device(&request);
+        let held_back = self
+            .serving
+            .and_then(|id| self.devices.get(&id))
+            .map_or(0, |(_, d)| d.quarantine.len());
         let reply = match request {
             Request::ListGpus => none(Response::Gpus(self.gpu_infos())),
             Request::OpenDevice { gpu } => self.open_device(client, gpu),
@@ -1051,7 +1076,14 @@ impl Handler for State {
                     format!("device {} is already stopped", device.0),
                 ),
                 Ok(d) => {
-                    d.stop(last, fault.as_deref());
+                    // A stop with a reason is the client's own verdict that the device is
+                    // lost (a consumer of a lost producer): rigctl and later requests show it.
+                    match fault {
+                        Some(why) => d.lose_at(why, last),
+                        None => {
+                            d.stop(last, None);
+                        }
+                    }
                     Response::Done
                 }
                 Err(e) => e,
@@ -1110,6 +1142,16 @@ impl Handler for State {
         };
         if let Some(id) = self.serving.take() {
             self.recharge(id);
+            // Memory this request put in quarantine is released by the watch thread, which
+            // may be sleeping its idle tick: wake it (once per request that added some) so the
+            // release comes within a busy tick.
+            if self
+                .devices
+                .get(&id)
+                .is_some_and(|(_, d)| d.quarantine.len() > held_back)
+            {
+                let _ = self.faults.send(Msg::Wake);
+            }
         }
         if let Response::Error(e) = &reply.0 {
             tracing::debug!(client = client.0, request = name, code = ?e.code, error = %e.message, "request refused");
@@ -1174,6 +1216,9 @@ pub enum Msg {
         /// The path's report.
         why: String,
     },
+    /// Look now: something changed that the next tick must not wait for (memory went into
+    /// quarantine).
+    Wake,
     /// Stop everything and end the watch.
     Shutdown,
 }
@@ -1195,7 +1240,7 @@ pub fn spawn_watch(shared: Shared, rx: mpsc::Receiver<Msg>) -> std::thread::Join
                 match rx.recv_timeout(tick) {
                     Ok(Msg::Fault { device, why }) => lock(&shared).fault(device, why),
                     Ok(Msg::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Ok(Msg::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
                 let busy = lock(&shared).watchdog(Instant::now());
                 tick = if busy { BUSY_TICK } else { IDLE_TICK };

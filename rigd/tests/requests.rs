@@ -326,6 +326,39 @@ fn grow_stop_close_and_status() {
     );
 }
 
+/// A stop with a reason is the client's verdict that it lost the device (a consumer of a lost
+/// producer): rigd shows the device lost with that reason, raises its lost flag and writes
+/// the last value.
+#[test]
+fn a_stop_with_a_reason_loses_the_device_with_it() {
+    let d = Rigd::start(SIM);
+    let mut c = d.client("consumer");
+    let o = c.open();
+    let why = "AMD:0 lost: AMD:0 lost: memory fault";
+    assert_eq!(
+        c.call(Request::StopDevice {
+            device: o.id(),
+            last: 5,
+            fault: Some(why.into()),
+        }),
+        Response::Done
+    );
+    let Response::Status(s) = c.call(Request::DeviceStatus { device: o.id() }) else {
+        panic!()
+    };
+    assert_eq!(s.lost.as_deref(), Some(why));
+    assert!(s.stopped && s.reached == 5, "{s:?}");
+    let lost = o.region(o.msg.lost.fd);
+    assert_ne!(
+        lost.load_u32(o.msg.lost.offset as usize, Ordering::Acquire),
+        0
+    );
+    let Response::Device(rep) = c.call(Request::ShowDevice { device: o.id() }) else {
+        panic!()
+    };
+    assert_eq!(rep.info.lost.as_deref(), Some(why));
+}
+
 #[test]
 fn inspection_queries() {
     let d = Rigd::start(SIM);

@@ -585,6 +585,17 @@ fn queue_threads(pid: u32) -> usize {
 
 #[test]
 fn a_self_chained_indirect_buffer_is_lost_within_the_hang_bound() {
+    self_chained_indirect_buffer(false);
+}
+
+/// The client's own word is no proof of progress: a thread that keeps moving it does not keep
+/// a queue that completes nothing alive.
+#[test]
+fn a_client_moving_its_own_word_does_not_hide_a_spinning_queue() {
+    self_chained_indirect_buffer(true);
+}
+
+fn self_chained_indirect_buffer(move_the_word: bool) {
     let d = Rigd::start(
         "[access]\nany = true\n\n[[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\nhang_ms = 200\n",
     );
@@ -629,8 +640,27 @@ fn a_self_chained_indirect_buffer_is_lost_within_the_hang_bound() {
     ring.push(&call);
     let t0 = std::time::Instant::now();
     ring.kick();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mover = move_the_word.then(|| {
+        let word = o.region(o.msg.word.memory.host.fd);
+        let at = o.msg.word.memory.host.offset as usize;
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut v = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                v += 1;
+                word.store_u64(at, v, std::sync::atomic::Ordering::Release);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    });
+    let was_lost = eventually(Duration::from_secs(10), || lost(&mut c, o.id()));
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(m) = mover {
+        m.join().unwrap();
+    }
     assert!(
-        eventually(Duration::from_secs(10), || lost(&mut c, o.id())),
+        was_lost,
         "a queue spinning with nothing submitted was never lost"
     );
     let took = t0.elapsed();

@@ -184,6 +184,32 @@ impl Inspector {
     }
 }
 
+impl Inspector {
+    /// rigd's report of `device` once what it freed has left quarantine: rigd keeps freed
+    /// memory charged until no work that may touch it can run, and releases it on its watch
+    /// thread's next tick, so a report right after a free may still count it. Settled means
+    /// unchanged for longer than the watch thread's idle tick.
+    pub fn settled_report(
+        &mut self,
+        device: rig_proto::DeviceId,
+    ) -> rig_proto::messages::DeviceReport {
+        let start = Instant::now();
+        let mut last = self.report(device);
+        let mut same = 0;
+        while same < 5 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "rigd's report of the device never settled: {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            let now = self.report(device);
+            same = if now == last { same + 1 } else { 0 };
+            last = now;
+        }
+        last
+    }
+}
+
 /// Polls `f` until it holds, for at most 10 s; panics with `what` otherwise.
 pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();

@@ -203,4 +203,11 @@ pub trait Path: Send + fmt::Debug {
     /// client writes, so the hang bound and the reuse of freed memory can rest on it. A
     /// path that cannot tell must answer as if its queues always ran.
     fn busy_since(&self) -> Option<std::time::Instant>;
+
+    /// A count that changes whenever the device's queues complete work (a release, a fence,
+    /// a copy, a kernel), known by the path itself like [`Path::busy_since`]: the hang bound
+    /// asks it rather than the timeline word, which the client can write. Only changes
+    /// matter, not the value. A path that cannot tell answers a constant, so running queues
+    /// count as stalled after the hang bound.
+    fn progress(&self) -> u64;
 }

@@ -430,6 +430,13 @@ impl Path for SimPath {
     fn busy_since(&self) -> Option<std::time::Instant> {
         self.queues.values().filter_map(|q| q.busy_since()).min()
     }
+
+    fn progress(&self) -> u64 {
+        // Queues come and go (growth, retire), so the sum may fall: any change is progress.
+        self.queues
+            .values()
+            .fold(0u64, |sum, q| sum.wrapping_add(q.progress()))
+    }
 }
 
 impl Drop for SimPath {
