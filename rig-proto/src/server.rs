@@ -6,9 +6,14 @@
 //!
 //! Descriptors pass because every receive and send is a `recvmsg`/`sendmsg` on the raw
 //! socket inside tokio's readiness (`try_io`), not a plain read or write.
+//!
+//! A frame that started must finish within the connection's frame bound
+//! ([`ServerConnection::set_frame_timeout`]), so a peer that sends half a frame cannot hold
+//! its connection mid-frame for ever.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::UnixStream;
@@ -23,15 +28,53 @@ use crate::{Error, MAGIC, VERSION};
 pub struct ServerConnection {
     stream: UnixStream,
     reader: Reader,
+    /// How long a frame may take from the moment its first byte was seen.
+    frame_timeout: Option<Duration>,
+    /// When the current, incomplete frame was first seen (`None` at a frame boundary).
+    started: Option<tokio::time::Instant>,
 }
 
 impl ServerConnection {
-    /// Wraps an accepted stream.
+    /// Wraps an accepted stream. Frames may take any time until
+    /// [`set_frame_timeout`](Self::set_frame_timeout).
     pub fn new(stream: UnixStream) -> Self {
         ServerConnection {
             stream,
             reader: Reader::new(),
+            frame_timeout: None,
+            started: None,
         }
+    }
+
+    /// Bounds how long a frame may take from its first byte to its last: past it,
+    /// [`read_frame`](Self::read_frame) fails with [`FrameError::Stalled`].
+    pub fn set_frame_timeout(&mut self, timeout: Duration) {
+        self.frame_timeout = Some(timeout);
+    }
+
+    /// True if no byte of a next frame has arrived.
+    pub fn at_boundary(&self) -> bool {
+        self.reader.at_boundary()
+    }
+
+    /// Refuses the client at once without waiting: sends [`HelloReply::Refused`] if the
+    /// socket takes it whole now (an accepted socket's buffer is empty, so it does), and
+    /// never reads the hello. The caller then drops the connection; a client that wrote
+    /// its hello still reads the refusal.
+    pub fn refuse_now(&self, error: ErrorReply) -> Result<(), Error> {
+        let payload = frame::encode(&HelloReply::Refused {
+            daemon: VERSION,
+            error,
+        })?;
+        let mut out = Outgoing::new(&payload, 0)?;
+        let fd = self.stream.as_fd();
+        self.stream
+            .try_io(Interest::WRITABLE, || out.send_once(fd, &[], true))
+            .map_err(FrameError::Io)?;
+        if !out.done() {
+            return Err(FrameError::Io(io::Error::from(io::ErrorKind::WouldBlock)).into());
+        }
+        Ok(())
     }
 
     /// The stream, for its peer credentials (`peer_cred`).
@@ -46,10 +89,19 @@ impl ServerConnection {
     /// Cancel-safe: progress is kept in the connection, so a `select!` that drops this
     /// future loses no bytes and no descriptors.
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        let Self { stream, reader } = self;
+        let Self {
+            stream,
+            reader,
+            frame_timeout,
+            started,
+        } = self;
         loop {
-            if let Some(frame) = reader.take()? {
-                return Ok(Some(frame));
+            match reader.take() {
+                Ok(None) => {}
+                taken => {
+                    *started = None;
+                    return taken;
+                }
             }
             // Receive first and wait for readiness only when nothing is there: a client
             // that sends its next request right after an answer costs one `recvmsg`.
@@ -59,7 +111,18 @@ impl ServerConnection {
             }) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    stream.readable().await.map_err(FrameError::Io)?;
+                    match frame_timeout.filter(|_| !reader.at_boundary()) {
+                        Some(bound) => {
+                            let since = *started.get_or_insert_with(tokio::time::Instant::now);
+                            tokio::time::timeout_at(since + bound, stream.readable())
+                                .await
+                                .map_err(|_| FrameError::Stalled {
+                                    ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                                })?
+                                .map_err(FrameError::Io)?;
+                        }
+                        None => stream.readable().await.map_err(FrameError::Io)?,
+                    }
                     continue;
                 }
                 Err(e) => return Err(FrameError::Io(e)),
