@@ -337,6 +337,9 @@ pub fn resolve_group(g: &str) -> Option<u32> {
 pub struct Connections {
     /// The most connections one uid may hold at once (root and rigd's own user included).
     pub per_uid: usize,
+    /// Connections the kernel queues for rigd to accept (the `listen(2)` backlog): under a
+    /// storm of connects, a client waits behind at most this many.
+    pub backlog: u32,
     /// Milliseconds a new connection has to send its whole hello.
     pub hello_ms: u64,
     /// Milliseconds a frame may take from its first byte to its last, and an answer to be
@@ -352,6 +355,7 @@ impl Default for Connections {
     fn default() -> Self {
         Self {
             per_uid: 64,
+            backlog: 128,
             hello_ms: 5000,
             frame_ms: 10_000,
             idle_ms: 300_000,
@@ -361,8 +365,8 @@ impl Default for Connections {
 
 impl Connections {
     fn validate(&self) -> Result<(), String> {
-        if self.per_uid == 0 {
-            return Err("connections.per_uid must be at least 1".into());
+        if self.per_uid == 0 || self.backlog == 0 {
+            return Err("connections.per_uid and connections.backlog must be at least 1".into());
         }
         if self.hello_ms == 0 || self.frame_ms == 0 {
             return Err(

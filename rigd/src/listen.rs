@@ -153,6 +153,17 @@ pub fn from_systemd() -> Option<std::os::unix::net::UnixListener> {
     Some(listener)
 }
 
+/// Sets how many connections may wait in the kernel's queue for rigd to accept them
+/// (`listen(2)` again on the listening socket, which Linux allows). rigd accepts at once,
+/// so the queue only fills under a storm of connects; the shorter it is, the sooner a
+/// client that connects behind a storm is reached (each queued connection costs the accept
+/// loop some microseconds). A client past it waits in `connect(2)`, in turn.
+pub fn set_backlog(listener: &tokio::net::UnixListener, backlog: u32) -> io::Result<()> {
+    let n = i32::try_from(backlog).unwrap_or(i32::MAX);
+    let backlog = nix::sys::socket::Backlog::new(n).map_err(io::Error::from)?;
+    nix::sys::socket::listen(listener, backlog).map_err(io::Error::from)
+}
+
 /// The supplementary groups of the process that connected `socket`, as the kernel recorded
 /// them at `connect(2)` (`SO_PEERGROUPS`, Linux 4.13), like `SO_PEERCRED`'s uid and gid. Not
 /// read from `/proc/<pid>`: the pid may since belong to another process.

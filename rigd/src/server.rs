@@ -6,7 +6,8 @@
 //! not allow, and gives every other one a slot ([`Slots`]): at most `connections.per_uid`
 //! per user, so one user cannot take another's, and `daemon.max_connections` in all, which
 //! bounds rigd's descriptors. A peer over either cap is refused at once, with the limit
-//! named. A refused peer is answered without its hello being read and holds nothing.
+//! named. A refused peer is answered without its hello being read and holds nothing; such
+//! refusals are logged at most once a second for each reason, with a count of the rest.
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
 //! reads a request, runs it through the state's [`Handler`] under its lock
@@ -36,6 +37,36 @@ use tokio::sync::{broadcast, mpsc as tmpsc};
 use crate::config::{AccessRule, Connections, Peer};
 use crate::image::Prepared;
 use crate::state::{ClientId, Handler, Shared, lock};
+
+/// Refusals at accept are logged at most once a second for each reason, with how many
+/// were not: a storm of refused connections must not become a storm of log lines.
+#[derive(Debug, Default)]
+struct Refusals {
+    /// For each reason: when it was last logged, and refusals since.
+    by_reason: Mutex<HashMap<&'static str, (std::time::Instant, u64)>>,
+}
+
+impl Refusals {
+    /// `Some(n)` if this refusal should be logged, `n` being those not logged before it.
+    fn note(&self, reason: &'static str) -> Option<u64> {
+        let now = std::time::Instant::now();
+        let mut m = self.by_reason.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(reason) {
+            Some((last, quiet)) if now.duration_since(*last) < Duration::from_secs(1) => {
+                *quiet += 1;
+                None
+            }
+            Some((last, quiet)) => {
+                *last = now;
+                Some(std::mem::take(quiet))
+            }
+            None => {
+                m.insert(reason, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
 
 /// What the server needs besides the listener.
 #[derive(Debug, Clone)]
@@ -170,6 +201,7 @@ impl Server {
     /// every handler to finish and waits for them.
     pub async fn run(self, listener: UnixListener, shutdown: impl Future<Output = ()>) {
         let slots = Slots::new(self.max_connections, self.connections.per_uid);
+        let refusals = Refusals::default();
         let (notify, _) = broadcast::channel::<()>(1);
         let (done_tx, mut done_rx) = tmpsc::channel::<()>(1);
         tokio::pin!(shutdown);
@@ -186,7 +218,7 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
-            let Some((stream, peer, slot)) = self.admit(stream, &slots) else {
+            let Some((stream, peer, slot)) = self.admit(stream, &slots, &refusals) else {
                 continue;
             };
             let server = self.clone();
@@ -207,7 +239,12 @@ impl Server {
     /// Decides at accept, without reading anything from the peer, whether it is served: its
     /// credentials against `[access]`, then a slot. A peer refused is answered at once and
     /// dropped.
-    fn admit(&self, stream: UnixStream, slots: &Arc<Slots>) -> Option<(UnixStream, Peer, Slot)> {
+    fn admit(
+        &self,
+        stream: UnixStream,
+        slots: &Arc<Slots>,
+        refusals: &Refusals,
+    ) -> Option<(UnixStream, Peer, Slot)> {
         let peer = match peer_of(&stream) {
             Ok(p) => p,
             Err(e) => {
@@ -216,12 +253,15 @@ impl Server {
             }
         };
         let refusal = if !self.access.allows(&peer) {
-            tracing::warn!(
-                pid = peer.pid,
-                uid = peer.uid,
-                gid = peer.gid,
-                "peer not allowed by [access]; refused"
-            );
+            if let Some(unlogged) = refusals.note("access") {
+                tracing::warn!(
+                    pid = peer.pid,
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    unlogged,
+                    "peer not allowed by [access]; refused"
+                );
+            }
             ErrorReply::new(
                 ErrorCode::PermissionDenied,
                 format!(
@@ -233,7 +273,9 @@ impl Server {
             match slots.take(peer.uid) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
-                    tracing::warn!(pid = peer.pid, uid = peer.uid, error = %e, "connection refused");
+                    if let Some(unlogged) = refusals.note("slots") {
+                        tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
+                    }
                     ErrorReply::new(ErrorCode::Quota, e.to_string())
                 }
             }
