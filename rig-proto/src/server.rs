@@ -287,3 +287,51 @@ impl ServerConnection {
 pub fn reply_for(error: &FrameError) -> Response {
     Response::Error(ErrorReply::new(ErrorCode::BadRequest, error.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Instant;
+
+    fn pair(timeout: Duration) -> (ServerConnection, std::os::unix::net::UnixStream) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let mut c = ServerConnection::new(UnixStream::from_std(a).unwrap());
+        c.set_frame_timeout(timeout);
+        (c, b)
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_started_must_finish_within_the_bound() {
+        let bound = Duration::from_millis(150);
+        let (mut c, mut peer) = pair(bound);
+        // Silence between frames is not bounded here.
+        let quiet = tokio::time::timeout(Duration::from_millis(400), c.read_frame()).await;
+        assert!(quiet.is_err() && c.at_boundary());
+        // A frame in two parts within the bound arrives.
+        let payload = frame::encode(&Request::ListGpus).unwrap();
+        let header = frame::Header {
+            len: payload.len(),
+            fds: 0,
+        }
+        .encode()
+        .unwrap();
+        peer.write_all(&header[..5]).unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            peer.write_all(&header[5..]).unwrap();
+            peer.write_all(&payload).unwrap();
+            peer
+        });
+        assert!(c.read_frame().await.unwrap().is_some());
+        let mut peer = writer.join().unwrap();
+        // Half a frame is cut off once the bound passed since its first byte.
+        peer.write_all(&[64, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]).unwrap();
+        let t = Instant::now();
+        let r = c.read_frame().await;
+        assert!(matches!(r, Err(FrameError::Stalled { ms: 150 })), "{r:?}");
+        assert!(r.unwrap_err().is_fatal());
+        assert!(t.elapsed() >= Duration::from_millis(140), "{:?}", t.elapsed());
+    }
+}
