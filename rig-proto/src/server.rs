@@ -332,6 +332,10 @@ mod tests {
         let r = c.read_frame().await;
         assert!(matches!(r, Err(FrameError::Stalled { ms: 150 })), "{r:?}");
         assert!(r.unwrap_err().is_fatal());
-        assert!(t.elapsed() >= Duration::from_millis(140), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(140),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

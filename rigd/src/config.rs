@@ -369,9 +369,7 @@ impl Connections {
             return Err("connections.per_uid and connections.backlog must be at least 1".into());
         }
         if self.hello_ms == 0 || self.frame_ms == 0 {
-            return Err(
-                "connections.hello_ms and connections.frame_ms must be at least 1".into(),
-            );
+            return Err("connections.hello_ms and connections.frame_ms must be at least 1".into());
         }
         Ok(())
     }

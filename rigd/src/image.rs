@@ -15,7 +15,7 @@
 //! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment
 //! costs rigd neither memory nor time beyond the allocation charged to the client.
 
-use rig_amd::code_object::{CodeObject, CodeObjectError, Hidden, PlaceError, Pieces};
+use rig_amd::code_object::{CodeObject, CodeObjectError, Hidden, Pieces, PlaceError};
 use rig_proto::messages::{
     Axis, Descriptor, DeviceId, Entry, ErrorCode, ErrorReply, HiddenArg, HiddenValue, ImageId,
     MemoryKind, RegionId, Response, Scratch, Shortage,
@@ -140,7 +140,12 @@ impl State {
             Ok(p) => p,
             Err(e) => {
                 if let ImageError::TooLarge { bytes, limit } = e {
-                    tracing::info!(client = client.0, bytes, limit, "image refused: larger than images.max_bytes");
+                    tracing::info!(
+                        client = client.0,
+                        bytes,
+                        limit,
+                        "image refused: larger than images.max_bytes"
+                    );
                 }
                 return e.response();
             }

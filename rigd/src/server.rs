@@ -285,12 +285,7 @@ impl Server {
         None
     }
 
-    async fn connection(
-        &self,
-        stream: UnixStream,
-        peer: Peer,
-        stop: &mut broadcast::Receiver<()>,
-    ) {
+    async fn connection(&self, stream: UnixStream, peer: Peer, stop: &mut broadcast::Receiver<()>) {
         let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
         conn.set_frame_timeout(ms(limits.frame_ms));
@@ -406,8 +401,7 @@ impl Server {
                 _ => {}
             }
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            match tokio::time::timeout(ms(limits.frame_ms), conn.send(&response, &borrowed)).await
-            {
+            match tokio::time::timeout(ms(limits.frame_ms), conn.send(&response, &borrowed)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::debug!(client = client.0, error = %e, "cannot send a reply");
@@ -447,6 +441,9 @@ mod tests {
         drop(b1);
         assert_eq!((s.held_by(1), s.held_by(2), s.held_by(3)), (1, 0, 1));
         let msg = SlotError::PerUid { uid: 7, max: 64 }.to_string();
-        assert!(msg.contains("connections.per_uid") && msg.contains("64"), "{msg}");
+        assert!(
+            msg.contains("connections.per_uid") && msg.contains("64"),
+            "{msg}"
+        );
     }
 }

@@ -166,10 +166,7 @@ fn child_hold() {
             (&*s).write_all(&bytes).unwrap();
         }
     }
-    say(&format!(
-        "READY {} {refused} {unanswered}",
-        welcomed.len()
-    ));
+    say(&format!("READY {} {refused} {unanswered}", welcomed.len()));
     if half {
         let mut longest = Duration::ZERO;
         let mut shortest = Duration::MAX;
@@ -301,10 +298,16 @@ fn no_user_can_take_the_slots_of_another() {
     storm.expect("STORMING", Duration::from_secs(30));
     let idle = hold(IDLER, "idle");
     let ready = idle.expect("READY", Duration::from_secs(30));
-    assert_eq!(ready, "32 268 0", "idle: welcomed, refused at the cap, unanswered");
+    assert_eq!(
+        ready, "32 268 0",
+        "idle: welcomed, refused at the cap, unanswered"
+    );
     let half = hold(HALVER, "half");
     let ready = half.expect("READY", Duration::from_secs(30));
-    assert_eq!(ready, "32 268 0", "half: welcomed, refused at the cap, unanswered");
+    assert_eq!(
+        ready, "32 268 0",
+        "half: welcomed, refused at the cap, unanswered"
+    );
 
     // 64 idle and half-frame connections held, 536 refused, a storm going on: root is
     // served at once, every time.
@@ -314,7 +317,10 @@ fn no_user_can_take_the_slots_of_another() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let worst = times.iter().max().copied().unwrap();
-    assert!(worst < Duration::from_millis(100), "worst {worst:?} of {times:?}");
+    assert!(
+        worst < Duration::from_millis(100),
+        "worst {worst:?} of {times:?}"
+    );
     eprintln!("a well-behaved client's worst connect, hello and request: {worst:?}");
 
     // The half frames are closed once frame_ms (3 s) passed, not before.
@@ -323,7 +329,9 @@ fn no_user_can_take_the_slots_of_another() {
     assert_eq!(v[2], 0, "half-frame connections left open");
     assert!(v[0] >= 2900 && v[1] < 10_000, "closed after {closed} ms");
     // ... so their user may connect again.
-    assert!(eventually(Duration::from_secs(10), || welcomed_as(HALVER, &socket)));
+    assert!(eventually(Duration::from_secs(10), || welcomed_as(
+        HALVER, &socket
+    )));
     drop(storm.stdin.take());
     let n = storm.expect("STORM ", Duration::from_secs(30));
     eprintln!("the storm made {n} connections, each refused at accept");
@@ -364,10 +372,7 @@ fn child_hello() {
 
 #[test]
 fn idle_connections_holding_nothing_are_closed() {
-    let d = Rigd::start(&format!(
-        "[connections]\nidle_ms = 300\n{}",
-        common::SIM
-    ));
+    let d = Rigd::start(&format!("[connections]\nidle_ms = 300\n{}", common::SIM));
     let mut quiet = d.client("quiet");
     let mut working = d.client("working");
     let _device = working.open();
@@ -391,14 +396,24 @@ fn child_backlog_groups() {
     let Ok(socket) = std::env::var("RIGD_TEST_GROUPS") else {
         return;
     };
-    use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid, seteuid};
+    use nix::unistd::{Gid, Uid, seteuid, setgroups, setresgid, setresuid};
     let gid = Gid::from_raw(std::env::var("RIGD_TEST_GID").unwrap().parse().unwrap());
     let member = std::env::var("RIGD_TEST_AT_CONNECT").as_deref() == Ok("member");
     let nobody = 65534;
     let at_connect = if member { vec![gid] } else { Vec::new() };
     setgroups(&at_connect).unwrap();
-    setresgid(Gid::from_raw(nobody), Gid::from_raw(nobody), Gid::from_raw(0)).unwrap();
-    setresuid(Uid::from_raw(nobody), Uid::from_raw(nobody), Uid::from_raw(0)).unwrap();
+    setresgid(
+        Gid::from_raw(nobody),
+        Gid::from_raw(nobody),
+        Gid::from_raw(0),
+    )
+    .unwrap();
+    setresuid(
+        Uid::from_raw(nobody),
+        Uid::from_raw(nobody),
+        Uid::from_raw(0),
+    )
+    .unwrap();
     let s = UnixStream::connect(&socket).unwrap();
     // Now the process (the pid rigd sees) is in the allowed group; its connection was not.
     seteuid(Uid::from_raw(0)).unwrap();

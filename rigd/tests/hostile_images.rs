@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use common::{Rigd, compile};
 use rig_proto::messages::{ErrorCode, Request, Response};
 
-const KERNEL: &str = "__kernel void add(__global int* a, int b) { a[__builtin_amdgcn_workitem_id_x()] += b; }\n";
+const KERNEL: &str =
+    "__kernel void add(__global int* a, int b) { a[__builtin_amdgcn_workitem_id_x()] += b; }\n";
 
 /// `co` with its last loadable segment (by address) declaring `memsz` bytes of memory: a
 /// file of a few KiB that asks for a huge zero-filled segment.
@@ -123,7 +124,9 @@ fn others_are_served_while_a_big_image_loads() {
     };
     // The other client is being served before the loads start and after they end.
     let until = |n: u32| {
-        assert!(common::eventually(Duration::from_secs(20), || served.load(Ordering::Relaxed) >= n));
+        assert!(common::eventually(Duration::from_secs(20), || served
+            .load(Ordering::Relaxed)
+            >= n));
     };
     until(5);
     let mut loads = Vec::new();
@@ -153,12 +156,17 @@ fn others_are_served_while_a_big_image_loads() {
             Response::Entry(_)
         ));
         loader.call(Request::Unload { device: dev, image });
-        loader.call(Request::Free { device: dev, region });
+        loader.call(Request::Free {
+            device: dev,
+            region,
+        });
     }
     until(served.load(Ordering::Relaxed) + 5);
     stop.store(true, Ordering::Relaxed);
     let (worst, n) = watcher.join().unwrap();
-    eprintln!("5 loads of a 900 MiB image took {loads:?}; the other client's worst of {n} requests: {worst:?}");
+    eprintln!(
+        "5 loads of a 900 MiB image took {loads:?}; the other client's worst of {n} requests: {worst:?}"
+    );
     assert!(
         worst < Duration::from_millis(200),
         "another client waited {worst:?} while images loaded in {loads:?}"

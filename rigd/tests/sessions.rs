@@ -576,7 +576,11 @@ fn connections_are_capped() {
     match rig_proto::Connection::connect(&d.socket, "c") {
         Err(rig_proto::Error::Refused(e)) => {
             assert_eq!(e.code, ErrorCode::Quota);
-            assert!(e.message.contains("daemon.max_connections"), "{}", e.message);
+            assert!(
+                e.message.contains("daemon.max_connections"),
+                "{}",
+                e.message
+            );
         }
         Ok(_) => panic!("a third connection was served"),
         Err(e) => panic!("a third connection got {e}"),

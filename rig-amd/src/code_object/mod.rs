@@ -595,9 +595,10 @@ impl CodeObject {
                         s_scale - 1,
                     ),
                     // B is load address - base.
-                    RelocKind::Relative64 => {
-                        (0u64.wrapping_sub(self.base).wrapping_add_signed(r.addend), 1)
-                    }
+                    RelocKind::Relative64 => (
+                        0u64.wrapping_sub(self.base).wrapping_add_signed(r.addend),
+                        1,
+                    ),
                 };
                 let piece = piece_of(r.offset);
                 Word {
