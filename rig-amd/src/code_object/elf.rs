@@ -185,10 +185,11 @@ fn segments(
         .unwrap_or(0)
         .div_ceil(PAGE)
         .saturating_mul(PAGE);
-    if span > max_image.min(MAX_IMAGE) {
+    // Past MAX_IMAGE a span is malformed (the loop below says which segment), not large.
+    if span > max_image && span <= MAX_IMAGE {
         return Err(CodeObjectError::TooLarge {
             bytes: span,
-            limit: max_image.min(MAX_IMAGE),
+            limit: max_image,
         });
     }
     let mut end = base;
