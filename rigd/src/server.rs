@@ -446,4 +446,26 @@ mod tests {
             "{msg}"
         );
     }
+
+    #[test]
+    fn the_embedded_configuration_states_the_defaults() {
+        use crate::config::{Config, Images};
+        let c = Config::embedded();
+        let d = Connections::default();
+        let e = c.connections;
+        assert_eq!(
+            (e.per_uid, e.backlog, e.hello_ms, e.frame_ms, e.idle_ms),
+            (d.per_uid, d.backlog, d.hello_ms, d.frame_ms, d.idle_ms)
+        );
+        assert_eq!(c.images.max_bytes, Images::default().max_bytes);
+        assert_eq!(c.daemon.max_connections, 1024);
+        let p = std::path::Path::new("t.toml");
+        for bad in [
+            "[connections]\nper_uid = 0\n",
+            "[connections]\nframe_ms = 0\n",
+            "[images]\nmax_bytes = 8589934592\n",
+        ] {
+            assert!(Config::parse(bad, p).is_err(), "{bad}");
+        }
+    }
 }
