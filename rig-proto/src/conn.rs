@@ -50,7 +50,17 @@ impl Connection {
             version: VERSION,
             program: program.to_owned(),
         };
-        frame::write_frame(stream.as_fd(), &frame::encode(&hello)?, &[])?;
+        match frame::write_frame(stream.as_fd(), &frame::encode(&hello)?, &[]) {
+            Ok(()) => {}
+            // rigd refuses some peers at accept, before their hello, and closes at once: its
+            // refusal may be waiting to be read even though the hello could not go.
+            Err(FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) => {}
+            Err(e) => return Err(e.into()),
+        }
         let mut reader = Reader::new();
         let Some(reply) = reader.read_blocking(stream.as_fd(), true)? else {
             return Err(Error::Closed);

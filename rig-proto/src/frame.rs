@@ -113,6 +113,12 @@ pub enum FrameError {
     /// A message did not encode (over the cap, for one).
     #[error("message cannot be encoded")]
     Encode(#[source] bincode::error::EncodeError),
+    /// The peer started a frame and did not finish it within the bound it is given.
+    #[error("the peer sent part of a frame and not the rest within {ms} ms")]
+    Stalled {
+        /// The bound, in milliseconds.
+        ms: u64,
+    },
     /// The socket failed.
     #[error("socket i/o failed")]
     Io(#[source] io::Error),

@@ -6,9 +6,14 @@
 //!
 //! Descriptors pass because every receive and send is a `recvmsg`/`sendmsg` on the raw
 //! socket inside tokio's readiness (`try_io`), not a plain read or write.
+//!
+//! A frame that started must finish within the connection's frame bound
+//! ([`ServerConnection::set_frame_timeout`]), so a peer that sends half a frame cannot hold
+//! its connection mid-frame for ever.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::UnixStream;
@@ -23,15 +28,53 @@ use crate::{Error, MAGIC, VERSION};
 pub struct ServerConnection {
     stream: UnixStream,
     reader: Reader,
+    /// How long a frame may take from the moment its first byte was seen.
+    frame_timeout: Option<Duration>,
+    /// When the current, incomplete frame was first seen (`None` at a frame boundary).
+    started: Option<tokio::time::Instant>,
 }
 
 impl ServerConnection {
-    /// Wraps an accepted stream.
+    /// Wraps an accepted stream. Frames may take any time until
+    /// [`set_frame_timeout`](Self::set_frame_timeout).
     pub fn new(stream: UnixStream) -> Self {
         ServerConnection {
             stream,
             reader: Reader::new(),
+            frame_timeout: None,
+            started: None,
         }
+    }
+
+    /// Bounds how long a frame may take from its first byte to its last: past it,
+    /// [`read_frame`](Self::read_frame) fails with [`FrameError::Stalled`].
+    pub fn set_frame_timeout(&mut self, timeout: Duration) {
+        self.frame_timeout = Some(timeout);
+    }
+
+    /// True if no byte of a next frame has arrived.
+    pub fn at_boundary(&self) -> bool {
+        self.reader.at_boundary()
+    }
+
+    /// Refuses the client at once without waiting: sends [`HelloReply::Refused`] if the
+    /// socket takes it whole now (an accepted socket's buffer is empty, so it does), and
+    /// never reads the hello. The caller then drops the connection; a client that wrote
+    /// its hello still reads the refusal.
+    pub fn refuse_now(&self, error: ErrorReply) -> Result<(), Error> {
+        let payload = frame::encode(&HelloReply::Refused {
+            daemon: VERSION,
+            error,
+        })?;
+        let mut out = Outgoing::new(&payload, 0)?;
+        let fd = self.stream.as_fd();
+        self.stream
+            .try_io(Interest::WRITABLE, || out.send_once(fd, &[], true))
+            .map_err(FrameError::Io)?;
+        if !out.done() {
+            return Err(FrameError::Io(io::Error::from(io::ErrorKind::WouldBlock)).into());
+        }
+        Ok(())
     }
 
     /// The stream, for its peer credentials (`peer_cred`).
@@ -46,10 +89,19 @@ impl ServerConnection {
     /// Cancel-safe: progress is kept in the connection, so a `select!` that drops this
     /// future loses no bytes and no descriptors.
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, FrameError> {
-        let Self { stream, reader } = self;
+        let Self {
+            stream,
+            reader,
+            frame_timeout,
+            started,
+        } = self;
         loop {
-            if let Some(frame) = reader.take()? {
-                return Ok(Some(frame));
+            match reader.take() {
+                Ok(None) => {}
+                taken => {
+                    *started = None;
+                    return taken;
+                }
             }
             // Receive first and wait for readiness only when nothing is there: a client
             // that sends its next request right after an answer costs one `recvmsg`.
@@ -59,7 +111,18 @@ impl ServerConnection {
             }) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    stream.readable().await.map_err(FrameError::Io)?;
+                    match frame_timeout.filter(|_| !reader.at_boundary()) {
+                        Some(bound) => {
+                            let since = *started.get_or_insert_with(tokio::time::Instant::now);
+                            tokio::time::timeout_at(since + bound, stream.readable())
+                                .await
+                                .map_err(|_| FrameError::Stalled {
+                                    ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                                })?
+                                .map_err(FrameError::Io)?;
+                        }
+                        None => stream.readable().await.map_err(FrameError::Io)?,
+                    }
                     continue;
                 }
                 Err(e) => return Err(FrameError::Io(e)),
@@ -223,4 +286,56 @@ impl ServerConnection {
 /// The answer to a request that failed to arrive whole or well-formed.
 pub fn reply_for(error: &FrameError) -> Response {
     Response::Error(ErrorReply::new(ErrorCode::BadRequest, error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Instant;
+
+    fn pair(timeout: Duration) -> (ServerConnection, std::os::unix::net::UnixStream) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let mut c = ServerConnection::new(UnixStream::from_std(a).unwrap());
+        c.set_frame_timeout(timeout);
+        (c, b)
+    }
+
+    #[tokio::test]
+    async fn a_frame_that_started_must_finish_within_the_bound() {
+        let bound = Duration::from_millis(150);
+        let (mut c, mut peer) = pair(bound);
+        // Silence between frames is not bounded here.
+        let quiet = tokio::time::timeout(Duration::from_millis(400), c.read_frame()).await;
+        assert!(quiet.is_err() && c.at_boundary());
+        // A frame in two parts within the bound arrives.
+        let payload = frame::encode(&Request::ListGpus).unwrap();
+        let header = frame::Header {
+            len: payload.len(),
+            fds: 0,
+        }
+        .encode()
+        .unwrap();
+        peer.write_all(&header[..5]).unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            peer.write_all(&header[5..]).unwrap();
+            peer.write_all(&payload).unwrap();
+            peer
+        });
+        assert!(c.read_frame().await.unwrap().is_some());
+        let mut peer = writer.join().unwrap();
+        // Half a frame is cut off once the bound passed since its first byte.
+        peer.write_all(&[64, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]).unwrap();
+        let t = Instant::now();
+        let r = c.read_frame().await;
+        assert!(matches!(r, Err(FrameError::Stalled { ms: 150 })), "{r:?}");
+        assert!(r.unwrap_err().is_fatal());
+        assert!(
+            t.elapsed() >= Duration::from_millis(140),
+            "{:?}",
+            t.elapsed()
+        );
+    }
 }

@@ -63,6 +63,12 @@ pub struct Config {
     /// Simulated GPUs to serve.
     #[serde(default)]
     pub sim: Vec<SimGpuConfig>,
+    /// Connection slots and timeouts.
+    #[serde(default)]
+    pub connections: Connections,
+    /// Code objects.
+    #[serde(default)]
+    pub images: Images,
     /// Where the configuration came from (`None`: the embedded default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -78,7 +84,7 @@ pub struct Daemon {
     pub group: Option<String>,
     /// The socket's permission bits.
     pub mode: u32,
-    /// The most connections served at once.
+    /// The most connections served at once, over all users (each costs rigd a descriptor).
     pub max_connections: usize,
     /// The default log filter.
     pub log: String,
@@ -90,7 +96,7 @@ impl Default for Daemon {
             socket: PathBuf::from(DEFAULT_SOCKET),
             group: None,
             mode: 0o660,
-            max_connections: 256,
+            max_connections: 1024,
             log: "info".into(),
         }
     }
@@ -265,11 +271,13 @@ impl Config {
                 return Err(invalid("sim.hang_ms must be at least 1".into()));
             }
         }
+        self.connections.validate().map_err(invalid)?;
+        self.images.validate().map_err(invalid)?;
         Ok(())
     }
 }
 
-/// A connecting peer's identity, from `SO_PEERCRED` and `/proc`.
+/// A connecting peer's identity, from `SO_PEERCRED` and `SO_PEERGROUPS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// Process id.
@@ -278,7 +286,7 @@ pub struct Peer {
     pub uid: u32,
     /// Primary group id.
     pub gid: u32,
-    /// Supplementary groups, where `/proc/<pid>/status` could be read.
+    /// Supplementary groups, as recorded by the kernel when the peer connected.
     pub groups: Vec<u32>,
 }
 
@@ -349,6 +357,81 @@ pub fn resolve_group(g: &str) -> Option<u32> {
             .flatten()
             .map(|g| g.gid.as_raw())
     })
+}
+
+/// `[connections]`: how many connections one user may hold and how long a connection may
+/// take to say hello, to finish a frame it started, or to sit idle holding nothing.
+/// `daemon.max_connections` is the cap over all users, which keeps rigd's descriptors
+/// bounded.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Connections {
+    /// The most connections one uid may hold at once (root and rigd's own user included).
+    pub per_uid: usize,
+    /// Connections the kernel queues for rigd to accept (the `listen(2)` backlog): under a
+    /// storm of connects, a client waits behind at most this many.
+    pub backlog: u32,
+    /// Milliseconds a new connection has to send its whole hello.
+    pub hello_ms: u64,
+    /// Milliseconds a frame may take from its first byte to its last, and an answer to be
+    /// taken by the client.
+    pub frame_ms: u64,
+    /// Milliseconds a connection that holds no device may go without a request before it is
+    /// closed; 0 never closes one. A connection holding a device is never closed for
+    /// silence: its work goes through shared memory, not the socket.
+    pub idle_ms: u64,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            per_uid: 64,
+            backlog: 128,
+            hello_ms: 5000,
+            frame_ms: 10_000,
+            idle_ms: 300_000,
+        }
+    }
+}
+
+impl Connections {
+    fn validate(&self) -> Result<(), String> {
+        if self.per_uid == 0 || self.backlog == 0 {
+            return Err("connections.per_uid and connections.backlog must be at least 1".into());
+        }
+        if self.hello_ms == 0 || self.frame_ms == 0 {
+            return Err("connections.hello_ms and connections.frame_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// `[images]`: code objects clients load.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Images {
+    /// The most bytes of GPU memory one image may take once loaded (the span of its
+    /// loadable segments), checked from its program headers before anything is allocated.
+    pub max_bytes: u64,
+}
+
+impl Default for Images {
+    fn default() -> Self {
+        Self { max_bytes: 1 << 30 }
+    }
+}
+
+impl Images {
+    fn validate(&self) -> Result<(), String> {
+        let most = rig_amd::code_object::MAX_IMAGE;
+        if !(4096..=most).contains(&self.max_bytes) {
+            return Err(format!(
+                "images.max_bytes {} must lie between 4096 and {most} (4 GiB)",
+                self.max_bytes
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

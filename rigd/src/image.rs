@@ -5,8 +5,17 @@
 //! owns what rigd does with the result: where the image lies, the device's scratch, and
 //! the seed's refusals (not a code object, another processor, too much LDS, a runtime
 //! service's hidden argument, a dispatch-packet read on a GPU of one die).
+//!
+//! Loading is split in two so that the state's lock is held only for what needs it:
+//! [`Prepared::new`] parses, bounds (`images.max_bytes`, from the program headers before
+//! anything is allocated) and builds the image's pieces, in the connection's task before
+//! the lock; [`State::place_image`] allocates, writes the relocations for the address it
+//! got and uploads the pieces, under it. Only the file's bytes are uploaded: the rest of
+//! the image (a segment's zero-filled memory) is the allocation's own, which every path
+//! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment
+//! costs rigd neither memory nor time beyond the allocation charged to the client.
 
-use rig_amd::code_object::{CodeObject, Hidden};
+use rig_amd::code_object::{CodeObject, CodeObjectError, Hidden, Pieces, PlaceError};
 use rig_proto::messages::{
     Axis, Descriptor, DeviceId, Entry, ErrorCode, ErrorReply, HiddenArg, HiddenValue, ImageId,
     MemoryKind, RegionId, Response, Scratch, Shortage,
@@ -25,6 +34,53 @@ pub struct Image {
     pub address: u64,
     /// The parsed code object, for entries.
     pub code: CodeObject,
+}
+
+/// Why an image was refused before anything was allocated for it.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Its loadable segments span more than `images.max_bytes`.
+    #[error(
+        "the image takes {bytes} bytes of GPU memory once loaded, more than rigd's images.max_bytes ({limit}); make its segments smaller (large arrays belong in buffers) or ask the administrator to raise images.max_bytes"
+    )]
+    TooLarge {
+        /// The span of its loadable segments, in whole pages.
+        bytes: u64,
+        /// `images.max_bytes`.
+        limit: u64,
+    },
+    /// It is not a code object rig loads.
+    #[error("{0}")]
+    CodeObject(#[source] CodeObjectError),
+    /// Its image cannot be built (a relocation names an undefined symbol).
+    #[error("{0}")]
+    Place(#[source] PlaceError),
+}
+
+impl ImageError {
+    fn response(&self) -> Response {
+        refused(ErrorCode::ImageRefused, self.to_string())
+    }
+}
+
+/// A code object parsed and its image's pieces built, ready to be placed on a device.
+#[derive(Debug)]
+pub struct Prepared {
+    code: CodeObject,
+    pieces: Pieces,
+}
+
+impl Prepared {
+    /// Parses `elf`, refusing an image larger than `max_bytes` from its program headers,
+    /// and builds its pieces. The costly half of a load, run before the state's lock.
+    pub fn new(elf: &[u8], max_bytes: u64) -> Result<Self, ImageError> {
+        let code = CodeObject::parse_within(elf, max_bytes).map_err(|e| match e {
+            CodeObjectError::TooLarge { bytes, limit } => ImageError::TooLarge { bytes, limit },
+            e => ImageError::CodeObject(e),
+        })?;
+        let pieces = code.pieces().map_err(ImageError::Place)?;
+        Ok(Self { code, pieces })
+    }
 }
 
 fn refused(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -59,15 +115,40 @@ fn wave_scratch(private: u32, wave64: bool) -> u64 {
 }
 
 impl State {
-    /// `LoadImage`.
+    /// `LoadImage`, parsing under the lock: for callers of [`crate::state::Handler`]
+    /// without a task of their own. The server prepares first ([`Prepared::new`]) and
+    /// calls [`place_image`](Self::place_image).
     pub(crate) fn load_image(&mut self, client: ClientId, id: DeviceId, elf: &[u8]) -> Response {
+        let prepared = Prepared::new(elf, self.max_image_bytes);
+        self.place_image(client, id, prepared)
+    }
+
+    /// The half of `LoadImage` under the lock: checks the code object against the device's
+    /// GPU and the client's quota, allocates its memory, writes its relocations for that
+    /// address and uploads its pieces.
+    pub fn place_image(
+        &mut self,
+        client: ClientId,
+        id: DeviceId,
+        prepared: Result<Prepared, ImageError>,
+    ) -> Response {
         let gpu = match self.live_device(client, id) {
             Ok(d) => d.desc.gpu.clone(),
             Err(e) => return e,
         };
-        let code = match CodeObject::parse(elf) {
-            Ok(c) => c,
-            Err(e) => return refused(ErrorCode::ImageRefused, e.to_string()),
+        let Prepared { code, pieces } = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                if let ImageError::TooLarge { bytes, limit } = e {
+                    tracing::info!(
+                        client = client.0,
+                        bytes,
+                        limit,
+                        "image refused: larger than images.max_bytes"
+                    );
+                }
+                return e.response();
+            }
         };
         if let Err(e) = code.check(&gpu) {
             return refused(ErrorCode::ImageRefused, e.to_string());
@@ -100,16 +181,19 @@ impl State {
             }
             Err(Refusal::Full(r) | Refusal::Refused(r)) => return refused(ErrorCode::Fault, r),
         };
-        let placed = match code.placed(memory.address) {
+        let placed = match pieces.place(memory.address) {
             Ok(p) => p,
             Err(e) => {
                 d.path.free(memory);
                 return refused(ErrorCode::ImageRefused, e.to_string());
             }
         };
-        if let Err(f) = d.path.upload(&memory, 0, &placed) {
-            d.path.free(memory);
-            return refused(ErrorCode::Fault, format!("placing the image failed: {f}"));
+        // The allocation is zeroed (a Path's promise): only the pieces need writing.
+        for p in &placed {
+            if let Err(f) = d.path.upload(&memory, p.offset, &p.bytes) {
+                d.path.free(memory);
+                return refused(ErrorCode::Fault, format!("placing the image failed: {f}"));
+            }
         }
         let address = memory.address;
         let kernels = code.kernels().iter().map(|k| k.name().to_owned()).collect();

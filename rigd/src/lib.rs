@@ -18,7 +18,9 @@
 //! - **Isolation.** Each device has its own GPU address space; a fault or hang loses that
 //!   device alone ([`device::Device::lose`]) and every other client goes on.
 //! - **Privilege boundary.** The socket is mode 0660 with a configured group, and each
-//!   peer's `SO_PEERCRED` is checked against `[access]` ([`config::AccessRule`]).
+//!   peer's `SO_PEERCRED` and `SO_PEERGROUPS` are checked against `[access]`
+//!   ([`config::AccessRule`]) at accept, before anything is read from it; connections are
+//!   capped per user and in all, and bounded in time ([`server`]).
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
 //!   [`state::Budget`]); memory given back is reused only once no work that may touch it
@@ -89,7 +91,8 @@ impl Daemon {
             .group
             .as_deref()
             .and_then(config::resolve_group);
-        let st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
+        let mut st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
+        st.max_image_bytes = config.images.max_bytes;
         let shared: state::Shared = Arc::new(std::sync::Mutex::new(st));
         let watch = state::spawn_watch(shared.clone(), rx);
         let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
@@ -100,6 +103,8 @@ impl Daemon {
                 state: shared,
                 access: Arc::new(access),
                 max_connections: config.daemon.max_connections,
+                connections: config.connections,
+                max_image_bytes: config.images.max_bytes,
             },
             gpus: n,
         })

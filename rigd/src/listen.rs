@@ -2,7 +2,9 @@
 //!
 //! rigd refuses to start while another rigd answers on the socket: it connects first and
 //! removes a socket file only when nothing answers (a stale file left by a crash). It never
-//! removes a path that is not a socket. This module does not serve connections.
+//! removes a path that is not a socket. It also reads an accepted connection's
+//! supplementary groups from the socket itself ([`peer_groups`]). This module does not serve
+//! connections.
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -151,6 +153,53 @@ pub fn from_systemd() -> Option<std::os::unix::net::UnixListener> {
     Some(listener)
 }
 
+/// Sets how many connections may wait in the kernel's queue for rigd to accept them
+/// (`listen(2)` again on the listening socket, which Linux allows). rigd accepts at once,
+/// so the queue only fills under a storm of connects; the shorter it is, the sooner a
+/// client that connects behind a storm is reached (each queued connection costs the accept
+/// loop some microseconds). A client past it waits in `connect(2)`, in turn.
+pub fn set_backlog(listener: &tokio::net::UnixListener, backlog: u32) -> io::Result<()> {
+    let n = i32::try_from(backlog).unwrap_or(i32::MAX);
+    let backlog = nix::sys::socket::Backlog::new(n).map_err(io::Error::from)?;
+    nix::sys::socket::listen(listener, backlog).map_err(io::Error::from)
+}
+
+/// The supplementary groups of the process that connected `socket`, as the kernel recorded
+/// them at `connect(2)` (`SO_PEERGROUPS`, Linux 4.13), like `SO_PEERCRED`'s uid and gid. Not
+/// read from `/proc/<pid>`: the pid may since belong to another process.
+pub fn peer_groups(socket: std::os::fd::BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = libc::socklen_t::try_from(groups.len() * size_of::<libc::gid_t>())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `groups` is a live buffer of `len` bytes that the kernel fills with gid_t
+        // values (plain integers) and `len` a valid socklen_t it updates; `socket` is a
+        // descriptor borrowed for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        // ERANGE: the buffer was short; `len` says how much is needed.
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +241,22 @@ mod tests {
             bind(&p, Some("no-such-group-rig"), 0o660),
             Err(ListenError::NoGroup(_))
         ));
+    }
+
+    #[test]
+    fn peer_groups_are_the_connecting_process_groups() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        use std::os::fd::AsFd;
+        let mut got = peer_groups(a.as_fd()).unwrap();
+        let mut want: Vec<u32> = nix::unistd::getgroups()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_raw())
+            .collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        want.dedup();
+        got.dedup();
+        assert_eq!(got, want);
     }
 }

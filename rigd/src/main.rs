@@ -116,6 +116,9 @@ async fn serve(cli: Cli, config: Config) -> Exit {
             }
         }
     };
+    if let Err(e) = rigd::listen::set_backlog(&listener, config.connections.backlog) {
+        tracing::warn!(error = %e, "cannot set the socket's backlog; keeping the kernel's");
+    }
     let daemon = match rigd::Daemon::start(&config, &cli.sysfs) {
         Ok(d) => d,
         Err(e) => {

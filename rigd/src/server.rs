@@ -1,28 +1,72 @@
-//! The control server: accepting connections, the handshake, peer credentials, and passing
-//! each request to the state owner.
+//! The control server: accepting connections, who may connect and how many, the handshake,
+//! and passing each request to the state owner.
 //!
-//! One tokio task per connection reads a request, runs it through the state's
-//! [`Handler`] under its lock ([`crate::state`]) and sends the answer back, one request at
-//! a time (a connection's work is bounded by that, and by the frame cap
-//! rig-proto enforces before it allocates). A `Semaphore` caps connections. Shutdown
-//! follows mini-redis: a broadcast tells every handler to stop, and each handler holds an
-//! `mpsc::Sender` clone, so the server knows all are done when the receiver sees none left.
+//! The accept loop never waits for a connection: at accept it reads the peer's credentials
+//! from the socket (`SO_PEERCRED`, `SO_PEERGROUPS`), refuses at once a peer `[access]` does
+//! not allow, and gives every other one a slot ([`Slots`]): at most `connections.per_uid`
+//! per user, so one user cannot take another's, and `daemon.max_connections` in all, which
+//! bounds rigd's descriptors. A peer over either cap is refused at once, with the limit
+//! named. A refused peer is answered without its hello being read and holds nothing; such
+//! refusals are logged at most once a second for each reason, with a count of the rest.
+//!
+//! One tokio task per connection then reads the hello (within `connections.hello_ms`),
+//! reads a request, runs it through the state's [`Handler`] under its lock
+//! ([`crate::state`]) and sends the answer back, one request at a time. A frame that started
+//! must arrive whole within `connections.frame_ms` and an answer be taken by the client
+//! within the same bound; a connection holding no device that sends no request for
+//! `connections.idle_ms` is closed (one holding a device never is: its work goes through
+//! shared memory). `LoadImage` is parsed in the task, off the lock, and only placed under
+//! it ([`crate::image`]).
+//!
+//! Shutdown follows mini-redis: a broadcast tells every handler to stop, and each handler
+//! holds an `mpsc::Sender` clone, so the server knows all are done when the receiver sees
+//! none left.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rig_proto::messages::{ErrorCode, ErrorReply};
+use rig_proto::frame::FrameError;
+use rig_proto::messages::{ErrorCode, ErrorReply, Request, Response};
 use rig_proto::{ServerConnection, reply_for};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, broadcast, mpsc as tmpsc};
+use tokio::sync::{broadcast, mpsc as tmpsc};
 
-use crate::config::{AccessRule, Peer};
+use crate::config::{AccessRule, Connections, Peer};
+use crate::image::Prepared;
 use crate::state::{ClientId, Handler, Shared, lock};
 
-/// How long a new connection has to say hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Refusals at accept are logged at most once a second for each reason, with how many
+/// were not: a storm of refused connections must not become a storm of log lines.
+#[derive(Debug, Default)]
+struct Refusals {
+    /// For each reason: when it was last logged, and refusals since.
+    by_reason: Mutex<HashMap<&'static str, (std::time::Instant, u64)>>,
+}
+
+impl Refusals {
+    /// `Some(n)` if this refusal should be logged, `n` being those not logged before it.
+    fn note(&self, reason: &'static str) -> Option<u64> {
+        let now = std::time::Instant::now();
+        let mut m = self.by_reason.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(reason) {
+            Some((last, quiet)) if now.duration_since(*last) < Duration::from_secs(1) => {
+                *quiet += 1;
+                None
+            }
+            Some((last, quiet)) => {
+                *last = now;
+                Some(std::mem::take(quiet))
+            }
+            None => {
+                m.insert(reason, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
 
 /// What the server needs besides the listener.
 #[derive(Debug, Clone)]
@@ -31,53 +75,137 @@ pub struct Server {
     pub state: Shared,
     /// Who may connect.
     pub access: Arc<AccessRule>,
-    /// The most connections served at once.
+    /// The most connections served at once, over all users (`daemon.max_connections`).
     pub max_connections: usize,
+    /// Per-user cap and timeouts (`[connections]`).
+    pub connections: Connections,
+    /// The most bytes an image may take once loaded (`images.max_bytes`).
+    pub max_image_bytes: u64,
 }
 
-/// Reads a peer's credentials: `SO_PEERCRED` and its supplementary groups from `/proc`.
+/// Reads a peer's credentials from the socket: `SO_PEERCRED` and `SO_PEERGROUPS`, both as
+/// the kernel recorded them when the peer connected.
 pub fn peer_of(stream: &UnixStream) -> std::io::Result<Peer> {
     let cred = stream.peer_cred()?;
-    let pid = cred.pid().unwrap_or(0);
     Ok(Peer {
-        pid,
+        pid: cred.pid().unwrap_or(0),
         uid: cred.uid(),
         gid: cred.gid(),
-        groups: supplementary_groups(pid),
+        groups: crate::listen::peer_groups(stream.as_fd())?,
     })
 }
 
-fn supplementary_groups(pid: i32) -> Vec<u32> {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
+/// Why a connection got no slot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotError {
+    /// Every slot is taken.
+    #[error(
+        "rigd serves {max} connections, the most its daemon.max_connections allows; try again later, or ask the administrator to raise daemon.max_connections"
+    )]
+    Full {
+        /// `daemon.max_connections`.
+        max: usize,
+    },
+    /// The user holds its share.
+    #[error(
+        "user {uid} holds {max} connections to rigd, the most its connections.per_uid allows; close some (each rig-client Rig and rigctl holds one) or ask the administrator to raise connections.per_uid"
+    )]
+    PerUid {
+        /// The user.
+        uid: u32,
+        /// `connections.per_uid`.
+        max: usize,
+    },
+}
+
+/// The connection slots: how many each user holds and how many all hold.
+#[derive(Debug)]
+pub struct Slots {
+    max_total: usize,
+    max_per_uid: usize,
+    /// Slots held in all, and by each user holding any.
+    held: Mutex<(usize, HashMap<u32, usize>)>,
+}
+
+/// A connection's slot, given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    slots: Arc<Slots>,
+    uid: u32,
+}
+
+impl Slots {
+    /// At most `max_total` slots, `max_per_uid` of them for any one user.
+    pub fn new(max_total: usize, max_per_uid: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max_total,
+            max_per_uid,
+            held: Mutex::new((0, HashMap::new())),
         })
-        .unwrap_or_default()
+    }
+
+    /// A slot for `uid`, if it and everyone together are under their caps.
+    pub fn take(self: &Arc<Self>, uid: u32) -> Result<Slot, SlotError> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, by_uid) = &mut *held;
+        let mine = by_uid.entry(uid).or_insert(0);
+        if *mine >= self.max_per_uid {
+            return Err(SlotError::PerUid {
+                uid,
+                max: self.max_per_uid,
+            });
+        }
+        if *total >= self.max_total {
+            if *mine == 0 {
+                by_uid.remove(&uid);
+            }
+            return Err(SlotError::Full {
+                max: self.max_total,
+            });
+        }
+        *mine += 1;
+        *total += 1;
+        Ok(Slot {
+            slots: self.clone(),
+            uid,
+        })
+    }
+
+    /// Slots held by `uid`.
+    pub fn held_by(&self, uid: u32) -> usize {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.1.get(&uid).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, by_uid) = &mut *held;
+        *total -= 1;
+        if let Some(n) = by_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                by_uid.remove(&self.uid);
+            }
+        }
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
 impl Server {
     /// Serves `listener` until `shutdown` completes, then stops taking connections, tells
     /// every handler to finish and waits for them.
     pub async fn run(self, listener: UnixListener, shutdown: impl Future<Output = ()>) {
-        let limit = Arc::new(Semaphore::new(self.max_connections));
+        let slots = Slots::new(self.max_connections, self.connections.per_uid);
+        let refusals = Refusals::default();
         let (notify, _) = broadcast::channel::<()>(1);
         let (done_tx, mut done_rx) = tmpsc::channel::<()>(1);
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                p = limit.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                () = &mut shutdown => break,
-            };
             let stream = tokio::select! {
                 r = listener.accept() => match r {
                     Ok((s, _)) => s,
@@ -90,12 +218,15 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
+            let Some((stream, peer, slot)) = self.admit(stream, &slots, &refusals) else {
+                continue;
+            };
             let server = self.clone();
             let mut stop = notify.subscribe();
             let done = done_tx.clone();
             tokio::spawn(async move {
-                server.connection(stream, &mut stop).await;
-                drop(permit);
+                server.connection(stream, peer, &mut stop).await;
+                drop(slot);
                 drop(done);
             });
         }
@@ -105,17 +236,61 @@ impl Server {
         let _ = done_rx.recv().await;
     }
 
-    async fn connection(&self, stream: UnixStream, stop: &mut broadcast::Receiver<()>) {
+    /// Decides at accept, without reading anything from the peer, whether it is served: its
+    /// credentials against `[access]`, then a slot. A peer refused is answered at once and
+    /// dropped.
+    fn admit(
+        &self,
+        stream: UnixStream,
+        slots: &Arc<Slots>,
+        refusals: &Refusals,
+    ) -> Option<(UnixStream, Peer, Slot)> {
         let peer = match peer_of(&stream) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a peer's credentials; dropping it");
-                return;
+                return None;
             }
         };
+        let refusal = if !self.access.allows(&peer) {
+            if let Some(unlogged) = refusals.note("access") {
+                tracing::warn!(
+                    pid = peer.pid,
+                    uid = peer.uid,
+                    gid = peer.gid,
+                    unlogged,
+                    "peer not allowed by [access]; refused"
+                );
+            }
+            ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "user {} may not use rigd; ask the administrator to add it to rigd's group or [access] users",
+                    peer.uid
+                ),
+            )
+        } else {
+            match slots.take(peer.uid) {
+                Ok(slot) => return Some((stream, peer, slot)),
+                Err(e) => {
+                    if let Some(unlogged) = refusals.note("slots") {
+                        tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
+                    }
+                    ErrorReply::new(ErrorCode::Quota, e.to_string())
+                }
+            }
+        };
+        // Best effort: a peer whose buffer cannot take the answer now is just closed.
+        let _ = ServerConnection::new(stream).refuse_now(refusal);
+        None
+    }
+
+    async fn connection(&self, stream: UnixStream, peer: Peer, stop: &mut broadcast::Receiver<()>) {
+        let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
+        conn.set_frame_timeout(ms(limits.frame_ms));
         let hello = tokio::select! {
-            h = tokio::time::timeout(HELLO_TIMEOUT, conn.read_hello()) => h,
+            h = tokio::time::timeout(ms(limits.hello_ms), conn.read_hello()) => h,
             _ = stop.recv() => return,
         };
         let hello = match hello {
@@ -129,24 +304,12 @@ impl Server {
                 tracing::info!(
                     pid = peer.pid,
                     uid = peer.uid,
-                    "no hello within 5 s; dropping the connection"
+                    hello_ms = limits.hello_ms,
+                    "no hello within connections.hello_ms; dropping the connection"
                 );
                 return;
             }
         };
-        if !self.access.allows(&peer) {
-            tracing::warn!(pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %hello.program, "peer not allowed by [access]; refused");
-            let _ = conn
-                .refuse(ErrorReply::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "user {} may not use rigd; ask the administrator to add it to rigd's group or [access] users",
-                        peer.uid
-                    ),
-                ))
-                .await;
-            return;
-        }
         if conn.welcome(DAEMON_NAME, std::process::id()).await.is_err() {
             return;
         }
@@ -163,14 +326,39 @@ impl Server {
         conn: &mut ServerConnection,
         stop: &mut broadcast::Receiver<()>,
     ) {
+        let limits = self.connections;
+        // Devices this connection opened and has not closed: with none it holds nothing,
+        // and may be closed for silence.
+        let mut devices: usize = 0;
         loop {
+            let idle = devices == 0 && limits.idle_ms > 0;
             let next = tokio::select! {
                 r = conn.read_request() => r,
+                () = tokio::time::sleep(ms(limits.idle_ms)), if idle => {
+                    if conn.at_boundary() {
+                        tracing::info!(
+                            client = client.0,
+                            idle_ms = limits.idle_ms,
+                            "closing a connection that holds no device and sent nothing for connections.idle_ms"
+                        );
+                        return;
+                    }
+                    // A frame is arriving: its own bound (frame_ms) applies.
+                    continue;
+                }
                 _ = stop.recv() => return,
             };
             let (request, fds) = match next {
                 Ok(Some(r)) => r,
                 Ok(None) => return,
+                Err(FrameError::Stalled { ms }) => {
+                    tracing::info!(
+                        client = client.0,
+                        frame_ms = ms,
+                        "a frame did not arrive whole within connections.frame_ms; closing the connection"
+                    );
+                    return;
+                }
                 Err(e) if !e.is_fatal() => {
                     tracing::debug!(client = client.0, error = %e, "malformed request");
                     if conn.send(&reply_for(&e), &[]).await.is_err() {
@@ -183,11 +371,50 @@ impl Server {
                     return;
                 }
             };
-            let (response, fds) = lock(&self.state).handle(client, request, fds);
+            let closing = matches!(request, Request::CloseDevice { .. });
+            let (response, fds) = match request {
+                Request::LoadImage {
+                    device,
+                    code_object,
+                } => {
+                    // Parsing and building the image is the costly half: off the lock, and
+                    // off the runtime's workers.
+                    let limit = self.max_image_bytes;
+                    let prepared =
+                        tokio::task::spawn_blocking(move || Prepared::new(&code_object, limit))
+                            .await;
+                    let Ok(prepared) = prepared else {
+                        tracing::error!(client = client.0, "preparing an image panicked");
+                        return;
+                    };
+                    let response = lock(&self.state).place_image(client, device, prepared);
+                    if let Response::Error(e) = &response {
+                        tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %e.message, "request refused");
+                    }
+                    (response, Vec::new())
+                }
+                request => lock(&self.state).handle(client, request, fds),
+            };
+            match &response {
+                Response::DeviceOpened(_) => devices += 1,
+                Response::Done if closing => devices = devices.saturating_sub(1),
+                _ => {}
+            }
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            if let Err(e) = conn.send(&response, &borrowed).await {
-                tracing::debug!(client = client.0, error = %e, "cannot send a reply");
-                return;
+            match tokio::time::timeout(ms(limits.frame_ms), conn.send(&response, &borrowed)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(client = client.0, error = %e, "cannot send a reply");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(
+                        client = client.0,
+                        frame_ms = limits.frame_ms,
+                        "the client did not take an answer within connections.frame_ms; closing the connection"
+                    );
+                    return;
+                }
             }
         }
     }
@@ -195,3 +422,50 @@ impl Server {
 
 /// The daemon's name in the handshake.
 pub const DAEMON_NAME: &str = concat!("rigd ", env!("CARGO_PKG_VERSION"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cap_each_user_and_everyone() {
+        let s = Slots::new(3, 2);
+        let a1 = s.take(1).unwrap();
+        let _a2 = s.take(1).unwrap();
+        assert_eq!(s.take(1).unwrap_err(), SlotError::PerUid { uid: 1, max: 2 });
+        let b1 = s.take(2).unwrap();
+        assert_eq!(s.take(3).unwrap_err(), SlotError::Full { max: 3 });
+        assert_eq!(s.held_by(3), 0);
+        drop(a1);
+        let _c = s.take(3).unwrap();
+        drop(b1);
+        assert_eq!((s.held_by(1), s.held_by(2), s.held_by(3)), (1, 0, 1));
+        let msg = SlotError::PerUid { uid: 7, max: 64 }.to_string();
+        assert!(
+            msg.contains("connections.per_uid") && msg.contains("64"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_embedded_configuration_states_the_defaults() {
+        use crate::config::{Config, Images};
+        let c = Config::embedded();
+        let d = Connections::default();
+        let e = c.connections;
+        assert_eq!(
+            (e.per_uid, e.backlog, e.hello_ms, e.frame_ms, e.idle_ms),
+            (d.per_uid, d.backlog, d.hello_ms, d.frame_ms, d.idle_ms)
+        );
+        assert_eq!(c.images.max_bytes, Images::default().max_bytes);
+        assert_eq!(c.daemon.max_connections, 1024);
+        let p = std::path::Path::new("t.toml");
+        for bad in [
+            "[connections]\nper_uid = 0\n",
+            "[connections]\nframe_ms = 0\n",
+            "[images]\nmax_bytes = 8589934592\n",
+        ] {
+            assert!(Config::parse(bad, p).is_err(), "{bad}");
+        }
+    }
+}

@@ -153,6 +153,8 @@ pub struct State {
     next_object: u64,
     /// Where paths report faults, so they reach the watch thread as messages.
     faults: mpsc::Sender<Msg>,
+    /// `images.max_bytes`, for `LoadImage` through [`Handler`] (the server checks it itself).
+    pub(crate) max_image_bytes: u64,
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -202,6 +204,7 @@ impl State {
             next_device: 1,
             next_object: 1,
             faults,
+            max_image_bytes: crate::config::Images::default().max_bytes,
         }
     }
 

@@ -572,28 +572,24 @@ fn connections_are_capped() {
     let d = Rigd::start(&format!("[daemon]\nmax_connections = 2\n{SIM}"));
     let a = d.client("a");
     let _b = d.client("b");
-    // The third waits in the backlog: its hello is not answered while two are served.
-    let s = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let hello = Hello {
-        magic: rig_proto::MAGIC,
-        version: rig_proto::VERSION,
-        program: "c".into(),
-    };
-    frame::write_frame(s.as_fd(), &frame::encode(&hello).unwrap(), &[]).unwrap();
-    assert!(
-        frame::read_frame(s.as_fd()).is_err(),
-        "a third connection was served"
-    );
+    // The third is not served while two are: it is refused at once, the limit named.
+    match rig_proto::Connection::connect(&d.socket, "c") {
+        Err(rig_proto::Error::Refused(e)) => {
+            assert_eq!(e.code, ErrorCode::Quota);
+            assert!(
+                e.message.contains("daemon.max_connections"),
+                "{}",
+                e.message
+            );
+        }
+        Ok(_) => panic!("a third connection was served"),
+        Err(e) => panic!("a third connection got {e}"),
+    }
     // Once one goes, it is.
     drop(a);
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let f = frame::read_frame(s.as_fd()).unwrap().unwrap();
-    assert!(matches!(
-        frame::decode::<HelloReply>(&f.payload).unwrap(),
-        HelloReply::Welcome(_)
-    ));
+    assert!(eventually(Duration::from_secs(10), || {
+        rig_proto::Connection::connect(&d.socket, "c").is_ok()
+    }));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use object::read::elf::{
     Sym as _, SymbolTable,
 };
 
-use super::Malformed;
+use super::{CodeObjectError, MAX_IMAGE, Malformed};
 
 /// `EM_AMDGPU`.
 pub(crate) const EM_AMDGPU: u16 = 224;
@@ -39,8 +39,6 @@ const R_AMDGPU_RELATIVE64: u32 = 13;
 
 /// The page the image is laid out in: segments start and the image ends on one.
 pub(crate) const PAGE: u64 = 4096;
-/// The largest image rig places (4 GiB): larger spans are taken for malformed.
-const MAX_IMAGE: u64 = 1 << 32;
 
 type Elf64 = FileHeader64<Le>;
 
@@ -109,42 +107,44 @@ fn elf_err(e: object::read::Error) -> Malformed {
 }
 
 /// Checks the identification and header fields, then reads segments and the metadata note.
-pub(crate) fn load(data: &[u8]) -> Result<Loaded<'_>, Malformed> {
+/// An image whose segments span more than `max_image` bytes is refused from the program
+/// headers alone, before anything is read or allocated for it.
+pub(crate) fn load(data: &[u8], max_image: u64) -> Result<Loaded<'_>, CodeObjectError> {
     if data.len() < 64 {
         if data.len() < 4 || data[..4] != elf::ELFMAG {
-            return Err(Malformed::NotElf);
+            return Err(Malformed::NotElf.into());
         }
-        return Err(Malformed::TooShort(data.len()));
+        return Err(Malformed::TooShort(data.len()).into());
     }
     // PANIC: the header's 64 bytes are there, so e_ident's indices are.
     if data[..4] != elf::ELFMAG {
-        return Err(Malformed::NotElf);
+        return Err(Malformed::NotElf.into());
     }
     if data[EI_CLASS] != elf::ELFCLASS64 {
-        return Err(Malformed::Not64);
+        return Err(Malformed::Not64.into());
     }
     if data[EI_DATA] != elf::ELFDATA2LSB {
-        return Err(Malformed::NotLittleEndian);
+        return Err(Malformed::NotLittleEndian.into());
     }
     let header = Elf64::parse(data).map_err(elf_err)?;
     let e = Le;
     if header.e_machine(e) != EM_AMDGPU {
-        return Err(Malformed::Machine(header.e_machine(e)));
+        return Err(Malformed::Machine(header.e_machine(e)).into());
     }
     if header.e_type(e) != elf::ET_DYN {
-        return Err(Malformed::Type(header.e_type(e)));
+        return Err(Malformed::Type(header.e_type(e)).into());
     }
     let osabi = data[EI_OSABI];
     if osabi != ELFOSABI_AMDGPU_HSA {
-        return Err(Malformed::OsAbi(osabi));
+        return Err(Malformed::OsAbi(osabi).into());
     }
     let abi_version = data[EI_ABIVERSION];
     if !(2..=4).contains(&abi_version) {
-        return Err(Malformed::Version(abi_version));
+        return Err(Malformed::Version(abi_version).into());
     }
     let phdrs = header.program_headers(e, data).map_err(elf_err)?;
+    let (base, image_size, alignment, segments) = segments(data, phdrs, max_image)?;
     let sections = header.sections(e, data).map_err(elf_err)?;
-    let (base, image_size, alignment, segments) = segments(data, phdrs)?;
     let metadata = metadata_note(data, phdrs, &sections)?;
     Ok(Loaded {
         e_flags: header.e_flags(e),
@@ -161,7 +161,11 @@ pub(crate) fn load(data: &[u8]) -> Result<Loaded<'_>, Malformed> {
 
 type Layout = (u64, u64, u64, Vec<Segment>);
 
-fn segments(data: &[u8], phdrs: &[ProgramHeader64<Le>]) -> Result<Layout, Malformed> {
+fn segments(
+    data: &[u8],
+    phdrs: &[ProgramHeader64<Le>],
+    max_image: u64,
+) -> Result<Layout, CodeObjectError> {
     let e = Le;
     let loads: Vec<_> = phdrs
         .iter()
@@ -173,6 +177,21 @@ fn segments(data: &[u8], phdrs: &[ProgramHeader64<Le>]) -> Result<Layout, Malfor
         .min()
         .ok_or(Malformed::NoLoad)?
         & !(PAGE - 1);
+    // The span first, from the headers alone: nothing is allocated for an image too large.
+    let span = loads
+        .iter()
+        .map(|p| p.p_vaddr(e).saturating_add(p.p_memsz(e)) - base)
+        .max()
+        .unwrap_or(0)
+        .div_ceil(PAGE)
+        .saturating_mul(PAGE);
+    // Past MAX_IMAGE a span is malformed (the loop below says which segment), not large.
+    if span > max_image && span <= MAX_IMAGE {
+        return Err(CodeObjectError::TooLarge {
+            bytes: span,
+            limit: max_image,
+        });
+    }
     let mut end = base;
     let mut alignment = PAGE;
     let mut out = Vec::with_capacity(loads.len());
@@ -180,7 +199,7 @@ fn segments(data: &[u8], phdrs: &[ProgramHeader64<Le>]) -> Result<Layout, Malfor
         let seg = |why: &str| Malformed::Segment(format!("loadable segment {i} {why}"));
         let (vaddr, mem_size, file_size) = (p.p_vaddr(e), p.p_memsz(e), p.p_filesz(e));
         if file_size > mem_size {
-            return Err(seg("has more file bytes than memory bytes"));
+            return Err(seg("has more file bytes than memory bytes").into());
         }
         let seg_end = vaddr
             .checked_add(mem_size)
@@ -189,7 +208,7 @@ fn segments(data: &[u8], phdrs: &[ProgramHeader64<Le>]) -> Result<Layout, Malfor
         let align = p.p_align(e);
         if align > 1 {
             if !align.is_power_of_two() || align > MAX_IMAGE {
-                return Err(seg("has an invalid alignment"));
+                return Err(seg("has an invalid alignment").into());
             }
             alignment = alignment.max(align);
         }
@@ -208,7 +227,7 @@ fn segments(data: &[u8], phdrs: &[ProgramHeader64<Le>]) -> Result<Layout, Malfor
         .windows(2)
         .any(|w| w[0].offset + w[0].mem_size > w[1].offset)
     {
-        return Err(Malformed::Segment("two loadable segments overlap".into()));
+        return Err(Malformed::Segment("two loadable segments overlap".into()).into());
     }
     let image_size = (end - base).div_ceil(PAGE) * PAGE;
     Ok((base, image_size, alignment, out))

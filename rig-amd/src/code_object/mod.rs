@@ -135,7 +135,20 @@ pub enum CodeObjectError {
     /// A relocation names a symbol the code object does not define.
     #[error("the code object needs symbol {0}, which it does not define and rig does not provide")]
     Undefined(String),
+    /// The loadable segments span more than the loader allows (read from the program
+    /// headers, before anything is allocated).
+    #[error("the image takes {bytes} bytes once loaded, more than the {limit}-byte limit")]
+    TooLarge {
+        /// The span of its loadable segments.
+        bytes: u64,
+        /// The limit given to [`CodeObject::parse_within`].
+        limit: u64,
+    },
 }
+
+/// The largest image rig places (4 GiB), whatever limit [`CodeObject::parse_within`] is
+/// given.
+pub const MAX_IMAGE: u64 = 1 << 32;
 
 /// Why [`CodeObject::place`] could not place the image.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -338,13 +351,22 @@ pub struct CodeObject {
 const TRIPLE: &str = "amdgcn-amd-amdhsa--";
 
 impl CodeObject {
-    /// Parses a code object, or says why the bytes are not one.
+    /// Parses a code object, or says why the bytes are not one. Its image may take up to
+    /// [`MAX_IMAGE`] bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, CodeObjectError> {
-        Ok(Self::parse_inner(bytes)?)
+        Self::parse_within(bytes, MAX_IMAGE)
     }
 
-    fn parse_inner(bytes: &[u8]) -> Result<Self, Malformed> {
-        let loaded = elf::load(bytes)?;
+    /// [`parse`](Self::parse), refusing with [`CodeObjectError::TooLarge`] an image whose
+    /// loadable segments span more than `max_image` bytes. That is decided from the program
+    /// headers before anything is allocated, so a small file declaring a huge segment costs
+    /// nothing.
+    pub fn parse_within(bytes: &[u8], max_image: u64) -> Result<Self, CodeObjectError> {
+        let loaded = elf::load(bytes, max_image)?;
+        Ok(Self::parse_inner(bytes, loaded)?)
+    }
+
+    fn parse_inner(bytes: &[u8], loaded: elf::Loaded<'_>) -> Result<Self, Malformed> {
         let target =
             Target::from_e_flags(loaded.e_flags).ok_or(Malformed::Processor(loaded.e_flags))?;
         let meta = metadata::parse(loaded.metadata)?;
@@ -478,12 +500,6 @@ impl CodeObject {
     /// [`image_size`](Self::image_size) bytes: the segments' bytes, zeros elsewhere, and the
     /// relocations applied.
     pub fn place(&self, load_address: u64, out: &mut [u8]) -> Result<(), PlaceError> {
-        if !load_address.is_multiple_of(self.alignment) {
-            return Err(PlaceError::Misaligned {
-                address: load_address,
-                alignment: self.alignment,
-            });
-        }
         let have = out.len();
         let out = usize::try_from(self.image_size)
             .ok()
@@ -492,38 +508,18 @@ impl CodeObject {
                 need: self.image_size,
                 have,
             })?;
+        let pieces = self.pieces()?.place(load_address)?;
         out.fill(0);
-        for s in &self.segments {
-            // PANIC: parse bounded each segment within the image and the file.
-            let at = s.offset as usize;
-            out[at..at + s.file.len()].copy_from_slice(&self.file[s.file.clone()]);
-        }
-        // Addresses of the image: virtual address v is at load_address + (v - base).
-        let bias = load_address.wrapping_sub(self.base);
-        for r in &self.relocs {
-            let s = match &r.target {
-                elf::Target::None => 0,
-                elf::Target::Image(offset) => load_address.wrapping_add(*offset),
-                elf::Target::Absolute(v) => *v,
-                elf::Target::Undefined { weak: true, .. } => 0,
-                elf::Target::Undefined { name, weak: false } => {
-                    return Err(PlaceError::Undefined(name.clone()));
-                }
-            };
-            let p = load_address.wrapping_add(r.offset);
-            let value = match r.kind {
-                RelocKind::Abs64 => s.wrapping_add_signed(r.addend),
-                RelocKind::Rel64 => s.wrapping_add_signed(r.addend).wrapping_sub(p),
-                RelocKind::Relative64 => bias.wrapping_add_signed(r.addend),
-            };
-            // PANIC: parse bounded each relocation's 8 bytes within the image.
-            let at = r.offset as usize;
-            out[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        for p in &pieces {
+            // PANIC: every piece lies within the image (see `pieces`).
+            let at = p.offset as usize;
+            out[at..at + p.bytes.len()].copy_from_slice(&p.bytes);
         }
         Ok(())
     }
 
-    /// The placed image for `load_address`, in a new buffer.
+    /// The placed image for `load_address`, in a new buffer of
+    /// [`image_size`](Self::image_size) bytes.
     pub fn placed(&self, load_address: u64) -> Result<Vec<u8>, PlaceError> {
         let need = usize::try_from(self.image_size).map_err(|_| PlaceError::BufferShort {
             need: self.image_size,
@@ -532,6 +528,147 @@ impl CodeObject {
         let mut out = vec![0; need];
         self.place(load_address, &mut out)?;
         Ok(out)
+    }
+
+    /// The image's bytes that are not zero, for a loader that writes into memory that is
+    /// zero already: the segments' file bytes and the words relocations write, merged into
+    /// disjoint pieces. They take at most the file's size plus eight bytes a relocation,
+    /// however large the image; the rest of the image (a segment's memory past its file
+    /// bytes, gaps between segments) is zero and left out.
+    ///
+    /// The pieces are built for no load address yet: [`Pieces::place`] writes the
+    /// relocations for one, which costs a few stores a relocation, so a loader can build
+    /// them before it knows where the image goes.
+    pub fn pieces(&self) -> Result<Pieces, PlaceError> {
+        if let Some(name) = self.undefined().next() {
+            return Err(PlaceError::Undefined(name.to_string()));
+        }
+        // Every range that holds bytes: segments' file bytes and relocated words.
+        let mut ranges: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|s| !s.file.is_empty())
+            .map(|s| (s.offset, s.offset + s.file.len() as u64))
+            .chain(self.relocs.iter().map(|r| (r.offset, r.offset + 8)))
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        let mut pieces: Vec<Piece> = merged
+            .iter()
+            .map(|&(start, end)| Piece {
+                offset: start,
+                // PANIC: parse bounded segments and relocations within the image, whose
+                // size fits memory the caller could allocate.
+                bytes: vec![0; (end - start) as usize],
+            })
+            .collect();
+        // The piece holding image offset `at` (each range above lies in one piece).
+        let piece_of = |at: u64| merged.partition_point(|&(start, _)| start <= at) - 1;
+        for s in self.segments.iter().filter(|s| !s.file.is_empty()) {
+            let p = &mut pieces[piece_of(s.offset)];
+            // PANIC: the segment's range lies within the piece, and parse bounded its file
+            // range within the file.
+            let at = (s.offset - p.offset) as usize;
+            p.bytes[at..at + s.file.len()].copy_from_slice(&self.file[s.file.clone()]);
+        }
+        let words = self
+            .relocs
+            .iter()
+            .map(|r| {
+                // Each value is `constant + scale * load address`, wrapping.
+                let (s, s_scale) = match &r.target {
+                    elf::Target::None | elf::Target::Undefined { .. } => (0, 0),
+                    elf::Target::Image(offset) => (*offset, 1),
+                    elf::Target::Absolute(v) => (*v, 0),
+                };
+                let (constant, scale) = match r.kind {
+                    RelocKind::Abs64 => (s.wrapping_add_signed(r.addend), s_scale),
+                    // P is load address + offset.
+                    RelocKind::Rel64 => (
+                        s.wrapping_add_signed(r.addend).wrapping_sub(r.offset),
+                        s_scale - 1,
+                    ),
+                    // B is load address - base.
+                    RelocKind::Relative64 => (
+                        0u64.wrapping_sub(self.base).wrapping_add_signed(r.addend),
+                        1,
+                    ),
+                };
+                let piece = piece_of(r.offset);
+                Word {
+                    piece,
+                    at: (r.offset - pieces[piece].offset) as usize,
+                    constant,
+                    scale,
+                }
+            })
+            .collect();
+        Ok(Pieces {
+            alignment: self.alignment,
+            pieces,
+            words,
+        })
+    }
+}
+
+/// A piece of a placed image: `bytes` at image offset `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// Byte offset in the image.
+    pub offset: u64,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// A relocated word: `constant + scale * load address` at byte `at` of piece `piece`.
+#[derive(Debug, Clone)]
+struct Word {
+    piece: usize,
+    at: usize,
+    constant: u64,
+    scale: i8,
+}
+
+/// The non-zero bytes of an image, for any load address ([`CodeObject::pieces`]).
+#[derive(Debug, Clone)]
+pub struct Pieces {
+    alignment: u64,
+    pieces: Vec<Piece>,
+    words: Vec<Word>,
+}
+
+impl Pieces {
+    /// Bytes the pieces hold.
+    pub fn bytes(&self) -> u64 {
+        self.pieces.iter().map(|p| p.bytes.len() as u64).sum()
+    }
+
+    /// The pieces for an image at `load_address`, its relocations written in their order
+    /// (so a later one overlapping an earlier one wins, as a loader applying them in turn
+    /// has it).
+    pub fn place(mut self, load_address: u64) -> Result<Vec<Piece>, PlaceError> {
+        if !load_address.is_multiple_of(self.alignment) {
+            return Err(PlaceError::Misaligned {
+                address: load_address,
+                alignment: self.alignment,
+            });
+        }
+        for w in &self.words {
+            let value = match w.scale {
+                0 => w.constant,
+                1 => w.constant.wrapping_add(load_address),
+                _ => w.constant.wrapping_sub(load_address),
+            };
+            // PANIC: `pieces` put each word's eight bytes within its piece.
+            self.pieces[w.piece].bytes[w.at..w.at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        Ok(self.pieces)
     }
 }
 
@@ -736,5 +873,49 @@ mod tests {
         let d = add.descriptor_offset() as usize;
         let bytes: &[u8; 64] = image[d..d + 64].try_into().unwrap();
         assert_eq!(&KernelDescriptor::from_bytes(bytes), add.descriptor());
+    }
+
+    /// `ADD` with its last loadable segment (by address) declaring `memsz` bytes of memory.
+    fn with_memsz(memsz: u64) -> Vec<u8> {
+        let mut f = ADD.to_vec();
+        let u16_at = |f: &[u8], o: usize| u16::from_le_bytes([f[o], f[o + 1]]) as usize;
+        let u64_at = |f: &[u8], o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap());
+        let phoff = u64_at(&f, 0x20) as usize;
+        let (size, count) = (u16_at(&f, 0x36), u16_at(&f, 0x38));
+        let last = (0..count)
+            .map(|i| phoff + i * size)
+            .filter(|&p| u32::from_le_bytes(f[p..p + 4].try_into().unwrap()) == 1)
+            .max_by_key(|&p| u64_at(&f, p + 16))
+            .unwrap();
+        f[last + 40..last + 48].copy_from_slice(&memsz.to_le_bytes());
+        f
+    }
+
+    #[test]
+    fn a_huge_segment_is_refused_from_the_headers_and_never_zero_filled() {
+        let huge = with_memsz(0xf000_0000);
+        assert_eq!(
+            CodeObject::parse_within(&huge, 1 << 30).unwrap_err(),
+            CodeObjectError::TooLarge {
+                bytes: CodeObject::parse(&huge).unwrap().image_size(),
+                limit: 1 << 30
+            }
+        );
+        // Under the limit it parses, and its pieces are the file's bytes, not its span.
+        let co = CodeObject::parse(&huge).unwrap();
+        assert!(co.image_size() >= 0xf000_0000);
+        let pieces = co.pieces().unwrap();
+        assert!(pieces.bytes() <= ADD.len() as u64 + 8 * co.relocs.len() as u64);
+        let small = CodeObject::parse(ADD).unwrap();
+        let placed = small.placed(0x10_0000).unwrap();
+        let mut rebuilt = vec![0; placed.len()];
+        for p in small.pieces().unwrap().place(0x10_0000).unwrap() {
+            rebuilt[p.offset as usize..][..p.bytes.len()].copy_from_slice(&p.bytes);
+        }
+        assert_eq!(rebuilt, placed);
+        assert!(matches!(
+            small.pieces().unwrap().place(0x10_0800),
+            Err(PlaceError::Misaligned { .. })
+        ));
     }
 }

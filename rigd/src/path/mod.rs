@@ -159,7 +159,11 @@ pub trait Backend: Send + Sync + fmt::Debug {
 /// Only the daemon's state owner calls it, so methods take `&mut self`; the path's own
 /// threads (a simulated queue, an interrupt handler) report through [`Events`].
 pub trait Path: Send + fmt::Debug {
-    /// `bytes` new bytes of `kind`, whole pages at a page-aligned GPU address.
+    /// `bytes` new bytes of `kind`, whole pages at a page-aligned GPU address. The memory
+    /// reads as zero, to the GPU and (where it is shared) to the host: nothing of an earlier
+    /// owner shows, and rigd relies on it to place an image by uploading only its file bytes
+    /// (the sim's VRAM pages are given back with `MADV_DONTNEED` and its host memory is new
+    /// memfd pages, both zero).
     fn alloc(&mut self, kind: MemoryKind, bytes: u64) -> Result<PathMemory, Refusal>;
 
     /// Maps for the GPU the `bytes` bytes at `offset` of the client's memfd `fd`.
