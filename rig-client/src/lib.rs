@@ -10,8 +10,8 @@
 //!
 //! # Example
 //!
-//! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` binary runs this
-//! against a rigd of its own when none is running). `add` is compiled from
+//! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` crate's binary runs
+//! this against a rigd of its own when none is running). `add` is compiled from
 //!
 //! ```c
 //! kernel void add(global const float *x, global float *y) {
