@@ -400,8 +400,8 @@ impl DeviceShared {
         self.live.is_lost()
     }
 
-    /// The reason the device was lost, asked once and kept.
-    fn lost_reason(&self) -> String {
+    /// The reason the device was lost, asked of rigd once and kept.
+    pub(crate) fn lost_reason(&self) -> String {
         self.live.lost_reason(&self.rig)
     }
 
@@ -496,8 +496,8 @@ impl DeviceShared {
     }
 
     /// Makes room for `n` more GPU-side waits, waiting for the oldest values (at most a
-    /// slice at a time) while the records hold [`crate::loss::SLOTS`]. Called under the
-    /// placer's lock.
+    /// slice at a time) while the records hold [`crate::loss::SLOTS`]. Called without the
+    /// placer's lock: it may ask rigd (the check of producers).
     pub(crate) fn room_for_waits(&self, n: usize) -> Result<()> {
         loop {
             {
@@ -566,10 +566,17 @@ impl DeviceShared {
     /// yields the CPU briefly (the queue that frees the room may need it), then sleeps at
     /// most one slice.
     pub(crate) fn wait_for_move(&self, seen: u64) -> Result<()> {
+        self.await_move(seen)
+            .map_err(|LostNow| Error::Lost(self.lost_reason()))
+    }
+
+    /// [`DeviceShared::wait_for_move`] with no call to rigd (for a caller holding the
+    /// placer's lock): a loss answers [`LostNow`], whose reason the caller asks later.
+    pub(crate) fn await_move(&self, seen: u64) -> std::result::Result<(), LostNow> {
         let start = Instant::now();
         while self.signaled() <= seen {
             if self.lost_flag() {
-                return Err(Error::Lost(self.lost_reason()));
+                return Err(LostNow);
             }
             if start.elapsed() < DEFAULT_SPIN {
                 std::thread::yield_now();
@@ -683,6 +690,19 @@ impl DeviceShared {
             name: name.to_owned(),
         };
         self.rig.call(&req, &[]).map(|_| ())
+    }
+
+    /// Asks rigd to grow the device's rings or segment (a [`Request::Grow`]): what it grew
+    /// and the descriptors of its memory.
+    pub(crate) fn grow(&self, request: &Request) -> Result<(rig_proto::Grown, Vec<OwnedFd>)> {
+        let (response, fds) = self.rig.call(request, &[])?;
+        match response {
+            Response::Grown(g) => Ok((g, fds)),
+            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
+                "{bytes} bytes to grow the device's rings"
+            ))),
+            r => Err(Error::Protocol(format!("rigd answered grow with {r:?}"))),
+        }
     }
 
     /// Copies `out.len()` bytes at `offset` of `b` to `out`: from the shared mapping where
@@ -844,6 +864,10 @@ pub(crate) struct Host {
 fn poisoned() -> Error {
     Error::Invalid("a thread panicked while it used the device".into())
 }
+
+/// The device was lost; its reason is asked of rigd where no lock is held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LostNow;
 
 impl DeviceShared {
     /// Closes the device now, without waiting for its work: rigd stops its queues

@@ -23,10 +23,7 @@ const ADD: &[(&str, &[u8])] = &[
         "gfx1201",
         include_bytes!("../../kernels/out/gfx1201/add.co"),
     ),
-    (
-        "gfx942",
-        include_bytes!("../../kernels/out/gfx942/add.co"),
-    ),
+    ("gfx942", include_bytes!("../../kernels/out/gfx942/add.co")),
 ];
 
 const N: u64 = 1024;
