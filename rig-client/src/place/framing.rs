@@ -32,6 +32,7 @@ pub(super) struct Frame<'a> {
     pub gpu_waits: &'a [GpuWait],
 }
 
+/// Appends one packet of at most `N` words that `f` encodes.
 fn push<const N: usize>(
     out: &mut Vec<u32>,
     f: impl FnOnce(&mut [u32]) -> std::result::Result<usize, pm4::EncodeError>,

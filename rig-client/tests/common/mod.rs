@@ -18,9 +18,10 @@ pub struct Daemon {
     pub socket: PathBuf,
 }
 
-/// The hook of [`Daemon`]: in the child it starts, this serves rigd until SIGTERM and exits;
-/// in any other run it returns at once (it tests nothing).
+/// The hook of [`Daemon`], not a test: in the child it starts, this serves rigd until
+/// SIGTERM and exits; run any other way it returns at once.
 #[test]
+#[ignore = "rigd's daemon, run by Daemon::start in a child process"]
 fn serve_rigd() {
     if let Some(code) = serve::main() {
         std::process::exit(code);
@@ -44,11 +45,16 @@ impl Daemon {
         let me = std::env::current_exe().expect("the test program's path");
         let mut cmd = Command::new(me);
         // Only the hook runs in the child, and it serves instead of testing.
-        cmd.args(["--exact", "common::serve_rigd", "--test-threads=1"])
-            .env(serve::SOCKET_ENV, &socket)
-            .env_remove(serve::HANG_MS_ENV)
-            .env_remove(serve::GPUS_ENV)
-            .stdout(std::process::Stdio::null());
+        cmd.args([
+            "--exact",
+            "common::serve_rigd",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env(serve::SOCKET_ENV, &socket)
+        .env_remove(serve::HANG_MS_ENV)
+        .env_remove(serve::GPUS_ENV)
+        .stdout(std::process::Stdio::null());
         if let Some(ms) = hang_ms {
             cmd.env(serve::HANG_MS_ENV, ms.to_string());
         }
