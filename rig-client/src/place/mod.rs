@@ -101,8 +101,9 @@ enum Tried {
     /// Other submits took the room for GPU-side waits that [`DeviceShared::room_for_waits`]
     /// made: make it again.
     NoRoomForWaits,
-    /// The rings or the segment must grow: this request asks rigd for it.
-    Grow(rig_proto::Request),
+    /// The rings or the segment must grow: this request asks rigd for it (boxed, so that
+    /// the hot path's answer stays two words).
+    Grow(Box<rig_proto::Request>),
 }
 
 fn poisoned() -> Error {
@@ -172,9 +173,9 @@ fn place_value(dev: &DeviceShared, placer: &mut Placer, compiled: &Compiled) -> 
                 copy,
                 block,
             } => {
-                return Ok(Tried::Grow(
+                return Ok(Tried::Grow(Box::new(
                     placer.grow_request(dev.id, compute, copy, block),
-                ));
+                )));
             }
         }
     }
