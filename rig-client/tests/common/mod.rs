@@ -92,6 +92,18 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
+    /// Stops rigd where it stands (SIGSTOP): it answers nothing until [`Daemon::resume`].
+    pub fn pause(&self) {
+        // SAFETY: kill(2) of the child this test spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGSTOP) };
+    }
+
+    /// Lets a paused rigd run on (SIGCONT).
+    pub fn resume(&self) {
+        // SAFETY: kill(2) of the child this test spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
+    }
+
     pub fn path(&self) -> &Path {
         &self.socket
     }
@@ -99,6 +111,8 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A paused rigd would never see the SIGTERM.
+        self.resume();
         // SAFETY: kill(2) of the child this test spawned, by its id.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();
