@@ -386,6 +386,13 @@ const fn hi(v: u64) -> u32 {
 }
 
 impl Nop {
+    /// The NOP's header word (its body is `words - 1` words the engine skips): for a
+    /// writer that stores the header alone into memory already zeroed.
+    #[inline]
+    pub const fn header(&self) -> u32 {
+        header(OP_NOP, 0) | ((self.words.wrapping_sub(1) & 0x3fff) << 16)
+    }
+
     #[inline]
     /// Encodes the NOP into `out`, returning the words written.
     pub fn encode(&self, out: &mut [u32]) -> Result<usize, EncodeError> {
@@ -401,7 +408,7 @@ impl Nop {
         let out = out
             .get_mut(..n)
             .ok_or(EncodeError::NoRoom { need: n, have })?;
-        out[0] = header(OP_NOP, 0) | ((n as u32 - 1) << 16);
+        out[0] = self.header();
         out[1..].fill(0);
         Ok(n)
     }

@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission};
 
+/// rigd's daemon, which this program serves as when run again by [`Daemon::start`].
+#[path = "../tests/common/serve.rs"]
+mod serve;
+
 struct Daemon {
     child: Child,
     dir: PathBuf,
@@ -26,9 +30,10 @@ impl Daemon {
         let dir = std::env::temp_dir().join(format!("rig-client-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temporary directory");
         let socket = dir.join("rigd.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_rig-demo"))
-            .arg("--serve-rigd")
-            .arg(&socket)
+        let child = Command::new(std::env::current_exe().expect("this program's path"))
+            .env(serve::SOCKET_ENV, &socket)
+            .env_remove(serve::HANG_MS_ENV)
+            .env_remove(serve::GPUS_ENV)
             .spawn()
             .expect("start rigd");
         let start = Instant::now();
@@ -142,6 +147,9 @@ fn stream(dev: &Device, s: &Submission, n: u32) -> f64 {
 }
 
 fn main() {
+    if let Some(code) = serve::main() {
+        std::process::exit(code);
+    }
     if let Some(socket) = std::env::var_os("RIG_BENCH_WORKER") {
         // A worker of the 8-process figure: its submissions per second on stdout.
         let dev = open(Path::new(&socket));

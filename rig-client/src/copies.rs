@@ -75,7 +75,7 @@ mod tests {
 
     fn target(linear: u64) -> Target {
         Target {
-            gfx9: false,
+            generation: rig_amd::gpu::Generation::Gfx11,
             sdma: sdma::Layout::of(IpVersion::new(6, 0, 0)),
             compute: rig_proto::QueueKind::Pm4,
             linear,

@@ -10,8 +10,8 @@
 //!
 //! # Example
 //!
-//! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` binary runs this
-//! against a rigd of its own when none is running). `add` is compiled from
+//! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` crate's binary runs
+//! this against a rigd of its own when none is running). `add` is compiled from
 //!
 //! ```c
 //! kernel void add(global const float *x, global float *y) {
@@ -76,11 +76,15 @@
 //!
 //! # Modules
 //!
-//! The public types live at the crate's root. Inside: `device` (rigd, devices, waits),
-//! `buffer`, `image`, `loss` (reached before a loss; consumers of lost producers),
-//! `submission` (the builder and its checks), `place` (the submission
-//! path: framing, room, rings), `dispatch` (PM4 dispatches, kernel arguments), `copies`
-//! (SDMA copies and fills), `ring` (ring arithmetic), `profile` (clock stamps, traces).
+//! The public types live at the crate's root. Inside: `device` (devices: `control`, every
+//! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
+//! `loss` (reached before a loss; consumers of lost producers), `submission` (the builder
+//! and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
+//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `ring`
+//! (ring arithmetic), `profile` (clock stamps, traces).
+//!
+//! The crate has no features and links neither rigd nor tokio: a program adds
+//! `rig-client = { path = "../rig/rig-client" }` (or a git dependency) and nothing else.
 
 mod buffer;
 mod copies;

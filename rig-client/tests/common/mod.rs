@@ -1,7 +1,9 @@
-//! A rigd of the test's own: the `rig-demo` binary in its hidden daemon mode, on a
-//! temporary socket, serving the simulated GPU; stopped when dropped.
+//! A rigd of the test's own: this test program run again as rigd's daemon ([`serve`]), on
+//! a temporary socket, serving the simulated GPU; stopped when dropped.
 
 #![allow(dead_code)]
+
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -14,6 +16,16 @@ pub struct Daemon {
     child: Child,
     dir: PathBuf,
     pub socket: PathBuf,
+}
+
+/// The hook of [`Daemon`], not a test: in the child it starts, this serves rigd until
+/// SIGTERM and exits; run any other way it returns at once.
+#[test]
+#[ignore = "rigd's daemon, run by Daemon::start in a child process"]
+fn serve_rigd() {
+    if let Some(code) = serve::main() {
+        std::process::exit(code);
+    }
 }
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -30,13 +42,24 @@ impl Daemon {
         let dir = std::env::temp_dir().join(format!("rig-client-test-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("rigd.sock");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rig-demo"));
-        cmd.arg("--serve-rigd").arg(&socket);
+        let me = std::env::current_exe().expect("the test program's path");
+        let mut cmd = Command::new(me);
+        // Only the hook runs in the child, and it serves instead of testing.
+        cmd.args([
+            "--exact",
+            "common::serve_rigd",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env(serve::SOCKET_ENV, &socket)
+        .env_remove(serve::HANG_MS_ENV)
+        .env_remove(serve::GPUS_ENV)
+        .stdout(std::process::Stdio::null());
         if let Some(ms) = hang_ms {
-            cmd.arg("--hang-ms").arg(ms.to_string());
+            cmd.env(serve::HANG_MS_ENV, ms.to_string());
         }
         if gpus > 1 {
-            cmd.arg("--gpus").arg(gpus.to_string());
+            cmd.env(serve::GPUS_ENV, gpus.to_string());
         }
         let child = cmd.spawn().expect("start rigd");
         let d = Daemon { child, dir, socket };
@@ -69,6 +92,18 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
+    /// Stops rigd where it stands (SIGSTOP): it answers nothing until [`Daemon::resume`].
+    pub fn pause(&self) {
+        // SAFETY: kill(2) of the child this test spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGSTOP) };
+    }
+
+    /// Lets a paused rigd run on (SIGCONT).
+    pub fn resume(&self) {
+        // SAFETY: kill(2) of the child this test spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
+    }
+
     pub fn path(&self) -> &Path {
         &self.socket
     }
@@ -76,6 +111,8 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A paused rigd would never see the SIGTERM.
+        self.resume();
         // SAFETY: kill(2) of the child this test spawned, by its id.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let _ = self.child.wait();

@@ -1,4 +1,4 @@
-//! `rig-demo`: the README's first command. Adds x to y over 1024 floats on the GPU through
+//! `rig-demo`: the README's first command (`cargo run --release --bin rig-demo`). Adds x to y over 1024 floats on the GPU through
 //! a real rigd and prints `y[10] = 11`, then a few figures of the run.
 //!
 //! It uses the rigd that `RIG_SOCKET` names, or the one at the default socket; if neither
@@ -17,16 +17,13 @@ use rig_client::{Device, Memory, Ref, Rig, Submission, f32s, put_f32s};
 const ADD: &[(&str, &[u8])] = &[
     (
         "gfx1100",
-        include_bytes!("../../../kernels/out/gfx1100/add.co"),
+        include_bytes!("../../kernels/out/gfx1100/add.co"),
     ),
     (
         "gfx1201",
-        include_bytes!("../../../kernels/out/gfx1201/add.co"),
+        include_bytes!("../../kernels/out/gfx1201/add.co"),
     ),
-    (
-        "gfx942",
-        include_bytes!("../../../kernels/out/gfx942/add.co"),
-    ),
+    ("gfx942", include_bytes!("../../kernels/out/gfx942/add.co")),
 ];
 
 const N: u64 = 1024;
@@ -233,37 +230,11 @@ mod serve {
             eprintln!("rig-demo --serve-rigd: give the socket path");
             return ExitCode::FAILURE;
         };
-        let hang_ms = args
-            .iter()
-            .position(|a| a == "--hang-ms")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok());
         // The daemon stops when the program that started it exits.
         let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
         let mut config = rigd::config::Config::embedded();
         config.daemon.socket = socket.clone();
         config.daemon.mode = 0o600;
-        if let Some(hang_ms) = hang_ms {
-            config.sim = vec![rigd::config::SimGpuConfig {
-                processor: "gfx1100".into(),
-                memory_bytes: 2 << 30,
-                hang_ms,
-            }];
-        }
-        // `--gpus N` serves N simulated GPUs alike (tests of waits across GPUs).
-        let gpus: Option<usize> = args
-            .iter()
-            .position(|a| a == "--gpus")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok());
-        if let Some(n) = gpus {
-            let first = config
-                .sim
-                .first()
-                .cloned()
-                .unwrap_or_else(rigd::config::SimGpuConfig::embedded_default);
-            config.sim = vec![first; n.clamp(1, 8)];
-        }
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

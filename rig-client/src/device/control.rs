@@ -1,0 +1,525 @@
+//! Control calls to rigd: the connection ([`Rig`]), the mapping of the descriptors an
+//! answer carries ([`Maps`]), and the requests a device makes of rigd: memory, images,
+//! kernels, growth of its rings, status, stop and close.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rig_proto::{
+    Connection, ErrorCode, GpuInfo, GpuShare, ImageId, RegionId, Request, Response, Share,
+};
+use rig_shm::SharedRegion;
+
+use super::{Device, DeviceShared};
+use crate::buffer::{Buffer, BufferInner, HostView};
+use crate::error::{Error, Result};
+use crate::image::{Image, ImageInner};
+use crate::types::Memory;
+
+/// A connection to rigd. Cheap to clone; devices opened through it share it.
+#[derive(Debug, Clone)]
+pub struct Rig(Arc<RigInner>);
+
+#[derive(Debug)]
+struct RigInner {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn program_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| {
+            Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "rig-client".into())
+}
+
+fn proto(e: rig_proto::Error) -> Error {
+    Error::Protocol(e.to_string())
+}
+
+/// The error a refused request becomes.
+fn refused(e: rig_proto::ErrorReply) -> Error {
+    match e.code {
+        ErrorCode::Lost => Error::Lost(e.message),
+        _ => Error::Refused(e.message),
+    }
+}
+
+fn unexpected(what: &str, r: &Response) -> Error {
+    Error::Protocol(format!("rigd answered {what} with {r:?}"))
+}
+
+impl Rig {
+    /// Connects to rigd at `$RIG_SOCKET`, or at the default socket `/run/rig/rigd.sock`.
+    pub fn connect() -> Result<Rig> {
+        Rig::connect_to(rig_proto::socket_path())
+    }
+
+    /// Connects to rigd at the socket `path`.
+    pub fn connect_to(path: impl AsRef<Path>) -> Result<Rig> {
+        let path = path.as_ref().to_owned();
+        let conn = Connection::connect(&path, &program_name()).map_err(|e| Error::Connect {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        Ok(Rig(Arc::new(RigInner {
+            conn: Mutex::new(conn),
+            path,
+        })))
+    }
+
+    /// Connects to rigd as [`Rig::connect`] and opens the GPU `name`, such as `"AMD:0"`.
+    pub fn open(name: &str) -> Result<Device> {
+        Rig::connect()?.open_device(name)
+    }
+
+    /// The socket this connection reached.
+    pub fn socket(&self) -> &Path {
+        &self.0.path
+    }
+
+    /// rigd's name and build, as its welcome said.
+    pub fn daemon(&self) -> Result<String> {
+        Ok(self.lock()?.daemon().daemon.clone())
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Connection>> {
+        self.0
+            .conn
+            .lock()
+            .map_err(|_| Error::Protocol("a thread panicked during a call to rigd".into()))
+    }
+
+    /// Sends `request` and returns rigd's answer; a refusal becomes an error.
+    pub(crate) fn call(
+        &self,
+        request: &Request,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<OwnedFd>)> {
+        let (response, fds) = self.lock()?.call(request, fds).map_err(proto)?;
+        match response {
+            Response::Error(e) => Err(refused(e)),
+            r => Ok((r, fds)),
+        }
+    }
+
+    /// Sends `request` without waiting for its answer (see [`rig_proto::Connection::post`]):
+    /// for requests such as `Free` whose answer the program does not need. rigd refuses
+    /// them only for a device it already lost or closed, whose memory it gave back itself,
+    /// so their errors are dropped.
+    pub(crate) fn post(&self, request: &Request) -> Result<()> {
+        let mut c = self.lock()?;
+        c.post(request).map_err(proto)?;
+        drop(c.take_posted_errors());
+        Ok(())
+    }
+
+    /// True iff both are the same connection to rigd.
+    pub(crate) fn same(&self, other: &Rig) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The GPUs rigd serves.
+    pub fn gpus(&self) -> Result<Vec<GpuInfo>> {
+        match self.call(&Request::ListGpus, &[])? {
+            (Response::Gpus(g), _) => Ok(g),
+            (r, _) => Err(unexpected("list-gpus", &r)),
+        }
+    }
+
+    /// Opens the GPU `name` (such as `"AMD:0"`, or its index such as `"0"`) as a new device.
+    pub fn open_device(&self, name: &str) -> Result<Device> {
+        let gpus = self.gpus()?;
+        let gpu = gpus
+            .iter()
+            .find(|g| g.name == name || g.index.to_string() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = gpus.iter().map(|g| g.name.as_str()).collect();
+                Error::Invalid(format!(
+                    "rigd serves no GPU named {name:?}; it serves {names:?}"
+                ))
+            })?;
+        if let Some(why) = &gpu.unavailable {
+            return Err(Error::Invalid(format!(
+                "rigd cannot drive {}: {why}",
+                gpu.name
+            )));
+        }
+        let (response, fds) = self.call(&Request::OpenDevice { gpu: gpu.index }, &[])?;
+        let Response::DeviceOpened(opened) = response else {
+            return Err(unexpected("open-device", &response));
+        };
+        let id = opened.device;
+        let made = Maps::new(fds)
+            .and_then(|maps| DeviceShared::new(self.clone(), gpu.name.clone(), *opened, maps));
+        match made {
+            Ok(shared) => Ok(Device(Arc::new(shared))),
+            Err(e) => {
+                // rigd made the device; give it back.
+                let _ = self.call(&Request::CloseDevice { device: id }, &[]);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The descriptors of one answer, each mapped once, whole.
+pub(crate) struct Maps {
+    fds: Vec<Option<OwnedFd>>,
+    regions: Vec<Option<SharedRegion>>,
+}
+
+impl Maps {
+    pub(crate) fn new(fds: Vec<OwnedFd>) -> Result<Maps> {
+        let n = fds.len();
+        Ok(Maps {
+            fds: fds.into_iter().map(Some).collect(),
+            regions: vec![None; n],
+        })
+    }
+
+    fn region(&mut self, index: rig_proto::FdIndex) -> Result<SharedRegion> {
+        let i = index.0 as usize;
+        if let Some(Some(r)) = self.regions.get(i) {
+            return Ok(r.clone());
+        }
+        let fd = self.fds.get_mut(i).and_then(Option::take).ok_or_else(|| {
+            Error::Protocol(format!("rigd named descriptor {i}, which it did not pass"))
+        })?;
+        let region = SharedRegion::from_fd(fd)
+            .map_err(|e| Error::Protocol(format!("cannot map memory rigd shared: {e}")))?;
+        self.regions[i] = Some(region.clone());
+        Ok(region)
+    }
+
+    /// The mapping of `share`, checked to lie inside its descriptor.
+    pub(crate) fn share(&mut self, share: Share) -> Result<(SharedRegion, usize)> {
+        let region = self.region(share.fd)?;
+        if !region.contains(share.offset, share.bytes) {
+            return Err(Error::Protocol(format!(
+                "rigd shared {} bytes at {} of a descriptor of {} bytes",
+                share.bytes,
+                share.offset,
+                region.len()
+            )));
+        }
+        Ok((region, share.offset as usize))
+    }
+
+    pub(crate) fn gpu_share(&mut self, share: GpuShare) -> Result<(SharedRegion, usize)> {
+        self.share(share.host)
+    }
+
+    /// Takes the raw descriptor `index` (not mapped), such as an eventfd.
+    pub(super) fn take(&mut self, index: rig_proto::FdIndex) -> Result<OwnedFd> {
+        self.fds
+            .get_mut(index.0 as usize)
+            .and_then(Option::take)
+            .ok_or_else(|| Error::Protocol(format!("rigd did not pass descriptor {}", index.0)))
+    }
+}
+
+impl DeviceShared {
+    /// `Err(Lost)` if rigd says it lost the device, or does not answer at all.
+    pub(super) fn check_daemon(&self) -> Result<()> {
+        match self
+            .rig
+            .call(&Request::DeviceStatus { device: self.id }, &[])
+        {
+            Ok((Response::Status(st), _)) => match st.lost {
+                Some(why) => Err(Error::Lost(self.live.keep_reason(why))),
+                None => Ok(()),
+            },
+            Ok(_) => Ok(()),
+            Err(Error::Protocol(e)) => {
+                let why =
+                    format!("rigd no longer answers ({e}); the device's work is gone with it");
+                Err(Error::Lost(self.live.keep_reason(why)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) fn free_now(&self, region: RegionId) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // Nothing waits on a free: post it, and save the round trip.
+        let _ = self.rig.post(&Request::Free {
+            device: self.id,
+            region,
+        });
+    }
+
+    pub(super) fn unload_now(&self, image: ImageId, region: RegionId) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = self.rig.post(&Request::Unload {
+            device: self.id,
+            image,
+        });
+        self.free_now(region);
+    }
+
+    pub(crate) fn resolve(&self, image: ImageId, name: &str) -> Result<rig_proto::Entry> {
+        let req = Request::ResolveEntry {
+            device: self.id,
+            image,
+            name: name.to_owned(),
+        };
+        match self.rig.call(&req, &[])?.0 {
+            Response::Entry(e) => Ok(*e),
+            Response::Absent => Err(Error::NoKernel(name.to_owned())),
+            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
+                "{bytes} bytes of scratch for kernel {name}"
+            ))),
+            r => Err(unexpected("resolve-entry", &r)),
+        }
+    }
+
+    pub(crate) fn prepare(&self, image: ImageId, name: &str) -> Result<()> {
+        let req = Request::Prepare {
+            device: self.id,
+            image,
+            name: name.to_owned(),
+        };
+        self.rig.call(&req, &[]).map(|_| ())
+    }
+
+    /// Asks rigd to grow the device's rings or segment (a [`Request::Grow`]): what it grew
+    /// and the descriptors of its memory.
+    pub(crate) fn grow(&self, request: &Request) -> Result<(rig_proto::Grown, Vec<OwnedFd>)> {
+        let (response, fds) = self.rig.call(request, &[])?;
+        match response {
+            Response::Grown(g) => Ok((g, fds)),
+            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
+                "{bytes} bytes to grow the device's rings"
+            ))),
+            r => Err(Error::Protocol(format!("rigd answered grow with {r:?}"))),
+        }
+    }
+
+    /// A Pinned buffer of `bytes` bytes that the device itself keeps (a bounce buffer,
+    /// profile stamps). It names no device, so it holds none alive; its keeper frees it
+    /// ([`DeviceShared::free_after`]), or rigd does when the device closes.
+    pub(crate) fn alloc_detached(&self, bytes: u64) -> Result<Buffer> {
+        let (region, address, host) = self.alloc_raw(bytes, Memory::Pinned)?;
+        Ok(Buffer(Arc::new(BufferInner {
+            device: None,
+            device_id: self.id.0,
+            region: Some(region),
+            address,
+            len: bytes,
+            memory: Memory::Pinned,
+            host: host.map(|h| h.view),
+            last_write: Default::default(),
+            last_use: Default::default(),
+        })))
+    }
+
+    /// `bytes` bytes of `memory`; Mapped falls back to Pinned where the device has none.
+    pub(crate) fn alloc(self: &Arc<Self>, bytes: u64, memory: Memory) -> Result<Buffer> {
+        let (region, address, host) = self.alloc_raw(bytes, memory)?;
+        let memory = match (memory, &host) {
+            (Memory::Mapped, Some(h)) if h.fell_back => Memory::Pinned,
+            _ => memory,
+        };
+        Ok(Buffer(Arc::new(BufferInner {
+            device: Some(self.clone()),
+            device_id: self.id.0,
+            region: Some(region),
+            address,
+            len: bytes,
+            memory,
+            host: host.map(|h| h.view),
+            last_write: Default::default(),
+            last_use: Default::default(),
+        })))
+    }
+
+    /// A region of `bytes` bytes (rounded up to whole words) of `memory`: its id, GPU
+    /// address and host view.
+    pub(super) fn alloc_raw(
+        &self,
+        bytes: u64,
+        memory: Memory,
+    ) -> Result<(RegionId, u64, Option<Host>)> {
+        if bytes == 0 {
+            return Err(Error::Invalid("a buffer has at least one byte".into()));
+        }
+        self.check_lost()?;
+        self.settle();
+        let rounded = bytes.div_ceil(4) * 4;
+        let req = Request::Alloc {
+            device: self.id,
+            memory: memory.to_proto(),
+            bytes: rounded,
+        };
+        let (response, fds) = self.rig.call(&req, &[])?;
+        match response {
+            Response::Allocated {
+                region,
+                gpu_address,
+                host,
+            } => {
+                let host = match host {
+                    Some(share) => {
+                        let mut maps = Maps::new(fds)?;
+                        let (region, offset) = maps.share(share)?;
+                        Some(Host {
+                            view: HostView { region, offset },
+                            fell_back: false,
+                        })
+                    }
+                    None => None,
+                };
+                Ok((region, gpu_address, host))
+            }
+            Response::Never { .. } if memory == Memory::Mapped => {
+                let (r, a, h) = self.alloc_raw(bytes, Memory::Pinned)?;
+                Ok((
+                    r,
+                    a,
+                    h.map(|h| Host {
+                        fell_back: true,
+                        ..h
+                    }),
+                ))
+            }
+            Response::Never { reason } => Err(Error::Invalid(reason)),
+            Response::NoMemory { bytes, shortage } => {
+                Err(Error::OutOfMemory(format!("{bytes} bytes ({shortage:?})")))
+            }
+            r => Err(unexpected("alloc", &r)),
+        }
+    }
+}
+
+/// A new region's host view, and whether Pinned memory stands in for Mapped.
+#[derive(Debug, Clone)]
+pub(crate) struct Host {
+    pub(super) view: HostView,
+    pub(super) fell_back: bool,
+}
+
+impl DeviceShared {
+    /// Closes the device now, without waiting for its work: rigd stops its queues
+    /// (`StopDevice` first where `stop`) and gives back everything it holds. Work it had
+    /// not reached is lost for `why` first, so waits on it from other threads and the
+    /// checks of its consumers answer `Lost`. Returns `false` if it was closed before.
+    pub(super) fn end_now(&self, why: &str, stop: bool) -> Result<bool> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let reached = self.live.observe();
+        let last = self.submitted();
+        if reached < last {
+            let why = format!(
+                "{} lost: {why} at value {reached}, before it reached {last}",
+                self.name
+            );
+            self.live.lose_from(reached + 1, why);
+        } else if self.live.is_lost() && Arc::strong_count(&self.live) > 1 {
+            // Consumers may still ask why: ask rigd while it knows the device.
+            self.lost_reason();
+        }
+        if stop {
+            let request = Request::StopDevice {
+                device: self.id,
+                last,
+                fault: None,
+            };
+            match self.rig.call(&request, &[]) {
+                // A device rigd lost or stopped before is stopped already.
+                Ok(_) | Err(Error::Refused(_) | Error::Lost(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.rig
+            .call(&Request::CloseDevice { device: self.id }, &[])?;
+        Ok(true)
+    }
+}
+
+impl Device {
+    /// Makes `bytes` bytes of the program's own memory at `offset` of `memory` (a memfd
+    /// mapping, such as one [`SharedRegion::create`] made) a buffer the GPU addresses, with
+    /// no copy: the host reads and writes it through `memory`. `offset` starts a page.
+    /// Dropping the buffer ends the GPU's mapping; the memory stays the program's.
+    pub fn map_host(&self, memory: &SharedRegion, offset: u64, bytes: u64) -> Result<Buffer> {
+        if bytes == 0 || offset % 4096 != 0 || !memory.contains(offset, bytes) {
+            return Err(Error::Invalid(format!(
+                "cannot map {bytes} bytes at {offset} of {} bytes of memory: the offset must \
+                 start a page and the bytes lie inside it",
+                memory.len()
+            )));
+        }
+        self.0.check_lost()?;
+        let req = Request::MapHost {
+            device: self.0.id,
+            bytes,
+            offset,
+        };
+        match self.0.rig.call(&req, &[memory.fd()])?.0 {
+            Response::Mapped {
+                region,
+                gpu_address,
+            } => Ok(Buffer(Arc::new(BufferInner {
+                device: Some(self.0.clone()),
+                device_id: self.0.id.0,
+                region: Some(region),
+                address: gpu_address,
+                len: bytes,
+                memory: Memory::Pinned,
+                host: Some(HostView {
+                    region: memory.clone(),
+                    offset: offset as usize,
+                }),
+                last_write: Default::default(),
+                last_use: Default::default(),
+            }))),
+            Response::Never { reason } => Err(Error::Invalid(reason)),
+            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
+                "{bytes} bytes of host memory to map"
+            ))),
+            r => Err(unexpected("map-host", &r)),
+        }
+    }
+
+    /// Loads the code object `binary` (an AMDGPU ELF for this device's processor).
+    pub fn load_image(&self, binary: &[u8]) -> Result<Image> {
+        self.0.check_lost()?;
+        let req = Request::LoadImage {
+            device: self.0.id,
+            code_object: binary.to_vec(),
+        };
+        match self.0.rig.call(&req, &[])?.0 {
+            Response::ImageLoaded {
+                image,
+                region,
+                gpu_address,
+                size,
+                kernels,
+            } => Ok(Image(Arc::new(ImageInner {
+                device: self.0.clone(),
+                id: image,
+                region,
+                gpu_address,
+                size,
+                kernels,
+                resolved: Mutex::new(Default::default()),
+            }))),
+            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
+                "{bytes} bytes of device memory for the image"
+            ))),
+            r => Err(unexpected("load-image", &r)),
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Framing a value: the words each queue runs for value v of a compiled submission, a
+//! pure function of the submission, the value, its block in the segment and the device's
+//! fixed addresses.
+//!
+//! Each queue's work for v first waits for v - 1 (the seed's Order); a part ordered `after`
+//! parts of the other queue waits for their 8-byte words in the value's block
+//! (WAIT_REG_MEM on PM4, POLL_REGMEM on SDMA), which those parts write when done
+//! (RELEASE_MEM, FENCE); the queue that releases v writes the timeline word and raises the
+//! interrupt. COPY:0 releases only values whose low 32 bits are not 0, since its FENCE
+//! writes 32 bits.
+
+use rig_amd::pm4;
+use rig_amd::sdma;
+
+use super::compile::{Compiled, Target, encode};
+use super::room::GpuWait;
+use crate::error::Result;
+use crate::types::Queue;
+
+/// What framing needs besides the submission and the value: the device's fixed addresses
+/// and the value's own waits and stamps.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Frame<'a> {
+    pub target: Target,
+    /// The timeline word's GPU address.
+    pub word: u64,
+    /// The interrupt context releases carry.
+    pub context: u32,
+    /// GPU address of the value's clock stamps, if a profile takes them.
+    pub stamp: Option<u64>,
+    /// The waits COMPUTE:0 makes for other devices' points before the value's work.
+    pub gpu_waits: &'a [GpuWait],
+}
+
+/// Appends one packet of at most `N` words that `f` encodes.
+fn push<const N: usize>(
+    out: &mut Vec<u32>,
+    f: impl FnOnce(&mut [u32]) -> std::result::Result<usize, pm4::EncodeError>,
+) -> Result<()> {
+    let at = out.len();
+    out.resize(at + N, 0);
+    let n = f(&mut out[at..]).map_err(encode)?;
+    out.truncate(at + n);
+    Ok(())
+}
+
+fn wait_word(address: u64, value: u32) -> pm4::WaitRegMem {
+    pm4::WaitRegMem {
+        function: pm4::Compare::Equal,
+        ..pm4::WaitRegMem::memory_at_least(address, value)
+    }
+}
+
+fn poll_word(address: u64, value: u32) -> sdma::PollRegMem {
+    sdma::PollRegMem {
+        hdp_flush: false,
+        function: pm4::Compare::Equal,
+        memory: true,
+        address,
+        value,
+        mask: u32::MAX,
+        interval: 4,
+        retry_count: 0xfff,
+    }
+}
+
+fn fence(address: u64, value: u32) -> sdma::Fence {
+    sdma::Fence {
+        mtype: sdma::FENCE_MTYPE_UC,
+        address,
+        value,
+    }
+}
+
+/// Writes value `v`'s words for both queues into `out` (compute, then copy; cleared
+/// first), for a block of the segment at GPU address `block`.
+pub(super) fn frame(
+    f: &Frame<'_>,
+    c: &Compiled,
+    v: u64,
+    block: u64,
+    out: &mut [Vec<u32>; 2],
+) -> Result<()> {
+    let t = f.target;
+    let low = v as u32;
+    let word = f.word;
+    let part_word = |i: usize| block + 8 * i as u64;
+    let release_on_copy = !c.has_compute && c.has_copy && low != 0;
+    let stamp = f.stamp;
+    let gpu_waits = f.gpu_waits;
+    // COPY:0 polls no other device's word (its POLL_REGMEM compares 32 bits): COMPUTE:0
+    // waits, then signals this word, which COPY:0 polls before its first part.
+    let waited = c.wait_slot.filter(|_| !gpu_waits.is_empty() && c.has_copy);
+    let [cs, ks] = out;
+    cs.clear();
+    ks.clear();
+    if c.has_compute || !release_on_copy || !gpu_waits.is_empty() {
+        push::<9>(cs, |o| pm4::WaitRegMem64::at_least(word, v - 1).encode(o))?;
+        for w in gpu_waits {
+            push::<9>(cs, |o| {
+                pm4::WaitRegMem64::at_least(w.word, w.value).encode(o)
+            })?;
+            if let Some((slot, flag)) = w.evidence {
+                let copy = pm4::CopyData {
+                    src_sel: pm4::CopySrc::Memory,
+                    dst_sel: pm4::CopyDst::Memory,
+                    src_cache_policy: 0,
+                    count_64: false,
+                    wr_confirm: true,
+                    dst_cache_policy: 0,
+                    engine_sel: 0,
+                    src: flag,
+                    dst: slot,
+                };
+                push::<6>(cs, |o| copy.encode(o))?;
+            }
+        }
+        if let Some(n) = waited {
+            let r = pm4::ReleaseMem {
+                int_sel: pm4::IntSel::None,
+                data_sel: pm4::DataSel::Low32,
+                ..pm4::ReleaseMem::timeline(t.write_back(), part_word(n), u64::from(low))
+            };
+            push::<8>(cs, |o| r.encode(o))?;
+        }
+        if let Some(st) = stamp {
+            push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
+        }
+        let mut first = true;
+        for (i, p) in c.pieces.iter().enumerate() {
+            if p.queue != Queue::Compute {
+                continue;
+            }
+            for &a in &p.after {
+                push::<7>(cs, |o| wait_word(part_word(a), low).encode(o))?;
+            }
+            if p.launch || !p.after.is_empty() {
+                let full = first || !p.after.is_empty();
+                push::<8>(cs, |o| t.acquire(full).encode(o))?;
+                first = false;
+            }
+            let at = cs.len();
+            cs.extend_from_slice(&p.words);
+            if let Some(k) = p.kernarg_at {
+                let a = block + p.args_at;
+                cs[at + k] = a as u32;
+                cs[at + k + 1] = (a >> 32) as u32;
+            }
+            if p.signals {
+                let r = pm4::ReleaseMem {
+                    int_sel: pm4::IntSel::None,
+                    data_sel: pm4::DataSel::Low32,
+                    ..pm4::ReleaseMem::timeline(t.write_back(), part_word(i), u64::from(low))
+                };
+                push::<8>(cs, |o| r.encode(o))?;
+            }
+        }
+        if !release_on_copy {
+            if let Some(l) = c.last_copy {
+                push::<7>(cs, |o| wait_word(part_word(l), low).encode(o))?;
+            }
+            if let Some(st) = stamp {
+                let flush = pm4::EventWrite {
+                    event_type: pm4::EVENT_CS_PARTIAL_FLUSH,
+                    event_index: pm4::EVENT_INDEX_PARTIAL_FLUSH,
+                    address: None,
+                };
+                push::<2>(cs, |o| flush.encode(o))?;
+                push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st + 16).encode(o))?;
+            }
+            let r = pm4::ReleaseMem {
+                int_ctxid: f.context,
+                ..pm4::ReleaseMem::timeline(t.write_back(), word, v)
+            };
+            push::<8>(cs, |o| r.encode(o))?;
+        }
+    }
+    if c.has_copy {
+        push::<6>(ks, |o| poll_word(word, (v - 1) as u32).encode(o))?;
+        if let Some(n) = waited {
+            push::<6>(ks, |o| poll_word(part_word(n), low).encode(o))?;
+        }
+        if let Some(st) = stamp {
+            push::<3>(ks, |o| sdma::Timestamp::global(st + 8).encode(o))?;
+        }
+        for (i, p) in c.pieces.iter().enumerate() {
+            if p.queue != Queue::Copy {
+                continue;
+            }
+            for &a in &p.after {
+                push::<6>(ks, |o| poll_word(part_word(a), low).encode(o))?;
+            }
+            ks.extend_from_slice(&p.words);
+            for e in &p.ends {
+                let src = block + p.args_at + e.arg;
+                let copy = sdma::CopyLinear::new(src, e.dst, e.bytes);
+                push::<7>(ks, |o| copy.encode(t.sdma, o))?;
+            }
+            // The compute queue waits for the last copy where it releases.
+            if p.signals || (Some(i) == c.last_copy && !release_on_copy) {
+                push::<4>(ks, |o| fence(part_word(i), low).encode(o))?;
+            }
+        }
+        if release_on_copy {
+            if let Some(st) = stamp {
+                // The fence waits for the copies before the stamp is taken.
+                push::<4>(ks, |o| fence(st + 16, 0).encode(o))?;
+                push::<3>(ks, |o| sdma::Timestamp::global(st + 16).encode(o))?;
+            }
+            push::<4>(ks, |o| fence(word, low).encode(o))?;
+            push::<2>(ks, |o| sdma::Trap { context: f.context }.encode(o))?;
+        }
+    }
+    Ok(())
+}

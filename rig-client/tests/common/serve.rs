@@ -1,0 +1,70 @@
+//! The daemon side of a test's own rigd: rigd's library serving simulated GPUs on a given
+//! socket until SIGTERM (or the exit of the program that started it).
+//!
+//! The test program is that daemon too: [`super::Daemon`] runs the program again with
+//! [`SOCKET_ENV`] set, and the program then serves instead of testing ([`main`]). So the
+//! client library itself links neither rigd nor tokio; only its tests do.
+
+use std::path::{Path, PathBuf};
+
+/// The socket to serve on; set only in the child that serves.
+pub const SOCKET_ENV: &str = "RIG_CLIENT_TEST_SERVE";
+/// How long work may run on the simulated GPU, in ms (rigd's `hang_ms`), if set.
+pub const HANG_MS_ENV: &str = "RIG_CLIENT_TEST_HANG_MS";
+/// How many simulated GPUs alike to serve (1 to 8), if set.
+pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
+
+/// Serves a rigd if this process was started as one, and returns its exit code; `None`
+/// in a process that was not.
+pub fn main() -> Option<i32> {
+    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
+    let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    // The daemon stops when the program that started it exits.
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+    let mut config = rigd::config::Config::embedded();
+    config.daemon.socket = socket.clone();
+    config.daemon.mode = 0o600;
+    if let Some(hang_ms) = number(HANG_MS_ENV) {
+        config.sim = vec![rigd::config::SimGpuConfig {
+            processor: "gfx1100".into(),
+            memory_bytes: 2 << 30,
+            hang_ms,
+        }];
+    }
+    if let Some(n) = number(GPUS_ENV) {
+        let first = config
+            .sim
+            .first()
+            .cloned()
+            .unwrap_or_else(rigd::config::SimGpuConfig::embedded_default);
+        config.sim = vec![first; n.clamp(1, 8) as usize];
+    }
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|runtime| runtime.block_on(serve(&socket, &config)));
+    Some(match served {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("the test's rigd on {}: {e}", socket.display());
+            1
+        }
+    })
+}
+
+async fn serve(socket: &Path, config: &rigd::config::Config) -> Result<(), String> {
+    let (listener, file) =
+        rigd::listen::bind(socket, None, config.daemon.mode).map_err(|e| e.to_string())?;
+    let daemon = rigd::Daemon::start(config, Path::new("/sys")).map_err(|e| e.to_string())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| e.to_string())?;
+    daemon
+        .run(listener, async move {
+            term.recv().await;
+        })
+        .await;
+    drop(file);
+    Ok(())
+}
