@@ -156,3 +156,27 @@ fn an_abort_stops_a_kernel_that_never_ends_at_once() {
     ));
     assert!(took < Duration::from_millis(500));
 }
+
+/// rigd closes a connection that holds nothing after `connections.idle_ms`; a program that
+/// kept only its `Rig` meanwhile is not broken by it: its next calls get a new connection.
+/// One that holds a device is never closed for silence.
+#[test]
+fn a_rig_that_holds_nothing_outlives_rigds_idle_timeout() {
+    let d = Daemon::start_idle(200);
+    let rig = d.rig();
+    let names = rig.gpus().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(rig.gpus().unwrap(), names, "a call after the idle timeout");
+    let dev = rig.open_device("AMD:0").unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    // Held a device all along: the same connection still serves it.
+    let b = dev.buffer(4096, Memory::Pinned).unwrap();
+    drop(b);
+    dev.close().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        rig.gpus().unwrap(),
+        names,
+        "a call after the last device closed"
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rig_proto::{
@@ -26,6 +26,24 @@ pub struct Rig(Arc<RigInner>);
 struct RigInner {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Devices rigd holds open for this connection. While none, the connection holds
+    /// nothing on rigd's side, so one that rigd closed (for `connections.idle_ms`) is
+    /// made anew for the next call instead of failing it.
+    devices: AtomicUsize,
+}
+
+/// True if `e` says the connection itself is gone (rigd closed it), not that a call failed.
+fn connection_gone(e: &rig_proto::Error) -> bool {
+    match e {
+        rig_proto::Error::Closed => true,
+        rig_proto::Error::Frame(rig_proto::FrameError::Io(io)) => matches!(
+            io.kind(),
+            std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::UnexpectedEof
+        ),
+        _ => false,
+    }
 }
 
 fn program_name() -> String {
@@ -71,6 +89,7 @@ impl Rig {
         Ok(Rig(Arc::new(RigInner {
             conn: Mutex::new(conn),
             path,
+            devices: AtomicUsize::new(0),
         })))
     }
 
@@ -102,7 +121,36 @@ impl Rig {
         request: &Request,
         fds: &[std::os::fd::BorrowedFd<'_>],
     ) -> Result<(Response, Vec<OwnedFd>)> {
-        let (response, fds) = self.lock()?.call(request, fds).map_err(proto)?;
+        let mut conn = self.lock()?;
+        let (response, fds) = match conn.call(request, fds) {
+            Ok(answer) => answer,
+            // rigd closes a connection that holds nothing once it has been idle for its
+            // `connections.idle_ms`: a program that kept only its `Rig` gets a new one.
+            Err(e) if connection_gone(&e) && self.0.devices.load(Ordering::Acquire) == 0 => {
+                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|e| {
+                    Error::Connect {
+                        path: self.0.path.display().to_string(),
+                        why: e.to_string(),
+                    }
+                })?;
+                conn.call(request, fds).map_err(proto)?
+            }
+            Err(e) => return Err(proto(e)),
+        };
+        drop(conn);
+        match (request, &response) {
+            (Request::OpenDevice { .. }, Response::DeviceOpened(_)) => {
+                self.0.devices.fetch_add(1, Ordering::AcqRel);
+            }
+            // Whatever rigd answers, the device is no longer this connection's.
+            (Request::CloseDevice { .. }, _) => {
+                let _ = self
+                    .0
+                    .devices
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            }
+            _ => {}
+        }
         match response {
             Response::Error(e) => Err(refused(e)),
             r => Ok((r, fds)),

@@ -38,6 +38,15 @@ impl Daemon {
 
     /// Starts a rigd serving `gpus` simulated GPUs alike.
     pub fn start_gpus(hang_ms: Option<u32>, gpus: u32) -> Daemon {
+        Self::start_with(hang_ms, gpus, None)
+    }
+
+    /// Starts a rigd that closes connections holding nothing after `idle_ms` of silence.
+    pub fn start_idle(idle_ms: u32) -> Daemon {
+        Self::start_with(None, 1, Some(idle_ms))
+    }
+
+    fn start_with(hang_ms: Option<u32>, gpus: u32, idle_ms: Option<u32>) -> Daemon {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("rig-client-test-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -54,12 +63,16 @@ impl Daemon {
         .env(serve::SOCKET_ENV, &socket)
         .env_remove(serve::HANG_MS_ENV)
         .env_remove(serve::GPUS_ENV)
+        .env_remove(serve::IDLE_MS_ENV)
         .stdout(std::process::Stdio::null());
         if let Some(ms) = hang_ms {
             cmd.env(serve::HANG_MS_ENV, ms.to_string());
         }
         if gpus > 1 {
             cmd.env(serve::GPUS_ENV, gpus.to_string());
+        }
+        if let Some(ms) = idle_ms {
+            cmd.env(serve::IDLE_MS_ENV, ms.to_string());
         }
         let child = cmd.spawn().expect("start rigd");
         let d = Daemon { child, dir, socket };

@@ -13,6 +13,8 @@ pub const SOCKET_ENV: &str = "RIG_CLIENT_TEST_SERVE";
 pub const HANG_MS_ENV: &str = "RIG_CLIENT_TEST_HANG_MS";
 /// How many simulated GPUs alike to serve (1 to 8), if set.
 pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
+/// rigd's `connections.idle_ms`, if set.
+pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
 
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
@@ -30,6 +32,9 @@ pub fn main() -> Option<i32> {
             memory_bytes: 2 << 30,
             hang_ms,
         }];
+    }
+    if let Some(ms) = number(IDLE_MS_ENV) {
+        config.connections.idle_ms = u64::from(ms);
     }
     if let Some(n) = number(GPUS_ENV) {
         let first = config
