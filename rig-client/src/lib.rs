@@ -85,6 +85,8 @@
 //!
 //! The crate has no features and links neither rigd nor tokio: a program adds
 //! `rig-client = { path = "../rig/rig-client" }` (or a git dependency) and nothing else.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod buffer;
 mod copies;

@@ -22,6 +22,7 @@
 //!
 //! Under Miri, a region is heap memory instead of a memfd, so the accessors and the doorbell
 //! protocol can be checked there; [`SharedRegion::from_fd`] is then unavailable.
+#![deny(missing_docs)]
 
 pub mod doorbell;
 pub mod futex;
