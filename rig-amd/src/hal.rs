@@ -170,7 +170,10 @@ mod tests {
         let t = h.tmpring_size(4, 2048);
         assert_eq!(t, 4 | 8 << 12);
         assert_eq!(h.tmpring_wave_bytes(t), 2048);
-        assert_eq!(hal(Generation::Gfx12).tmpring_size(5000, 64), 0xfff | 1 << 12);
+        assert_eq!(
+            hal(Generation::Gfx12).tmpring_size(5000, 64),
+            0xfff | 1 << 12
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod aql;
 pub mod code_object;
 pub mod copy_plan;
+pub mod dispatch;
 pub mod gpu;
 pub mod hal;
 pub mod kernarg;
