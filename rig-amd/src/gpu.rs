@@ -61,7 +61,8 @@ pub enum QueueKind {
     Sdma,
 }
 
-/// The GFX generation, which decides packet and register formats.
+/// The GFX generation, which decides packet and register formats ([`crate::hal`] holds what
+/// differs between them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Generation {
     /// GFX9.4 and GFX9.5 (CDNA3, CDNA4): gfx942, gfx950.
@@ -70,6 +71,29 @@ pub enum Generation {
     Gfx11,
     /// GFX12 (RDNA4).
     Gfx12,
+}
+
+impl Generation {
+    /// The generation of a GC (or processor) of major version `major`: 9, 11 or 12. Other
+    /// majors (GFX10 among them) are not generations rig drives: `None`.
+    pub const fn of_major(major: u8) -> Option<Self> {
+        match major {
+            9 => Some(Self::Gfx9),
+            11 => Some(Self::Gfx11),
+            12 => Some(Self::Gfx12),
+            _ => None,
+        }
+    }
+
+    /// The generation of GC version `gc`, as [`Generation::of_major`].
+    pub const fn of_gc(gc: IpVersion) -> Option<Self> {
+        Self::of_major(gc.major)
+    }
+
+    /// What differs in this generation.
+    pub fn hal(self) -> &'static crate::hal::Hal {
+        crate::hal::hal(self)
+    }
 }
 
 /// One AMD GPU model: the facts rig needs of it.
@@ -91,6 +115,13 @@ pub struct Gpu {
     pub wave_size: u32,
     /// Local data share one workgroup may take, in bytes.
     pub lds_bytes: u32,
+    /// Bytes of one granule of COMPUTE_PGM_RSRC2.LDS_SIZE: 512 (128 dwords), but 1280 (320
+    /// dwords) on gfx950 (AMDGPUUsage, "compute_pgm_rsrc2", GRANULATED_LDS_SIZE:
+    /// "GFX7-GFX11 roundup(lds-size / (128 * 4))", "GFX950 roundup(lds-size / (320 * 4))";
+    /// LLVM's `getLdsDwGranularity`; GFX12 as GFX11).
+    pub lds_granule: u32,
+    /// Its GFX generation, from its GC version ([`Generation::of_gc`]).
+    pub generation: Generation,
     /// Waves one compute unit runs concurrently.
     pub waves_per_cu: u32,
     /// A marketing name, for logs and `rigctl`.
@@ -100,6 +131,7 @@ pub struct Gpu {
 /// 1 KiB.
 const KIB: u64 = 1 << 10;
 /// 1 MiB.
+#[cfg(test)]
 const MIB: u64 = 1 << 20;
 /// 1 GiB.
 const GIB: u64 = 1 << 30;
@@ -112,11 +144,22 @@ impl Gpu {
 
     /// The GFX generation of its GC.
     pub fn generation(&self) -> Generation {
-        match self.gc.major {
-            9 => Generation::Gfx9,
-            11 => Generation::Gfx11,
-            _ => Generation::Gfx12,
-        }
+        self.generation
+    }
+
+    /// What differs in its generation.
+    pub fn hal(&self) -> &'static crate::hal::Hal {
+        crate::hal::hal(self.generation)
+    }
+
+    /// LDS granules (COMPUTE_PGM_RSRC2.LDS_SIZE) that hold `bytes`.
+    pub const fn lds_granules(&self, bytes: u32) -> u32 {
+        bytes.div_ceil(self.lds_granule)
+    }
+
+    /// Bytes of LDS that COMPUTE_PGM_RSRC2 `rsrc2` allocates.
+    pub const fn lds_of_rsrc2(&self, rsrc2: u32) -> u32 {
+        crate::regs::rsrc2::LDS_SIZE.get(rsrc2) * self.lds_granule
     }
 
     /// The packets its compute queue reads: PM4 on one die, AQL on several.
@@ -142,17 +185,15 @@ impl Gpu {
     pub fn most_ring(&self, kind: QueueKind) -> u64 {
         match kind {
             QueueKind::Pm4 | QueueKind::Aql => 16 * GIB,
-            QueueKind::Sdma if self.sdma.major == 4 => 16 * MIB,
-            QueueKind::Sdma => 8 * GIB,
+            QueueKind::Sdma => crate::sdma::Layout::for_gpu(self).most_ring(),
         }
     }
 
     /// The most bytes one linear SDMA copy packet moves: 1 GiB, but 4 MiB on SDMA engines
-    /// before 4.4.2 and on 5.0 and 5.1, whose count field is 22 bits.
+    /// before 4.4.2 and on 5.0 and 5.1, whose count field is 22 bits
+    /// ([`crate::sdma::Layout::count_bits`]).
     pub fn linear_copy_bytes(&self) -> u64 {
-        let v = self.sdma;
-        let narrow = v < IpVersion::new(4, 4, 2) || (v.major == 5 && v.minor <= 1);
-        if narrow { 4 * MIB } else { GIB }
+        crate::sdma::Layout::for_gpu(self).most_bytes()
     }
 
     /// Whether the compute queue compares 64-bit memory words in WAIT_REG_MEM, so that a
@@ -207,7 +248,11 @@ const fn gpu(
     compute_units: u32,
     marketing: &'static str,
 ) -> Gpu {
-    let gfx9 = gc.major == 9;
+    let Some(generation) = Generation::of_gc(gc) else {
+        panic!("a GPU of the table has a GC of no generation rig drives");
+    };
+    let gfx9 = matches!(generation, Generation::Gfx9);
+    let gfx950 = gc.major == 9 && gc.minor == 5;
     Gpu {
         processor,
         gc,
@@ -217,11 +262,13 @@ const fn gpu(
         compute_units,
         wave_size: if gfx9 { 64 } else { 32 },
         // CDNA4 (GC 9.5) widened the LDS to 160 KiB; every other chip here has 64 KiB.
-        lds_bytes: if gc.major == 9 && gc.minor == 5 {
+        lds_bytes: if gfx950 {
             160 * KIB as u32
         } else {
             64 * KIB as u32
         },
+        lds_granule: if gfx950 { 320 * 4 } else { 128 * 4 },
+        generation,
         waves_per_cu: 32,
         marketing,
     }
@@ -372,6 +419,23 @@ mod tests {
         assert_eq!(Gpu::by_name("gfx1201").unwrap().gc, v(12, 0, 1));
         assert_eq!(Gpu::by_gc(v(11, 0, 3)).unwrap().name(), "gfx1101");
         assert!(Gpu::by_name("gfx90a").is_none());
+    }
+
+    #[test]
+    fn every_gpu_has_its_generation_and_granules() {
+        for g in GPUS {
+            assert_eq!(Generation::of_gc(g.gc), Some(g.generation), "{}", g.name());
+            assert_eq!(Generation::of_major(g.processor.major), Some(g.generation));
+            assert_eq!(Gpu::by_gc(g.gc).map(Gpu::name), Some(g.name()));
+        }
+        assert_eq!(Generation::of_major(10), None);
+        let gfx950 = Gpu::by_name("gfx950").unwrap();
+        assert_eq!(gfx950.lds_granule, 1280);
+        assert_eq!(gfx950.lds_granules(160 * 1024), 128);
+        let gfx1100 = Gpu::by_name("gfx1100").unwrap();
+        assert_eq!(gfx1100.lds_granule, 512);
+        assert_eq!(gfx1100.lds_of_rsrc2(2 << 15), 1024);
+        assert_eq!(Gpu::by_name("gfx942").unwrap().lds_granule, 512);
     }
 
     #[test]

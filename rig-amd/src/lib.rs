@@ -6,18 +6,24 @@
 //! parsed the same way `rigctl image` shows them.
 //!
 //! - [`gpu`]: the table of processors rig drives (GC and SDMA versions, dies, LDS, waves,
-//!   ring bounds) and `is_gpu`.
+//!   ring bounds), GC version to processor to generation, and `is_gpu`; [`hal`] what
+//!   differs per generation (scratch granules, the wave64 rule, cache-control bits, the
+//!   COMPUTE_* register table), stated once.
 //! - [`pm4`], [`sdma`], [`aql`]: encoders and decoders of the packets the compute and copy
 //!   queues read; [`regs`] the register offsets those packets name.
 //! - [`code_object`]: AMDGPU ELF code objects (metadata note, kernel descriptors,
 //!   relocations) and [`kernarg`], the argument bytes of a launch.
 //! - [`copy_plan`]: how a copy or fill on `COPY:0` becomes SDMA packets.
+//! - [`dispatch`]: one builder of a launch from a kernel descriptor (user-SGPR order,
+//!   COMPUTE_* register writes for PM4, the AQL packet), writing into caller buffers.
 #![forbid(unsafe_code)]
 
 pub mod aql;
 pub mod code_object;
 pub mod copy_plan;
+pub mod dispatch;
 pub mod gpu;
+pub mod hal;
 pub mod kernarg;
 pub mod pm4;
 pub mod regs;

@@ -421,20 +421,14 @@ impl AcquireMem {
     }
 
     /// The form `g` reads, over all memory, invalidating every cache above the L2.
-    pub const fn above_l2(g: Generation) -> Self {
-        match g {
-            Generation::Gfx9 => Self::gfx9(coher::ABOVE_L2),
-            Generation::Gfx11 | Generation::Gfx12 => Self::gfx10(gcr::ABOVE_L2),
-        }
+    pub fn above_l2(g: Generation) -> Self {
+        crate::hal::hal(g).acquire_above_l2
     }
 
     /// The form `g` reads, over all memory, invalidating every cache, the L2 after its
     /// write-back: what the first part of a submission on the compute queue follows.
-    pub const fn all(g: Generation) -> Self {
-        match g {
-            Generation::Gfx9 => Self::gfx9(coher::ALL),
-            Generation::Gfx11 | Generation::Gfx12 => Self::gfx10(gcr::ALL),
-        }
+    pub fn all(g: Generation) -> Self {
+        crate::hal::hal(g).acquire_all
     }
 
     /// The GFX10+ form over all memory with GCR_CNTL actions `gcr_cntl`.
@@ -838,11 +832,8 @@ impl ReleaseMem {
 
     /// The cache bits of a release on `g` that write the L2 back, so the host and other
     /// devices read the work's writes once the value is reached.
-    pub const fn write_back(g: Generation) -> u32 {
-        match g {
-            Generation::Gfx9 => coher::RELEASE_WRITE_BACK,
-            Generation::Gfx11 | Generation::Gfx12 => gcr::RELEASE_WRITE_BACK,
-        }
+    pub fn write_back(g: Generation) -> u32 {
+        crate::hal::hal(g).release_write_back
     }
 
     /// Encodes the packet into `out`, returning the words written.

@@ -71,7 +71,7 @@ impl Layout {
     /// The layout of SDMA IP version `v`. Versions before 4 read their counts differently
     /// and are not supported; they get the SDMA 4 layout.
     pub const fn of(v: IpVersion) -> Self {
-        // Narrow counts before 4.4.2 and on 5.0/5.1 (the same rule as Gpu::linear_copy_bytes).
+        // Narrow counts before 4.4.2 and on 5.0/5.1 (Gpu::linear_copy_bytes asks this).
         let narrow = v.major < 4
             || (v.major == 4 && (v.minor < 4 || (v.minor == 4 && v.stepping < 2)))
             || (v.major == 5 && v.minor <= 1);
@@ -89,6 +89,12 @@ impl Layout {
     /// The most bytes one COPY_LINEAR or CONSTANT_FILL packet moves: 4 MiB or 1 GiB.
     pub const fn most_bytes(self) -> u64 {
         1 << self.count_bits
+    }
+
+    /// The most bytes of a ring its queue registers allow: 8 GiB, but 16 MiB on SDMA 4,
+    /// whose one queue keeps the ring it opens with.
+    pub const fn most_ring(self) -> u64 {
+        if self.major == 4 { 16 << 20 } else { 8 << 30 }
     }
 
     /// Whether the engine reads GCR_REQ.

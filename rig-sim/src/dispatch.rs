@@ -9,12 +9,19 @@
 //! executor cannot run faults the queue with the executor's reason: no launch ever pretends
 //! to have run.
 //!
-//! This module does not decode instructions (rig-isa does) or packets (rig-amd does).
+//! The facts it reads a launch by are rig-amd's, the ones the client encodes with: the
+//! generation's scratch granule and wave64 rule ([`rig_amd::hal`]), the processor's LDS
+//! granule ([`Gpu::lds_granule`]), the descriptor's layout ([`KernelDescriptor`]) and the
+//! user-SGPR order ([`UserSgprs`]). This module does not decode instructions (rig-isa does)
+//! or packets (rig-amd does).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use rig_amd::code_object::KernelDescriptor;
+use rig_amd::dispatch::{UserSgprValues, UserSgprs, scratch_resource};
 use rig_amd::gpu::{Generation, Gpu};
+use rig_amd::hal::Hal;
 use rig_amd::regs::{self, initiator};
 use rig_isa::{Dispatch, Scratch, Workgroups};
 
@@ -87,7 +94,7 @@ pub fn spread(
     if dies == 1 {
         return run_die(dispatch, 0, threads);
     }
-    let lanes = if dispatch.wave64 { 64 } else { 32 };
+    let lanes = u64::from(Hal::lanes(dispatch.wave64));
     let items: u64 = dispatch.group_size.iter().map(|&n| u64::from(n)).product();
     let group_waves = u32::try_from(items.div_ceil(lanes))
         .unwrap_or(u32::MAX)
@@ -186,11 +193,6 @@ fn user_sgpr_count(rsrc2: u32) -> usize {
     regs::rsrc2::USER_SGPR.get(rsrc2) as usize
 }
 
-/// LDS bytes of COMPUTE_PGM_RSRC2's LDS_SIZE, in 512-byte granules (GFX7+).
-fn lds_bytes(rsrc2: u32) -> u32 {
-    regs::rsrc2::LDS_SIZE.get(rsrc2) * 512
-}
-
 fn mul_axis(a: u32, b: u32, axis: char) -> Result<u32, String> {
     a.checked_mul(b)
         .ok_or_else(|| format!("the grid's {axis} axis holds more than 2^32 work-items"))
@@ -204,8 +206,8 @@ pub fn from_registers(
     dim: [u32; 3],
     init: u32,
 ) -> Result<Dispatch, String> {
-    let generation = model.generation();
-    let c = regs::compute(generation);
+    let hal = model.hal();
+    let c = hal.compute;
     let r = |o: u16| sh[usize::from(o)];
     let group: [u32; 3] = std::array::from_fn(|i| r(c.num_thread_x + i as u16) & 0xffff);
     if group.contains(&0) {
@@ -231,18 +233,11 @@ pub fn from_registers(
     let rsrc2 = r(c.pgm_rsrc2);
     let n = user_sgpr_count(rsrc2).min(usize::from(regs::USER_DATA_COUNT));
     let user_sgprs = (0..n).map(|i| r(c.user_data_0 + i as u16)).collect();
-    // GFX9 runs wave64 only; GFX10+ runs wave32 when CS_W32_EN is set.
-    let wave64 = generation == Generation::Gfx9 || init & initiator::CS_W32_EN == 0;
-    let lanes = if wave64 { 64 } else { 32 };
+    let wave64 = hal.wave64_of_initiator(init);
+    let lanes = Hal::lanes(wave64);
     let scratch = if regs::rsrc2::SCRATCH_EN.get(rsrc2) != 0 {
-        // WAVESIZE counts per-wave granules: 1 KiB on GFX9, 256 bytes from GFX11 (ROCr).
-        let granule = if generation == Generation::Gfx9 {
-            1024
-        } else {
-            256
-        };
         let tmpring = r(c.tmpring_size);
-        let per_wave = regs::tmpring::wavesize(generation).get(tmpring) * granule;
+        let per_wave = hal.tmpring_wave_bytes(tmpring);
         let lo = r(c.dispatch_scratch_base_lo);
         let hi = r(c.dispatch_scratch_base_lo + 1);
         Some(Scratch {
@@ -262,31 +257,9 @@ pub fn from_registers(
         grid_items: grid,
         group_size: group,
         wave64,
-        lds_bytes: lds_bytes(rsrc2),
+        lds_bytes: model.lds_of_rsrc2(rsrc2),
         scratch,
     })
-}
-
-/// Byte offsets and enable bits of the 64-byte kernel descriptor (AMDGPUUsage, "Kernel
-/// Descriptor").
-mod kd {
-    pub const GROUP_SEGMENT_FIXED_SIZE: usize = 0;
-    pub const PRIVATE_SEGMENT_FIXED_SIZE: usize = 4;
-    pub const KERNEL_CODE_ENTRY_BYTE_OFFSET: usize = 16;
-    pub const PGM_RSRC3: usize = 44;
-    pub const PGM_RSRC1: usize = 48;
-    pub const PGM_RSRC2: usize = 52;
-    pub const KERNEL_CODE_PROPERTIES: usize = 56;
-    pub const BYTES: usize = 64;
-
-    pub const PRIVATE_SEGMENT_BUFFER: u16 = 1 << 0;
-    pub const DISPATCH_PTR: u16 = 1 << 1;
-    pub const QUEUE_PTR: u16 = 1 << 2;
-    pub const KERNARG_SEGMENT_PTR: u16 = 1 << 3;
-    pub const DISPATCH_ID: u16 = 1 << 4;
-    pub const FLAT_SCRATCH_INIT: u16 = 1 << 5;
-    pub const PRIVATE_SEGMENT_SIZE: u16 = 1 << 6;
-    pub const WAVEFRONT_SIZE32: u16 = 1 << 10;
 }
 
 /// What an AQL kernel-dispatch packet names, and where the queue keeps its state.
@@ -321,26 +294,13 @@ pub fn from_aql(
     p: &AqlLaunch,
 ) -> Result<Dispatch, crate::queue::FaultReason> {
     use crate::queue::FaultReason;
-    let mut d = [0u8; kd::BYTES];
-    vm.read(p.kernel_object, &mut d)?;
-    let u32_at = |o: usize| u32::from_le_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]);
-    let props = u16::from_le_bytes([
-        d[kd::KERNEL_CODE_PROPERTIES],
-        d[kd::KERNEL_CODE_PROPERTIES + 1],
-    ]);
-    let entry = i64::from_le_bytes(
-        d[kd::KERNEL_CODE_ENTRY_BYTE_OFFSET..kd::KERNEL_CODE_ENTRY_BYTE_OFFSET + 8]
-            .try_into()
-            .unwrap_or([0; 8]),
-    );
-    let rsrc2 = u32_at(kd::PGM_RSRC2);
-    let wave64 = if model.gc.major >= 10 {
-        props & kd::WAVEFRONT_SIZE32 == 0
-    } else {
-        true
-    };
-    let lanes: u32 = if wave64 { 64 } else { 32 };
-    let private = u32_at(kd::PRIVATE_SEGMENT_FIXED_SIZE).max(p.private_segment_size);
+    let mut bytes = [0u8; KernelDescriptor::SIZE];
+    vm.read(p.kernel_object, &mut bytes)?;
+    let d = KernelDescriptor::from_bytes(&bytes);
+    let rsrc2 = d.compute_pgm_rsrc2;
+    let wave64 = model.hal().wave64(d.kernel_code_properties);
+    let lanes = Hal::lanes(wave64);
+    let private = d.private_segment_fixed_size.max(p.private_segment_size);
     let scratch = if private > 0 {
         let per_wave = u64::from(private) * u64::from(lanes);
         let waves = p.scratch.1 / per_wave;
@@ -358,39 +318,22 @@ pub fn from_aql(
     } else {
         None
     };
-    let mut sgprs: Vec<u32> = Vec::new();
-    let push64 = |s: &mut Vec<u32>, v: u64| {
-        s.push(v as u32);
-        s.push((v >> 32) as u32);
+    let layout = UserSgprs::of(d.kernel_code_properties);
+    let mut sgprs = vec![0u32; usize::from(layout.enabled)];
+    let values = UserSgprValues {
+        // The hardware's scratch V#, swizzled per lane; the executor reads base and size.
+        private_segment_buffer: scratch_resource(p.scratch.0, p.scratch.1),
+        dispatch_ptr: p.packet_va,
+        queue_ptr: p.queue_va,
+        kernarg_segment_ptr: p.kernarg_address,
+        dispatch_id: p.dispatch_id,
+        flat_scratch_init: p.scratch.0,
+        private_segment_size: private,
     };
-    if props & kd::PRIVATE_SEGMENT_BUFFER != 0 {
-        // A buffer resource over the scratch: base in words 0-1 (48 bits), size in word 2,
-        // swizzled per lane as the hardware's scratch V# is; word 3 is the format the
-        // executor does not read.
-        let base = p.scratch.0;
-        sgprs.push(base as u32);
-        sgprs.push(((base >> 32) as u32) & 0xffff);
-        sgprs.push(u32::try_from(p.scratch.1).unwrap_or(u32::MAX));
-        sgprs.push(0);
-    }
-    if props & kd::DISPATCH_PTR != 0 {
-        push64(&mut sgprs, p.packet_va);
-    }
-    if props & kd::QUEUE_PTR != 0 {
-        push64(&mut sgprs, p.queue_va);
-    }
-    if props & kd::KERNARG_SEGMENT_PTR != 0 {
-        push64(&mut sgprs, p.kernarg_address);
-    }
-    if props & kd::DISPATCH_ID != 0 {
-        push64(&mut sgprs, p.dispatch_id);
-    }
-    if props & kd::FLAT_SCRATCH_INIT != 0 {
-        push64(&mut sgprs, p.scratch.0);
-    }
-    if props & kd::PRIVATE_SEGMENT_SIZE != 0 {
-        sgprs.push(private);
-    }
+    // PANIC: the buffer was sized for the enabled SGPRs.
+    layout
+        .fill(&values, &mut sgprs)
+        .expect("the buffer holds the enabled SGPRs");
     let declared = user_sgpr_count(rsrc2);
     if sgprs.len() > declared {
         return Err(FaultReason::Kernel(format!(
@@ -409,12 +352,14 @@ pub fn from_aql(
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
     );
-    let group_fixed = u32_at(kd::GROUP_SEGMENT_FIXED_SIZE);
+    let group_fixed = d.group_segment_fixed_size;
     Ok(Dispatch {
-        code_address: p.kernel_object.wrapping_add_signed(entry),
-        pgm_rsrc1: u32_at(kd::PGM_RSRC1),
+        code_address: p
+            .kernel_object
+            .wrapping_add_signed(d.kernel_code_entry_byte_offset),
+        pgm_rsrc1: d.compute_pgm_rsrc1,
         pgm_rsrc2: rsrc2,
-        pgm_rsrc3: u32_at(kd::PGM_RSRC3),
+        pgm_rsrc3: d.compute_pgm_rsrc3,
         user_sgprs: sgprs,
         grid_items: p.grid,
         group_size: p.group,

@@ -107,11 +107,11 @@ fn hidden_value(h: &Hidden) -> Option<HiddenValue> {
     })
 }
 
-/// Bytes of scratch one wave of a kernel takes: its per-item bytes for every lane, in the
-/// 1 KiB units the hardware's wave-size field counts.
-fn wave_scratch(private: u32, wave64: bool) -> u64 {
-    let lanes = if wave64 { 64 } else { 32 };
-    (u64::from(private) * lanes).div_ceil(1024) * 1024
+/// Bytes of scratch one wave of a kernel takes on `gpu`: its per-item bytes for every lane,
+/// in the granules its generation's COMPUTE_TMPRING_SIZE.WAVESIZE counts
+/// ([`rig_amd::hal::Hal::wave_scratch`]).
+fn wave_scratch(gpu: &rig_amd::gpu::Gpu, private: u32, wave64: bool) -> u64 {
+    gpu.hal().wave_scratch(private, wave64)
 }
 
 impl State {
@@ -272,7 +272,7 @@ impl State {
                     })
                 })
                 .collect();
-            let wave_bytes = wave_scratch(k.private_segment_size(), k.wave64());
+            let wave_bytes = wave_scratch(&d.desc.gpu, k.private_segment_size(), k.wave64());
             let waves = u64::from(d.desc.gpu.compute_units) * u64::from(d.desc.gpu.waves_per_cu);
             let entry = Entry {
                 code: img.address + k.descriptor_offset(),
@@ -361,10 +361,19 @@ impl State {
 
 #[cfg(test)]
 mod tests {
+    use rig_amd::gpu::Gpu;
+
+    /// WAVESIZE counts 256-byte granules from GFX11 and 1 KiB on GFX9 (Mesa's
+    /// `ac_gpu_info.c`, `scratch_wavesize_granularity_shift = gfx_level >= GFX11 ? 8 : 10`):
+    /// this test said 1 KiB for GFX11 before.
     #[test]
-    fn wave_scratch_rounds_to_kib() {
-        assert_eq!(super::wave_scratch(0, false), 0);
-        assert_eq!(super::wave_scratch(4, false), 1024);
-        assert_eq!(super::wave_scratch(48, true), 3072);
+    fn wave_scratch_rounds_to_the_generations_granule() {
+        let gfx1100 = Gpu::by_name("gfx1100").unwrap();
+        assert_eq!(super::wave_scratch(gfx1100, 0, false), 0);
+        assert_eq!(super::wave_scratch(gfx1100, 4, false), 256);
+        assert_eq!(super::wave_scratch(gfx1100, 48, true), 3072);
+        let gfx942 = Gpu::by_name("gfx942").unwrap();
+        assert_eq!(super::wave_scratch(gfx942, 4, true), 1024);
+        assert_eq!(super::wave_scratch(gfx942, 48, true), 3072);
     }
 }

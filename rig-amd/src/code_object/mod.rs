@@ -725,7 +725,7 @@ fn kernel(
             )));
         }
     }
-    let wave64 = gfx9 || !d.has(ENABLE_WAVEFRONT_SIZE32);
+    let wave64 = crate::hal::runs_wave64(gfx9, d.has(ENABLE_WAVEFRONT_SIZE32));
     let wave = if wave64 { 64 } else { 32 };
     if m.wavefront_size != wave {
         return Err(fail(format!(
