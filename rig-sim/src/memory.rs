@@ -6,7 +6,7 @@
 //! mapping a per-page table would hold, but lets a large copy translate a whole run at once and
 //! copy it with one `memcpy` per chunk.
 //!
-//! Every access of the GPU goes through [`Vm::span`]: an unmapped page, or a write to a page
+//! Every access of the GPU goes through `Vm::span`: an unmapped page, or a write to a page
 //! mapped read-only, is a [`PageFault`] of this VMID with the faulting address. Host pages are
 //! shared with other processes, so this module never makes references to mapped bytes: it
 //! copies through raw pointers and uses atomics for words.
@@ -20,7 +20,7 @@
 //! chunk faults. The arena zeroes pages when it takes them back, so an allocation never
 //! sees another's bytes.
 //!
-//! It does not own VRAM (the [`crate::vram`] arena) or decide addresses (the daemon does).
+//! It does not own VRAM (the `vram` arena) or decide addresses (the daemon does).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -13,8 +13,8 @@
 //!
 //! Limits hold per user (uid) across all its connections, and for all clients together
 //! ([`Budget`]): each device's [`Footprint`] is charged to its connection, its user and
-//! the totals whenever a request changed it ([`State::recharge`]), and every request that
-//! makes something is admitted first against what is charged ([`State::admit`]).
+//! the totals whenever a request changed it (`State::recharge`), and every request that
+//! makes something is admitted first against what is charged (`State::admit`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
