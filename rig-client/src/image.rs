@@ -62,7 +62,7 @@ impl Image {
         }
         let entry = self.0.device.resolve(self.0.id, name)?;
         let dev = &self.0.device;
-        let template = LaunchTemplate::new(&dev.facts, &entry);
+        let template = LaunchTemplate::new(&dev.target, &entry);
         let kernel = Arc::new(KernelInner {
             device_id: dev.id.0,
             name: name.to_owned(),
@@ -159,8 +159,8 @@ pub(crate) mod tests {
             hidden: Vec::new(),
             scratch: None,
         };
-        let facts = crate::place::tests::facts();
-        let template = LaunchTemplate::new(&facts, &entry);
+        let target = crate::place::Target::of(&crate::place::tests::facts()).unwrap();
+        let template = LaunchTemplate::new(&target, &entry);
         Kernel(
             Arc::new(KernelInner {
                 device_id,
