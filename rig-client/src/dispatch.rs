@@ -4,15 +4,16 @@
 //!
 //! The dispatch is [`rig_amd::dispatch`]'s, for the device's generation
 //! ([`rig_amd::hal::Hal`]): user SGPRs in the order the descriptor enables them, the
-//! COMPUTE_* register writes, the scratch granule and the initiator. This module gives it
-//! the launch's values (the kernel's scratch, its private segment size) and fills the
-//! hidden arguments, which rigd describes per argument ([`rig_proto::HiddenArg`], with
-//! constants of its own) rather than as [`rig_amd::kernarg::KernargPlan`]. The framing of a
-//! launch (cache invalidation, release) is [`crate::place`]'s.
+//! COMPUTE_* register writes, the scratch granule and the initiator. The argument bytes are
+//! [`rig_amd::kernarg::layout`]'s, from a plan made at resolve out of rigd's description
+//! ([`rig_proto::HiddenArg`]s, whose constants this module writes after it). This module
+//! gives both the launch's values; the framing of a launch (cache invalidation, release) is
+//! [`crate::place`]'s.
 
-use rig_amd::code_object::KernelDescriptor;
+use rig_amd::code_object::{self as kd, Arg, ArgKind, Hidden, KernelDescriptor};
 use rig_amd::dispatch::{self as builder, Pm4Scratch, UserSgprValues};
 use rig_amd::gpu::{Gpu, IpVersion};
+use rig_amd::kernarg::{self, Grid, HiddenLayout, KernargPlan};
 use rig_amd::regs::USER_DATA_COUNT;
 use rig_proto::{Axis, Entry, Facts, HiddenValue};
 
@@ -66,51 +67,110 @@ pub(crate) fn template(gpu: &'static Gpu, entry: &Entry) -> LaunchTemplate {
     }
 }
 
-/// The kernel-argument bytes of launch `l`: its parameters with each ref's address added,
-/// then the hidden arguments the kernel reads.
-pub(crate) fn kernargs(entry: &Entry, l: &Launch) -> Vec<u8> {
-    let len = (entry.kernarg_size as usize)
-        .max(l.params.len())
-        .div_ceil(8)
-        * 8;
-    let mut a = vec![0u8; len.max(8)];
-    a[..l.params.len()].copy_from_slice(&l.params);
-    for r in &l.refs {
-        // The submission checked that the 8 bytes lie inside the parameters.
-        if let Some(b) = a.get_mut(r.at..r.at + 8) {
-            let mut v = [0u8; 8];
-            v.copy_from_slice(b);
-            let v = u64::from_le_bytes(v).wrapping_add(r.buffer.address());
-            b.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-    let axis = |x: Axis| match x {
-        Axis::X => 0,
-        Axis::Y => 1,
-        Axis::Z => 2,
-    };
-    let dims = if l.groups[2] > 1 || l.threads[2] > 1 {
-        3
-    } else if l.groups[1] > 1 || l.threads[1] > 1 {
-        2
-    } else {
-        1
-    };
-    for h in &entry.hidden {
-        let v: u64 = match h.value {
-            HiddenValue::BlockCount(x) => u64::from(l.groups[axis(x)]),
-            HiddenValue::GroupSize(x) => u64::from(l.threads[axis(x)]),
-            HiddenValue::Remainder(_) | HiddenValue::GlobalOffset(_) => 0,
-            HiddenValue::GridDims => dims,
-            HiddenValue::DynamicLdsSize => u64::from(l.shared),
-            HiddenValue::Constant(c) => c,
+/// What the kernel-argument bytes of a kernel's launches need, made at resolve: rig_amd's
+/// plan of the segment ([`kernarg::layout`] writes the parameters, refs and the hidden
+/// arguments a launch decides), and the hidden arguments rigd gives values of
+/// ([`HiddenValue::Constant`], which a plan does not carry) or that are 0 (remainders and
+/// global offsets, written even where they lie among a longer launch's parameters).
+#[derive(Debug, Clone)]
+pub(crate) struct Kernargs {
+    plan: KernargPlan,
+    /// (offset, bytes, value) of each hidden argument the plan does not write.
+    fixed: Vec<(u32, u32, u64)>,
+}
+
+impl Kernargs {
+    /// The plan of `entry`'s arguments; refused where rigd described arguments the client
+    /// cannot fill within the segment, or in sizes other than their kind's.
+    pub(crate) fn of(entry: &Entry) -> Result<Kernargs> {
+        let bad = |why: String| Error::Protocol(format!("rigd described kernel arguments {why}"));
+        entry
+            .check()
+            .map_err(|e| bad(format!("the client cannot fill: {e}")))?;
+        let axis = |x: Axis| match x {
+            Axis::X => kd::Axis::X,
+            Axis::Y => kd::Axis::Y,
+            Axis::Z => kd::Axis::Z,
         };
-        let (o, n) = (h.offset as usize, (h.size as usize).min(8));
-        if let Some(b) = a.get_mut(o..o + n) {
-            b.copy_from_slice(&v.to_le_bytes()[..n]);
+        let mut args = Vec::with_capacity(entry.hidden.len());
+        let mut fixed = Vec::new();
+        for h in &entry.hidden {
+            let kind = match h.value {
+                HiddenValue::BlockCount(x) => Hidden::BlockCount(axis(x)),
+                HiddenValue::GroupSize(x) => Hidden::GroupSize(axis(x)),
+                HiddenValue::Remainder(x) => Hidden::Remainder(axis(x)),
+                HiddenValue::GlobalOffset(x) => Hidden::GlobalOffset(axis(x)),
+                HiddenValue::GridDims => Hidden::GridDims,
+                HiddenValue::DynamicLdsSize => Hidden::DynamicLdsSize,
+                HiddenValue::Constant(c) => {
+                    fixed.push((h.offset, h.size, c));
+                    continue;
+                }
+            };
+            if kind.size() != Some(h.size) {
+                return Err(bad(format!(
+                    "with hidden_{} of {} bytes",
+                    kind.name(),
+                    h.size
+                )));
+            }
+            if matches!(kind, Hidden::Remainder(_) | Hidden::GlobalOffset(_)) {
+                fixed.push((h.offset, h.size, 0));
+            }
+            args.push(Arg {
+                name: None,
+                offset: h.offset,
+                size: h.size,
+                kind: ArgKind::Hidden(kind),
+                address_space: None,
+            });
         }
+        Ok(Kernargs {
+            plan: KernargPlan {
+                explicit_size: entry.params,
+                size: entry.kernarg_size,
+                align: entry.kernarg_align,
+                hidden: HiddenLayout::from_args(&args),
+            },
+            fixed,
+        })
     }
-    a
+
+    /// The kernel-argument bytes of launch `l` (its parameters with each ref's address
+    /// added, then the hidden arguments), in whole 8-byte words.
+    pub(crate) fn launch(&self, l: &Launch) -> Result<Vec<u8>> {
+        let fail = |e: kernarg::KernargError| Error::Invalid(format!("a launch's arguments: {e}"));
+        let explicit = u32::try_from(l.params.len())
+            .map_err(|_| Error::Invalid("a launch's parameters exceed 4 GiB".into()))?;
+        // All of the launch's parameters, as many as it passes (at least the kernel's).
+        let plan = KernargPlan {
+            explicit_size: explicit.max(self.plan.explicit_size),
+            ..self.plan
+        };
+        let mut a = vec![0u8; (plan.bytes().div_ceil(8) * 8).max(8)];
+        let refs: Vec<kernarg::Ref> = l
+            .refs
+            .iter()
+            .map(|r| kernarg::Ref {
+                // The submission checked that the 8 bytes lie inside the parameters.
+                offset: r.at as u32,
+                address: r.buffer.address(),
+            })
+            .collect();
+        let grid = Grid {
+            groups: l.groups,
+            group_size: l.threads,
+            dynamic_lds: l.shared,
+        };
+        kernarg::layout(&plan, &l.params, &refs, &grid, &mut a).map_err(fail)?;
+        for &(offset, size, value) in &self.fixed {
+            let (o, n) = (offset as usize, (size as usize).min(8));
+            if let Some(b) = a.get_mut(o..o + n) {
+                b.copy_from_slice(&value.to_le_bytes()[..n]);
+            }
+        }
+        Ok(a)
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +248,62 @@ mod tests {
         // What the simulator reads back (rig-sim's dispatch decodes with the same HAL).
         assert_eq!(gpu.hal().tmpring_wave_bytes(t), 1536);
         assert_eq!(sh[usize::from(c.dispatch_scratch_base_lo)], 0x80_0000);
+    }
+
+    #[test]
+    fn kernel_arguments_take_params_refs_hidden_values_and_constants() {
+        use rig_proto::{Axis, HiddenArg, HiddenValue as V};
+        let hidden = |offset, size, value| HiddenArg {
+            offset,
+            size,
+            value,
+        };
+        let mut entry = scratch_entry(Gpu::by_name("gfx1100").unwrap());
+        entry.params = 8;
+        entry.kernarg_size = 60;
+        entry.hidden = vec![
+            hidden(16, 4, V::BlockCount(Axis::Y)),
+            hidden(20, 2, V::GroupSize(Axis::X)),
+            hidden(22, 2, V::GridDims),
+            hidden(24, 4, V::DynamicLdsSize),
+            hidden(32, 8, V::Constant(0x1122_3344_5566_7788)),
+            hidden(40, 8, V::GlobalOffset(Axis::X)),
+        ];
+        let k = Kernargs::of(&entry).unwrap();
+        let b = crate::buffer::tests::buffer(1, 0x5_0000, 4096);
+        // 48 bytes of parameters, longer than the kernel's 8: they all pass, hidden
+        // arguments over them, the global offset zeroed.
+        let mut params = vec![0xaau8; 48];
+        params[..8].copy_from_slice(&8u64.to_le_bytes());
+        let l = Launch {
+            kernel: crate::image::tests::kernel(1, 8, 256, 0),
+            params,
+            refs: vec![crate::submission::Ref::read(&b, 0)],
+            groups: [3, 5, 1],
+            threads: [64, 1, 1],
+            shared: 96,
+        };
+        let a = k.launch(&l).unwrap();
+        assert_eq!(a.len(), 64);
+        let u = |o: usize, n: usize| {
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(&a[o..o + n]);
+            u64::from_le_bytes(w)
+        };
+        assert_eq!(u(0, 8), 0x5_0008);
+        assert_eq!(
+            [u(8, 8), u(16, 4), u(20, 2), u(22, 2), u(24, 4)],
+            [0xaaaa_aaaa_aaaa_aaaa, 5, 64, 2, 96]
+        );
+        assert_eq!(
+            [u(32, 8), u(40, 8), u(48, 8), u(56, 8)],
+            [0x1122_3344_5566_7788, 0, 0, 0]
+        );
+        entry.hidden = vec![hidden(16, 8, V::BlockCount(Axis::X))];
+        assert!(matches!(
+            Kernargs::of(&entry),
+            Err(Error::Protocol(m)) if m.contains("hidden_block_count_x of 8 bytes")
+        ));
     }
 
     #[test]

@@ -217,7 +217,7 @@ fn piece(t: &Target, device: u64, i: usize, part: &Part, args_end: &mut u64) -> 
             let k = &l.kernel.0;
             let tpl = &k.template;
             p.launch = true;
-            p.args = crate::dispatch::kernargs(&k.entry, l);
+            p.args = k.kernargs.launch(l)?;
             let a = u64::from(k.entry.kernarg_align.max(16)).max(ARG_ALIGN);
             p.args_at = align(*args_end, a);
             *args_end = p.args_at + p.args.len() as u64;
