@@ -392,6 +392,9 @@ const fn hi(v: u64) -> u32 {
 }
 
 impl Nop {
+    /// The most words one NOP takes, header included (its COUNT is 14 bits).
+    pub const MOST_WORDS: u32 = 0x4000;
+
     /// The NOP's header word (its body is `words - 1` words the engine skips): for a
     /// writer that stores the header alone into memory already zeroed.
     #[inline]
@@ -424,7 +427,7 @@ impl Nop {
 pub fn pad(out: &mut [u32]) -> usize {
     let mut at = 0;
     while at < out.len() {
-        let n = (out.len() - at).min(0x4000);
+        let n = (out.len() - at).min(Nop::MOST_WORDS as usize);
         at += Nop { words: n as u32 }.encode(&mut out[at..]).unwrap_or(n);
     }
     out.len()

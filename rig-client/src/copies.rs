@@ -74,8 +74,10 @@ mod tests {
     use rig_amd::gpu::IpVersion;
 
     fn target(linear: u64) -> Target {
+        let gpu = rig_amd::gpu::Gpu::by_name("gfx1100").unwrap();
         Target {
-            generation: rig_amd::gpu::Generation::Gfx11,
+            gpu,
+            hal: gpu.hal(),
             sdma: sdma::Layout::of(IpVersion::new(6, 0, 0)),
             compute: rig_proto::QueueKind::Pm4,
             linear,

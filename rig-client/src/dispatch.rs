@@ -2,191 +2,321 @@
 //! kernel is resolved, and the kernel-argument bytes of a launch, made once when the launch
 //! is added to a submission.
 //!
-//! This module owns which COMPUTE_* registers a dispatch sets and to what (code address,
-//! resource words from the kernel descriptor, scratch, user SGPRs in the order the
-//! descriptor enables them, thread counts, LDS size) and how hidden arguments are filled.
-//! Register numbers and fields are [`rig_amd::regs`]'; the framing of a launch (cache
-//! invalidation, release) is [`crate::place`]'s.
+//! The dispatch is [`rig_amd::dispatch`]'s, for the device's generation
+//! ([`rig_amd::hal::Hal`]): user SGPRs in the order the descriptor enables them, the
+//! COMPUTE_* register writes, the scratch granule and the initiator. The argument bytes are
+//! [`rig_amd::kernarg::layout`]'s, from a plan made at resolve out of rigd's description
+//! ([`rig_proto::HiddenArg`]s, whose constants this module writes after it). This module
+//! gives both the launch's values; the framing of a launch (cache invalidation, release) is
+//! [`crate::place`]'s.
 
-use rig_amd::code_object::{self as kd, KernelDescriptor};
-use rig_amd::gpu::Generation;
-use rig_amd::pm4;
-use rig_amd::regs::{self, initiator, rsrc2, tmpring};
+use rig_amd::code_object::{self as kd, Arg, ArgKind, Hidden, KernelDescriptor};
+use rig_amd::dispatch::{self as builder, Pm4Scratch, UserSgprValues};
+use rig_amd::gpu::{Gpu, IpVersion};
+use rig_amd::kernarg::{self, Grid, HiddenLayout, KernargPlan};
+use rig_amd::regs::USER_DATA_COUNT;
 use rig_proto::{Axis, Entry, Facts, HiddenValue};
 
-use crate::place::LaunchTemplate;
+use crate::error::{Error, Result};
+use crate::place::{LaunchTemplate, TEMPLATE_WORDS};
 use crate::submission::Launch;
 
-/// Bytes of one LDS granule of COMPUTE_PGM_RSRC2.LDS_SIZE (128 dwords).
-const LDS_GRANULE: u32 = 512;
-
-pub(crate) fn generation(facts: &Facts) -> Generation {
-    match facts.gc.major {
-        0..=9 => Generation::Gfx9,
-        10 | 11 => Generation::Gfx11,
-        _ => Generation::Gfx12,
-    }
+/// The GPU of `facts`, by its GC version: the table entry whose generation's facts
+/// ([`Gpu::hal`]) the client encodes for.
+pub(crate) fn gpu(facts: &Facts) -> Result<&'static Gpu> {
+    let gc = IpVersion::new(facts.gc.major, facts.gc.minor, facts.gc.stepping);
+    Gpu::by_gc(gc).ok_or_else(|| {
+        Error::Invalid(format!(
+            "rig-client encodes for the GPUs of rig_amd's table; {} (GC {gc}) is not one",
+            facts.arch
+        ))
+    })
 }
 
-/// Bytes of one granule of COMPUTE_TMPRING_SIZE.WAVESIZE.
-fn scratch_granule(family: Generation) -> u64 {
-    match family {
-        Generation::Gfx9 => 1024,
-        Generation::Gfx11 => 256,
-        Generation::Gfx12 => 64,
-    }
-}
-
-/// Appends a SET_SH_REG of `values` from SH offset `offset`; returns the index of the first
-/// value in `out`.
-fn set(out: &mut Vec<u32>, offset: u16, values: &[u32]) -> usize {
-    let at = out.len();
-    out.resize(at + values.len() + 2, 0);
-    // PANIC: the offsets are this module's from rig_amd::regs, inside the SH window, and
-    // the buffer was sized for the packet.
-    pm4::SetShReg { offset, values }
-        .encode(&mut out[at..])
-        .expect("register writes of a dispatch fit their packet");
-    at + 2
-}
-
-/// The dispatch of `entry` on the device of `facts`, with the launch's values to fill.
-pub(crate) fn template(facts: &Facts, entry: &Entry) -> LaunchTemplate {
-    let family = generation(facts);
-    let r = regs::compute(family);
+/// The dispatch of `entry` on `gpu`, with the launch's values to fill.
+pub(crate) fn template(gpu: &'static Gpu, entry: &Entry) -> LaunchTemplate {
+    let hal = gpu.hal();
     let d = KernelDescriptor::from_bytes(&entry.descriptor.0);
-    let code = entry
-        .code
-        .wrapping_add_signed(d.kernel_code_entry_byte_offset);
-    let (scratch_lo, scratch_hi, tmpring) = match entry.scratch {
-        Some(s) => {
-            let base = s.gpu_address >> 8;
-            let size = tmpring::WAVES.put(s.waves.min(0xfff))
-                | tmpring::wavesize(family)
-                    .put(u64::from(s.wave_bytes).div_ceil(scratch_granule(family)) as u32);
-            (base as u32, (base >> 32) as u32, size)
-        }
-        None => (0, 0, 0),
+    let values = UserSgprValues {
+        flat_scratch_init: entry.scratch.map_or(0, |s| s.gpu_address),
+        private_segment_size: entry.private_segment,
+        ..UserSgprValues::default()
     };
-    // User SGPRs, in the order the descriptor enables them.
-    let mut user = Vec::with_capacity(16);
-    let mut kernarg = None;
-    if d.has(kd::ENABLE_SGPR_PRIVATE_SEGMENT_BUFFER) {
-        user.extend([0; 4]);
-    }
-    if d.has(kd::ENABLE_SGPR_DISPATCH_PTR) {
-        user.extend([0; 2]);
-    }
-    if d.has(kd::ENABLE_SGPR_QUEUE_PTR) {
-        user.extend([0; 2]);
-    }
-    if d.has(kd::ENABLE_SGPR_KERNARG_SEGMENT_PTR) {
-        kernarg = Some(user.len());
-        user.extend([0; 2]);
-    }
-    if d.has(kd::ENABLE_SGPR_DISPATCH_ID) {
-        user.extend([0; 2]);
-    }
-    if d.has(kd::ENABLE_SGPR_FLAT_SCRATCH_INIT) {
-        let s = entry.scratch.map_or(0, |s| s.gpu_address);
-        user.extend([s as u32, (s >> 32) as u32]);
-    }
-    if d.has(kd::ENABLE_SGPR_PRIVATE_SEGMENT_SIZE) {
-        user.push(entry.private_segment);
-    }
-    let count = (rsrc2::USER_SGPR.get(d.compute_pgm_rsrc2) as usize).max(user.len());
-    user.resize(count.min(regs::USER_DATA_COUNT as usize), 0);
-
-    let mut words = Vec::with_capacity(64);
-    let threads_at = set(&mut words, r.start_x, &[0, 0, 0, 1, 1, 1]) + 3;
-    let pgm = set(
-        &mut words,
-        r.pgm_lo,
-        &[(code >> 8) as u32, (code >> 40) as u32],
-    );
-    let _ = pgm;
-    let rsrc = set(
-        &mut words,
-        r.dispatch_scratch_base_lo,
-        &[
-            scratch_lo,
-            scratch_hi,
-            d.compute_pgm_rsrc1,
-            d.compute_pgm_rsrc2,
-        ],
-    );
-    set(&mut words, r.resource_limits, &[0]);
-    set(&mut words, r.tmpring_size, &[tmpring]);
-    set(&mut words, r.pgm_rsrc3, &[d.compute_pgm_rsrc3]);
-    let kernarg_at = if user.is_empty() {
-        None
-    } else {
-        let at = set(&mut words, r.user_data_0, &user);
-        kernarg.map(|k| at + k)
-    };
-    let mut init = initiator::COMPUTE_SHADER_EN | initiator::FORCE_START_AT_000;
-    if family != Generation::Gfx9 && !entry.wave64 {
-        init |= initiator::CS_W32_EN;
-    }
+    let mut user = [0u32; USER_DATA_COUNT as usize];
+    let (n, sgprs) = builder::pm4_user_data(&d, &values, &mut user);
+    let scratch = entry.scratch.map(|s| Pm4Scratch {
+        address: s.gpu_address,
+        wave_bytes: u64::from(s.wave_bytes),
+        waves: s.waves,
+    });
+    let mut words = [0u32; TEMPLATE_WORDS];
+    // PANIC: the register writes of a dispatch with at most 16 user SGPRs take 45 words,
+    // and the offsets are the generation's own, inside the SH window.
+    let regs = builder::pm4_registers(hal, &d, entry.code, scratch, &user[..n], &mut words)
+        .expect("a dispatch's register writes fit the template");
     LaunchTemplate {
+        kernarg_at: regs
+            .user_data_at
+            .zip(sgprs.kernarg_segment_ptr)
+            .map(|(at, k)| at + usize::from(k)),
         words,
-        kernarg_at,
-        threads_at,
-        rsrc2_at: rsrc + 3,
+        regs,
+        gpu,
         group_segment: entry.group_segment,
-        initiator: init,
+        initiator: hal.initiator(entry.wave64),
     }
 }
 
-/// COMPUTE_PGM_RSRC2 for a launch with `shared` bytes of LDS beyond the kernel's own.
-pub(crate) fn rsrc2_with_lds(rsrc2_word: u32, group_segment: u32, shared: u32) -> u32 {
-    let granules = (group_segment + shared).div_ceil(LDS_GRANULE);
-    rsrc2::LDS_SIZE.set(rsrc2_word, granules)
+/// What the kernel-argument bytes of a kernel's launches need, made at resolve: rig_amd's
+/// plan of the segment ([`kernarg::layout`] writes the parameters, refs and the hidden
+/// arguments a launch decides), and the hidden arguments rigd gives values of
+/// ([`HiddenValue::Constant`], which a plan does not carry) or that are 0 (remainders and
+/// global offsets, written even where they lie among a longer launch's parameters).
+#[derive(Debug, Clone)]
+pub(crate) struct Kernargs {
+    plan: KernargPlan,
+    /// (offset, bytes, value) of each hidden argument the plan does not write.
+    fixed: Vec<(u32, u32, u64)>,
 }
 
-/// The kernel-argument bytes of launch `l`: its parameters with each ref's address added,
-/// then the hidden arguments the kernel reads.
-pub(crate) fn kernargs(entry: &Entry, l: &Launch) -> Vec<u8> {
-    let len = (entry.kernarg_size as usize)
-        .max(l.params.len())
-        .div_ceil(8)
-        * 8;
-    let mut a = vec![0u8; len.max(8)];
-    a[..l.params.len()].copy_from_slice(&l.params);
-    for r in &l.refs {
-        // The submission checked that the 8 bytes lie inside the parameters.
-        if let Some(b) = a.get_mut(r.at..r.at + 8) {
-            let mut v = [0u8; 8];
-            v.copy_from_slice(b);
-            let v = u64::from_le_bytes(v).wrapping_add(r.buffer.address());
-            b.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-    let axis = |x: Axis| match x {
-        Axis::X => 0,
-        Axis::Y => 1,
-        Axis::Z => 2,
-    };
-    let dims = if l.groups[2] > 1 || l.threads[2] > 1 {
-        3
-    } else if l.groups[1] > 1 || l.threads[1] > 1 {
-        2
-    } else {
-        1
-    };
-    for h in &entry.hidden {
-        let v: u64 = match h.value {
-            HiddenValue::BlockCount(x) => u64::from(l.groups[axis(x)]),
-            HiddenValue::GroupSize(x) => u64::from(l.threads[axis(x)]),
-            HiddenValue::Remainder(_) | HiddenValue::GlobalOffset(_) => 0,
-            HiddenValue::GridDims => dims,
-            HiddenValue::DynamicLdsSize => u64::from(l.shared),
-            HiddenValue::Constant(c) => c,
+impl Kernargs {
+    /// The plan of `entry`'s arguments; refused where rigd described arguments the client
+    /// cannot fill within the segment, or in sizes other than their kind's.
+    pub(crate) fn of(entry: &Entry) -> Result<Kernargs> {
+        let bad = |why: String| Error::Protocol(format!("rigd described kernel arguments {why}"));
+        entry
+            .check()
+            .map_err(|e| bad(format!("the client cannot fill: {e}")))?;
+        let axis = |x: Axis| match x {
+            Axis::X => kd::Axis::X,
+            Axis::Y => kd::Axis::Y,
+            Axis::Z => kd::Axis::Z,
         };
-        let (o, n) = (h.offset as usize, (h.size as usize).min(8));
-        if let Some(b) = a.get_mut(o..o + n) {
-            b.copy_from_slice(&v.to_le_bytes()[..n]);
+        let mut args = Vec::with_capacity(entry.hidden.len());
+        let mut fixed = Vec::new();
+        for h in &entry.hidden {
+            let kind = match h.value {
+                HiddenValue::BlockCount(x) => Hidden::BlockCount(axis(x)),
+                HiddenValue::GroupSize(x) => Hidden::GroupSize(axis(x)),
+                HiddenValue::Remainder(x) => Hidden::Remainder(axis(x)),
+                HiddenValue::GlobalOffset(x) => Hidden::GlobalOffset(axis(x)),
+                HiddenValue::GridDims => Hidden::GridDims,
+                HiddenValue::DynamicLdsSize => Hidden::DynamicLdsSize,
+                HiddenValue::Constant(c) => {
+                    fixed.push((h.offset, h.size, c));
+                    continue;
+                }
+            };
+            if kind.size() != Some(h.size) {
+                return Err(bad(format!(
+                    "with hidden_{} of {} bytes",
+                    kind.name(),
+                    h.size
+                )));
+            }
+            if matches!(kind, Hidden::Remainder(_) | Hidden::GlobalOffset(_)) {
+                fixed.push((h.offset, h.size, 0));
+            }
+            args.push(Arg {
+                name: None,
+                offset: h.offset,
+                size: h.size,
+                kind: ArgKind::Hidden(kind),
+                address_space: None,
+            });
+        }
+        Ok(Kernargs {
+            plan: KernargPlan {
+                explicit_size: entry.params,
+                size: entry.kernarg_size,
+                align: entry.kernarg_align,
+                hidden: HiddenLayout::from_args(&args),
+            },
+            fixed,
+        })
+    }
+
+    /// The kernel-argument bytes of launch `l` (its parameters with each ref's address
+    /// added, then the hidden arguments), in whole 8-byte words.
+    pub(crate) fn launch(&self, l: &Launch) -> Result<Vec<u8>> {
+        let fail = |e: kernarg::KernargError| Error::Invalid(format!("a launch's arguments: {e}"));
+        let explicit = u32::try_from(l.params.len())
+            .map_err(|_| Error::Invalid("a launch's parameters exceed 4 GiB".into()))?;
+        // All of the launch's parameters, as many as it passes (at least the kernel's).
+        let plan = KernargPlan {
+            explicit_size: explicit.max(self.plan.explicit_size),
+            ..self.plan
+        };
+        let mut a = vec![0u8; (plan.bytes().div_ceil(8) * 8).max(8)];
+        let refs: Vec<kernarg::Ref> = l
+            .refs
+            .iter()
+            .map(|r| kernarg::Ref {
+                // The submission checked that the 8 bytes lie inside the parameters.
+                offset: r.at as u32,
+                address: r.buffer.address(),
+            })
+            .collect();
+        let grid = Grid {
+            groups: l.groups,
+            group_size: l.threads,
+            dynamic_lds: l.shared,
+        };
+        kernarg::layout(&plan, &l.params, &refs, &grid, &mut a).map_err(fail)?;
+        for &(offset, size, value) in &self.fixed {
+            let (o, n) = (offset as usize, (size as usize).min(8));
+            if let Some(b) = a.get_mut(o..o + n) {
+                b.copy_from_slice(&value.to_le_bytes()[..n]);
+            }
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rig_amd::gpu::Generation;
+    use rig_amd::pm4::{Packet, decode};
+    use rig_amd::regs::tmpring;
+    use rig_proto::{Descriptor, IpVersion, Scratch};
+
+    use super::*;
+
+    /// The SH registers the template of `entry` on the GPU of `facts` sets, by offset.
+    fn registers(facts: &Facts, entry: &Entry) -> ([u32; 0x400], LaunchTemplate) {
+        let target = crate::place::Target::of(facts).unwrap();
+        let t = LaunchTemplate::new(&target, entry);
+        let mut sh = [0u32; 0x400];
+        let mut at = 0;
+        while at < t.regs.words {
+            let (Packet::SetShReg(p), len) = decode(&t.words[at..t.regs.words]).unwrap() else {
+                panic!("not a SET_SH_REG at {at}");
+            };
+            for (i, v) in p.values.iter().enumerate() {
+                sh[usize::from(p.offset) + i] = *v;
+            }
+            at += len;
+        }
+        (sh, t)
+    }
+
+    /// A kernel of 48 private bytes per lane in waves of 32, and the scratch rigd gives it
+    /// on `gpu`: 1536 bytes per wave (48 x 32, whole 256-byte granules from GFX11).
+    fn scratch_entry(gpu: &Gpu) -> Entry {
+        let wave_bytes = gpu.hal().wave_scratch(48, false);
+        assert_eq!(wave_bytes, 1536);
+        Entry {
+            code: 0x7000_0000,
+            params: 16,
+            max_threads: 1024,
+            kernarg_size: 272,
+            kernarg_align: 8,
+            group_segment: 0,
+            private_segment: 48,
+            wave64: false,
+            descriptor: Descriptor([0; 64]),
+            hidden: Vec::new(),
+            scratch: Some(Scratch {
+                gpu_address: 0x8000_0000,
+                bytes: wave_bytes * 2048,
+                wave_bytes: wave_bytes as u32,
+                waves: 2048,
+            }),
         }
     }
-    a
+
+    /// A gfx1201's dispatch states its scratch per wave in the 256-byte granules its
+    /// COMPUTE_TMPRING_SIZE.WAVESIZE counts (Mesa's `ac_gpu_info.c`, ROCr), as the simulator
+    /// and the GPU read it: 6 for 1536 bytes, not 24 (64-byte granules, a quarter of what
+    /// the GPU would take per wave).
+    #[test]
+    fn gfx1201_scratch_is_stated_in_256_byte_granules() {
+        let mut facts = crate::place::tests::facts();
+        facts.arch = "gfx1201".into();
+        facts.gc = IpVersion {
+            major: 12,
+            minor: 0,
+            stepping: 1,
+        };
+        let gpu = Gpu::by_name("gfx1201").unwrap();
+        let entry = scratch_entry(gpu);
+        let (sh, _) = registers(&facts, &entry);
+        let c = rig_amd::regs::compute(Generation::Gfx12);
+        let t = sh[usize::from(c.tmpring_size)];
+        assert_eq!(tmpring::wavesize(Generation::Gfx12).get(t), 6);
+        assert_eq!(tmpring::WAVES.get(t), 2048);
+        // What the simulator reads back (rig-sim's dispatch decodes with the same HAL).
+        assert_eq!(gpu.hal().tmpring_wave_bytes(t), 1536);
+        assert_eq!(sh[usize::from(c.dispatch_scratch_base_lo)], 0x80_0000);
+    }
+
+    #[test]
+    fn kernel_arguments_take_params_refs_hidden_values_and_constants() {
+        use rig_proto::{Axis, HiddenArg, HiddenValue as V};
+        let hidden = |offset, size, value| HiddenArg {
+            offset,
+            size,
+            value,
+        };
+        let mut entry = scratch_entry(Gpu::by_name("gfx1100").unwrap());
+        entry.params = 8;
+        entry.kernarg_size = 60;
+        entry.hidden = vec![
+            hidden(16, 4, V::BlockCount(Axis::Y)),
+            hidden(20, 2, V::GroupSize(Axis::X)),
+            hidden(22, 2, V::GridDims),
+            hidden(24, 4, V::DynamicLdsSize),
+            hidden(32, 8, V::Constant(0x1122_3344_5566_7788)),
+            hidden(40, 8, V::GlobalOffset(Axis::X)),
+        ];
+        let k = Kernargs::of(&entry).unwrap();
+        let b = crate::buffer::tests::buffer(1, 0x5_0000, 4096);
+        // 48 bytes of parameters, longer than the kernel's 8: they all pass, hidden
+        // arguments over them, the global offset zeroed.
+        let mut params = vec![0xaau8; 48];
+        params[..8].copy_from_slice(&8u64.to_le_bytes());
+        let l = Launch {
+            kernel: crate::image::tests::kernel(1, 8, 256, 0),
+            params,
+            refs: vec![crate::submission::Ref::read(&b, 0)],
+            groups: [3, 5, 1],
+            threads: [64, 1, 1],
+            shared: 96,
+        };
+        let a = k.launch(&l).unwrap();
+        assert_eq!(a.len(), 64);
+        let u = |o: usize, n: usize| {
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(&a[o..o + n]);
+            u64::from_le_bytes(w)
+        };
+        assert_eq!(u(0, 8), 0x5_0008);
+        assert_eq!(
+            [u(8, 8), u(16, 4), u(20, 2), u(22, 2), u(24, 4)],
+            [0xaaaa_aaaa_aaaa_aaaa, 5, 64, 2, 96]
+        );
+        assert_eq!(
+            [u(32, 8), u(40, 8), u(48, 8), u(56, 8)],
+            [0x1122_3344_5566_7788, 0, 0, 0]
+        );
+        entry.hidden = vec![hidden(16, 8, V::BlockCount(Axis::X))];
+        assert!(matches!(
+            Kernargs::of(&entry),
+            Err(Error::Protocol(m)) if m.contains("hidden_block_count_x of 8 bytes")
+        ));
+    }
+
+    #[test]
+    fn a_gpu_outside_the_table_is_refused() {
+        let mut facts = crate::place::tests::facts();
+        facts.gc = IpVersion {
+            major: 10,
+            minor: 3,
+            stepping: 0,
+        };
+        assert!(matches!(
+            crate::place::Target::of(&facts),
+            Err(Error::Invalid(m)) if m.contains("GC 10.3.0")
+        ));
+    }
 }

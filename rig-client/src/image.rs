@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use rig_proto::{Entry, ImageId, RegionId};
 
 use crate::device::DeviceShared;
+use crate::dispatch::Kernargs;
 use crate::error::{Error, Result};
 use crate::place::LaunchTemplate;
 
@@ -62,7 +63,8 @@ impl Image {
         }
         let entry = self.0.device.resolve(self.0.id, name)?;
         let dev = &self.0.device;
-        let template = LaunchTemplate::new(&dev.facts, &entry);
+        let template = LaunchTemplate::new(&dev.target, &entry);
+        let kernargs = Kernargs::of(&entry)?;
         let kernel = Arc::new(KernelInner {
             device_id: dev.id.0,
             name: name.to_owned(),
@@ -70,6 +72,7 @@ impl Image {
             dies: dev.facts.dies,
             entry,
             template,
+            kernargs,
         });
         let mut resolved = self.0.resolved.lock().map_err(poisoned)?;
         let kernel = resolved.entry(name.to_owned()).or_insert(kernel).clone();
@@ -115,6 +118,7 @@ pub(crate) struct KernelInner {
     pub dies: u32,
     pub entry: Entry,
     pub template: LaunchTemplate,
+    pub kernargs: Kernargs,
 }
 
 impl Kernel {
@@ -159,8 +163,9 @@ pub(crate) mod tests {
             hidden: Vec::new(),
             scratch: None,
         };
-        let facts = crate::place::tests::facts();
-        let template = LaunchTemplate::new(&facts, &entry);
+        let target = crate::place::Target::of(&crate::place::tests::facts()).unwrap();
+        let template = LaunchTemplate::new(&target, &entry);
+        let kernargs = Kernargs::of(&entry).unwrap();
         Kernel(
             Arc::new(KernelInner {
                 device_id,
@@ -169,6 +174,7 @@ pub(crate) mod tests {
                 dies: 1,
                 entry,
                 template,
+                kernargs,
             }),
             None,
         )

@@ -34,7 +34,7 @@ use rig_shm::SharedRegion;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 use crate::loss::{Deps, Liveness};
-use crate::place::Placer;
+use crate::place::{Placer, Target};
 use crate::point::Point;
 use crate::profile::Profile;
 use crate::submission::Submission;
@@ -50,6 +50,8 @@ pub(crate) struct DeviceShared {
     pub id: DeviceId,
     pub name: String,
     pub facts: Facts,
+    /// What the encoders need of its GPU, from [`DeviceShared::facts`].
+    pub target: Target,
     /// The word, the lost flag and the loss, shared with the records of consumers.
     pub(crate) live: Arc<Liveness>,
     /// The submitted word, as the placer stores it: the last value placed.
@@ -98,7 +100,13 @@ impl DeviceShared {
         }
         let interrupt = maps.take(opened.interrupt)?;
         set_nonblocking(&interrupt)?;
-        let placer = Placer::new(&opened, &mut maps, (control.clone(), submitted_offset))?;
+        let target = Target::of(&opened.facts)?;
+        let placer = Placer::new(
+            &opened,
+            target,
+            &mut maps,
+            (control.clone(), submitted_offset),
+        )?;
         let same_fd = opened.word.memory.host.fd == opened.lost.fd;
         let live = Liveness::new(
             name.clone(),
@@ -112,6 +120,7 @@ impl DeviceShared {
             id: opened.device,
             name,
             facts: opened.facts,
+            target,
             live: Arc::new(live),
             submitted: (control, submitted_offset),
             interrupt,

@@ -6,7 +6,9 @@
 //! register writes, made at resolve) and [`Compiled`]. Placing the words is
 //! [`super::framing`]'s and [`super::room`]'s.
 
-use rig_amd::gpu::Generation;
+use rig_amd::dispatch::Pm4Registers;
+use rig_amd::gpu::Gpu;
+use rig_amd::hal::Hal;
 use rig_amd::pm4;
 use rig_amd::sdma;
 use rig_proto::{Entry, Facts, QueueKind};
@@ -21,9 +23,10 @@ pub(super) const ARG_ALIGN: u64 = 64;
 /// What the encoders need of a device.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Target {
-    /// Its GFX generation, which picks the cache-action bits ([`pm4::AcquireMem::all`],
-    /// [`pm4::ReleaseMem::write_back`]).
-    pub generation: Generation,
+    /// Its GPU, whose LDS granule a launch's shared memory is counted in.
+    pub gpu: &'static Gpu,
+    /// Its generation's facts: the cache-action bits of acquires and releases.
+    pub hal: &'static Hal,
     pub sdma: sdma::Layout,
     pub compute: QueueKind,
     /// Bytes one linear SDMA copy moves.
@@ -31,46 +34,54 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    pub fn of(facts: &Facts) -> Target {
+    /// The target of the device of `facts`; refused for a GPU rig_amd does not know.
+    pub fn of(facts: &Facts) -> Result<Target> {
+        let gpu = crate::dispatch::gpu(facts)?;
         let v =
             rig_amd::gpu::IpVersion::new(facts.sdma.major, facts.sdma.minor, facts.sdma.stepping);
         let layout = sdma::Layout::of(v);
-        Target {
-            generation: crate::dispatch::generation(facts),
+        Ok(Target {
+            gpu,
+            hal: gpu.hal(),
             sdma: layout,
             compute: facts.compute,
             linear: facts.linear_copy_bytes.clamp(4, layout.most_bytes()),
-        }
+        })
     }
 
     /// The acquire before a part on COMPUTE:0: of every cache where `full` (the first
     /// launch, a part after others), of those above the L2 otherwise.
     pub(super) fn acquire(&self, full: bool) -> pm4::AcquireMem {
         if full {
-            pm4::AcquireMem::all(self.generation)
+            self.hal.acquire_all
         } else {
-            pm4::AcquireMem::above_l2(self.generation)
+            self.hal.acquire_above_l2
         }
     }
 
     /// The cache bits of a release that writes the L2 back.
     pub(super) fn write_back(&self) -> u32 {
-        pm4::ReleaseMem::write_back(self.generation)
+        self.hal.release_write_back
     }
 }
 
-/// A kernel's dispatch, precomputed at resolve: the register writes every launch of it
-/// makes, with the launch's own values (threads, kernel-argument address) left to fill.
+/// Words a [`LaunchTemplate`] holds: the register writes of a dispatch with all 16 user
+/// SGPRs take 45.
+pub(crate) const TEMPLATE_WORDS: usize = 64;
+
+/// A kernel's dispatch, precomputed at resolve ([`rig_amd::dispatch::pm4_registers`]): the
+/// register writes every launch of it makes, with the launch's own values (threads, LDS,
+/// kernel-argument address) left to fill.
 #[derive(Debug, Clone)]
 pub(crate) struct LaunchTemplate {
-    /// SET_SH_REG packets and their values.
-    pub words: Vec<u32>,
+    /// SET_SH_REG packets and their values: the first `regs.words`.
+    pub words: [u32; TEMPLATE_WORDS],
+    /// Where the launch's values lie in `words`.
+    pub regs: Pm4Registers,
     /// Index in `words` of the kernel-argument address (low word, then high word).
     pub kernarg_at: Option<usize>,
-    /// Index in `words` of COMPUTE_NUM_THREAD_X (then Y, Z).
-    pub threads_at: usize,
-    /// Index in `words` of COMPUTE_PGM_RSRC2, whose LDS size a launch's shared memory sets.
-    pub rsrc2_at: usize,
+    /// The GPU, whose granules the launch's LDS is counted in.
+    pub gpu: &'static Gpu,
     /// Bytes of LDS the kernel takes itself.
     pub group_segment: u32,
     /// COMPUTE_DISPATCH_INITIATOR.
@@ -78,8 +89,21 @@ pub(crate) struct LaunchTemplate {
 }
 
 impl LaunchTemplate {
-    pub fn new(facts: &Facts, entry: &Entry) -> LaunchTemplate {
-        crate::dispatch::template(facts, entry)
+    pub fn new(target: &Target, entry: &Entry) -> LaunchTemplate {
+        crate::dispatch::template(target.gpu, entry)
+    }
+
+    /// The register writes of a launch of `threads` per group with `shared` bytes of LDS
+    /// beyond the kernel's own.
+    fn launch(&self, threads: [u32; 3], shared: u32, out: &mut Vec<u32>) {
+        let at = out.len();
+        out.extend_from_slice(&self.words[..self.regs.words]);
+        self.regs.set_launch(
+            &mut out[at..],
+            self.gpu,
+            threads,
+            self.group_segment + shared,
+        );
     }
 }
 
@@ -193,14 +217,11 @@ fn piece(t: &Target, device: u64, i: usize, part: &Part, args_end: &mut u64) -> 
             let k = &l.kernel.0;
             let tpl = &k.template;
             p.launch = true;
-            p.args = crate::dispatch::kernargs(&k.entry, l);
+            p.args = k.kernargs.launch(l)?;
             let a = u64::from(k.entry.kernarg_align.max(16)).max(ARG_ALIGN);
             p.args_at = align(*args_end, a);
             *args_end = p.args_at + p.args.len() as u64;
-            p.words = tpl.words.clone();
-            p.words[tpl.threads_at..tpl.threads_at + 3].copy_from_slice(&l.threads);
-            p.words[tpl.rsrc2_at] =
-                crate::dispatch::rsrc2_with_lds(p.words[tpl.rsrc2_at], tpl.group_segment, l.shared);
+            tpl.launch(l.threads, l.shared, &mut p.words);
             p.kernarg_at = tpl.kernarg_at;
             let mut d = [0u32; pm4::DispatchDirect::WORDS];
             pm4::DispatchDirect {

@@ -28,7 +28,7 @@ mod room;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub(crate) use compile::{Compiled, LaunchTemplate, Target, encode};
+pub(crate) use compile::{Compiled, LaunchTemplate, TEMPLATE_WORDS, Target, encode};
 use room::Pending;
 pub(crate) use room::{GpuWait, Placer, STAMP_BYTES, StampSlots, Step};
 
@@ -209,13 +209,13 @@ impl Submission {
             if c.device == dev.id.0 {
                 return Ok(std::borrow::Cow::Borrowed(c));
             }
-            let target = Target::of(&dev.facts);
             return Ok(std::borrow::Cow::Owned(Compiled::new(
-                &target, dev.id.0, self,
+                &dev.target,
+                dev.id.0,
+                self,
             )?));
         }
-        let target = Target::of(&dev.facts);
-        let c = Compiled::new(&target, dev.id.0, self)?;
+        let c = Compiled::new(&dev.target, dev.id.0, self)?;
         Ok(std::borrow::Cow::Borrowed(self.compiled.get_or_init(|| c)))
     }
 }

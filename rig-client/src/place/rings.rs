@@ -98,7 +98,7 @@ impl QueueRing {
         let mut at = self.pos.write & (self.pos.size - 1);
         let mut left = pad;
         while left > 0 {
-            let n = left.min(0x4000);
+            let n = left.min(u64::from(sdma::Nop::MOST_WORDS));
             let off = self.ring_offset + 4 * at as usize;
             self.ring.fill(off, 4 * n as usize, 0);
             let nop = sdma::Nop { words: n as u32 };

@@ -115,10 +115,10 @@ impl StampSlots {
 impl Placer {
     pub(crate) fn new(
         opened: &DeviceOpened,
+        target: Target,
         maps: &mut Maps,
         submitted: (SharedRegion, usize),
     ) -> Result<Placer> {
-        let target = Target::of(&opened.facts);
         if target.compute != QueueKind::Pm4 {
             return Err(Error::Invalid(format!(
                 "rig-client places PM4 packets only; {} reads {:?} packets on COMPUTE:0",

@@ -153,7 +153,8 @@ impl Fake {
             },
         };
         let mut maps = Maps::new(fds.into()).unwrap();
-        let placer = Placer::new(&opened, &mut maps, (control.clone(), 64)).unwrap();
+        let target = super::Target::of(&opened.facts).unwrap();
+        let placer = Placer::new(&opened, target, &mut maps, (control.clone(), 64)).unwrap();
         Fake {
             placer,
             compute,
