@@ -722,138 +722,26 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
-    let nsrc = match i.op {
-        V_PK_MAD_I16 | V_PK_MAD_U16 | V_PK_FMA_F16 | V_DOT2_F32_F16 | V_FMA_MIX_F32
-        | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16 => 3,
-        V_PK_MUL_LO_U16 | V_PK_ADD_I16 | V_PK_SUB_I16 | V_PK_LSHLREV_B16 | V_PK_LSHRREV_B16
-        | V_PK_ASHRREV_I16 | V_PK_MAX_I16 | V_PK_MIN_I16 | V_PK_ADD_U16 | V_PK_SUB_U16
-        | V_PK_MAX_U16 | V_PK_MIN_U16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16
-        | V_PK_MAX_F16 => 2,
-        _ => return Err(unsupported(i, pc)),
+    let Some(nsrc) = vop3p_sources(i.op) else {
+        return Err(unsupported(i, pc));
     };
     for k in 0..nsrc {
         w.fetch(i.src[k], 1, i.literal, oi, &mut t[k], pc)?;
     }
     let [a, b, c, r] = t;
-    let srcs = [&*a, &*b, &*c];
-    let float = matches!(
-        i.op,
-        V_PK_FMA_F16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16 | V_PK_MAX_F16 | V_DOT2_F32_F16
-    );
-    // Half `hi` of source k in lane l, after op_sel/op_sel_hi selection and negation.
-    let half = |k: usize, l: usize, hi: bool| -> u64 {
-        let sel = if hi {
-            i.op_sel_hi >> k & 1
-        } else {
-            i.op_sel >> k & 1
-        };
-        let mut v = (srcs[k][l] >> (16 * sel)) & 0xffff;
-        let neg = if hi { i.abs >> k & 1 } else { i.neg >> k & 1 };
-        if float && neg != 0 {
-            v ^= 0x8000;
-        }
-        v
-    };
     let is_mix = matches!(i.op, V_FMA_MIX_F32 | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16);
     for l in 0..n {
         if exec >> l & 1 == 0 {
             continue;
         }
-        if is_mix {
-            // op_sel_hi says whether source k is f16 (op_sel picks its half) or f32;
-            // neg_lo negates and neg_hi takes the absolute value.
-            let mut v = [0f64; 3];
-            for (k, x) in v.iter_mut().enumerate() {
-                let raw = srcs[k][l];
-                let mut f = if i.op_sel_hi >> k & 1 != 0 {
-                    h(raw >> (16 * (i.op_sel >> k & 1) as u64))
-                } else {
-                    f32::from_bits(raw as u32) as f64
-                };
-                if i.abs >> k & 1 != 0 {
-                    f = f.abs();
-                }
-                if i.neg >> k & 1 != 0 {
-                    f = -f;
-                }
-                *x = f;
-            }
-            let fused = v[0].mul_add(v[1], v[2]);
-            r[l] = match i.op {
-                V_FMA_MIX_F32 => {
-                    // Every source is exactly an f32: an f32 fma rounds once.
-                    let x = (v[0] as f32).mul_add(v[1] as f32, v[2] as f32);
-                    let x = if i.clamp { x.clamp(0.0, 1.0) } else { x };
-                    x.to_bits() as u64
-                }
-                _ => {
-                    // The f16 result: f64 fma then one rounding to f16 (double rounding through
-                    // f64 cannot change an f16 result of an exact-enough fma).
-                    half::f16::from_f64(if i.clamp {
-                        fused.clamp(0.0, 1.0)
-                    } else {
-                        fused
-                    })
-                    .to_bits() as u64
-                }
-            };
-            continue;
-        }
-        if i.op == V_DOT2_F32_F16 {
-            let s = h(half(0, l, false)) * h(half(1, l, false))
-                + h(half(0, l, true)) * h(half(1, l, true));
-            let acc = f32::from_bits(srcs[2][l] as u32) as f64;
-            let mut x = (s + acc) as f32;
-            if i.clamp {
-                x = x.clamp(0.0, 1.0);
-            }
-            r[l] = x.to_bits() as u64;
-            continue;
-        }
-        let mut out = 0u64;
-        for hi in [false, true] {
-            let (x, y, z) = (
-                half(0, l, hi),
-                half(1, l, hi),
-                if nsrc == 3 { half(2, l, hi) } else { 0 },
-            );
-            let (sx, sy, sz) = (x as u16 as i16, y as u16 as i16, z as u16 as i16);
-            let v: u64 = match i.op {
-                V_PK_ADD_F16 => hb(h(x) + h(y)),
-                V_PK_MUL_F16 => hb(h(x) * h(y)),
-                V_PK_FMA_F16 => hb(h(x).mul_add(h(y), h(z))),
-                V_PK_MIN_F16 => hb(h(x).min(h(y))),
-                V_PK_MAX_F16 => hb(h(x).max(h(y))),
-                V_PK_ADD_U16 => {
-                    if i.clamp {
-                        (x + y).min(0xffff)
-                    } else {
-                        (x + y) & 0xffff
-                    }
-                }
-                V_PK_SUB_U16 => {
-                    if i.clamp {
-                        x.saturating_sub(y)
-                    } else {
-                        x.wrapping_sub(y) & 0xffff
-                    }
-                }
-                V_PK_ADD_I16 => sx.wrapping_add(sy) as u16 as u64,
-                V_PK_SUB_I16 => sx.wrapping_sub(sy) as u16 as u64,
-                V_PK_MUL_LO_U16 => (x * y) & 0xffff,
-                V_PK_MAD_U16 => (x * y + z) & 0xffff,
-                V_PK_MAD_I16 => sx.wrapping_mul(sy).wrapping_add(sz) as u16 as u64,
-                V_PK_LSHLREV_B16 => (y << (x & 15)) & 0xffff,
-                V_PK_LSHRREV_B16 => y >> (x & 15),
-                V_PK_ASHRREV_I16 => (sy >> (x & 15)) as u16 as u64,
-                V_PK_MAX_I16 => sx.max(sy) as u16 as u64,
-                V_PK_MIN_I16 => sx.min(sy) as u16 as u64,
-                V_PK_MAX_U16 => x.max(y),
-                _ => x.min(y),
-            };
-            out |= v << if hi { 16 } else { 0 };
-        }
-        r[l] = out;
+        let s = [a[l], b[l], c[l]];
+        r[l] = if is_mix {
+            fma_mix(i, s)
+        } else if i.op == V_DOT2_F32_F16 {
+            dot2(i, s)
+        } else {
+            packed(i, nsrc, s)
+        };
     }
     let dr = w.row(i.dst, pc)?;
     for l in 0..n {
@@ -868,6 +756,151 @@ pub(crate) fn vop3p(
         };
     }
     Ok(())
+}
+
+/// How many sources a supported VOP3P opcode reads.
+fn vop3p_sources(op: u16) -> Option<usize> {
+    use crate::opcodes::op_vop3p::*;
+    match op {
+        V_PK_MAD_I16 | V_PK_MAD_U16 | V_PK_FMA_F16 | V_DOT2_F32_F16 | V_FMA_MIX_F32
+        | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16 => Some(3),
+        V_PK_MUL_LO_U16 | V_PK_ADD_I16 | V_PK_SUB_I16 | V_PK_LSHLREV_B16 | V_PK_LSHRREV_B16
+        | V_PK_ASHRREV_I16 | V_PK_MAX_I16 | V_PK_MIN_I16 | V_PK_ADD_U16 | V_PK_SUB_U16
+        | V_PK_MAX_U16 | V_PK_MIN_U16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16
+        | V_PK_MAX_F16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Half `hi` of source `k` (the lane value `v`), after op_sel/op_sel_hi selection and, for
+/// float operations, negation by neg_lo/neg_hi.
+fn pk_half(i: &Inst, float: bool, v: u64, k: usize, hi: bool) -> u64 {
+    let sel = if hi {
+        i.op_sel_hi >> k & 1
+    } else {
+        i.op_sel >> k & 1
+    };
+    let mut v = (v >> (16 * sel)) & 0xffff;
+    let neg = if hi { i.abs >> k & 1 } else { i.neg >> k & 1 };
+    if float && neg != 0 {
+        v ^= 0x8000;
+    }
+    v
+}
+
+/// v_fma_mix*: op_sel_hi says whether source k is f16 (op_sel picks its half) or f32;
+/// neg_lo negates and neg_hi takes the absolute value.
+fn fma_mix(i: &Inst, s: [u64; 3]) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let mut v = [0f64; 3];
+    for (k, x) in v.iter_mut().enumerate() {
+        let raw = s[k];
+        let mut f = if i.op_sel_hi >> k & 1 != 0 {
+            h(raw >> (16 * (i.op_sel >> k & 1) as u64))
+        } else {
+            f32::from_bits(raw as u32) as f64
+        };
+        if i.abs >> k & 1 != 0 {
+            f = f.abs();
+        }
+        if i.neg >> k & 1 != 0 {
+            f = -f;
+        }
+        *x = f;
+    }
+    let fused = v[0].mul_add(v[1], v[2]);
+    match i.op {
+        V_FMA_MIX_F32 => {
+            // Every source is exactly an f32: an f32 fma rounds once.
+            let x = (v[0] as f32).mul_add(v[1] as f32, v[2] as f32);
+            let x = if i.clamp { x.clamp(0.0, 1.0) } else { x };
+            x.to_bits() as u64
+        }
+        _ => {
+            // The f16 result: f64 fma then one rounding to f16 (double rounding through
+            // f64 cannot change an f16 result of an exact-enough fma).
+            half::f16::from_f64(if i.clamp {
+                fused.clamp(0.0, 1.0)
+            } else {
+                fused
+            })
+            .to_bits() as u64
+        }
+    }
+}
+
+/// v_dot2_f32_f16: the two f16 products summed into the f32 accumulator (source 2).
+fn dot2(i: &Inst, s: [u64; 3]) -> u64 {
+    let half = |k: usize, hi: bool| h(pk_half(i, true, s[k], k, hi));
+    let sum = half(0, false) * half(1, false) + half(0, true) * half(1, true);
+    let acc = f32::from_bits(s[2] as u32) as f64;
+    let mut x = (sum + acc) as f32;
+    if i.clamp {
+        x = x.clamp(0.0, 1.0);
+    }
+    x.to_bits() as u64
+}
+
+/// The packed 16-bit operations: the low and the high half computed alike.
+fn packed(i: &Inst, nsrc: usize, s: [u64; 3]) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let float = matches!(
+        i.op,
+        V_PK_FMA_F16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16 | V_PK_MAX_F16
+    );
+    let mut out = 0u64;
+    for hi in [false, true] {
+        let (x, y) = (
+            pk_half(i, float, s[0], 0, hi),
+            pk_half(i, float, s[1], 1, hi),
+        );
+        let z = if nsrc == 3 {
+            pk_half(i, float, s[2], 2, hi)
+        } else {
+            0
+        };
+        out |= packed_half(i.op, i.clamp, x, y, z) << if hi { 16 } else { 0 };
+    }
+    out
+}
+
+/// One 16-bit half of a packed operation on the halves `x`, `y`, `z`.
+fn packed_half(op: u16, clamp: bool, x: u64, y: u64, z: u64) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let (sx, sy, sz) = (x as u16 as i16, y as u16 as i16, z as u16 as i16);
+    match op {
+        V_PK_ADD_F16 => hb(h(x) + h(y)),
+        V_PK_MUL_F16 => hb(h(x) * h(y)),
+        V_PK_FMA_F16 => hb(h(x).mul_add(h(y), h(z))),
+        V_PK_MIN_F16 => hb(h(x).min(h(y))),
+        V_PK_MAX_F16 => hb(h(x).max(h(y))),
+        V_PK_ADD_U16 => {
+            if clamp {
+                (x + y).min(0xffff)
+            } else {
+                (x + y) & 0xffff
+            }
+        }
+        V_PK_SUB_U16 => {
+            if clamp {
+                x.saturating_sub(y)
+            } else {
+                x.wrapping_sub(y) & 0xffff
+            }
+        }
+        V_PK_ADD_I16 => sx.wrapping_add(sy) as u16 as u64,
+        V_PK_SUB_I16 => sx.wrapping_sub(sy) as u16 as u64,
+        V_PK_MUL_LO_U16 => (x * y) & 0xffff,
+        V_PK_MAD_U16 => (x * y + z) & 0xffff,
+        V_PK_MAD_I16 => sx.wrapping_mul(sy).wrapping_add(sz) as u16 as u64,
+        V_PK_LSHLREV_B16 => (y << (x & 15)) & 0xffff,
+        V_PK_LSHRREV_B16 => y >> (x & 15),
+        V_PK_ASHRREV_I16 => (sy >> (x & 15)) as u16 as u64,
+        V_PK_MAX_I16 => sx.max(sy) as u16 as u64,
+        V_PK_MIN_I16 => sx.min(sy) as u16 as u64,
+        V_PK_MAX_U16 => x.max(y),
+        _ => x.min(y),
+    }
 }
 
 #[cfg(test)]
