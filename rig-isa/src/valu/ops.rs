@@ -23,10 +23,37 @@ pub(super) enum Res {
 }
 
 /// One group: `(wave, lanes, instruction, exec, pc)`.
+#[cfg(test)]
 type Group = fn(&mut WaveRef, &mut [Lanes; 4], &Inst, u64, u64) -> Result<Res, ExecFault>;
 
-/// The groups in the order they are asked (the common ones first).
-pub(super) const GROUPS: [Group; 10] = [
+/// Names the groups once: `lanes` asks them in this order (the common ones first) with direct
+/// calls (a loop over a table of pointers would call through them), and the tests see the
+/// same list as `GROUPS`.
+macro_rules! groups {
+    ($($group:ident),* $(,)?) => {
+        #[cfg(test)]
+        const GROUPS: &[Group] = &[$($group),*];
+
+        /// Computes a non-compare VALU operation through the group that owns its opcode.
+        pub(super) fn lanes(
+            w: &mut WaveRef,
+            t: &mut [Lanes; 4],
+            i: &Inst,
+            exec: u64,
+            pc: u64,
+        ) -> Result<Res, ExecFault> {
+            $(
+                let res = $group(w, t, i, exec, pc)?;
+                if res != Res::Other {
+                    return Ok(res);
+                }
+            )*
+            Ok(Res::Other)
+        }
+    };
+}
+
+groups!(
     move_ops,
     f32_ops,
     int32_ops,
@@ -37,24 +64,7 @@ pub(super) const GROUPS: [Group; 10] = [
     f16_ops,
     int16_ops,
     cross_lane_ops,
-];
-
-/// Computes a non-compare VALU operation through the group that owns its opcode.
-pub(super) fn lanes(
-    w: &mut WaveRef,
-    t: &mut [Lanes; 4],
-    i: &Inst,
-    exec: u64,
-    pc: u64,
-) -> Result<Res, ExecFault> {
-    for group in GROUPS {
-        let res = group(w, t, i, exec, pc)?;
-        if res != Res::Other {
-            return Ok(res);
-        }
-    }
-    Ok(Res::Other)
-}
+);
 
 /// Computes `$e` for every lane (inactive lanes too: the operations are pure and the results
 /// of inactive lanes are never written back), so the loop has no branches and vectorizes.
