@@ -437,6 +437,8 @@ pub(super) fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     Ok(())
 }
 
+// Small and on every branch: inlined into `step` as it was before it moved here.
+#[inline]
 pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
     use op_sopp::*;
     let target = (pc as i64 + 4 + 4 * (i.imm as u16 as i16 as i64)) as u64;
