@@ -205,44 +205,42 @@ struct Ctx<'a> {
     wave_bytes: u64,
 }
 
-pub(crate) fn execute(
-    d: &Dispatch,
-    share: Workgroups,
-    mem: &dyn Memory,
-    stop: &AtomicBool,
+/// The shape of a dispatch as one `execute` call runs it, checked.
+struct Plan {
+    lanes: usize,
+    nvgpr: usize,
+    waves_per_group: usize,
+    wave_bytes: u64,
+    /// Workgroups along each dimension of the grid.
+    ngroups: [u64; 3],
+    /// Workgroups of this call's share.
+    mine: u64,
     threads: usize,
-) -> Result<ExecStats, ExecFault> {
-    for k in 0..3 {
-        if d.group_size[k] == 0 {
-            return Err(ExecFault::BadDispatch {
-                reason: "a workgroup dimension is zero",
-            });
-        }
+}
+
+/// Checks the launch values a dispatch's sender chose, and derives what the workers need.
+fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFault> {
+    let bad = |reason| Err(ExecFault::BadDispatch { reason });
+    if d.group_size.contains(&0) {
+        return bad("a workgroup dimension is zero");
     }
     if share.stride == 0 {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup share has a stride of 0",
-        });
+        return bad("a workgroup share has a stride of 0");
     }
     let lanes = if d.wave64 { 64 } else { 32 };
     let items = d.group_size[0] as u64 * d.group_size[1] as u64 * d.group_size[2] as u64;
     if items > 1024 {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup has more than 1024 work-items",
-        });
+        return bad("a workgroup has more than 1024 work-items");
     }
     if d.lds_bytes > MAX_LDS_BYTES {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup asks for more than 64 KiB of LDS",
-        });
+        return bad("a workgroup asks for more than 64 KiB of LDS");
     }
     let waves_per_group = items.div_ceil(lanes as u64) as usize;
     // rsrc1 VGPR granules can name more than the 256 architected VGPRs: clamp.
     let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
-    let total = ngroups[0] * ngroups[1] * ngroups[2];
-    let mine = share.count(total);
+    let mine = share.count(ngroups[0] * ngroups[1] * ngroups[2]);
     let wave_bytes = d
         .scratch
         .map(|s| s.bytes_per_lane as u64 * lanes as u64)
@@ -252,92 +250,139 @@ pub(crate) fn execute(
         // Each worker runs one group at a time, so it needs a group's worth of wave slots.
         let slots = s.waves as usize / waves_per_group;
         if slots == 0 {
-            return Err(ExecFault::BadDispatch {
-                reason: "scratch has fewer wave slots than a workgroup has waves",
-            });
+            return bad("scratch has fewer wave slots than a workgroup has waves");
         }
         threads = threads.min(slots);
     }
-    if mine == 0 {
-        return Ok(ExecStats::default());
-    }
-    let ctx = Ctx {
-        d,
-        stop,
+    Ok(Plan {
         lanes,
         nvgpr,
         waves_per_group,
         wave_bytes,
-    };
+        ngroups,
+        mine,
+        threads,
+    })
+}
+
+/// What the workers of one dispatch share: they take the share's groups in turn.
+struct Work<'a> {
+    ctx: Ctx<'a>,
+    mem: &'a dyn Memory,
+    share: Workgroups,
+    ngroups: [u64; 3],
+    mine: u64,
+    next: AtomicU64,
+    failed: AtomicBool,
+    started: std::time::Instant,
+}
+
+impl Work<'_> {
+    /// Runs groups on worker `t` until none is left, the dispatch stops or a group faults.
+    fn run_groups(
+        &self,
+        code: &mut Code,
+        t: usize,
+        stats: &mut ExecStats,
+        invite: &dyn Fn(),
+    ) -> Result<(), ExecFault> {
+        let mut group = Group {
+            lds: Vec::new(),
+            waves: Vec::new(),
+            mem: self.mem,
+        };
+        let mut spare = Vec::new();
+        loop {
+            if self.failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if self.ctx.stop.load(Ordering::Relaxed) {
+                self.failed.store(true, Ordering::Relaxed);
+                return Err(ExecFault::Stopped);
+            }
+            let j = self.next.fetch_add(1, Ordering::Relaxed);
+            if j >= self.mine {
+                return Ok(());
+            }
+            let g = self.share.first + j * self.share.stride;
+            let n = self.ngroups;
+            let id = [g % n[0], (g / n[0]) % n[1], g / (n[0] * n[1])];
+            if let Err(e) = run_group(&self.ctx, code, &mut group, &mut spare, t, id, stats) {
+                self.failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            // Helpers join once the work has proven longer than waking them costs.
+            if j + 1 < self.mine && self.started.elapsed() >= INVITE_AFTER {
+                invite();
+            }
+        }
+    }
+}
+
+/// Adds a worker's counters and its fault (the first one reported wins) to the dispatch's.
+fn merge(out: &Mutex<(ExecStats, Option<ExecFault>)>, stats: ExecStats, r: Result<(), ExecFault>) {
+    let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+    o.0.waves += stats.waves;
+    o.0.workgroups += stats.workgroups;
+    o.0.instructions += stats.instructions;
+    o.0.lane_instructions += stats.lane_instructions;
+    if let Err(e) = r {
+        o.1.get_or_insert(e);
+    }
+}
+
+pub(crate) fn execute(
+    d: &Dispatch,
+    share: Workgroups,
+    mem: &dyn Memory,
+    stop: &AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    let p = plan(d, share, threads)?;
+    if p.mine == 0 {
+        return Ok(ExecStats::default());
+    }
     let seed = code::take(mem, d.code_address);
-    let next = AtomicU64::new(0);
-    let failed = AtomicBool::new(false);
+    let work = Work {
+        ctx: Ctx {
+            d,
+            stop,
+            lanes: p.lanes,
+            nvgpr: p.nvgpr,
+            waves_per_group: p.waves_per_group,
+            wave_bytes: p.wave_bytes,
+        },
+        mem,
+        share,
+        ngroups: p.ngroups,
+        mine: p.mine,
+        next: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+    };
     let workers = AtomicUsize::new(0);
     let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
     let best: Mutex<Option<Code>> = Mutex::new(None);
-    let started = std::time::Instant::now();
     let worker = |invite: &dyn Fn()| {
         let t = workers.fetch_add(1, Ordering::Relaxed);
-        if t >= threads {
+        if t >= p.threads {
             // Scratch slots exist for `threads` workers only (a helper may call in twice).
             return;
         }
         let mut stats = ExecStats::default();
         let mut code = Code::new(mem, d.code_address, seed.as_ref());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut group = Group {
-                lds: Vec::new(),
-                waves: Vec::new(),
-                mem,
-            };
-            let mut spare = Vec::new();
-            loop {
-                if failed.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                if stop.load(Ordering::Relaxed) {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(ExecFault::Stopped);
-                }
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= mine {
-                    return Ok(());
-                }
-                let g = share.first + j * share.stride;
-                let id = [
-                    g % ngroups[0],
-                    (g / ngroups[0]) % ngroups[1],
-                    g / (ngroups[0] * ngroups[1]),
-                ];
-                if let Err(e) =
-                    run_group(&ctx, &mut code, &mut group, &mut spare, t, id, &mut stats)
-                {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-                // Helpers join once the work has proven longer than waking them costs.
-                if j + 1 < mine && started.elapsed() >= INVITE_AFTER {
-                    invite();
-                }
-            }
+            work.run_groups(&mut code, t, &mut stats, invite)
         }))
         .unwrap_or(Err(ExecFault::Internal));
-        {
-            let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
-            o.0.waves += stats.waves;
-            o.0.workgroups += stats.workgroups;
-            o.0.instructions += stats.instructions;
-            o.0.lane_instructions += stats.lane_instructions;
-            if let Err(e) = r {
-                o.1.get_or_insert(e);
-            }
-        }
+        merge(&out, stats, r);
+        // The worker that decoded most leaves its decode cache for the next dispatch.
         let mut b = best.lock().unwrap_or_else(|e| e.into_inner());
         if b.as_ref().is_none_or(|c| c.decoded() < code.decoded()) {
             *b = Some(code);
         }
     };
-    crate::pool::run(threads, &worker);
+    crate::pool::run(p.threads, &worker);
     if let Some(c) = best
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
@@ -369,101 +414,131 @@ fn run_group(
     });
     let items = dims[0] as usize * dims[1] as usize * dims[2] as usize;
     let nwaves = items.div_ceil(ctx.lanes);
-    let rsrc2 = d.pgm_rsrc2;
-    let user = ((rsrc2 >> 1) & 0x1f) as usize;
-    let tid_cnt = (rsrc2 >> 11) & 3;
     // The group's buffers are reused from the worker's previous group.
     pool.append(&mut group.waves);
     group.lds.clear();
     group.lds.resize(d.lds_bytes as usize, 0);
     for w in 0..nwaves {
-        // Waves are recycled between groups: allocation dominated small kernels.
-        let mut wave = match pool.pop() {
-            Some(mut wave) => {
-                wave.sgpr = [0; 128];
-                wave.vgpr.fill(0);
-                wave.scc = false;
-                wave.pc = d.code_address;
-                wave.done = false;
-                wave.at_barrier = false;
-                wave.flat_scratch = 0;
-                wave.slot = (worker * ctx.waves_per_group + w) as u32;
-                wave
-            }
-            None => Wave {
-                sgpr: [0; 128],
-                vgpr: vec![0; ctx.nvgpr * ctx.lanes],
-                nvgpr: ctx.nvgpr,
-                lanes: ctx.lanes,
-                scc: false,
-                pc: d.code_address,
-                done: false,
-                at_barrier: false,
-                flat_scratch: 0,
-                slot: (worker * ctx.waves_per_group + w) as u32,
-                tmp: Box::new([[0; 64]; 4]),
-                rsrc1: d.pgm_rsrc1,
-            },
-        };
-        for (k, v) in d.user_sgprs.iter().take(user.min(106)).enumerate() {
-            wave.sgpr[k] = *v;
-        }
-        let mut s = user;
-        for (k, bit) in [7u32, 8, 9].iter().enumerate() {
-            if rsrc2 >> bit & 1 != 0 && s < 106 {
-                wave.sgpr[s] = id[k] as u32;
-                s += 1;
-            }
-        }
-        if rsrc2 >> 10 & 1 != 0 && s < 106 {
-            // Workgroup info: wave count in the group.
-            wave.sgpr[s] = nwaves as u32;
-            s += 1;
-        }
-        if let Some(sc) = d.scratch {
-            let off = wave.slot as u64 * ctx.wave_bytes;
-            wave.flat_scratch = sc.base + off;
-            if rsrc2 & 1 != 0 && s < 106 {
-                wave.sgpr[s] = off as u32;
-            }
-        }
-        let mut exec = 0u64;
-        // Work-item ids of the wave's first lane, then counted up (no division per lane).
-        let t0 = w * ctx.lanes;
-        let (mut x, mut y, mut z) = (
-            (t0 % dims[0] as usize) as u32,
-            ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
-            (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
-        );
-        for l in 0..ctx.lanes {
-            if t0 + l >= items {
-                break;
-            }
-            exec |= 1 << l;
-            if l > 0 {
-                x += 1;
-                if x == dims[0] {
-                    x = 0;
-                    y += 1;
-                    if y == dims[1] {
-                        y = 0;
-                        z += 1;
-                    }
-                }
-            }
-            let v = match tid_cnt {
-                0 => x,
-                1 => x | y << 10,
-                _ => x | y << 10 | z << 20,
-            };
-            wave.vgpr[l] = v;
-        }
-        wave.set_exec(exec);
+        let slot = (worker * ctx.waves_per_group + w) as u32;
+        let mut wave = fresh_wave(ctx, pool, slot);
+        system_sgprs(ctx, &mut wave, id, nwaves);
+        work_item_ids(ctx, &mut wave, w * ctx.lanes, dims, items);
         group.waves.push(wave);
     }
     stats.workgroups += 1;
     stats.waves += nwaves as u64;
-    // Cooperative scheduling: run each wave until it ends or reaches a barrier.
+    schedule(ctx, code, group, pool, stats)
+}
+
+/// A wave in its launch state at the program's entry, recycled from `pool` when it can be
+/// (allocation dominated small kernels).
+fn fresh_wave(ctx: &Ctx, pool: &mut Vec<Wave>, slot: u32) -> Wave {
+    let d = ctx.d;
+    match pool.pop() {
+        Some(mut wave) => {
+            wave.sgpr = [0; 128];
+            wave.vgpr.fill(0);
+            wave.scc = false;
+            wave.pc = d.code_address;
+            wave.done = false;
+            wave.at_barrier = false;
+            wave.flat_scratch = 0;
+            wave.slot = slot;
+            wave
+        }
+        None => Wave {
+            sgpr: [0; 128],
+            vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+            nvgpr: ctx.nvgpr,
+            lanes: ctx.lanes,
+            scc: false,
+            pc: d.code_address,
+            done: false,
+            at_barrier: false,
+            flat_scratch: 0,
+            slot,
+            tmp: Box::new([[0; 64]; 4]),
+            rsrc1: d.pgm_rsrc1,
+        },
+    }
+}
+
+/// The SGPRs COMPUTE_PGM_RSRC2 asks for, in order: user SGPRs, workgroup ids, workgroup
+/// info, the scratch wave offset; and the wave's scratch address.
+fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
+    let d = ctx.d;
+    let rsrc2 = d.pgm_rsrc2;
+    let user = ((rsrc2 >> 1) & 0x1f) as usize;
+    for (k, v) in d.user_sgprs.iter().take(user.min(106)).enumerate() {
+        wave.sgpr[k] = *v;
+    }
+    let mut s = user;
+    for (k, bit) in [7u32, 8, 9].iter().enumerate() {
+        if rsrc2 >> bit & 1 != 0 && s < 106 {
+            wave.sgpr[s] = id[k] as u32;
+            s += 1;
+        }
+    }
+    if rsrc2 >> 10 & 1 != 0 && s < 106 {
+        // Workgroup info: wave count in the group.
+        wave.sgpr[s] = nwaves as u32;
+        s += 1;
+    }
+    if let Some(sc) = d.scratch {
+        let off = wave.slot as u64 * ctx.wave_bytes;
+        wave.flat_scratch = sc.base + off;
+        if rsrc2 & 1 != 0 && s < 106 {
+            wave.sgpr[s] = off as u32;
+        }
+    }
+}
+
+/// Work-item ids into v0 (packed x | y << 10 | z << 20, as many as RSRC2 asks for) for the
+/// wave whose first work-item is `t0`, and EXEC for the work-items that exist.
+fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: usize) {
+    let tid_cnt = (ctx.d.pgm_rsrc2 >> 11) & 3;
+    let mut exec = 0u64;
+    // The ids of the first lane, then counted up (no division per lane).
+    let (mut x, mut y, mut z) = (
+        (t0 % dims[0] as usize) as u32,
+        ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
+        (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
+    );
+    for l in 0..ctx.lanes {
+        if t0 + l >= items {
+            break;
+        }
+        exec |= 1 << l;
+        if l > 0 {
+            x += 1;
+            if x == dims[0] {
+                x = 0;
+                y += 1;
+                if y == dims[1] {
+                    y = 0;
+                    z += 1;
+                }
+            }
+        }
+        let v = match tid_cnt {
+            0 => x,
+            1 => x | y << 10,
+            _ => x | y << 10 | z << 20,
+        };
+        wave.vgpr[l] = v;
+    }
+    wave.set_exec(exec);
+}
+
+/// Cooperative scheduling: runs each wave until it ends or reaches a barrier, releases the
+/// barrier once every live wave waits at it, until all waves are done.
+fn schedule(
+    ctx: &Ctx,
+    code: &mut Code,
+    group: &mut Group,
+    pool: &mut Vec<Wave>,
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
     loop {
         let mut progressed = false;
         for w in 0..group.waves.len() {
