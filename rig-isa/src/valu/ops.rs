@@ -1,5 +1,6 @@
 //! What each VALU operation computes, one function per operand class (compares, moves, f32,
-//! 32-bit integer, bit operations, conversions, carries, f64, f16, 16-bit integer, cross-lane).
+//! 32-bit integer adds, multiplies, min/max, bit operations, conversions, carries, f64, f16,
+//! 16-bit integer, cross-lane).
 //!
 //! `valu_general` has fetched and modified the sources into `t[0..3]`; a group computes the
 //! results into `t[3]` for the opcodes it owns and says so with a `Res`, or returns
@@ -58,8 +59,10 @@ groups!(
     f32_ops,
     int32_ops,
     bit_ops,
+    int_mul_ops,
     cvt_ops,
     carry_ops,
+    int_minmax_ops,
     f64_ops,
     f16_ops,
     int16_ops,
@@ -443,8 +446,85 @@ fn f32_ops(
     Ok(Res::Lanes(None))
 }
 
-/// 32-bit integer arithmetic: adds, multiplies (24-bit too), min/max/med3.
+/// 32-bit integer adds and subtracts, with the three-operand and shift-add forms.
 fn int32_ops(
+    w: &mut WaveRef,
+    t: &mut [Lanes; 4],
+    i: &Inst,
+    exec: u64,
+    _pc: u64,
+) -> Result<Res, ExecFault> {
+    let (n, op) = (w.lanes, i.op);
+    let [a, b, c, r] = t;
+    match op {
+        V_ADD_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
+            let s = x as u32 as u64 + y as u32 as u64;
+            if i.clamp {
+                s.min(u32::MAX as u64)
+            } else {
+                s & 0xffff_ffff
+            }
+        }),
+        V_SUB_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
+            if i.clamp {
+                (x as u32).saturating_sub(y as u32) as u64
+            } else {
+                (x as u32).wrapping_sub(y as u32) as u64
+            }
+        }),
+        V_SUBREV_NC_U32 => map!(
+            n,
+            exec,
+            r,
+            a,
+            b,
+            c,
+            |x, y, _z| (y as u32).wrapping_sub(x as u32) as u64
+        ),
+        V_ADD_NC_I32 => map!(
+            n,
+            exec,
+            r,
+            a,
+            b,
+            c,
+            |x, y, _z| (x as i32).wrapping_add(y as i32) as u32 as u64
+        ),
+        V_SUB_NC_I32 => map!(
+            n,
+            exec,
+            r,
+            a,
+            b,
+            c,
+            |x, y, _z| (x as i32).wrapping_sub(y as i32) as u32 as u64
+        ),
+        V_ADD3_U32 => map!(n, exec, r, a, b, c, |x, y, z| (x as u32)
+            .wrapping_add(y as u32)
+            .wrapping_add(z as u32)
+            as u64),
+        V_XAD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) ^ (y as u32))
+            .wrapping_add(z as u32)
+            as u64),
+        V_LSHL_ADD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) << (y & 31))
+            .wrapping_add(z as u32)
+            as u64),
+        V_ADD_LSHL_U32 => map!(
+            n,
+            exec,
+            r,
+            a,
+            b,
+            c,
+            |x, y, z| ((x as u32).wrapping_add(y as u32) << (z & 31)) as u64
+        ),
+        _ => return Ok(Res::Other),
+    }
+    Ok(Res::Lanes(None))
+}
+
+/// 32-bit integer min, max, med3 and their three-operand combinations.
+fn int_minmax_ops(
     w: &mut WaveRef,
     t: &mut [Lanes; 4],
     i: &Inst,
@@ -566,67 +646,22 @@ fn int32_ops(
             c,
             |x, y, z| (x as u32).min(y as u32).max(z as u32) as u64
         ),
-        V_ADD_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let s = x as u32 as u64 + y as u32 as u64;
-            if i.clamp {
-                s.min(u32::MAX as u64)
-            } else {
-                s & 0xffff_ffff
-            }
-        }),
-        V_SUB_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            if i.clamp {
-                (x as u32).saturating_sub(y as u32) as u64
-            } else {
-                (x as u32).wrapping_sub(y as u32) as u64
-            }
-        }),
-        V_SUBREV_NC_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (y as u32).wrapping_sub(x as u32) as u64
-        ),
-        V_ADD_NC_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).wrapping_add(y as i32) as u32 as u64
-        ),
-        V_SUB_NC_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).wrapping_sub(y as i32) as u32 as u64
-        ),
-        V_ADD3_U32 => map!(n, exec, r, a, b, c, |x, y, z| (x as u32)
-            .wrapping_add(y as u32)
-            .wrapping_add(z as u32)
-            as u64),
-        V_XAD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) ^ (y as u32))
-            .wrapping_add(z as u32)
-            as u64),
-        V_LSHL_ADD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) << (y & 31))
-            .wrapping_add(z as u32)
-            as u64),
-        V_ADD_LSHL_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| ((x as u32).wrapping_add(y as u32) << (z & 31)) as u64
-        ),
+        _ => return Ok(Res::Other),
+    }
+    Ok(Res::Lanes(None))
+}
+
+/// Integer multiplies and multiply-adds (32-bit, 24-bit, and 64-bit results with a carry).
+fn int_mul_ops(
+    w: &mut WaveRef,
+    t: &mut [Lanes; 4],
+    i: &Inst,
+    exec: u64,
+    _pc: u64,
+) -> Result<Res, ExecFault> {
+    let (n, op) = (w.lanes, i.op);
+    let [a, b, c, r] = t;
+    match op {
         V_MUL_LO_U32 => map!(
             n,
             exec,
