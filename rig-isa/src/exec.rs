@@ -14,10 +14,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::code::{self, Code};
 use crate::decode::{Format, Inst, src};
-use crate::meta::{Atomic, MemKind, meta};
-use crate::opcodes::{op_ds, op_smem, op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+use crate::meta::meta;
+use crate::opcodes::op_smem;
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
+
+mod ds;
+mod scalar;
+mod vmem;
+
+use ds::{ds, lds_ok, lds_read, lds_write};
+use scalar::{sop1, sop2, sopc, sopk, sopp};
+use vmem::vmem;
 
 /// How long the calling thread runs a dispatch alone before helpers join it.
 const INVITE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
@@ -166,6 +174,14 @@ impl Wave {
             }
         }
     }
+    /// Writes a 32-bit (`wide` false) or 64-bit scalar destination.
+    fn swrite_sized(&mut self, s: u16, v: u64, wide: bool) {
+        if wide {
+            self.swrite64(s, v)
+        } else {
+            self.swrite(s, v as u32)
+        }
+    }
     fn swrite64(&mut self, s: u16, v: u64) {
         let b = s & !1;
         self.swrite(b, v as u32);
@@ -189,44 +205,42 @@ struct Ctx<'a> {
     wave_bytes: u64,
 }
 
-pub(crate) fn execute(
-    d: &Dispatch,
-    share: Workgroups,
-    mem: &dyn Memory,
-    stop: &AtomicBool,
+/// The shape of a dispatch as one `execute` call runs it, checked.
+struct Plan {
+    lanes: usize,
+    nvgpr: usize,
+    waves_per_group: usize,
+    wave_bytes: u64,
+    /// Workgroups along each dimension of the grid.
+    ngroups: [u64; 3],
+    /// Workgroups of this call's share.
+    mine: u64,
     threads: usize,
-) -> Result<ExecStats, ExecFault> {
-    for k in 0..3 {
-        if d.group_size[k] == 0 {
-            return Err(ExecFault::BadDispatch {
-                reason: "a workgroup dimension is zero",
-            });
-        }
+}
+
+/// Checks the launch values a dispatch's sender chose, and derives what the workers need.
+fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFault> {
+    let bad = |reason| Err(ExecFault::BadDispatch { reason });
+    if d.group_size.contains(&0) {
+        return bad("a workgroup dimension is zero");
     }
     if share.stride == 0 {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup share has a stride of 0",
-        });
+        return bad("a workgroup share has a stride of 0");
     }
     let lanes = if d.wave64 { 64 } else { 32 };
     let items = d.group_size[0] as u64 * d.group_size[1] as u64 * d.group_size[2] as u64;
     if items > 1024 {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup has more than 1024 work-items",
-        });
+        return bad("a workgroup has more than 1024 work-items");
     }
     if d.lds_bytes > MAX_LDS_BYTES {
-        return Err(ExecFault::BadDispatch {
-            reason: "a workgroup asks for more than 64 KiB of LDS",
-        });
+        return bad("a workgroup asks for more than 64 KiB of LDS");
     }
     let waves_per_group = items.div_ceil(lanes as u64) as usize;
     // rsrc1 VGPR granules can name more than the 256 architected VGPRs: clamp.
     let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
-    let total = ngroups[0] * ngroups[1] * ngroups[2];
-    let mine = share.count(total);
+    let mine = share.count(ngroups[0] * ngroups[1] * ngroups[2]);
     let wave_bytes = d
         .scratch
         .map(|s| s.bytes_per_lane as u64 * lanes as u64)
@@ -236,92 +250,139 @@ pub(crate) fn execute(
         // Each worker runs one group at a time, so it needs a group's worth of wave slots.
         let slots = s.waves as usize / waves_per_group;
         if slots == 0 {
-            return Err(ExecFault::BadDispatch {
-                reason: "scratch has fewer wave slots than a workgroup has waves",
-            });
+            return bad("scratch has fewer wave slots than a workgroup has waves");
         }
         threads = threads.min(slots);
     }
-    if mine == 0 {
-        return Ok(ExecStats::default());
-    }
-    let ctx = Ctx {
-        d,
-        stop,
+    Ok(Plan {
         lanes,
         nvgpr,
         waves_per_group,
         wave_bytes,
-    };
+        ngroups,
+        mine,
+        threads,
+    })
+}
+
+/// What the workers of one dispatch share: they take the share's groups in turn.
+struct Work<'a> {
+    ctx: Ctx<'a>,
+    mem: &'a dyn Memory,
+    share: Workgroups,
+    ngroups: [u64; 3],
+    mine: u64,
+    next: AtomicU64,
+    failed: AtomicBool,
+    started: std::time::Instant,
+}
+
+impl Work<'_> {
+    /// Runs groups on worker `t` until none is left, the dispatch stops or a group faults.
+    fn run_groups(
+        &self,
+        code: &mut Code,
+        t: usize,
+        stats: &mut ExecStats,
+        invite: &dyn Fn(),
+    ) -> Result<(), ExecFault> {
+        let mut group = Group {
+            lds: Vec::new(),
+            waves: Vec::new(),
+            mem: self.mem,
+        };
+        let mut spare = Vec::new();
+        loop {
+            if self.failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if self.ctx.stop.load(Ordering::Relaxed) {
+                self.failed.store(true, Ordering::Relaxed);
+                return Err(ExecFault::Stopped);
+            }
+            let j = self.next.fetch_add(1, Ordering::Relaxed);
+            if j >= self.mine {
+                return Ok(());
+            }
+            let g = self.share.first + j * self.share.stride;
+            let n = self.ngroups;
+            let id = [g % n[0], (g / n[0]) % n[1], g / (n[0] * n[1])];
+            if let Err(e) = run_group(&self.ctx, code, &mut group, &mut spare, t, id, stats) {
+                self.failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            // Helpers join once the work has proven longer than waking them costs.
+            if j + 1 < self.mine && self.started.elapsed() >= INVITE_AFTER {
+                invite();
+            }
+        }
+    }
+}
+
+/// Adds a worker's counters and its fault (the first one reported wins) to the dispatch's.
+fn merge(out: &Mutex<(ExecStats, Option<ExecFault>)>, stats: ExecStats, r: Result<(), ExecFault>) {
+    let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+    o.0.waves += stats.waves;
+    o.0.workgroups += stats.workgroups;
+    o.0.instructions += stats.instructions;
+    o.0.lane_instructions += stats.lane_instructions;
+    if let Err(e) = r {
+        o.1.get_or_insert(e);
+    }
+}
+
+pub(crate) fn execute(
+    d: &Dispatch,
+    share: Workgroups,
+    mem: &dyn Memory,
+    stop: &AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    let p = plan(d, share, threads)?;
+    if p.mine == 0 {
+        return Ok(ExecStats::default());
+    }
     let seed = code::take(mem, d.code_address);
-    let next = AtomicU64::new(0);
-    let failed = AtomicBool::new(false);
+    let work = Work {
+        ctx: Ctx {
+            d,
+            stop,
+            lanes: p.lanes,
+            nvgpr: p.nvgpr,
+            waves_per_group: p.waves_per_group,
+            wave_bytes: p.wave_bytes,
+        },
+        mem,
+        share,
+        ngroups: p.ngroups,
+        mine: p.mine,
+        next: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+    };
     let workers = AtomicUsize::new(0);
     let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
     let best: Mutex<Option<Code>> = Mutex::new(None);
-    let started = std::time::Instant::now();
     let worker = |invite: &dyn Fn()| {
         let t = workers.fetch_add(1, Ordering::Relaxed);
-        if t >= threads {
+        if t >= p.threads {
             // Scratch slots exist for `threads` workers only (a helper may call in twice).
             return;
         }
         let mut stats = ExecStats::default();
         let mut code = Code::new(mem, d.code_address, seed.as_ref());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut group = Group {
-                lds: Vec::new(),
-                waves: Vec::new(),
-                mem,
-            };
-            let mut spare = Vec::new();
-            loop {
-                if failed.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                if stop.load(Ordering::Relaxed) {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(ExecFault::Stopped);
-                }
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                if j >= mine {
-                    return Ok(());
-                }
-                let g = share.first + j * share.stride;
-                let id = [
-                    g % ngroups[0],
-                    (g / ngroups[0]) % ngroups[1],
-                    g / (ngroups[0] * ngroups[1]),
-                ];
-                if let Err(e) =
-                    run_group(&ctx, &mut code, &mut group, &mut spare, t, id, &mut stats)
-                {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-                // Helpers join once the work has proven longer than waking them costs.
-                if j + 1 < mine && started.elapsed() >= INVITE_AFTER {
-                    invite();
-                }
-            }
+            work.run_groups(&mut code, t, &mut stats, invite)
         }))
         .unwrap_or(Err(ExecFault::Internal));
-        {
-            let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
-            o.0.waves += stats.waves;
-            o.0.workgroups += stats.workgroups;
-            o.0.instructions += stats.instructions;
-            o.0.lane_instructions += stats.lane_instructions;
-            if let Err(e) = r {
-                o.1.get_or_insert(e);
-            }
-        }
+        merge(&out, stats, r);
+        // The worker that decoded most leaves its decode cache for the next dispatch.
         let mut b = best.lock().unwrap_or_else(|e| e.into_inner());
         if b.as_ref().is_none_or(|c| c.decoded() < code.decoded()) {
             *b = Some(code);
         }
     };
-    crate::pool::run(threads, &worker);
+    crate::pool::run(p.threads, &worker);
     if let Some(c) = best
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
@@ -353,101 +414,131 @@ fn run_group(
     });
     let items = dims[0] as usize * dims[1] as usize * dims[2] as usize;
     let nwaves = items.div_ceil(ctx.lanes);
-    let rsrc2 = d.pgm_rsrc2;
-    let user = ((rsrc2 >> 1) & 0x1f) as usize;
-    let tid_cnt = (rsrc2 >> 11) & 3;
     // The group's buffers are reused from the worker's previous group.
     pool.append(&mut group.waves);
     group.lds.clear();
     group.lds.resize(d.lds_bytes as usize, 0);
     for w in 0..nwaves {
-        // Waves are recycled between groups: allocation dominated small kernels.
-        let mut wave = match pool.pop() {
-            Some(mut wave) => {
-                wave.sgpr = [0; 128];
-                wave.vgpr.fill(0);
-                wave.scc = false;
-                wave.pc = d.code_address;
-                wave.done = false;
-                wave.at_barrier = false;
-                wave.flat_scratch = 0;
-                wave.slot = (worker * ctx.waves_per_group + w) as u32;
-                wave
-            }
-            None => Wave {
-                sgpr: [0; 128],
-                vgpr: vec![0; ctx.nvgpr * ctx.lanes],
-                nvgpr: ctx.nvgpr,
-                lanes: ctx.lanes,
-                scc: false,
-                pc: d.code_address,
-                done: false,
-                at_barrier: false,
-                flat_scratch: 0,
-                slot: (worker * ctx.waves_per_group + w) as u32,
-                tmp: Box::new([[0; 64]; 4]),
-                rsrc1: d.pgm_rsrc1,
-            },
-        };
-        for (k, v) in d.user_sgprs.iter().take(user.min(106)).enumerate() {
-            wave.sgpr[k] = *v;
-        }
-        let mut s = user;
-        for (k, bit) in [7u32, 8, 9].iter().enumerate() {
-            if rsrc2 >> bit & 1 != 0 && s < 106 {
-                wave.sgpr[s] = id[k] as u32;
-                s += 1;
-            }
-        }
-        if rsrc2 >> 10 & 1 != 0 && s < 106 {
-            // Workgroup info: wave count in the group.
-            wave.sgpr[s] = nwaves as u32;
-            s += 1;
-        }
-        if let Some(sc) = d.scratch {
-            let off = wave.slot as u64 * ctx.wave_bytes;
-            wave.flat_scratch = sc.base + off;
-            if rsrc2 & 1 != 0 && s < 106 {
-                wave.sgpr[s] = off as u32;
-            }
-        }
-        let mut exec = 0u64;
-        // Work-item ids of the wave's first lane, then counted up (no division per lane).
-        let t0 = w * ctx.lanes;
-        let (mut x, mut y, mut z) = (
-            (t0 % dims[0] as usize) as u32,
-            ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
-            (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
-        );
-        for l in 0..ctx.lanes {
-            if t0 + l >= items {
-                break;
-            }
-            exec |= 1 << l;
-            if l > 0 {
-                x += 1;
-                if x == dims[0] {
-                    x = 0;
-                    y += 1;
-                    if y == dims[1] {
-                        y = 0;
-                        z += 1;
-                    }
-                }
-            }
-            let v = match tid_cnt {
-                0 => x,
-                1 => x | y << 10,
-                _ => x | y << 10 | z << 20,
-            };
-            wave.vgpr[l] = v;
-        }
-        wave.set_exec(exec);
+        let slot = (worker * ctx.waves_per_group + w) as u32;
+        let mut wave = fresh_wave(ctx, pool, slot);
+        system_sgprs(ctx, &mut wave, id, nwaves);
+        work_item_ids(ctx, &mut wave, w * ctx.lanes, dims, items);
         group.waves.push(wave);
     }
     stats.workgroups += 1;
     stats.waves += nwaves as u64;
-    // Cooperative scheduling: run each wave until it ends or reaches a barrier.
+    schedule(ctx, code, group, pool, stats)
+}
+
+/// A wave in its launch state at the program's entry, recycled from `pool` when it can be
+/// (allocation dominated small kernels).
+fn fresh_wave(ctx: &Ctx, pool: &mut Vec<Wave>, slot: u32) -> Wave {
+    let d = ctx.d;
+    match pool.pop() {
+        Some(mut wave) => {
+            wave.sgpr = [0; 128];
+            wave.vgpr.fill(0);
+            wave.scc = false;
+            wave.pc = d.code_address;
+            wave.done = false;
+            wave.at_barrier = false;
+            wave.flat_scratch = 0;
+            wave.slot = slot;
+            wave
+        }
+        None => Wave {
+            sgpr: [0; 128],
+            vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+            nvgpr: ctx.nvgpr,
+            lanes: ctx.lanes,
+            scc: false,
+            pc: d.code_address,
+            done: false,
+            at_barrier: false,
+            flat_scratch: 0,
+            slot,
+            tmp: Box::new([[0; 64]; 4]),
+            rsrc1: d.pgm_rsrc1,
+        },
+    }
+}
+
+/// The SGPRs COMPUTE_PGM_RSRC2 asks for, in order: user SGPRs, workgroup ids, workgroup
+/// info, the scratch wave offset; and the wave's scratch address.
+fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
+    let d = ctx.d;
+    let rsrc2 = d.pgm_rsrc2;
+    let user = ((rsrc2 >> 1) & 0x1f) as usize;
+    for (k, v) in d.user_sgprs.iter().take(user.min(106)).enumerate() {
+        wave.sgpr[k] = *v;
+    }
+    let mut s = user;
+    for (k, bit) in [7u32, 8, 9].iter().enumerate() {
+        if rsrc2 >> bit & 1 != 0 && s < 106 {
+            wave.sgpr[s] = id[k] as u32;
+            s += 1;
+        }
+    }
+    if rsrc2 >> 10 & 1 != 0 && s < 106 {
+        // Workgroup info: wave count in the group.
+        wave.sgpr[s] = nwaves as u32;
+        s += 1;
+    }
+    if let Some(sc) = d.scratch {
+        let off = wave.slot as u64 * ctx.wave_bytes;
+        wave.flat_scratch = sc.base + off;
+        if rsrc2 & 1 != 0 && s < 106 {
+            wave.sgpr[s] = off as u32;
+        }
+    }
+}
+
+/// Work-item ids into v0 (packed x | y << 10 | z << 20, as many as RSRC2 asks for) for the
+/// wave whose first work-item is `t0`, and EXEC for the work-items that exist.
+fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: usize) {
+    let tid_cnt = (ctx.d.pgm_rsrc2 >> 11) & 3;
+    let mut exec = 0u64;
+    // The ids of the first lane, then counted up (no division per lane).
+    let (mut x, mut y, mut z) = (
+        (t0 % dims[0] as usize) as u32,
+        ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
+        (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
+    );
+    for l in 0..ctx.lanes {
+        if t0 + l >= items {
+            break;
+        }
+        exec |= 1 << l;
+        if l > 0 {
+            x += 1;
+            if x == dims[0] {
+                x = 0;
+                y += 1;
+                if y == dims[1] {
+                    y = 0;
+                    z += 1;
+                }
+            }
+        }
+        let v = match tid_cnt {
+            0 => x,
+            1 => x | y << 10,
+            _ => x | y << 10 | z << 20,
+        };
+        wave.vgpr[l] = v;
+    }
+    wave.set_exec(exec);
+}
+
+/// Cooperative scheduling: runs each wave until it ends or reaches a barrier, releases the
+/// barrier once every live wave waits at it, until all waves are done.
+fn schedule(
+    ctx: &Ctx,
+    code: &mut Code,
+    group: &mut Group,
+    pool: &mut Vec<Wave>,
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
     loop {
         let mut progressed = false;
         for w in 0..group.waves.len() {
@@ -569,485 +660,6 @@ impl Wave {
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
-fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
-    use op_sop2::*;
-    let wd = meta(i).w;
-    if wd.src[0] == 2 || wd.dst == 2 {
-        let a = wv.sread64(i.src[0], i.literal, false);
-        let b = if wd.src[1] == 2 {
-            wv.sread64(i.src[1], i.literal, false)
-        } else {
-            wv.sread(i.src[1], i.literal) as u64
-        };
-        let (r, scc): (u64, Option<bool>) = match i.op {
-            S_LSHL_B64 => (a << (b & 63), None),
-            S_LSHR_B64 => (a >> (b & 63), None),
-            S_ASHR_I64 => (((a as i64) >> (b & 63)) as u64, None),
-            S_AND_B64 => (a & b, None),
-            S_OR_B64 => (a | b, None),
-            S_XOR_B64 => (a ^ b, None),
-            S_NAND_B64 => (!(a & b), None),
-            S_NOR_B64 => (!(a | b), None),
-            S_XNOR_B64 => (!(a ^ b), None),
-            S_AND_NOT1_B64 => (a & !b, None),
-            S_OR_NOT1_B64 => (a | !b, None),
-            S_CSELECT_B64 => (if wv.scc { a } else { b }, Some(wv.scc)),
-            S_BFM_B64 => {
-                let (w, o) = (a & 63, b & 63);
-                ((((1u128 << w) - 1) as u64) << o, Some(wv.scc))
-            }
-            S_BFE_U64 | S_BFE_I64 => {
-                let o = b & 63;
-                let w = (b >> 16) & 127;
-                let v = if w == 0 {
-                    0
-                } else if w >= 64 {
-                    a >> o
-                } else {
-                    (a >> o) & ((1u64 << w) - 1)
-                };
-                let v = if i.op == S_BFE_I64 && w > 0 && w < 64 {
-                    ((v << (64 - w)) as i64 >> (64 - w)) as u64
-                } else {
-                    v
-                };
-                (v, None)
-            }
-            _ => return Err(unsupported(i, pc)),
-        };
-        wv.scc = scc.unwrap_or(r != 0);
-        wv.swrite64(i.dst, r);
-        return Ok(());
-    }
-    let a = wv.sread(i.src[0], i.literal);
-    let b = wv.sread(i.src[1], i.literal);
-    let (r, scc) = match i.op {
-        S_ADD_U32 => {
-            let (r, c) = a.overflowing_add(b);
-            (r, c)
-        }
-        S_SUB_U32 => {
-            let (r, c) = a.overflowing_sub(b);
-            (r, c)
-        }
-        S_ADD_I32 => {
-            let (r, o) = (a as i32).overflowing_add(b as i32);
-            (r as u32, o)
-        }
-        S_SUB_I32 => {
-            let (r, o) = (a as i32).overflowing_sub(b as i32);
-            (r as u32, o)
-        }
-        S_ADDC_U32 => {
-            let s = a as u64 + b as u64 + wv.scc as u64;
-            (s as u32, s >> 32 != 0)
-        }
-        S_SUBB_U32 => {
-            let s = (a as u64)
-                .wrapping_sub(b as u64)
-                .wrapping_sub(wv.scc as u64);
-            (s as u32, (b as u64 + wv.scc as u64) > a as u64)
-        }
-        S_MIN_I32 => ((a as i32).min(b as i32) as u32, (a as i32) < (b as i32)),
-        S_MIN_U32 => (a.min(b), a < b),
-        S_MAX_I32 => ((a as i32).max(b as i32) as u32, (a as i32) > (b as i32)),
-        S_MAX_U32 => (a.max(b), a > b),
-        S_LSHL_B32 => {
-            let r = a << (b & 31);
-            (r, r != 0)
-        }
-        S_LSHR_B32 => {
-            let r = a >> (b & 31);
-            (r, r != 0)
-        }
-        S_ASHR_I32 => {
-            let r = ((a as i32) >> (b & 31)) as u32;
-            (r, r != 0)
-        }
-        S_LSHL1_ADD_U32 | S_LSHL2_ADD_U32 | S_LSHL3_ADD_U32 | S_LSHL4_ADD_U32 => {
-            let sh = [
-                S_LSHL1_ADD_U32,
-                S_LSHL2_ADD_U32,
-                S_LSHL3_ADD_U32,
-                S_LSHL4_ADD_U32,
-            ]
-            .iter()
-            .position(|&o| o == i.op)
-            .unwrap_or(0)
-                + 1;
-            let s = ((a as u64) << sh) + b as u64;
-            (s as u32, s >> 32 != 0)
-        }
-        S_AND_B32 | S_OR_B32 | S_XOR_B32 | S_NAND_B32 | S_NOR_B32 | S_XNOR_B32 | S_AND_NOT1_B32
-        | S_OR_NOT1_B32 => {
-            let r = match i.op {
-                S_AND_B32 => a & b,
-                S_OR_B32 => a | b,
-                S_XOR_B32 => a ^ b,
-                S_NAND_B32 => !(a & b),
-                S_NOR_B32 => !(a | b),
-                S_XNOR_B32 => !(a ^ b),
-                S_AND_NOT1_B32 => a & !b,
-                _ => a | !b,
-            };
-            (r, r != 0)
-        }
-        S_BFE_U32 | S_BFE_I32 => {
-            let o = b & 31;
-            let w = (b >> 16) & 127;
-            let v = if w == 0 {
-                0
-            } else if w >= 32 {
-                a >> o
-            } else {
-                (a >> o) & ((1u32 << w) - 1)
-            };
-            let v = if i.op == S_BFE_I32 && w > 0 && w < 32 {
-                ((v << (32 - w)) as i32 >> (32 - w)) as u32
-            } else {
-                v
-            };
-            (v, v != 0)
-        }
-        S_BFM_B32 => ((((1u64 << (a & 31)) - 1) as u32) << (b & 31), wv.scc),
-        S_MUL_I32 => ((a as i32).wrapping_mul(b as i32) as u32, wv.scc),
-        S_MUL_HI_U32 => (((a as u64 * b as u64) >> 32) as u32, wv.scc),
-        S_MUL_HI_I32 => (((a as i32 as i64 * b as i32 as i64) >> 32) as u32, wv.scc),
-        S_CSELECT_B32 => (if wv.scc { a } else { b }, wv.scc),
-        S_ABSDIFF_I32 => {
-            let r = (a as i32).wrapping_sub(b as i32).unsigned_abs();
-            (r, r != 0)
-        }
-        S_PACK_LL_B32_B16 => ((a & 0xffff) | b << 16, wv.scc),
-        S_PACK_LH_B32_B16 => ((a & 0xffff) | (b & 0xffff_0000), wv.scc),
-        S_PACK_HH_B32_B16 => ((a >> 16) | (b & 0xffff_0000), wv.scc),
-        _ => return Err(unsupported(i, pc)),
-    };
-    wv.scc = scc;
-    wv.swrite(i.dst, r);
-    Ok(())
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
-fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
-    use op_sop1::*;
-    let wd = meta(i).w;
-    let sat = |v: u64, wv: &mut Wave, d: u16, wide: bool| {
-        if wide {
-            wv.swrite64(d, v)
-        } else {
-            wv.swrite(d, v as u32)
-        }
-    };
-    let wide = wd.dst == 2;
-    let a = if wd.src[0] == 2 {
-        wv.sread64(i.src[0], i.literal, false)
-    } else {
-        wv.sread(i.src[0], i.literal) as u64
-    };
-    match i.op {
-        S_MOV_B32 | S_MOV_B64 => sat(a, wv, i.dst, wide),
-        S_CMOV_B32 | S_CMOV_B64 => {
-            if wv.scc {
-                sat(a, wv, i.dst, wide)
-            }
-        }
-        S_NOT_B32 | S_NOT_B64 => {
-            let r = if wide { !a } else { !a & 0xffff_ffff };
-            wv.scc = r != 0;
-            sat(r, wv, i.dst, wide)
-        }
-        S_BREV_B32 => wv.swrite(i.dst, (a as u32).reverse_bits()),
-        S_BREV_B64 => wv.swrite64(i.dst, a.reverse_bits()),
-        S_BCNT1_I32_B32 | S_BCNT1_I32_B64 => {
-            let r = a.count_ones();
-            wv.scc = r != 0;
-            wv.swrite(i.dst, r)
-        }
-        S_BCNT0_I32_B32 => {
-            let r = (a as u32).count_zeros();
-            wv.scc = r != 0;
-            wv.swrite(i.dst, r)
-        }
-        S_CTZ_I32_B32 => wv.swrite(
-            i.dst,
-            if a as u32 == 0 {
-                u32::MAX
-            } else {
-                (a as u32).trailing_zeros()
-            },
-        ),
-        S_CTZ_I32_B64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() }),
-        S_CLZ_I32_U32 => wv.swrite(
-            i.dst,
-            if a as u32 == 0 {
-                u32::MAX
-            } else {
-                (a as u32).leading_zeros()
-            },
-        ),
-        S_CLZ_I32_U64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.leading_zeros() }),
-        S_SEXT_I32_I8 => wv.swrite(i.dst, a as u8 as i8 as i32 as u32),
-        S_SEXT_I32_I16 => wv.swrite(i.dst, a as u16 as i16 as i32 as u32),
-        S_ABS_I32 => {
-            let r = (a as i32).unsigned_abs();
-            wv.scc = r != 0;
-            wv.swrite(i.dst, r)
-        }
-        S_BITSET0_B32 => {
-            let v = wv.sread(i.dst, 0) & !(1 << (a & 31));
-            wv.swrite(i.dst, v)
-        }
-        S_BITSET1_B32 => {
-            let v = wv.sread(i.dst, 0) | 1 << (a & 31);
-            wv.swrite(i.dst, v)
-        }
-        S_AND_SAVEEXEC_B32
-        | S_AND_SAVEEXEC_B64
-        | S_OR_SAVEEXEC_B32
-        | S_OR_SAVEEXEC_B64
-        | S_XOR_SAVEEXEC_B32
-        | S_XOR_SAVEEXEC_B64
-        | S_AND_NOT1_SAVEEXEC_B32
-        | S_AND_NOT1_SAVEEXEC_B64
-        | S_OR_NOT1_SAVEEXEC_B32
-        | S_OR_NOT1_SAVEEXEC_B64
-        | S_AND_NOT0_SAVEEXEC_B32
-        | S_AND_NOT0_SAVEEXEC_B64
-        | S_OR_NOT0_SAVEEXEC_B32
-        | S_OR_NOT0_SAVEEXEC_B64
-        | S_NAND_SAVEEXEC_B32
-        | S_NAND_SAVEEXEC_B64
-        | S_NOR_SAVEEXEC_B32
-        | S_NOR_SAVEEXEC_B64
-        | S_XNOR_SAVEEXEC_B32
-        | S_XNOR_SAVEEXEC_B64 => {
-            let e = wv.exec();
-            let r = match i.op {
-                S_AND_SAVEEXEC_B32 | S_AND_SAVEEXEC_B64 => a & e,
-                S_OR_SAVEEXEC_B32 | S_OR_SAVEEXEC_B64 => a | e,
-                S_XOR_SAVEEXEC_B32 | S_XOR_SAVEEXEC_B64 => a ^ e,
-                S_AND_NOT1_SAVEEXEC_B32 | S_AND_NOT1_SAVEEXEC_B64 => a & !e,
-                S_OR_NOT1_SAVEEXEC_B32 | S_OR_NOT1_SAVEEXEC_B64 => a | !e,
-                S_AND_NOT0_SAVEEXEC_B32 | S_AND_NOT0_SAVEEXEC_B64 => !a & e,
-                S_OR_NOT0_SAVEEXEC_B32 | S_OR_NOT0_SAVEEXEC_B64 => !a | e,
-                S_NAND_SAVEEXEC_B32 | S_NAND_SAVEEXEC_B64 => !(a & e),
-                S_NOR_SAVEEXEC_B32 | S_NOR_SAVEEXEC_B64 => !(a | e),
-                _ => !(a ^ e),
-            } & wv.full();
-            sat(e, wv, i.dst, wide);
-            wv.set_exec(r);
-            wv.scc = r != 0;
-        }
-        S_AND_NOT1_WREXEC_B32
-        | S_AND_NOT1_WREXEC_B64
-        | S_AND_NOT0_WREXEC_B32
-        | S_AND_NOT0_WREXEC_B64 => {
-            let e = wv.exec();
-            let r = if matches!(i.op, S_AND_NOT1_WREXEC_B32 | S_AND_NOT1_WREXEC_B64) {
-                a & !e
-            } else {
-                !a & e
-            } & wv.full();
-            wv.set_exec(r);
-            wv.scc = r != 0;
-            sat(r, wv, i.dst, wide);
-        }
-        S_GETPC_B64 => wv.swrite64(i.dst, wv.pc),
-        S_SETPC_B64 => wv.pc = a,
-        S_SWAPPC_B64 => {
-            let ret = wv.pc;
-            wv.pc = a;
-            wv.swrite64(i.dst, ret);
-        }
-        S_SENDMSG_RTN_B32 | S_SENDMSG_RTN_B64 => {
-            // The realtime message returns a 100 MHz clock; other messages return zero.
-            let v = if i.src[0] == 0x83 { realtime() } else { 0 };
-            sat(v, wv, i.dst, wide)
-        }
-        S_QUADMASK_B32 | S_QUADMASK_B64 => {
-            let mut r = 0u64;
-            for q in 0..16 {
-                if (a >> (4 * q)) & 0xf != 0 {
-                    r |= 1 << q;
-                }
-            }
-            wv.scc = r != 0;
-            sat(r, wv, i.dst, wide)
-        }
-        S_WQM_B32 | S_WQM_B64 => {
-            let mut r = 0u64;
-            for q in 0..16 {
-                if (a >> (4 * q)) & 0xf != 0 {
-                    r |= 0xf << (4 * q);
-                }
-            }
-            wv.scc = r != 0;
-            sat(r, wv, i.dst, wide)
-        }
-        _ => return Err(unsupported(i, pc)),
-    }
-    Ok(())
-}
-
-/// A monotonic 100 MHz counter (the GPU's "REALTIME" clock as a kernel sees it).
-fn realtime() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    (START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos()
-        / 10) as u64
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
-fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
-    use op_sopc::*;
-    if matches!(i.op, S_CMP_EQ_U64 | S_CMP_LG_U64) {
-        let a = wv.sread64(i.src[0], i.literal, false);
-        let b = wv.sread64(i.src[1], i.literal, false);
-        wv.scc = if i.op == S_CMP_EQ_U64 { a == b } else { a != b };
-        return Ok(());
-    }
-    if matches!(i.op, S_BITCMP0_B64 | S_BITCMP1_B64) {
-        let a = wv.sread64(i.src[0], i.literal, false);
-        let b = wv.sread(i.src[1], i.literal);
-        let bit = (a >> (b & 63)) & 1;
-        wv.scc = (bit == 1) == (i.op == S_BITCMP1_B64);
-        return Ok(());
-    }
-    let a = wv.sread(i.src[0], i.literal);
-    let b = wv.sread(i.src[1], i.literal);
-    let (x, y) = (a as i32, b as i32);
-    wv.scc = match i.op {
-        S_CMP_EQ_I32 | S_CMP_EQ_U32 => a == b,
-        S_CMP_LG_I32 | S_CMP_LG_U32 => a != b,
-        S_CMP_GT_I32 => x > y,
-        S_CMP_GE_I32 => x >= y,
-        S_CMP_LT_I32 => x < y,
-        S_CMP_LE_I32 => x <= y,
-        S_CMP_GT_U32 => a > b,
-        S_CMP_GE_U32 => a >= b,
-        S_CMP_LT_U32 => a < b,
-        S_CMP_LE_U32 => a <= b,
-        S_BITCMP0_B32 => (a >> (b & 31)) & 1 == 0,
-        S_BITCMP1_B32 => (a >> (b & 31)) & 1 == 1,
-        _ => return Err(unsupported(i, pc)),
-    };
-    Ok(())
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
-fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
-    use op_sopk::*;
-    let k = i.imm as u16;
-    let sk = k as i16 as i32 as u32;
-    let d = wv.sread(i.dst, 0);
-    match i.op {
-        S_MOVK_I32 => wv.swrite(i.dst, sk),
-        S_CMOVK_I32 => {
-            if wv.scc {
-                wv.swrite(i.dst, sk)
-            }
-        }
-        S_ADDK_I32 => {
-            let (r, o) = (d as i32).overflowing_add(sk as i32);
-            wv.scc = o;
-            wv.swrite(i.dst, r as u32)
-        }
-        S_MULK_I32 => wv.swrite(i.dst, (d as i32).wrapping_mul(sk as i32) as u32),
-        S_CMPK_EQ_I32 => wv.scc = d as i32 == sk as i32,
-        S_CMPK_LG_I32 => wv.scc = d as i32 != sk as i32,
-        S_CMPK_GT_I32 => wv.scc = d as i32 > sk as i32,
-        S_CMPK_GE_I32 => wv.scc = d as i32 >= sk as i32,
-        S_CMPK_LT_I32 => wv.scc = (d as i32) < sk as i32,
-        S_CMPK_LE_I32 => wv.scc = d as i32 <= sk as i32,
-        S_CMPK_EQ_U32 => wv.scc = d == k as u32,
-        S_CMPK_LG_U32 => wv.scc = d != k as u32,
-        S_CMPK_GT_U32 => wv.scc = d > k as u32,
-        S_CMPK_GE_U32 => wv.scc = d >= k as u32,
-        S_CMPK_LT_U32 => wv.scc = d < k as u32,
-        S_CMPK_LE_U32 => wv.scc = d <= k as u32,
-        S_VERSION | S_WAITCNT_VSCNT | S_WAITCNT_VMCNT | S_WAITCNT_EXPCNT | S_WAITCNT_LGKMCNT => {}
-        S_CALL_B64 => {
-            wv.swrite64(i.dst, wv.pc);
-            wv.pc = (pc as i64 + 4 + 4 * (k as i16 as i64)) as u64;
-        }
-        S_GETREG_B32 => {
-            // MODE and the rest read as zero: the sim runs with default rounding and denormals.
-            wv.swrite(i.dst, 0)
-        }
-        S_SETREG_B32 | S_SETREG_IMM32_B32 => {}
-        _ => return Err(unsupported(i, pc)),
-    }
-    Ok(())
-}
-
-fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
-    use op_sopp::*;
-    let target = (pc as i64 + 4 + 4 * (i.imm as u16 as i16 as i64)) as u64;
-    let take = match i.op {
-        S_BRANCH => true,
-        S_CBRANCH_SCC0 => !wv.scc,
-        S_CBRANCH_SCC1 => wv.scc,
-        S_CBRANCH_VCCZ => wv.vcc() == 0,
-        S_CBRANCH_VCCNZ => wv.vcc() != 0,
-        S_CBRANCH_EXECZ => wv.exec() == 0,
-        S_CBRANCH_EXECNZ => wv.exec() != 0,
-        S_ENDPGM | S_ENDPGM_SAVED => {
-            wv.done = true;
-            return Ok(Flow::Yield);
-        }
-        S_BARRIER => {
-            wv.at_barrier = true;
-            return Ok(Flow::Yield);
-        }
-        S_TRAP => {
-            return Err(ExecFault::Trap {
-                address: pc,
-                code: i.imm as u16,
-            });
-        }
-        S_NOP
-        | S_WAITCNT
-        | S_DELAY_ALU
-        | S_CLAUSE
-        | S_SET_INST_PREFETCH_DISTANCE
-        | S_SLEEP
-        | S_SETPRIO
-        | S_SENDMSG
-        | S_ICACHE_INV
-        | S_WAITCNT_DEPCTR
-        | S_CODE_END
-        | S_SETHALT
-        | S_DENORM_MODE
-        | S_ROUND_MODE
-        | S_WAKEUP
-        | S_TTRACEDATA
-        | S_TTRACEDATA_IMM
-        | S_INCPERFLEVEL
-        | S_DECPERFLEVEL
-        | S_SETKILL
-        | S_WAIT_IDLE
-        | S_WAIT_EVENT => false,
-        // No debugger is attached: the debug-condition branches fall through.
-        S_CBRANCH_CDBGSYS
-        | S_CBRANCH_CDBGUSER
-        | S_CBRANCH_CDBGSYS_OR_USER
-        | S_CBRANCH_CDBGSYS_AND_USER => false,
-        _ => return Err(unsupported(i, pc)),
-    };
-    if take {
-        wv.pc = target;
-    }
-    Ok(Flow::Next)
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
 fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_smem::*;
     let n = match i.op {
@@ -1081,600 +693,6 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     for k in 0..n {
         let v = u32::from_le_bytes([buf[4 * k], buf[4 * k + 1], buf[4 * k + 2], buf[4 * k + 3]]);
         wv.swrite(d + k as u16, v);
-    }
-    Ok(())
-}
-
-fn lds_ok(lds: &[u8], a: u32, n: usize) -> bool {
-    (a as usize).checked_add(n).is_some_and(|e| e <= lds.len())
-}
-
-fn lds_read(lds: &[u8], a: u32) -> u32 {
-    let a = a as usize;
-    lds.get(a..a + 4)
-        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-fn lds_write(lds: &mut [u8], a: u32, v: u32) {
-    if lds_ok(lds, a, 4) {
-        lds[a as usize..a as usize + 4].copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-/// The dwords per address (1 or 2) and the byte scale of the offsets of a `ds_*_2addr_*`
-/// instruction: offsets count elements, or 64 elements in the `stride64` forms.
-fn two_addr_shape(op: u16) -> (usize, u32) {
-    use op_ds::*;
-    let n = if matches!(
-        op,
-        DS_LOAD_2ADDR_B64
-            | DS_LOAD_2ADDR_STRIDE64_B64
-            | DS_STORE_2ADDR_B64
-            | DS_STORE_2ADDR_STRIDE64_B64
-    ) {
-        2
-    } else {
-        1
-    };
-    let stride64 = matches!(
-        op,
-        DS_LOAD_2ADDR_STRIDE64_B32
-            | DS_LOAD_2ADDR_STRIDE64_B64
-            | DS_STORE_2ADDR_STRIDE64_B32
-            | DS_STORE_2ADDR_STRIDE64_B64
-    );
-    (n, 4 * n as u32 * if stride64 { 64 } else { 1 })
-}
-
-/// LDS loads of whole dwords: row `r` of each `(r, o)` in `dst` gets the dword at the lane's
-/// address (row `addr_row`) plus `o`, for the lanes in `exec`.
-fn ds_gather(wv: &mut Wave, lds: &[u8], exec: u64, addr_row: usize, dst: &[(usize, u32)]) {
-    let n = wv.lanes;
-    // Addresses are copied first: a destination may be the address register.
-    let mut addr = [0u32; 64];
-    addr[..n].copy_from_slice(&wv.vgpr[addr_row..addr_row + n]);
-    let full = exec == wv.full();
-    for &(r, o) in dst {
-        let out = &mut wv.vgpr[r..r + n];
-        if full {
-            for (d, a) in out.iter_mut().zip(&addr) {
-                *d = lds_read(lds, a.wrapping_add(o));
-            }
-        } else {
-            for (l, d) in out.iter_mut().enumerate() {
-                if exec >> l & 1 != 0 {
-                    *d = lds_read(lds, addr[l].wrapping_add(o));
-                }
-            }
-        }
-    }
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
-fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(), ExecFault> {
-    use op_ds::*;
-    let exec = wv.exec();
-    let lanes = wv.lanes;
-    let off = (i.imm as u32) | (i.imm1 as u32) << 8;
-    let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
-        // A non-VGPR operand here (r < 256) wraps to a huge index and is rejected below.
-        let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
-        if r >= wv.nvgpr {
-            Err(ExecFault::VgprOutOfRange { address: pc })
-        } else {
-            Ok(r * lanes)
-        }
-    };
-    let addr_row = row(i.src[0], 0)?;
-    let m = meta(i);
-    let name = m.name;
-    let dwords = |_: &str| (m.bytes as usize).div_ceil(4).max(1);
-    match i.op {
-        DS_LOAD_B32 | DS_LOAD_B64 | DS_LOAD_B96 | DS_LOAD_B128 => {
-            if exec == 0 {
-                return Ok(());
-            }
-            let mut dst = [(0usize, 0u32); 4];
-            for (k, d) in dst.iter_mut().take(dwords(name)).enumerate() {
-                *d = (row(i.dst, k as u16)?, off.wrapping_add(4 * k as u32));
-            }
-            ds_gather(wv, lds, exec, addr_row, &dst[..dwords(name)]);
-        }
-        DS_STORE_B32 | DS_STORE_B64 | DS_STORE_B96 | DS_STORE_B128 => {
-            let n = dwords(name);
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off);
-                for k in 0..n {
-                    let r = row(i.src[1], k as u16)?;
-                    lds_write(lds, a + 4 * k as u32, wv.vgpr[r + l]);
-                }
-            }
-        }
-        DS_LOAD_U8 | DS_LOAD_I8 | DS_LOAD_U16 | DS_LOAD_I16 => {
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off) as usize;
-                let b = |k: usize| lds.get(a + k).copied().unwrap_or(0);
-                let v = match i.op {
-                    DS_LOAD_U8 => b(0) as u32,
-                    DS_LOAD_I8 => b(0) as i8 as i32 as u32,
-                    DS_LOAD_U16 => u16::from_le_bytes([b(0), b(1)]) as u32,
-                    _ => u16::from_le_bytes([b(0), b(1)]) as i16 as i32 as u32,
-                };
-                let r = row(i.dst, 0)?;
-                wv.vgpr[r + l] = v;
-            }
-        }
-        DS_STORE_B8 | DS_STORE_B16 => {
-            let n = if i.op == DS_STORE_B8 { 1 } else { 2 };
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off);
-                let v = wv.vgpr[row(i.src[1], 0)? + l].to_le_bytes();
-                if lds_ok(lds, a, n) {
-                    lds[a as usize..a as usize + n].copy_from_slice(&v[..n]);
-                }
-            }
-        }
-        DS_LOAD_2ADDR_B32
-        | DS_LOAD_2ADDR_STRIDE64_B32
-        | DS_LOAD_2ADDR_B64
-        | DS_LOAD_2ADDR_STRIDE64_B64 => {
-            let (n, scale) = two_addr_shape(i.op);
-            if exec == 0 {
-                return Ok(());
-            }
-            // Destination rows and byte offsets resolved once, not per lane.
-            let mut dst = [(0usize, 0u32); 4];
-            for (j, d) in dst.iter_mut().take(2 * n).enumerate() {
-                let o = if j < n { i.imm as u32 } else { i.imm1 as u32 };
-                *d = (
-                    row(i.dst, j as u16)?,
-                    (o * scale).wrapping_add(4 * (j % n) as u32),
-                );
-            }
-            ds_gather(wv, lds, exec, addr_row, &dst[..2 * n]);
-        }
-        DS_STORE_2ADDR_B32
-        | DS_STORE_2ADDR_STRIDE64_B32
-        | DS_STORE_2ADDR_B64
-        | DS_STORE_2ADDR_STRIDE64_B64 => {
-            let (n, scale) = two_addr_shape(i.op);
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l];
-                for (h, o) in [i.imm as u32, i.imm1 as u32].into_iter().enumerate() {
-                    let data = if h == 0 { i.src[1] } else { i.src[2] };
-                    for k in 0..n {
-                        let r = row(data, k as u16)?;
-                        lds_write(
-                            lds,
-                            a.wrapping_add(o * scale) + 4 * k as u32,
-                            wv.vgpr[r + l],
-                        );
-                    }
-                }
-            }
-        }
-        _ if matches!(m.kind, MemKind::Atomic(_)) && m.bytes == 4 => {
-            let MemKind::Atomic(f) = m.kind else {
-                return Err(unsupported(i, pc));
-            };
-            let rtn = m.rtn;
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off);
-                let old = lds_read(lds, a);
-                let d0 = wv.vgpr[row(i.src[1], 0)? + l];
-                let d1 = if i.src[2] >= 256 {
-                    wv.vgpr[row(i.src[2], 0)? + l]
-                } else {
-                    0
-                };
-                lds_write(lds, a, f.apply(old, d0, d1));
-                if rtn {
-                    let r = row(i.dst, 0)?;
-                    wv.vgpr[r + l] = old;
-                }
-            }
-        }
-        _ if matches!(m.kind, MemKind::Atomic(_)) && m.bytes == 8 => {
-            let MemKind::Atomic(f) = m.kind else {
-                return Err(unsupported(i, pc));
-            };
-            let read64 = |lds: &[u8], a: u32| {
-                lds_read(lds, a) as u64 | (lds_read(lds, a.wrapping_add(4)) as u64) << 32
-            };
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let a = wv.vgpr[addr_row + l].wrapping_add(off);
-                let old = read64(lds, a);
-                let pair = |r: u16| -> Result<u64, ExecFault> {
-                    Ok(wv.vgpr[row(r, 0)? + l] as u64 | (wv.vgpr[row(r, 1)? + l] as u64) << 32)
-                };
-                let d0 = pair(i.src[1])?;
-                let d1 = if matches!(f, Atomic::CmpSwap) {
-                    pair(i.src[2])?
-                } else {
-                    0
-                };
-                let new = f.apply64(old, d0, d1);
-                lds_write(lds, a, new as u32);
-                lds_write(lds, a.wrapping_add(4), (new >> 32) as u32);
-                if m.rtn {
-                    let (r0, r1) = (row(i.dst, 0)?, row(i.dst, 1)?);
-                    wv.vgpr[r0 + l] = old as u32;
-                    wv.vgpr[r1 + l] = (old >> 32) as u32;
-                }
-            }
-        }
-        DS_NOP => {}
-        DS_SWIZZLE_B32 => {
-            // offset < 0x8000: bit-mask mode over groups of 32 lanes (and, or, xor masks);
-            // offset >= 0x8000: quad-permute mode. Inactive source lanes read zero.
-            let data = row(i.src[0], 0)?;
-            let dst = row(i.dst, 0)?;
-            let src: Vec<u32> = wv.vgpr[data..data + lanes].to_vec();
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let sel = if off & 0x8000 != 0 {
-                    (l & !3) | ((off >> (2 * (l & 3))) & 3) as usize
-                } else {
-                    let (and, or, xor) = (
-                        (off & 31) as usize,
-                        ((off >> 5) & 31) as usize,
-                        ((off >> 10) & 31) as usize,
-                    );
-                    (l & !31) | ((((l & 31) & and) | or) ^ xor)
-                };
-                wv.vgpr[dst + l] = if sel < lanes && exec >> sel & 1 != 0 {
-                    src[sel]
-                } else {
-                    0
-                };
-            }
-        }
-        DS_BPERMUTE_B32 | DS_PERMUTE_B32 => {
-            let data = row(i.src[1], 0)?;
-            let dst = row(i.dst, 0)?;
-            let mut out = vec![0u32; lanes];
-            let mut written = vec![false; lanes];
-            for l in 0..lanes {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                let sel = (wv.vgpr[addr_row + l].wrapping_add(off) / 4) as usize % lanes;
-                if i.op == DS_BPERMUTE_B32 {
-                    out[l] = if exec >> sel & 1 != 0 {
-                        wv.vgpr[data + sel]
-                    } else {
-                        0
-                    };
-                    written[l] = true;
-                } else {
-                    out[sel] = wv.vgpr[data + l];
-                    written[sel] = true;
-                }
-            }
-            for l in 0..lanes {
-                if exec >> l & 1 != 0 {
-                    wv.vgpr[dst + l] = if written[l] { out[l] } else { 0 };
-                }
-            }
-        }
-        _ => return Err(unsupported(i, pc)),
-    }
-    Ok(())
-}
-
-/// Where a flat address points.
-enum Target {
-    Global(u64),
-    Lds(u32),
-    Private(u64),
-}
-
-// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
-#[inline(never)]
-fn vmem(
-    ctx: &Ctx,
-    wv: &mut Wave,
-    lds: &mut [u8],
-    mem: &dyn Memory,
-    i: &Inst,
-    pc: u64,
-) -> Result<(), ExecFault> {
-    let m = meta(i);
-    let exec = wv.exec();
-    let lanes = wv.lanes;
-    let nv = wv.nvgpr;
-    let row = |r: u16, k: u16| -> Result<usize, ExecFault> {
-        let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
-        if r >= nv {
-            Err(ExecFault::VgprOutOfRange { address: pc })
-        } else {
-            Ok(r * lanes)
-        }
-    };
-    let per_lane = ctx.d.scratch.map(|s| s.bytes_per_lane as u64).unwrap_or(0);
-    let target = |wv: &Wave, l: usize| -> Result<Target, ExecFault> {
-        match i.format {
-            Format::Global => {
-                let a = if i.saddr == src::NULL {
-                    let r = row(i.src[0], 0)?;
-                    wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32
-                } else {
-                    wv.sread64(i.saddr, 0, false)
-                        .wrapping_add(wv.vgpr[row(i.src[0], 0)? + l] as u64)
-                };
-                Ok(Target::Global(a.wrapping_add(i.imm as i64 as u64)))
-            }
-            Format::Scratch => {
-                let mut o = i.imm as i64 as u64;
-                if i.saddr != src::NULL {
-                    o = o.wrapping_add(wv.sread(i.saddr, 0) as u64);
-                }
-                if i.sve {
-                    o = o.wrapping_add(wv.vgpr[row(i.src[0], 0)? + l] as u64);
-                }
-                Ok(Target::Private(o & 0xffff_ffff))
-            }
-            _ => {
-                let r = row(i.src[0], 0)?;
-                let a = (wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32)
-                    .wrapping_add(i.imm as i64 as u64);
-                Ok(match (a >> 32) as u32 {
-                    SHARED_APERTURE_HI => Target::Lds(a as u32),
-                    PRIVATE_APERTURE_HI => Target::Private(a & 0xffff_ffff),
-                    _ => Target::Global(a),
-                })
-            }
-        }
-    };
-    // Resolves a private offset of lane `l` to GPU memory (lane-major layout in the wave's slot).
-    let private = |wv: &Wave, l: usize, o: u64, n: u64| -> Result<u64, ExecFault> {
-        if o + n > per_lane {
-            return Err(ExecFault::Memory {
-                fault: MemoryFault {
-                    address: o,
-                    write: false,
-                },
-                pc,
-            });
-        }
-        Ok(wv.flat_scratch + l as u64 * per_lane + o)
-    };
-    let load = m.kind == MemKind::Load;
-    let store = m.kind == MemKind::Store;
-    let (bytes, signed) = (m.bytes as usize, m.signed);
-    if bytes == 0 || m.exotic {
-        return Err(unsupported(i, pc));
-    }
-    if (load || store) && bytes == 4 && i.format == Format::Global {
-        // Runs of active lanes touching consecutive dwords are one access each. A run that
-        // faults is redone lane by lane, so the fault names the exact lane address.
-        let ar = row(i.src[0], 0)?;
-        let vr = row(if load { i.dst } else { i.src[1] }, 0)?;
-        let sbase = if i.saddr == src::NULL {
-            0
-        } else {
-            wv.sread64(i.saddr, 0, false)
-        };
-        let addr = |wv: &Wave, l: usize| -> u64 {
-            let a = if i.saddr == src::NULL {
-                wv.vgpr[ar + l] as u64 | (wv.vgpr[ar + lanes + l] as u64) << 32
-            } else {
-                sbase.wrapping_add(wv.vgpr[ar + l] as u64)
-            };
-            a.wrapping_add(i.imm as i64 as u64)
-        };
-        let mut buf = [0u8; 256];
-        let mut l = 0;
-        while l < lanes {
-            if exec >> l & 1 == 0 {
-                l += 1;
-                continue;
-            }
-            let (start, a0) = (l, addr(wv, l));
-            while l + 1 < lanes
-                && exec >> (l + 1) & 1 != 0
-                && addr(wv, l + 1) == a0.wrapping_add(4 * (l + 1 - start) as u64)
-            {
-                l += 1;
-            }
-            let end = l + 1;
-            let run = &mut buf[..4 * (end - start)];
-            if load {
-                let ok = mem.read(a0, run).is_ok();
-                for k in start..end {
-                    if ok {
-                        let c = &run[4 * (k - start)..4 * (k - start) + 4];
-                        wv.vgpr[vr + k] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                    } else {
-                        let mut b4 = [0u8; 4];
-                        mem.read(addr(wv, k), &mut b4).map_err(mem_fault(pc))?;
-                        wv.vgpr[vr + k] = u32::from_le_bytes(b4);
-                    }
-                }
-            } else {
-                for (c, v) in run.chunks_exact_mut(4).zip(&wv.vgpr[vr + start..vr + end]) {
-                    c.copy_from_slice(&v.to_le_bytes());
-                }
-                if mem.write(a0, run).is_err() {
-                    for k in start..end {
-                        mem.write(addr(wv, k), &wv.vgpr[vr + k].to_le_bytes())
-                            .map_err(mem_fault(pc))?;
-                    }
-                }
-            }
-            l = end;
-        }
-        return Ok(());
-    }
-    if load || store {
-        let n = bytes.div_ceil(4);
-        for l in 0..lanes {
-            if exec >> l & 1 == 0 {
-                continue;
-            }
-            let t = target(wv, l)?;
-            let mut buf = [0u8; 16];
-            if store {
-                for k in 0..n {
-                    let v = wv.vgpr[row(i.src[1], k as u16)? + l];
-                    buf[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
-                }
-                match t {
-                    Target::Global(a) => mem.write(a, &buf[..bytes]).map_err(mem_fault(pc))?,
-                    Target::Private(o) => {
-                        let a = private(wv, l, o, bytes as u64)?;
-                        mem.write(a, &buf[..bytes]).map_err(mem_fault(pc))?
-                    }
-                    Target::Lds(a) => {
-                        if lds_ok(lds, a, bytes) {
-                            lds[a as usize..a as usize + bytes].copy_from_slice(&buf[..bytes]);
-                        }
-                    }
-                }
-            } else {
-                match t {
-                    Target::Global(a) => mem.read(a, &mut buf[..bytes]).map_err(mem_fault(pc))?,
-                    Target::Private(o) => {
-                        let a = private(wv, l, o, bytes as u64)?;
-                        mem.read(a, &mut buf[..bytes]).map_err(mem_fault(pc))?
-                    }
-                    Target::Lds(a) => {
-                        if lds_ok(lds, a, bytes) {
-                            buf[..bytes].copy_from_slice(&lds[a as usize..a as usize + bytes]);
-                        }
-                    }
-                }
-                let mut vals = [0u32; 4];
-                for (k, v) in vals.iter_mut().enumerate().take(n) {
-                    *v = u32::from_le_bytes([
-                        buf[4 * k],
-                        buf[4 * k + 1],
-                        buf[4 * k + 2],
-                        buf[4 * k + 3],
-                    ]);
-                }
-                if signed {
-                    vals[0] = if bytes == 1 {
-                        vals[0] as u8 as i8 as i32 as u32
-                    } else {
-                        vals[0] as u16 as i16 as i32 as u32
-                    };
-                }
-                for (k, v) in vals.iter().enumerate().take(n) {
-                    let r = row(i.dst, k as u16)?;
-                    wv.vgpr[r + l] = *v;
-                }
-            }
-        }
-        return Ok(());
-    }
-    // Atomics.
-    let rtn = i.cache & 1 != 0;
-    let MemKind::Atomic(kind) = m.kind else {
-        return Err(unsupported(i, pc));
-    };
-    if bytes == 8 {
-        let cmp = matches!(kind, Atomic::CmpSwap);
-        for l in 0..lanes {
-            if exec >> l & 1 == 0 {
-                continue;
-            }
-            let t = target(wv, l)?;
-            let d = |k: u16| -> Result<u64, ExecFault> {
-                let r0 = row(i.src[1], k)?;
-                let r1 = row(i.src[1], k + 1)?;
-                Ok(wv.vgpr[r0 + l] as u64 | (wv.vgpr[r1 + l] as u64) << 32)
-            };
-            let d0 = d(0)?;
-            let d1 = if cmp { d(2)? } else { 0 };
-            let old = match t {
-                Target::Global(a) => mem
-                    .atomic_u64(a, &|o| kind.apply64(o, d0, d1))
-                    .map_err(mem_fault(pc))?,
-                Target::Lds(a) => {
-                    let o =
-                        lds_read(lds, a) as u64 | (lds_read(lds, a.wrapping_add(4)) as u64) << 32;
-                    let n = kind.apply64(o, d0, d1);
-                    lds_write(lds, a, n as u32);
-                    lds_write(lds, a.wrapping_add(4), (n >> 32) as u32);
-                    o
-                }
-                Target::Private(o) => {
-                    // Private memory belongs to this lane alone: a plain read-modify-write.
-                    let a = private(wv, l, o, 8)?;
-                    let mut b = [0u8; 8];
-                    mem.read(a, &mut b).map_err(mem_fault(pc))?;
-                    let old = u64::from_le_bytes(b);
-                    mem.write(a, &kind.apply64(old, d0, d1).to_le_bytes())
-                        .map_err(mem_fault(pc))?;
-                    old
-                }
-            };
-            if rtn {
-                let r0 = row(i.dst, 0)?;
-                let r1 = row(i.dst, 1)?;
-                wv.vgpr[r0 + l] = old as u32;
-                wv.vgpr[r1 + l] = (old >> 32) as u32;
-            }
-        }
-        return Ok(());
-    }
-    for l in 0..lanes {
-        if exec >> l & 1 == 0 {
-            continue;
-        }
-        let d0 = wv.vgpr[row(i.src[1], 0)? + l];
-        let d1 = if matches!(kind, Atomic::CmpSwap) {
-            wv.vgpr[row(i.src[1], 1)? + l]
-        } else {
-            0
-        };
-        // Global cmpswap data is {new, cmp}; Atomic::apply takes (new, cmp).
-        let old = match target(wv, l)? {
-            Target::Global(a) => mem
-                .atomic_u32(a, &|o| kind.apply(o, d0, d1))
-                .map_err(mem_fault(pc))?,
-            Target::Lds(a) => {
-                let o = lds_read(lds, a);
-                lds_write(lds, a, kind.apply(o, d0, d1));
-                o
-            }
-            Target::Private(o) => {
-                // Private memory belongs to this lane alone: a plain read-modify-write.
-                let a = private(wv, l, o, 4)?;
-                let mut b = [0u8; 4];
-                mem.read(a, &mut b).map_err(mem_fault(pc))?;
-                let old = u32::from_le_bytes(b);
-                mem.write(a, &kind.apply(old, d0, d1).to_le_bytes())
-                    .map_err(mem_fault(pc))?;
-                old
-            }
-        };
-        if rtn {
-            let r = row(i.dst, 0)?;
-            wv.vgpr[r + l] = old;
-        }
     }
     Ok(())
 }

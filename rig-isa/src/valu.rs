@@ -15,6 +15,8 @@ use crate::decode::{Dpp, Format, Inst, src};
 use crate::disasm::{self, Widths};
 use crate::opcodes::op_valu::*;
 
+mod ops;
+
 /// The part of a wave the VALU touches.
 pub(crate) struct WaveRef<'a> {
     pub sgpr: &'a mut [u32; 128],
@@ -330,157 +332,6 @@ fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bo
     }
 }
 
-/// Computes `$e` for every lane (inactive lanes too: the operations are pure and the results
-/// of inactive lanes are never written back), so the loop has no branches and vectorizes.
-macro_rules! map {
-    ($n:expr, $exec:expr, $r:ident, $a:ident, $b:ident, $c:ident, |$x:ident, $y:ident, $z:ident| $e:expr) => {{
-        let _ = $exec;
-        for l in 0..$n {
-            let ($x, $y, $z) = ($a[l], $b[l], $c[l]);
-            $r[l] = $e;
-        }
-    }};
-}
-
-fn lg(a: f64, b: f64) -> bool {
-    matches!(
-        a.partial_cmp(&b),
-        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Greater)
-    )
-}
-
-/// Compare helpers: IEEE ordering for the float compares, by name suffix.
-fn fcmp(kind: u16, a: f64, b: f64) -> bool {
-    let un = a.is_nan() || b.is_nan();
-    match kind {
-        0 => false,
-        1 => a < b,
-        2 => a == b,
-        3 => a <= b,
-        4 => a > b,
-        5 => lg(a, b),
-        6 => a >= b,
-        7 => !un,
-        8 => un,
-        9 => un || a < b,
-        10 => !lg(a, b),
-        11 => un || a <= b,
-        12 => un || a > b,
-        13 => a != b,
-        14 => un || a >= b,
-        _ => true,
-    }
-}
-
-fn icmp<T: Ord>(kind: u16, a: T, b: T) -> bool {
-    match kind {
-        0 => false,
-        1 => a < b,
-        2 => a == b,
-        3 => a <= b,
-        4 => a > b,
-        5 => a != b,
-        6 => a >= b,
-        _ => true,
-    }
-}
-
-fn class_bits(x: f64, sig_nan: bool) -> u32 {
-    // Bits: 0 sNaN, 1 qNaN, 2 -inf, 3 -normal, 4 -denorm, 5 -0, 6 +0, 7 +denorm, 8 +normal, 9 +inf.
-    if x.is_nan() {
-        return if sig_nan { 1 } else { 2 };
-    }
-    let neg = x.is_sign_negative();
-    let k = if x.is_infinite() {
-        if neg { 2 } else { 9 }
-    } else if x == 0.0 {
-        if neg { 5 } else { 6 }
-    } else if x.is_subnormal() {
-        if neg { 4 } else { 7 }
-    } else if neg {
-        3
-    } else {
-        8
-    };
-    1 << k
-}
-
-fn f32_class(x: u32) -> u32 {
-    let v = f32::from_bits(x);
-    if v.is_subnormal() {
-        return if v.is_sign_negative() { 1 << 4 } else { 1 << 7 };
-    }
-    class_bits(v as f64, v.is_nan() && x & 0x0040_0000 == 0)
-}
-
-fn f64_class(x: u64) -> u32 {
-    let v = f64::from_bits(x);
-    class_bits(v, v.is_nan() && x & 0x0008_0000_0000_0000 == 0)
-}
-
-fn frexp32(x: f32) -> (f32, i32) {
-    if x == 0.0 || x.is_nan() || x.is_infinite() {
-        return (x, 0);
-    }
-    let (m, e) = frexp64(x as f64);
-    (m as f32, e)
-}
-
-fn frexp64(x: f64) -> (f64, i32) {
-    if x == 0.0 || x.is_nan() || x.is_infinite() {
-        return (x, 0);
-    }
-    let mut e = ((x.to_bits() >> 52) & 0x7ff) as i32;
-    let mut v = x;
-    if e == 0 {
-        v *= 2f64.powi(64);
-        e = ((v.to_bits() >> 52) & 0x7ff) as i32 - 64;
-    }
-    let m = f64::from_bits((v.to_bits() & !(0x7ff << 52)) | (1022u64 << 52));
-    (m, e - 1022)
-}
-
-fn ldexp64(x: f64, e: i32) -> f64 {
-    let e = e.clamp(-2200, 2200);
-    let mut v = x;
-    let mut e = e;
-    while e > 1000 {
-        v *= 2f64.powi(1000);
-        e -= 1000;
-    }
-    while e < -1000 {
-        v *= 2f64.powi(-1000);
-        e += 1000;
-    }
-    v * 2f64.powi(e)
-}
-
-fn cvt_u32(x: f32) -> u32 {
-    if x.is_nan() { 0 } else { x as u32 }
-}
-fn cvt_i32(x: f32) -> u32 {
-    if x.is_nan() { 0 } else { x as i32 as u32 }
-}
-
-fn med3<T: PartialOrd + Copy>(a: T, b: T, c: T) -> T {
-    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
-    if c < lo {
-        lo
-    } else if c > hi {
-        hi
-    } else {
-        c
-    }
-}
-
-fn fmin(a: f32, b: f32) -> f32 {
-    a.min(b)
-}
-fn fmax(a: f32, b: f32) -> f32 {
-    a.max(b)
-}
-
-/// Executes one VALU instruction.
 /// `r[l] = f(a[l], b[l], c[l])` over the lanes of the shortest slice (one monomorphic loop).
 #[inline(always)]
 fn lanes3(r: &mut [u32], a: &[u32], b: &[u32], c: &[u32], f: impl Fn(u32, u32, u32) -> u32) {
@@ -612,11 +463,42 @@ pub(crate) fn valu(
     valu_general(w, t, i, pc)
 }
 
-/// Every VALU instruction (the fast path's ones too, which the tests compare against).
+/// Every VALU instruction (the fast path's ones too, which the tests compare against):
+/// gathers the sources, computes the lanes in the opcode's group (`ops`), writes back.
 fn valu_general(w: &mut WaveRef, t: &mut [Lanes; 4], i: &Inst, pc: u64) -> Result<(), ExecFault> {
     let oi = info(i.op);
+    let exec = w.exec();
+    let wr_off = read_sources(w, t, i, oi, exec, pc)?;
+    if i.op < 0x100 {
+        return ops::compare(w, t, i, exec, wr_off, pc);
+    }
+    match ops::lanes(w, t, i, exec, pc)? {
+        ops::Res::Other => Err(unsupported(i, pc)),
+        ops::Res::Written => Ok(()),
+        ops::Res::Lanes(carry) => {
+            let r = &mut t[3];
+            output_modifiers(w, r, i, oi, exec);
+            write_result(w, r, i, oi, exec & !wr_off, carry, pc)
+        }
+    }
+}
+
+/// Whether the wave's float mode flushes denormals of `kind` (see `OpInfo::src_fp`).
+fn flushes(w: &WaveRef, kind: u8) -> bool {
+    kind != 0 && ((kind == 1 && w.ftz32) || (kind >= 2 && w.ftz16_64))
+}
+
+/// Fetches the sources into `t[0..3]` and applies op_sel halves, DPP, abs/neg and denormal
+/// flushing; returns the lanes DPP disables for writing.
+fn read_sources(
+    w: &mut WaveRef,
+    t: &mut [Lanes; 4],
+    i: &Inst,
+    oi: OpInfo,
+    exec: u64,
+    pc: u64,
+) -> Result<u64, ExecFault> {
     let n = w.lanes;
-    let mut exec = w.exec();
     let e64 = matches!(i.format, Format::Vop3 | Format::Vop3sd);
     // Sources present by encoding: VOP2 carry-in/cndmask read VCC implicitly.
     for k in 0..3 {
@@ -630,7 +512,7 @@ fn valu_general(w: &mut WaveRef, t: &mut [Lanes; 4], i: &Inst, pc: u64) -> Resul
         };
         w.fetch(sk, width, i.literal, oi, &mut t[k], pc)?;
     }
-    let [a, b, c, r] = t;
+    let [a, b, c, _] = t;
     if oi.src16 {
         for (k, v) in [&mut *a, &mut *b, &mut *c].into_iter().enumerate() {
             let hi = e64 && i.op_sel >> k & 1 != 0;
@@ -651,950 +533,67 @@ fn valu_general(w: &mut WaveRef, t: &mut [Lanes; 4], i: &Inst, pc: u64) -> Resul
             }
         }
     }
-    let wants = |k: u8| (k == 1 && w.ftz32) || (k >= 2 && w.ftz16_64);
-    if oi.src_fp != 0 && wants(oi.src_fp) {
+    if flushes(w, oi.src_fp) {
         for v in [&mut *a, &mut *b, &mut *c] {
             flush(v, n, oi.src_fp);
         }
     }
-    let op = i.op;
-    // Compares.
-    if op < 0x100 {
-        let kind = op & 0xf;
-        let t = (op & 0x7f) >> 4;
-        let mut bits = 0u64;
-        for l in 0..n {
-            if exec >> l & 1 == 0 {
-                continue;
-            }
-            let (x, y) = (a[l], b[l]);
-            let r = match op & 0x7f {
-                0x00..=0x0f => fcmp(
-                    kind,
-                    half::f16::from_bits(x as u16).to_f64(),
-                    half::f16::from_bits(y as u16).to_f64(),
-                ),
-                0x10..=0x1f => fcmp(kind, f(x) as f64, f(y) as f64),
-                0x20..=0x2f => fcmp(kind, d(x), d(y)),
-                0x30..=0x37 => icmp(kind & 7, x as u16 as i16, y as u16 as i16),
-                0x38..=0x3f => icmp(kind & 7, x as u16, y as u16),
-                0x40..=0x47 => icmp(kind & 7, x as u32 as i32, y as u32 as i32),
-                0x48..=0x4f => icmp(kind & 7, x as u32, y as u32),
-                0x50..=0x57 => icmp(kind & 7, x as i64, y as i64),
-                0x58..=0x5f => icmp(kind & 7, x, y),
-                0x7d => {
-                    let h = half::f16::from_bits(x as u16);
-                    class_bits(h.to_f64(), h.is_nan() && x & 0x200 == 0) & y as u32 != 0
-                }
-                0x7e => f32_class(x as u32) & y as u32 != 0,
-                0x7f => f64_class(x) & y as u32 != 0,
-                _ => return Err(unsupported(i, pc)),
-            };
-            bits |= (r as u64) << l;
-        }
-        let _ = t;
-        bits &= !wr_off;
-        if op >= 0x80 {
-            // v_cmpx: result replaces EXEC (inactive lanes read as 0).
-            w.set_mask(src::EXEC_LO, bits);
-        } else {
-            let dst = if e64 { i.dst } else { src::VCC_LO };
-            w.set_mask(dst, bits);
-        }
-        return Ok(());
-    }
-    let vcc_in = || w.mask(src::VCC_LO);
-    // Carry-style ops produce a lane mask too.
-    let mut carry: Option<u64> = None;
-    match op {
-        V_MOV_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| x),
-        V_CNDMASK_B32 => {
-            let m = if e64 { w.mask(i.src[2]) } else { vcc_in() };
-            map!(n, exec, r, a, b, c, |x, _y, _z| x);
-            for l in 0..n {
-                if m >> l & 1 != 0 {
-                    r[l] = b[l];
-                }
-            }
-        }
-        V_ADD_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) + f(y))),
-        V_SUB_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) - f(y))),
-        V_SUBREV_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(y) - f(x))),
-        V_MUL_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) * f(y))),
-        V_MUL_DX9_ZERO_F32 => {
-            map!(
-                n,
-                exec,
-                r,
-                a,
-                b,
-                c,
-                |x, y, _z| if f(x) == 0.0 || f(y) == 0.0 {
-                    0
-                } else {
-                    fb(f(x) * f(y))
-                }
-            )
-        }
-        V_FMA_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z)))),
-        V_FMAC_F32 => {
-            let dr = w.row(i.dst, pc)?;
-            for l in 0..n {
-                c[l] = w.vgpr[dr + l] as u64;
-            }
-            map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z))))
-        }
-        V_FMAMK_F32 => {
-            let k = i.literal as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x).mul_add(f(k), f(y))))
-        }
-        V_FMAAK_F32 => {
-            let k = i.literal as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x).mul_add(f(y), f(k))))
-        }
-        V_MIN_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(fmin(f(x), f(y)))),
-        V_MAX_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(fmax(f(x), f(y)))),
-        V_MIN3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmin(
-            fmin(f(x), f(y)),
-            f(z)
-        ))),
-        V_MAX3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmax(
-            fmax(f(x), f(y)),
-            f(z)
-        ))),
-        V_MED3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(med3(f(x), f(y), f(z)))),
-        V_MAXMIN_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmin(
-            fmax(f(x), f(y)),
-            f(z)
-        ))),
-        V_MINMAX_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmax(
-            fmin(f(x), f(y)),
-            f(z)
-        ))),
-        V_MIN_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).min(y as i32) as u32 as u64
-        ),
-        V_MAX_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).max(y as i32) as u32 as u64
-        ),
-        V_MIN_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32).min(y as u32)
-            as u64),
-        V_MAX_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32).max(y as u32)
-            as u64),
-        V_MIN3_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).min(y as i32).min(z as i32) as u32 as u64
-        ),
-        V_MAX3_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).max(y as i32).max(z as i32) as u32 as u64
-        ),
-        V_MIN3_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).min(y as u32).min(z as u32) as u64
-        ),
-        V_MAX3_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).max(y as u32).max(z as u32) as u64
-        ),
-        V_MED3_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| med3(x as i32, y as i32, z as i32) as u32 as u64
-        ),
-        V_MED3_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| med3(x as u32, y as u32, z as u32) as u64
-        ),
-        V_MAXMIN_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).max(y as i32).min(z as i32) as u32 as u64
-        ),
-        V_MINMAX_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).min(y as i32).max(z as i32) as u32 as u64
-        ),
-        V_MAXMIN_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).max(y as u32).min(z as u32) as u64
-        ),
-        V_MINMAX_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).min(y as u32).max(z as u32) as u64
-        ),
-        V_ADD_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let s = x as u32 as u64 + y as u32 as u64;
-            if i.clamp {
-                s.min(u32::MAX as u64)
-            } else {
-                s & 0xffff_ffff
-            }
-        }),
-        V_SUB_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            if i.clamp {
-                (x as u32).saturating_sub(y as u32) as u64
-            } else {
-                (x as u32).wrapping_sub(y as u32) as u64
-            }
-        }),
-        V_SUBREV_NC_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (y as u32).wrapping_sub(x as u32) as u64
-        ),
-        V_ADD_NC_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).wrapping_add(y as i32) as u32 as u64
-        ),
-        V_SUB_NC_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).wrapping_sub(y as i32) as u32 as u64
-        ),
-        V_ADD3_U32 => map!(n, exec, r, a, b, c, |x, y, z| (x as u32)
-            .wrapping_add(y as u32)
-            .wrapping_add(z as u32)
-            as u64),
-        V_XAD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) ^ (y as u32))
-            .wrapping_add(z as u32)
-            as u64),
-        V_LSHL_ADD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) << (y & 31))
-            .wrapping_add(z as u32)
-            as u64),
-        V_ADD_LSHL_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| ((x as u32).wrapping_add(y as u32) << (z & 31)) as u64
-        ),
-        V_LSHL_OR_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (((x as u32) << (y & 31)) | z as u32) as u64
-        ),
-        V_AND_OR_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| ((x as u32 & y as u32) | z as u32) as u64
-        ),
-        V_OR3_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32 | y as u32 | z as u32) as u64
-        ),
-        V_XOR3_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32 ^ y as u32 ^ z as u32) as u64
-        ),
-        V_MUL_LO_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as u32).wrapping_mul(y as u32) as u64
-        ),
-        V_MUL_HI_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32 as u64
-            * y as u32 as u64)
-            >> 32),
-        V_MUL_HI_I32 => map!(n, exec, r, a, b, c, |x, y, _z| ((x as u32 as i32 as i64
-            * y as u32 as i32 as i64)
-            >> 32) as u32
-            as u64),
-        V_MUL_U32_U24 => map!(n, exec, r, a, b, c, |x, y, _z| ((x & 0xff_ffff)
-            * (y & 0xff_ffff))
-            & 0xffff_ffff),
-        V_MUL_HI_U32_U24 => map!(n, exec, r, a, b, c, |x, y, _z| ((x & 0xff_ffff)
-            * (y & 0xff_ffff))
-            >> 32),
-        V_MUL_I32_I24 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
-            p as u64 & 0xffff_ffff
-        }),
-        V_MUL_HI_I32_I24 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
-            (p >> 32) as u32 as u64
-        }),
-        V_MAD_U32_U24 => map!(n, exec, r, a, b, c, |x, y, z| ((x & 0xff_ffff)
-            * (y & 0xff_ffff))
-            .wrapping_add(z)
-            & 0xffff_ffff),
-        V_MAD_I32_I24 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
-            (p as u32).wrapping_add(z as u32) as u64
-        }),
-        V_MAD_U64_U32 | V_MAD_I64_I32 => {
-            let mut cm = 0u64;
-            for l in 0..n {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
-                if op == V_MAD_U64_U32 {
-                    let p = a[l] as u32 as u128 * b[l] as u32 as u128 + c[l] as u128;
-                    r[l] = p as u64;
-                    cm |= ((p >> 64) as u64 & 1) << l;
-                } else {
-                    let p = a[l] as u32 as i32 as i128 * b[l] as u32 as i32 as i128
-                        + c[l] as i64 as i128;
-                    r[l] = p as u64;
-                    cm |= ((p > i64::MAX as i128 || p < i64::MIN as i128) as u64) << l;
-                }
-            }
-            carry = Some(cm);
-        }
-        V_LSHLREV_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as u32) << (x & 31))
-            as u64),
-        V_LSHRREV_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as u32) >> (x & 31))
-            as u64),
-        V_ASHRREV_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| ((y as u32 as i32) >> (x & 31)) as u32 as u64
-        ),
-        V_LSHLREV_B64 => map!(n, exec, r, a, b, c, |x, y, _z| y << (x & 63)),
-        V_LSHRREV_B64 => map!(n, exec, r, a, b, c, |x, y, _z| y >> (x & 63)),
-        V_ASHRREV_I64 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as i64) >> (x & 63))
-            as u64),
-        V_AND_B32 => map!(n, exec, r, a, b, c, |x, y, _z| x & y & 0xffff_ffff),
-        V_OR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (x | y) & 0xffff_ffff),
-        V_XOR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (x ^ y) & 0xffff_ffff),
-        V_XNOR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| !(x ^ y) & 0xffff_ffff),
-        V_NOT_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| !x & 0xffff_ffff),
-        V_BFREV_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| (x as u32).reverse_bits()
-            as u64),
-        V_CLZ_I32_U32 => map!(n, exec, r, a, b, c, |x, _y, _z| if x as u32 == 0 {
-            0xffff_ffff
-        } else {
-            (x as u32).leading_zeros() as u64
-        }),
-        V_CTZ_I32_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| if x as u32 == 0 {
-            0xffff_ffff
-        } else {
-            (x as u32).trailing_zeros() as u64
-        }),
-        V_CLS_I32 => map!(n, exec, r, a, b, c, |x, _y, _z| {
-            let v = x as u32 as i32;
-            if v == 0 || v == -1 {
-                0xffff_ffff
-            } else {
-                (if v < 0 { !v } else { v }).leading_zeros() as u64
-            }
-        }),
-        V_BCNT_U32_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((x as u32).count_ones()
-            as u64
-            + y)
-            & 0xffff_ffff),
-        V_BFE_U32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (o, wd) = (y & 31, z & 31);
-            if wd == 0 {
-                0
-            } else {
-                ((x as u32) >> o) as u64 & ((1u64 << wd) - 1)
-            }
-        }),
-        V_BFE_I32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (o, wd) = (y & 31, z & 31);
-            if wd == 0 {
-                0
-            } else {
-                ((((x as u32) >> o) << (32 - wd)) as i32 >> (32 - wd)) as u32 as u64
-            }
-        }),
-        V_BFI_B32 => map!(n, exec, r, a, b, c, |x, y, z| ((x & y) | (!x & z))
-            & 0xffff_ffff),
-        V_BFM_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (((1u64 << (x & 31)) - 1)
-            << (y & 31))
-            & 0xffff_ffff),
-        V_ALIGNBIT_B32 => map!(n, exec, r, a, b, c, |x, y, z| (((x & 0xffff_ffff) << 32
-            | (y & 0xffff_ffff))
-            >> (z & 31))
-            & 0xffff_ffff),
-        V_ALIGNBYTE_B32 => map!(n, exec, r, a, b, c, |x, y, z| (((x & 0xffff_ffff) << 32
-            | (y & 0xffff_ffff))
-            >> (8 * (z & 3)))
-            & 0xffff_ffff),
-        V_PERM_B32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let bytes = ((x & 0xffff_ffff) << 32 | (y & 0xffff_ffff)).to_le_bytes();
-            let mut out = 0u32;
-            for k in 0..4 {
-                let sel = ((z >> (8 * k)) & 0xff) as usize;
-                let v: u32 = match sel {
-                    0..=7 => bytes[sel] as u32,
-                    8..=11 => {
-                        let hb = bytes[2 * (sel - 8) + 1];
-                        if hb & 0x80 != 0 { 0xff } else { 0 }
-                    }
-                    12 => 0,
-                    _ => 0xff,
-                };
-                out |= v << (8 * k);
-            }
-            out as u64
-        }),
-        V_CVT_F32_U32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(x as u32 as f32)),
-        V_CVT_F32_I32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(x as u32 as i32 as f32)),
-        V_CVT_U32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_u32(f(x)) as u64),
-        V_CVT_I32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_i32(f(x)) as u64),
-        V_CVT_FLOOR_I32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_i32(f(x).floor())
-            as u64),
-        V_CVT_NEAREST_I32_F32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, _y, _z| cvt_i32((f(x) + 0.5).floor()) as u64
-        ),
-        V_CVT_F32_UBYTE0 => map!(n, exec, r, a, b, c, |x, _y, _z| fb((x & 0xff) as f32)),
-        V_CVT_F32_UBYTE1 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, _y, _z| fb(((x >> 8) & 0xff) as f32)
-        ),
-        V_CVT_F32_UBYTE2 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(
-            ((x >> 16) & 0xff) as f32
-        )),
-        V_CVT_F32_UBYTE3 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(
-            ((x >> 24) & 0xff) as f32
-        )),
-        V_CVT_F64_U32 => map!(n, exec, r, a, b, c, |x, _y, _z| db(x as u32 as f64)),
-        V_CVT_F64_I32 => map!(n, exec, r, a, b, c, |x, _y, _z| db(x as u32 as i32 as f64)),
-        V_CVT_U32_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| if d(x).is_nan() {
-            0
-        } else {
-            d(x) as u32 as u64
-        }),
-        V_CVT_I32_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| if d(x).is_nan() {
-            0
-        } else {
-            d(x) as i32 as u32 as u64
-        }),
-        V_CVT_F32_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(d(x) as f32)),
-        V_CVT_F64_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| db(f(x) as f64)),
-        V_CVT_F16_F32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, _y, _z| half::f16::from_f32(f(x)).to_bits() as u64
-        ),
-        V_CVT_F32_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(half::f16::from_bits(
-            x as u16
-        )
-        .to_f32())),
-        V_CVT_PK_RTZ_F16_F32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let h = |v: f32| {
-                let t = half::f16::from_f32(v);
-                // Round toward zero: step back one ulp if rounding went away from zero.
-                if t.to_f32().abs() > v.abs() && t.is_finite() {
-                    half::f16::from_bits(t.to_bits() - 1)
-                } else {
-                    t
-                }
-            };
-            (h(f(x)).to_bits() as u64) | (h(f(y)).to_bits() as u64) << 16
-        }),
-        V_RCP_F32 | V_RCP_IFLAG_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x))),
-        V_RSQ_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x).sqrt())),
-        V_SQRT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).sqrt())),
-        V_EXP_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).exp2())),
-        V_LOG_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).log2())),
-        V_SIN_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb((f(x)
-            * std::f32::consts::TAU)
-            .sin())),
-        V_COS_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb((f(x)
-            * std::f32::consts::TAU)
-            .cos())),
-        V_TRUNC_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).trunc())),
-        V_CEIL_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).ceil())),
-        V_FLOOR_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).floor())),
-        V_RNDNE_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).round_ties_even())),
-        V_FRACT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| {
-            let v = f(x);
-            if v.is_infinite() {
-                fb(f32::NAN)
-            } else {
-                fb((v - v.floor()).min(f32::from_bits(0x3f7f_ffff)))
-            }
-        }),
-        V_FREXP_MANT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(frexp32(f(x)).0)),
-        V_FREXP_EXP_I32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| frexp32(f(x)).1 as u32
-            as u64),
-        V_LDEXP_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(
-            ldexp64(f(x) as f64, y as u32 as i32) as f32
-        )),
-        V_ADD_F64 => map!(n, exec, r, a, b, c, |x, y, _z| db(d(x) + d(y))),
-        V_MUL_F64 => map!(n, exec, r, a, b, c, |x, y, _z| db(d(x) * d(y))),
-        V_FMA_F64 => map!(n, exec, r, a, b, c, |x, y, z| db(d(x).mul_add(d(y), d(z)))),
-        V_MIN_F64 => map!(n, exec, r, a, b, c, |x, y, _z| db(d(x).min(d(y)))),
-        V_MAX_F64 => map!(n, exec, r, a, b, c, |x, y, _z| db(d(x).max(d(y)))),
-        V_LDEXP_F64 => map!(n, exec, r, a, b, c, |x, y, _z| db(ldexp64(
-            d(x),
-            y as u32 as i32
-        ))),
-        V_RCP_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(1.0 / d(x))),
-        V_RSQ_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(1.0 / d(x).sqrt())),
-        V_SQRT_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(d(x).sqrt())),
-        V_TRUNC_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(d(x).trunc())),
-        V_CEIL_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(d(x).ceil())),
-        V_FLOOR_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(d(x).floor())),
-        V_RNDNE_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(d(x).round_ties_even())),
-        V_FRACT_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(
-            (d(x) - d(x).floor()).min(f64::from_bits(0x3fef_ffff_ffff_ffff))
-        )),
-        V_FREXP_MANT_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(frexp64(d(x)).0)),
-        V_FREXP_EXP_I32_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| frexp64(d(x)).1 as u32
-            as u64),
-        V_DIV_SCALE_F32 | V_DIV_SCALE_F64 => {
-            // No scaling is needed for operands whose exponents keep the quotient in range;
-            // the wider-range cases are listed in STATUS.md.
-            map!(n, exec, r, a, b, c, |x, _y, _z| x);
-            carry = Some(0);
-        }
-        V_DIV_FMAS_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z)))),
-        V_DIV_FMAS_F64 => map!(n, exec, r, a, b, c, |x, y, z| db(d(x).mul_add(d(y), d(z)))),
-        V_DIV_FIXUP_F32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (q, den, num) = (f(x), f(y), f(z));
-            let v = if den.is_nan()
-                || num.is_nan()
-                || den == 0.0 && num == 0.0
-                || den.is_infinite() && num.is_infinite()
-            {
-                f32::NAN
-            } else if den == 0.0 || num.is_infinite() {
-                let s = den.is_sign_negative() != num.is_sign_negative();
-                if s { f32::NEG_INFINITY } else { f32::INFINITY }
-            } else if den.is_infinite() || num == 0.0 {
-                let s = den.is_sign_negative() != num.is_sign_negative();
-                if s { -0.0 } else { 0.0 }
-            } else {
-                q
-            };
-            fb(v)
-        }),
-        V_DIV_FIXUP_F64 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (q, den, num) = (d(x), d(y), d(z));
-            let v = if den.is_nan()
-                || num.is_nan()
-                || den == 0.0 && num == 0.0
-                || den.is_infinite() && num.is_infinite()
-            {
-                f64::NAN
-            } else if den == 0.0 || num.is_infinite() {
-                if den.is_sign_negative() != num.is_sign_negative() {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
-                }
-            } else if den.is_infinite() || num == 0.0 {
-                if den.is_sign_negative() != num.is_sign_negative() {
-                    -0.0
-                } else {
-                    0.0
-                }
-            } else {
-                q
-            };
-            db(v)
-        }),
-        V_ADD_CO_U32 | V_SUB_CO_U32 | V_SUBREV_CO_U32 | V_ADD_CO_CI_U32 | V_SUB_CO_CI_U32
-        | V_SUBREV_CO_CI_U32 => {
-            let cin = match op {
-                V_ADD_CO_CI_U32 | V_SUB_CO_CI_U32 | V_SUBREV_CO_CI_U32 => {
-                    if e64 {
-                        w.mask(i.src[2])
-                    } else {
-                        vcc_in()
-                    }
-                }
-                _ => 0,
-            };
-            // Every lane is computed (one loop per op, no branch per lane); results of lanes
-            // outside EXEC are never written back, and their carries are masked off.
-            // The carry of lane l is bit 32 of the 64-bit sum or difference (a borrow sets
-            // every high bit), so one vectorisable loop computes both; a second packs them.
-            if matches!(op, V_SUBREV_CO_U32 | V_SUBREV_CO_CI_U32) {
-                std::mem::swap(a, b);
-            }
-            let add = matches!(op, V_ADD_CO_U32 | V_ADD_CO_CI_U32);
-            for l in 0..n {
-                let ci = cin >> l & 1;
-                let (x, y) = (a[l] & 0xffff_ffff, b[l] & 0xffff_ffff);
-                c[l] = if add {
-                    x + y + ci
-                } else {
-                    x.wrapping_sub(y).wrapping_sub(ci)
-                };
-            }
-            let mut cm = 0u64;
-            for l in 0..n {
-                r[l] = c[l] & 0xffff_ffff;
-                cm |= (c[l] >> 32 & 1) << l;
-            }
-            carry = Some(cm & exec);
-        }
-        V_READFIRSTLANE_B32 => {
-            let l = if exec == 0 {
-                0
-            } else {
-                exec.trailing_zeros() as usize
-            };
-            w.swrite(i.dst, a[l] as u32);
-            return Ok(());
-        }
-        V_READLANE_B32 => {
-            let l = (b[0] as usize) % n;
-            w.swrite(i.dst, a[l] as u32);
-            return Ok(());
-        }
-        V_WRITELANE_B32 => {
-            let l = (b[0] as usize) % n;
-            let dr = w.row(i.dst, pc)?;
-            w.vgpr[dr + l] = a[0] as u32;
-            return Ok(());
-        }
-        V_MBCNT_LO_U32_B32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let _ = x;
-            y
-        }),
-        V_MBCNT_HI_U32_B32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let _ = x;
-            y
-        }),
-        V_NOP | V_PIPEFLUSH => return Ok(()),
-        V_ADD_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x) + h(y))),
-        V_SUB_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x) - h(y))),
-        V_SUBREV_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(y) - h(x))),
-        V_MUL_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x) * h(y))),
-        V_FMA_F16 => map!(n, exec, r, a, b, c, |x, y, z| hb(h(x).mul_add(h(y), h(z)))),
-        V_FMAC_F16 => {
-            let dr = w.row(i.dst, pc)?;
-            for l in 0..n {
-                c[l] = (w.vgpr[dr + l] & 0xffff) as u64;
-            }
-            map!(n, exec, r, a, b, c, |x, y, z| hb(h(x).mul_add(h(y), h(z))))
-        }
-        V_FMAMK_F16 => {
-            let k = (i.literal & 0xffff) as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x).mul_add(h(k), h(y))))
-        }
-        V_FMAAK_F16 => {
-            let k = (i.literal & 0xffff) as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x).mul_add(h(y), h(k))))
-        }
-        V_MAX_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x).max(h(y)))),
-        V_MIN_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(h(x).min(h(y)))),
-        V_MAX3_F16 => map!(n, exec, r, a, b, c, |x, y, z| hb(h(x).max(h(y)).max(h(z)))),
-        V_MIN3_F16 => map!(n, exec, r, a, b, c, |x, y, z| hb(h(x).min(h(y)).min(h(z)))),
-        V_MED3_F16 => map!(n, exec, r, a, b, c, |x, y, z| hb(med3(h(x), h(y), h(z)))),
-        V_LDEXP_F16 => map!(n, exec, r, a, b, c, |x, y, _z| hb(ldexp64(
-            h(x),
-            y as u16 as i16 as i32
-        ))),
-        V_SQRT_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).sqrt())),
-        V_RCP_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(1.0 / h(x))),
-        V_RSQ_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(1.0 / h(x).sqrt())),
-        V_TRUNC_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).trunc())),
-        V_FLOOR_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).floor())),
-        V_CEIL_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).ceil())),
-        V_RNDNE_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).round_ties_even())),
-        V_CVT_F16_U16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb((x & 0xffff) as f64)),
-        V_CVT_F16_I16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(x as u16 as i16 as f64)),
-        V_CVT_U16_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| if h(x).is_nan() {
-            0
-        } else {
-            h(x) as u16 as u64
-        }),
-        V_CVT_I16_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| if h(x).is_nan() {
-            0
-        } else {
-            h(x) as i16 as u16 as u64
-        }),
-        V_ADD_NC_U16 => map!(n, exec, r, a, b, c, |x, y, _z| if i.clamp {
-            (x + y).min(0xffff)
-        } else {
-            (x + y) & 0xffff
-        }),
-        V_SUB_NC_U16 => map!(n, exec, r, a, b, c, |x, y, _z| if i.clamp {
-            x.saturating_sub(y)
-        } else {
-            x.wrapping_sub(y) & 0xffff
-        }),
-        V_ADD_NC_I16 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u16 as i16)
-            .wrapping_add(y as u16 as i16)
-            as u16 as u64),
-        V_SUB_NC_I16 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u16 as i16)
-            .wrapping_sub(y as u16 as i16)
-            as u16 as u64),
-        V_MUL_LO_U16 => map!(n, exec, r, a, b, c, |x, y, _z| (x * y) & 0xffff),
-        V_MAD_U16 => map!(n, exec, r, a, b, c, |x, y, z| (x * y + z) & 0xffff),
-        V_MAD_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16)
-            .wrapping_mul(y as u16 as i16)
-            .wrapping_add(z as u16 as i16)
-            as u16 as u64),
-        V_MAD_U32_U16 => map!(n, exec, r, a, b, c, |x, y, z| (x * y + z) & 0xffff_ffff),
-        V_MAD_I32_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16 as i32
-            * y as u16 as i16 as i32)
-            .wrapping_add(z as u32 as i32)
-            as u32 as u64),
-        V_LSHLREV_B16 => map!(n, exec, r, a, b, c, |x, y, _z| (y << (x & 15)) & 0xffff),
-        V_LSHRREV_B16 => map!(n, exec, r, a, b, c, |x, y, _z| y >> (x & 15)),
-        V_ASHRREV_I16 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| ((y as u16 as i16) >> (x & 15)) as u16 as u64
-        ),
-        V_AND_B16 => map!(n, exec, r, a, b, c, |x, y, _z| x & y),
-        V_OR_B16 => map!(n, exec, r, a, b, c, |x, y, _z| x | y),
-        V_XOR_B16 => map!(n, exec, r, a, b, c, |x, y, _z| x ^ y),
-        V_NOT_B16 => map!(n, exec, r, a, b, c, |x, _y, _z| !x & 0xffff),
-        V_MOV_B16 => map!(n, exec, r, a, b, c, |x, _y, _z| x),
-        V_MAX_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.max(y)),
-        V_MIN_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.min(y)),
-        V_MAX_I16 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as u16 as i16).max(y as u16 as i16) as u16 as u64
-        ),
-        V_MIN_I16 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as u16 as i16).min(y as u16 as i16) as u16 as u64
-        ),
-        V_CVT_U32_U16 => map!(n, exec, r, a, b, c, |x, _y, _z| x),
-        V_CVT_I32_I16 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, _y, _z| x as u16 as i16 as i32 as u32 as u64
-        ),
-        V_CNDMASK_B16 => {
-            let m = w.mask(i.src[2]);
-            map!(n, exec, r, a, b, c, |x, _y, _z| x);
-            for l in 0..n {
-                if m >> l & 1 != 0 {
-                    r[l] = b[l];
-                }
-            }
-        }
-        V_PACK_B32_F16 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let lo = if i.op_sel & 1 != 0 { x >> 16 } else { x } & 0xffff;
-            let hi = if i.op_sel & 2 != 0 { y >> 16 } else { y } & 0xffff;
-            lo | hi << 16
-        }),
-        V_PERMLANE16_B32 | V_PERMLANEX16_B32 => {
-            // Lane l of each row of 16 reads lane sel(l) of its own row (permlane16) or of the
-            // other row of its 32-lane half (permlanex16); sel comes from {src2, src1} nibbles.
-            // op_sel bit 0 is fetch-inactive, bit 1 bound_ctrl (out-of-range reads keep dst).
-            let sel = (c[0] & 0xffff_ffff) << 32 | (b[0] & 0xffff_ffff);
-            let fi = i.op_sel & 1 != 0;
-            let dr = w.row(i.dst, pc)?;
-            let old: Vec<u32> = w.vgpr[dr..dr + n].to_vec();
-            for l in 0..n {
-                let nib = ((sel >> (4 * (l & 15))) & 15) as usize;
-                let row = if op == V_PERMLANEX16_B32 {
-                    (l & !31) | ((l & 16) ^ 16)
-                } else {
-                    l & !15
-                };
-                let s = row + nib;
-                r[l] = if fi || exec >> s & 1 != 0 {
-                    a[s]
-                } else {
-                    old[l] as u64
-                };
-            }
-        }
-        V_PERMLANE64_B32 => {
-            if n == 64 {
-                map!(n, exec, r, a, b, c, |x, _y, _z| x);
-                let a2 = *a;
-                for l in 0..64 {
-                    r[l] = a2[l ^ 32];
-                }
-            } else {
-                map!(n, exec, r, a, b, c, |x, _y, _z| x);
-            }
-        }
-        _ => return Err(unsupported(i, pc)),
-    }
-    if matches!(op, V_MBCNT_LO_U32_B32 | V_MBCNT_HI_U32_B32) {
-        // Count of set mask bits in lanes below this one (lo: lanes 0..31, hi: 32..63).
-        for l in 0..n {
-            if exec >> l & 1 == 0 {
-                continue;
-            }
-            let m = a[l] as u32;
-            let below = if op == V_MBCNT_LO_U32_B32 {
-                if l >= 32 {
-                    m.count_ones()
-                } else {
-                    (m & ((1u64 << l) - 1) as u32).count_ones()
-                }
-            } else if l < 32 {
-                0
-            } else {
-                (m & ((1u64 << (l - 32)) - 1) as u32).count_ones()
-            };
-            r[l] = (below as u64 + (b[l] & 0xffff_ffff)) & 0xffff_ffff;
-        }
-    }
-    if oi.dst_fp != 0 && wants(oi.dst_fp) {
+    Ok(wr_off)
+}
+
+/// Flushes denormal results and applies clamp and omod to float results of VOP3 encodings.
+fn output_modifiers(w: &WaveRef, r: &mut Lanes, i: &Inst, oi: OpInfo, exec: u64) {
+    let n = w.lanes;
+    if flushes(w, oi.dst_fp) {
         flush(r, n, oi.dst_fp);
     }
-    // Output modifiers for float results.
-    if e64 && (i.clamp || i.omod != 0) && !matches!(op, V_ADD_NC_U32 | V_SUB_NC_U32) {
-        let is64 = oi.w.dst == 2;
-        for l in 0..n {
-            if exec >> l & 1 == 0 {
-                continue;
+    let e64 = matches!(i.format, Format::Vop3 | Format::Vop3sd);
+    if !e64 || !(i.clamp || i.omod != 0) || matches!(i.op, V_ADD_NC_U32 | V_SUB_NC_U32) {
+        return;
+    }
+    let is64 = oi.w.dst == 2;
+    for l in 0..n {
+        if exec >> l & 1 == 0 {
+            continue;
+        }
+        if is64 {
+            let mut v = d(r[l]);
+            v *= [1.0, 2.0, 4.0, 0.5][i.omod as usize];
+            if i.clamp {
+                v = v.clamp(0.0, 1.0);
             }
-            if is64 {
-                let mut v = d(r[l]);
-                v *= [1.0, 2.0, 4.0, 0.5][i.omod as usize];
-                if i.clamp {
-                    v = v.clamp(0.0, 1.0);
-                }
-                r[l] = db(v);
-            } else {
-                let mut v = f(r[l]);
-                v *= [1.0f32, 2.0, 4.0, 0.5][i.omod as usize];
-                if i.clamp {
-                    v = v.clamp(0.0, 1.0);
-                }
-                r[l] = fb(v);
+            r[l] = db(v);
+        } else {
+            let mut v = f(r[l]);
+            v *= [1.0f32, 2.0, 4.0, 0.5][i.omod as usize];
+            if i.clamp {
+                v = v.clamp(0.0, 1.0);
             }
+            r[l] = fb(v);
         }
     }
-    exec &= !wr_off;
+}
+
+/// Writes the lane results `r` (16, 32 or 64 bits wide) and the carry mask, if any, for the
+/// lanes in `exec`.
+fn write_result(
+    w: &mut WaveRef,
+    r: &Lanes,
+    i: &Inst,
+    oi: OpInfo,
+    exec: u64,
+    carry: Option<u64>,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let n = w.lanes;
     if let Some(cm) = carry {
+        let e64 = matches!(i.format, Format::Vop3 | Format::Vop3sd);
         let dst = if e64 { i.sdst } else { src::VCC_LO };
         w.set_mask(dst, cm & exec);
     }
     let dr = w.row(i.dst, pc)?;
     if oi.dst16 {
-        let hi = e64 && i.op_sel & 8 != 0;
+        let hi = matches!(i.format, Format::Vop3 | Format::Vop3sd) && i.op_sel & 8 != 0;
         for l in 0..n {
             if exec >> l & 1 != 0 {
                 let old = w.vgpr[dr + l];
@@ -1723,138 +722,26 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
-    let nsrc = match i.op {
-        V_PK_MAD_I16 | V_PK_MAD_U16 | V_PK_FMA_F16 | V_DOT2_F32_F16 | V_FMA_MIX_F32
-        | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16 => 3,
-        V_PK_MUL_LO_U16 | V_PK_ADD_I16 | V_PK_SUB_I16 | V_PK_LSHLREV_B16 | V_PK_LSHRREV_B16
-        | V_PK_ASHRREV_I16 | V_PK_MAX_I16 | V_PK_MIN_I16 | V_PK_ADD_U16 | V_PK_SUB_U16
-        | V_PK_MAX_U16 | V_PK_MIN_U16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16
-        | V_PK_MAX_F16 => 2,
-        _ => return Err(unsupported(i, pc)),
+    let Some(nsrc) = vop3p_sources(i.op) else {
+        return Err(unsupported(i, pc));
     };
     for k in 0..nsrc {
         w.fetch(i.src[k], 1, i.literal, oi, &mut t[k], pc)?;
     }
     let [a, b, c, r] = t;
-    let srcs = [&*a, &*b, &*c];
-    let float = matches!(
-        i.op,
-        V_PK_FMA_F16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16 | V_PK_MAX_F16 | V_DOT2_F32_F16
-    );
-    // Half `hi` of source k in lane l, after op_sel/op_sel_hi selection and negation.
-    let half = |k: usize, l: usize, hi: bool| -> u64 {
-        let sel = if hi {
-            i.op_sel_hi >> k & 1
-        } else {
-            i.op_sel >> k & 1
-        };
-        let mut v = (srcs[k][l] >> (16 * sel)) & 0xffff;
-        let neg = if hi { i.abs >> k & 1 } else { i.neg >> k & 1 };
-        if float && neg != 0 {
-            v ^= 0x8000;
-        }
-        v
-    };
     let is_mix = matches!(i.op, V_FMA_MIX_F32 | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16);
     for l in 0..n {
         if exec >> l & 1 == 0 {
             continue;
         }
-        if is_mix {
-            // op_sel_hi says whether source k is f16 (op_sel picks its half) or f32;
-            // neg_lo negates and neg_hi takes the absolute value.
-            let mut v = [0f64; 3];
-            for (k, x) in v.iter_mut().enumerate() {
-                let raw = srcs[k][l];
-                let mut f = if i.op_sel_hi >> k & 1 != 0 {
-                    h(raw >> (16 * (i.op_sel >> k & 1) as u64))
-                } else {
-                    f32::from_bits(raw as u32) as f64
-                };
-                if i.abs >> k & 1 != 0 {
-                    f = f.abs();
-                }
-                if i.neg >> k & 1 != 0 {
-                    f = -f;
-                }
-                *x = f;
-            }
-            let fused = v[0].mul_add(v[1], v[2]);
-            r[l] = match i.op {
-                V_FMA_MIX_F32 => {
-                    // Every source is exactly an f32: an f32 fma rounds once.
-                    let x = (v[0] as f32).mul_add(v[1] as f32, v[2] as f32);
-                    let x = if i.clamp { x.clamp(0.0, 1.0) } else { x };
-                    x.to_bits() as u64
-                }
-                _ => {
-                    // The f16 result: f64 fma then one rounding to f16 (double rounding through
-                    // f64 cannot change an f16 result of an exact-enough fma).
-                    half::f16::from_f64(if i.clamp {
-                        fused.clamp(0.0, 1.0)
-                    } else {
-                        fused
-                    })
-                    .to_bits() as u64
-                }
-            };
-            continue;
-        }
-        if i.op == V_DOT2_F32_F16 {
-            let s = h(half(0, l, false)) * h(half(1, l, false))
-                + h(half(0, l, true)) * h(half(1, l, true));
-            let acc = f32::from_bits(srcs[2][l] as u32) as f64;
-            let mut x = (s + acc) as f32;
-            if i.clamp {
-                x = x.clamp(0.0, 1.0);
-            }
-            r[l] = x.to_bits() as u64;
-            continue;
-        }
-        let mut out = 0u64;
-        for hi in [false, true] {
-            let (x, y, z) = (
-                half(0, l, hi),
-                half(1, l, hi),
-                if nsrc == 3 { half(2, l, hi) } else { 0 },
-            );
-            let (sx, sy, sz) = (x as u16 as i16, y as u16 as i16, z as u16 as i16);
-            let v: u64 = match i.op {
-                V_PK_ADD_F16 => hb(h(x) + h(y)),
-                V_PK_MUL_F16 => hb(h(x) * h(y)),
-                V_PK_FMA_F16 => hb(h(x).mul_add(h(y), h(z))),
-                V_PK_MIN_F16 => hb(h(x).min(h(y))),
-                V_PK_MAX_F16 => hb(h(x).max(h(y))),
-                V_PK_ADD_U16 => {
-                    if i.clamp {
-                        (x + y).min(0xffff)
-                    } else {
-                        (x + y) & 0xffff
-                    }
-                }
-                V_PK_SUB_U16 => {
-                    if i.clamp {
-                        x.saturating_sub(y)
-                    } else {
-                        x.wrapping_sub(y) & 0xffff
-                    }
-                }
-                V_PK_ADD_I16 => sx.wrapping_add(sy) as u16 as u64,
-                V_PK_SUB_I16 => sx.wrapping_sub(sy) as u16 as u64,
-                V_PK_MUL_LO_U16 => (x * y) & 0xffff,
-                V_PK_MAD_U16 => (x * y + z) & 0xffff,
-                V_PK_MAD_I16 => sx.wrapping_mul(sy).wrapping_add(sz) as u16 as u64,
-                V_PK_LSHLREV_B16 => (y << (x & 15)) & 0xffff,
-                V_PK_LSHRREV_B16 => y >> (x & 15),
-                V_PK_ASHRREV_I16 => (sy >> (x & 15)) as u16 as u64,
-                V_PK_MAX_I16 => sx.max(sy) as u16 as u64,
-                V_PK_MIN_I16 => sx.min(sy) as u16 as u64,
-                V_PK_MAX_U16 => x.max(y),
-                _ => x.min(y),
-            };
-            out |= v << if hi { 16 } else { 0 };
-        }
-        r[l] = out;
+        let s = [a[l], b[l], c[l]];
+        r[l] = if is_mix {
+            fma_mix(i, s)
+        } else if i.op == V_DOT2_F32_F16 {
+            dot2(i, s)
+        } else {
+            packed(i, nsrc, s)
+        };
     }
     let dr = w.row(i.dst, pc)?;
     for l in 0..n {
@@ -1869,6 +756,151 @@ pub(crate) fn vop3p(
         };
     }
     Ok(())
+}
+
+/// How many sources a supported VOP3P opcode reads.
+fn vop3p_sources(op: u16) -> Option<usize> {
+    use crate::opcodes::op_vop3p::*;
+    match op {
+        V_PK_MAD_I16 | V_PK_MAD_U16 | V_PK_FMA_F16 | V_DOT2_F32_F16 | V_FMA_MIX_F32
+        | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16 => Some(3),
+        V_PK_MUL_LO_U16 | V_PK_ADD_I16 | V_PK_SUB_I16 | V_PK_LSHLREV_B16 | V_PK_LSHRREV_B16
+        | V_PK_ASHRREV_I16 | V_PK_MAX_I16 | V_PK_MIN_I16 | V_PK_ADD_U16 | V_PK_SUB_U16
+        | V_PK_MAX_U16 | V_PK_MIN_U16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16
+        | V_PK_MAX_F16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Half `hi` of source `k` (the lane value `v`), after op_sel/op_sel_hi selection and, for
+/// float operations, negation by neg_lo/neg_hi.
+fn pk_half(i: &Inst, float: bool, v: u64, k: usize, hi: bool) -> u64 {
+    let sel = if hi {
+        i.op_sel_hi >> k & 1
+    } else {
+        i.op_sel >> k & 1
+    };
+    let mut v = (v >> (16 * sel)) & 0xffff;
+    let neg = if hi { i.abs >> k & 1 } else { i.neg >> k & 1 };
+    if float && neg != 0 {
+        v ^= 0x8000;
+    }
+    v
+}
+
+/// v_fma_mix*: op_sel_hi says whether source k is f16 (op_sel picks its half) or f32;
+/// neg_lo negates and neg_hi takes the absolute value.
+fn fma_mix(i: &Inst, s: [u64; 3]) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let mut v = [0f64; 3];
+    for (k, x) in v.iter_mut().enumerate() {
+        let raw = s[k];
+        let mut f = if i.op_sel_hi >> k & 1 != 0 {
+            h(raw >> (16 * (i.op_sel >> k & 1) as u64))
+        } else {
+            f32::from_bits(raw as u32) as f64
+        };
+        if i.abs >> k & 1 != 0 {
+            f = f.abs();
+        }
+        if i.neg >> k & 1 != 0 {
+            f = -f;
+        }
+        *x = f;
+    }
+    let fused = v[0].mul_add(v[1], v[2]);
+    match i.op {
+        V_FMA_MIX_F32 => {
+            // Every source is exactly an f32: an f32 fma rounds once.
+            let x = (v[0] as f32).mul_add(v[1] as f32, v[2] as f32);
+            let x = if i.clamp { x.clamp(0.0, 1.0) } else { x };
+            x.to_bits() as u64
+        }
+        _ => {
+            // The f16 result: f64 fma then one rounding to f16 (double rounding through
+            // f64 cannot change an f16 result of an exact-enough fma).
+            half::f16::from_f64(if i.clamp {
+                fused.clamp(0.0, 1.0)
+            } else {
+                fused
+            })
+            .to_bits() as u64
+        }
+    }
+}
+
+/// v_dot2_f32_f16: the two f16 products summed into the f32 accumulator (source 2).
+fn dot2(i: &Inst, s: [u64; 3]) -> u64 {
+    let half = |k: usize, hi: bool| h(pk_half(i, true, s[k], k, hi));
+    let sum = half(0, false) * half(1, false) + half(0, true) * half(1, true);
+    let acc = f32::from_bits(s[2] as u32) as f64;
+    let mut x = (sum + acc) as f32;
+    if i.clamp {
+        x = x.clamp(0.0, 1.0);
+    }
+    x.to_bits() as u64
+}
+
+/// The packed 16-bit operations: the low and the high half computed alike.
+fn packed(i: &Inst, nsrc: usize, s: [u64; 3]) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let float = matches!(
+        i.op,
+        V_PK_FMA_F16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16 | V_PK_MAX_F16
+    );
+    let mut out = 0u64;
+    for hi in [false, true] {
+        let (x, y) = (
+            pk_half(i, float, s[0], 0, hi),
+            pk_half(i, float, s[1], 1, hi),
+        );
+        let z = if nsrc == 3 {
+            pk_half(i, float, s[2], 2, hi)
+        } else {
+            0
+        };
+        out |= packed_half(i.op, i.clamp, x, y, z) << if hi { 16 } else { 0 };
+    }
+    out
+}
+
+/// One 16-bit half of a packed operation on the halves `x`, `y`, `z`.
+fn packed_half(op: u16, clamp: bool, x: u64, y: u64, z: u64) -> u64 {
+    use crate::opcodes::op_vop3p::*;
+    let (sx, sy, sz) = (x as u16 as i16, y as u16 as i16, z as u16 as i16);
+    match op {
+        V_PK_ADD_F16 => hb(h(x) + h(y)),
+        V_PK_MUL_F16 => hb(h(x) * h(y)),
+        V_PK_FMA_F16 => hb(h(x).mul_add(h(y), h(z))),
+        V_PK_MIN_F16 => hb(h(x).min(h(y))),
+        V_PK_MAX_F16 => hb(h(x).max(h(y))),
+        V_PK_ADD_U16 => {
+            if clamp {
+                (x + y).min(0xffff)
+            } else {
+                (x + y) & 0xffff
+            }
+        }
+        V_PK_SUB_U16 => {
+            if clamp {
+                x.saturating_sub(y)
+            } else {
+                x.wrapping_sub(y) & 0xffff
+            }
+        }
+        V_PK_ADD_I16 => sx.wrapping_add(sy) as u16 as u64,
+        V_PK_SUB_I16 => sx.wrapping_sub(sy) as u16 as u64,
+        V_PK_MUL_LO_U16 => (x * y) & 0xffff,
+        V_PK_MAD_U16 => (x * y + z) & 0xffff,
+        V_PK_MAD_I16 => sx.wrapping_mul(sy).wrapping_add(sz) as u16 as u64,
+        V_PK_LSHLREV_B16 => (y << (x & 15)) & 0xffff,
+        V_PK_LSHRREV_B16 => y >> (x & 15),
+        V_PK_ASHRREV_I16 => (sy >> (x & 15)) as u16 as u64,
+        V_PK_MAX_I16 => sx.max(sy) as u16 as u64,
+        V_PK_MIN_I16 => sx.min(sy) as u16 as u64,
+        V_PK_MAX_U16 => x.max(y),
+        _ => x.min(y),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,500 @@
+//! Scalar ALU semantics: SOP2, SOP1, SOPC, SOPK and SOPP (branches, barriers, the end of a
+//! program), on the wave's SGPRs, SCC, EXEC and PC.
+
+use super::{Flow, Wave, unsupported};
+use crate::ExecFault;
+use crate::decode::Inst;
+use crate::meta::meta;
+use crate::opcodes::{op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
+pub(super) fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    let wd = meta(i).w;
+    if wd.src[0] == 2 || wd.dst == 2 {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = if wd.src[1] == 2 {
+            wv.sread64(i.src[1], i.literal, false)
+        } else {
+            wv.sread(i.src[1], i.literal) as u64
+        };
+        let (r, scc) = sop2_b64(i.op, a, b, wv.scc).ok_or_else(|| unsupported(i, pc))?;
+        wv.scc = scc.unwrap_or(r != 0);
+        wv.swrite64(i.dst, r);
+        return Ok(());
+    }
+    let a = wv.sread(i.src[0], i.literal);
+    let b = wv.sread(i.src[1], i.literal);
+    let (r, scc) = sop2_arith(i.op, a, b, wv.scc)
+        .or_else(|| sop2_bits(i.op, a, b, wv.scc))
+        .ok_or_else(|| unsupported(i, pc))?;
+    wv.scc = scc;
+    wv.swrite(i.dst, r);
+    Ok(())
+}
+
+/// The 64-bit SOP2 operations: the result and SCC (None: SCC says whether it is nonzero).
+fn sop2_b64(op: u16, a: u64, b: u64, scc: bool) -> Option<(u64, Option<bool>)> {
+    use op_sop2::*;
+    Some(match op {
+        S_LSHL_B64 => (a << (b & 63), None),
+        S_LSHR_B64 => (a >> (b & 63), None),
+        S_ASHR_I64 => (((a as i64) >> (b & 63)) as u64, None),
+        S_AND_B64 => (a & b, None),
+        S_OR_B64 => (a | b, None),
+        S_XOR_B64 => (a ^ b, None),
+        S_NAND_B64 => (!(a & b), None),
+        S_NOR_B64 => (!(a | b), None),
+        S_XNOR_B64 => (!(a ^ b), None),
+        S_AND_NOT1_B64 => (a & !b, None),
+        S_OR_NOT1_B64 => (a | !b, None),
+        S_CSELECT_B64 => (if scc { a } else { b }, Some(scc)),
+        S_BFM_B64 => {
+            let (w, o) = (a & 63, b & 63);
+            ((((1u128 << w) - 1) as u64) << o, Some(scc))
+        }
+        S_BFE_U64 | S_BFE_I64 => {
+            let o = b & 63;
+            let w = (b >> 16) & 127;
+            let v = if w == 0 {
+                0
+            } else if w >= 64 {
+                a >> o
+            } else {
+                (a >> o) & ((1u64 << w) - 1)
+            };
+            let v = if op == S_BFE_I64 && w > 0 && w < 64 {
+                ((v << (64 - w)) as i64 >> (64 - w)) as u64
+            } else {
+                v
+            };
+            (v, None)
+        }
+        _ => return None,
+    })
+}
+
+/// The 32-bit SOP2 arithmetic (adds with carries, min/max, multiplies): result and SCC.
+fn sop2_arith(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
+    use op_sop2::*;
+    Some(match op {
+        S_ADD_U32 => a.overflowing_add(b),
+        S_SUB_U32 => a.overflowing_sub(b),
+        S_ADD_I32 => {
+            let (r, o) = (a as i32).overflowing_add(b as i32);
+            (r as u32, o)
+        }
+        S_SUB_I32 => {
+            let (r, o) = (a as i32).overflowing_sub(b as i32);
+            (r as u32, o)
+        }
+        S_ADDC_U32 => {
+            let s = a as u64 + b as u64 + scc as u64;
+            (s as u32, s >> 32 != 0)
+        }
+        S_SUBB_U32 => {
+            let s = (a as u64).wrapping_sub(b as u64).wrapping_sub(scc as u64);
+            (s as u32, (b as u64 + scc as u64) > a as u64)
+        }
+        S_MIN_I32 => ((a as i32).min(b as i32) as u32, (a as i32) < (b as i32)),
+        S_MIN_U32 => (a.min(b), a < b),
+        S_MAX_I32 => ((a as i32).max(b as i32) as u32, (a as i32) > (b as i32)),
+        S_MAX_U32 => (a.max(b), a > b),
+        S_LSHL1_ADD_U32 | S_LSHL2_ADD_U32 | S_LSHL3_ADD_U32 | S_LSHL4_ADD_U32 => {
+            let sh = [
+                S_LSHL1_ADD_U32,
+                S_LSHL2_ADD_U32,
+                S_LSHL3_ADD_U32,
+                S_LSHL4_ADD_U32,
+            ]
+            .iter()
+            .position(|&o| o == op)
+            .unwrap_or(0)
+                + 1;
+            let s = ((a as u64) << sh) + b as u64;
+            (s as u32, s >> 32 != 0)
+        }
+        S_MUL_I32 => ((a as i32).wrapping_mul(b as i32) as u32, scc),
+        S_MUL_HI_U32 => (((a as u64 * b as u64) >> 32) as u32, scc),
+        S_MUL_HI_I32 => (((a as i32 as i64 * b as i32 as i64) >> 32) as u32, scc),
+        S_ABSDIFF_I32 => {
+            let r = (a as i32).wrapping_sub(b as i32).unsigned_abs();
+            (r, r != 0)
+        }
+        _ => return None,
+    })
+}
+
+/// The 32-bit SOP2 shifts, logic, bit fields, select and packs: result and SCC.
+fn sop2_bits(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
+    use op_sop2::*;
+    let nz = |r: u32| (r, r != 0);
+    Some(match op {
+        S_LSHL_B32 => nz(a << (b & 31)),
+        S_LSHR_B32 => nz(a >> (b & 31)),
+        S_ASHR_I32 => nz(((a as i32) >> (b & 31)) as u32),
+        S_AND_B32 => nz(a & b),
+        S_OR_B32 => nz(a | b),
+        S_XOR_B32 => nz(a ^ b),
+        S_NAND_B32 => nz(!(a & b)),
+        S_NOR_B32 => nz(!(a | b)),
+        S_XNOR_B32 => nz(!(a ^ b)),
+        S_AND_NOT1_B32 => nz(a & !b),
+        S_OR_NOT1_B32 => nz(a | !b),
+        S_BFE_U32 | S_BFE_I32 => {
+            let o = b & 31;
+            let w = (b >> 16) & 127;
+            let v = if w == 0 {
+                0
+            } else if w >= 32 {
+                a >> o
+            } else {
+                (a >> o) & ((1u32 << w) - 1)
+            };
+            let v = if op == S_BFE_I32 && w > 0 && w < 32 {
+                ((v << (32 - w)) as i32 >> (32 - w)) as u32
+            } else {
+                v
+            };
+            nz(v)
+        }
+        S_BFM_B32 => ((((1u64 << (a & 31)) - 1) as u32) << (b & 31), scc),
+        S_CSELECT_B32 => (if scc { a } else { b }, scc),
+        S_PACK_LL_B32_B16 => ((a & 0xffff) | b << 16, scc),
+        S_PACK_LH_B32_B16 => ((a & 0xffff) | (b & 0xffff_0000), scc),
+        S_PACK_HH_B32_B16 => ((a >> 16) | (b & 0xffff_0000), scc),
+        _ => return None,
+    })
+}
+
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
+pub(super) fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    let wd = meta(i).w;
+    let wide = wd.dst == 2;
+    let a = if wd.src[0] == 2 {
+        wv.sread64(i.src[0], i.literal, false)
+    } else {
+        wv.sread(i.src[0], i.literal) as u64
+    };
+    if sop1_move(wv, i, a, wide)
+        || sop1_bits(wv, i, a, wide)
+        || sop1_exec(wv, i, a, wide)
+        || sop1_pc(wv, i, a)
+    {
+        Ok(())
+    } else {
+        Err(unsupported(i, pc))
+    }
+}
+
+/// Moves, conditional moves and message returns; false for other opcodes.
+fn sop1_move(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
+    use op_sop1::*;
+    match i.op {
+        S_MOV_B32 | S_MOV_B64 => wv.swrite_sized(i.dst, a, wide),
+        S_CMOV_B32 | S_CMOV_B64 => {
+            if wv.scc {
+                wv.swrite_sized(i.dst, a, wide)
+            }
+        }
+        S_SENDMSG_RTN_B32 | S_SENDMSG_RTN_B64 => {
+            // The realtime message returns a 100 MHz clock; other messages return zero.
+            let v = if i.src[0] == 0x83 { realtime() } else { 0 };
+            wv.swrite_sized(i.dst, v, wide)
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Bit operations: not, reverse, counts, sign extension, abs, bit set, quad masks; false for
+/// other opcodes.
+fn sop1_bits(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
+    use op_sop1::*;
+    match i.op {
+        S_NOT_B32 | S_NOT_B64 => {
+            let r = if wide { !a } else { !a & 0xffff_ffff };
+            wv.scc = r != 0;
+            wv.swrite_sized(i.dst, r, wide)
+        }
+        S_BREV_B32 => wv.swrite(i.dst, (a as u32).reverse_bits()),
+        S_BREV_B64 => wv.swrite64(i.dst, a.reverse_bits()),
+        S_BCNT1_I32_B32 | S_BCNT1_I32_B64 => {
+            let r = a.count_ones();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_BCNT0_I32_B32 => {
+            let r = (a as u32).count_zeros();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_CTZ_I32_B32 => wv.swrite(
+            i.dst,
+            if a as u32 == 0 {
+                u32::MAX
+            } else {
+                (a as u32).trailing_zeros()
+            },
+        ),
+        S_CTZ_I32_B64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() }),
+        S_CLZ_I32_U32 => wv.swrite(
+            i.dst,
+            if a as u32 == 0 {
+                u32::MAX
+            } else {
+                (a as u32).leading_zeros()
+            },
+        ),
+        S_CLZ_I32_U64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.leading_zeros() }),
+        S_SEXT_I32_I8 => wv.swrite(i.dst, a as u8 as i8 as i32 as u32),
+        S_SEXT_I32_I16 => wv.swrite(i.dst, a as u16 as i16 as i32 as u32),
+        S_ABS_I32 => {
+            let r = (a as i32).unsigned_abs();
+            wv.scc = r != 0;
+            wv.swrite(i.dst, r)
+        }
+        S_BITSET0_B32 => {
+            let v = wv.sread(i.dst, 0) & !(1 << (a & 31));
+            wv.swrite(i.dst, v)
+        }
+        S_BITSET1_B32 => {
+            let v = wv.sread(i.dst, 0) | 1 << (a & 31);
+            wv.swrite(i.dst, v)
+        }
+        S_QUADMASK_B32 | S_QUADMASK_B64 => {
+            let mut r = 0u64;
+            for q in 0..16 {
+                if (a >> (4 * q)) & 0xf != 0 {
+                    r |= 1 << q;
+                }
+            }
+            wv.scc = r != 0;
+            wv.swrite_sized(i.dst, r, wide)
+        }
+        S_WQM_B32 | S_WQM_B64 => {
+            let mut r = 0u64;
+            for q in 0..16 {
+                if (a >> (4 * q)) & 0xf != 0 {
+                    r |= 0xf << (4 * q);
+                }
+            }
+            wv.scc = r != 0;
+            wv.swrite_sized(i.dst, r, wide)
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// The EXEC updates: `s_*_saveexec` (old EXEC to the destination) and `s_*_wrexec` (new
+/// EXEC to the destination); false for other opcodes.
+fn sop1_exec(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
+    use op_sop1::*;
+    let e = wv.exec();
+    let save = match i.op {
+        S_AND_SAVEEXEC_B32 | S_AND_SAVEEXEC_B64 => a & e,
+        S_OR_SAVEEXEC_B32 | S_OR_SAVEEXEC_B64 => a | e,
+        S_XOR_SAVEEXEC_B32 | S_XOR_SAVEEXEC_B64 => a ^ e,
+        S_AND_NOT1_SAVEEXEC_B32 | S_AND_NOT1_SAVEEXEC_B64 => a & !e,
+        S_OR_NOT1_SAVEEXEC_B32 | S_OR_NOT1_SAVEEXEC_B64 => a | !e,
+        S_AND_NOT0_SAVEEXEC_B32 | S_AND_NOT0_SAVEEXEC_B64 => !a & e,
+        S_OR_NOT0_SAVEEXEC_B32 | S_OR_NOT0_SAVEEXEC_B64 => !a | e,
+        S_NAND_SAVEEXEC_B32 | S_NAND_SAVEEXEC_B64 => !(a & e),
+        S_NOR_SAVEEXEC_B32 | S_NOR_SAVEEXEC_B64 => !(a | e),
+        S_XNOR_SAVEEXEC_B32 | S_XNOR_SAVEEXEC_B64 => !(a ^ e),
+        S_AND_NOT1_WREXEC_B32 | S_AND_NOT1_WREXEC_B64 => {
+            let r = a & !e & wv.full();
+            wv.set_exec(r);
+            wv.scc = r != 0;
+            wv.swrite_sized(i.dst, r, wide);
+            return true;
+        }
+        S_AND_NOT0_WREXEC_B32 | S_AND_NOT0_WREXEC_B64 => {
+            let r = !a & e & wv.full();
+            wv.set_exec(r);
+            wv.scc = r != 0;
+            wv.swrite_sized(i.dst, r, wide);
+            return true;
+        }
+        _ => return false,
+    } & wv.full();
+    wv.swrite_sized(i.dst, e, wide);
+    wv.set_exec(save);
+    wv.scc = save != 0;
+    true
+}
+
+/// Program-counter reads and jumps; false for other opcodes.
+fn sop1_pc(wv: &mut Wave, i: &Inst, a: u64) -> bool {
+    use op_sop1::*;
+    match i.op {
+        S_GETPC_B64 => wv.swrite64(i.dst, wv.pc),
+        S_SETPC_B64 => wv.pc = a,
+        S_SWAPPC_B64 => {
+            let ret = wv.pc;
+            wv.pc = a;
+            wv.swrite64(i.dst, ret);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// A monotonic 100 MHz counter (the GPU's "REALTIME" clock as a kernel sees it).
+fn realtime() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    (START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos()
+        / 10) as u64
+}
+
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
+pub(super) fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sopc::*;
+    if matches!(i.op, S_CMP_EQ_U64 | S_CMP_LG_U64) {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = wv.sread64(i.src[1], i.literal, false);
+        wv.scc = if i.op == S_CMP_EQ_U64 { a == b } else { a != b };
+        return Ok(());
+    }
+    if matches!(i.op, S_BITCMP0_B64 | S_BITCMP1_B64) {
+        let a = wv.sread64(i.src[0], i.literal, false);
+        let b = wv.sread(i.src[1], i.literal);
+        let bit = (a >> (b & 63)) & 1;
+        wv.scc = (bit == 1) == (i.op == S_BITCMP1_B64);
+        return Ok(());
+    }
+    let a = wv.sread(i.src[0], i.literal);
+    let b = wv.sread(i.src[1], i.literal);
+    let (x, y) = (a as i32, b as i32);
+    wv.scc = match i.op {
+        S_CMP_EQ_I32 | S_CMP_EQ_U32 => a == b,
+        S_CMP_LG_I32 | S_CMP_LG_U32 => a != b,
+        S_CMP_GT_I32 => x > y,
+        S_CMP_GE_I32 => x >= y,
+        S_CMP_LT_I32 => x < y,
+        S_CMP_LE_I32 => x <= y,
+        S_CMP_GT_U32 => a > b,
+        S_CMP_GE_U32 => a >= b,
+        S_CMP_LT_U32 => a < b,
+        S_CMP_LE_U32 => a <= b,
+        S_BITCMP0_B32 => (a >> (b & 31)) & 1 == 0,
+        S_BITCMP1_B32 => (a >> (b & 31)) & 1 == 1,
+        _ => return Err(unsupported(i, pc)),
+    };
+    Ok(())
+}
+
+// Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
+#[inline(never)]
+pub(super) fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+    use op_sopk::*;
+    let k = i.imm as u16;
+    let sk = k as i16 as i32 as u32;
+    let d = wv.sread(i.dst, 0);
+    match i.op {
+        S_MOVK_I32 => wv.swrite(i.dst, sk),
+        S_CMOVK_I32 => {
+            if wv.scc {
+                wv.swrite(i.dst, sk)
+            }
+        }
+        S_ADDK_I32 => {
+            let (r, o) = (d as i32).overflowing_add(sk as i32);
+            wv.scc = o;
+            wv.swrite(i.dst, r as u32)
+        }
+        S_MULK_I32 => wv.swrite(i.dst, (d as i32).wrapping_mul(sk as i32) as u32),
+        S_CMPK_EQ_I32 => wv.scc = d as i32 == sk as i32,
+        S_CMPK_LG_I32 => wv.scc = d as i32 != sk as i32,
+        S_CMPK_GT_I32 => wv.scc = d as i32 > sk as i32,
+        S_CMPK_GE_I32 => wv.scc = d as i32 >= sk as i32,
+        S_CMPK_LT_I32 => wv.scc = (d as i32) < sk as i32,
+        S_CMPK_LE_I32 => wv.scc = d as i32 <= sk as i32,
+        S_CMPK_EQ_U32 => wv.scc = d == k as u32,
+        S_CMPK_LG_U32 => wv.scc = d != k as u32,
+        S_CMPK_GT_U32 => wv.scc = d > k as u32,
+        S_CMPK_GE_U32 => wv.scc = d >= k as u32,
+        S_CMPK_LT_U32 => wv.scc = d < k as u32,
+        S_CMPK_LE_U32 => wv.scc = d <= k as u32,
+        S_VERSION | S_WAITCNT_VSCNT | S_WAITCNT_VMCNT | S_WAITCNT_EXPCNT | S_WAITCNT_LGKMCNT => {}
+        S_CALL_B64 => {
+            wv.swrite64(i.dst, wv.pc);
+            wv.pc = (pc as i64 + 4 + 4 * (k as i16 as i64)) as u64;
+        }
+        S_GETREG_B32 => {
+            // MODE and the rest read as zero: the sim runs with default rounding and denormals.
+            wv.swrite(i.dst, 0)
+        }
+        S_SETREG_B32 | S_SETREG_IMM32_B32 => {}
+        _ => return Err(unsupported(i, pc)),
+    }
+    Ok(())
+}
+
+// Small and on every branch: inlined into `step` as it was before it moved here.
+#[inline]
+pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+    use op_sopp::*;
+    let target = (pc as i64 + 4 + 4 * (i.imm as u16 as i16 as i64)) as u64;
+    let take = match i.op {
+        S_BRANCH => true,
+        S_CBRANCH_SCC0 => !wv.scc,
+        S_CBRANCH_SCC1 => wv.scc,
+        S_CBRANCH_VCCZ => wv.vcc() == 0,
+        S_CBRANCH_VCCNZ => wv.vcc() != 0,
+        S_CBRANCH_EXECZ => wv.exec() == 0,
+        S_CBRANCH_EXECNZ => wv.exec() != 0,
+        S_ENDPGM | S_ENDPGM_SAVED => {
+            wv.done = true;
+            return Ok(Flow::Yield);
+        }
+        S_BARRIER => {
+            wv.at_barrier = true;
+            return Ok(Flow::Yield);
+        }
+        S_TRAP => {
+            return Err(ExecFault::Trap {
+                address: pc,
+                code: i.imm as u16,
+            });
+        }
+        S_NOP
+        | S_WAITCNT
+        | S_DELAY_ALU
+        | S_CLAUSE
+        | S_SET_INST_PREFETCH_DISTANCE
+        | S_SLEEP
+        | S_SETPRIO
+        | S_SENDMSG
+        | S_ICACHE_INV
+        | S_WAITCNT_DEPCTR
+        | S_CODE_END
+        | S_SETHALT
+        | S_DENORM_MODE
+        | S_ROUND_MODE
+        | S_WAKEUP
+        | S_TTRACEDATA
+        | S_TTRACEDATA_IMM
+        | S_INCPERFLEVEL
+        | S_DECPERFLEVEL
+        | S_SETKILL
+        | S_WAIT_IDLE
+        | S_WAIT_EVENT => false,
+        // No debugger is attached: the debug-condition branches fall through.
+        S_CBRANCH_CDBGSYS
+        | S_CBRANCH_CDBGUSER
+        | S_CBRANCH_CDBGSYS_OR_USER
+        | S_CBRANCH_CDBGSYS_AND_USER => false,
+        _ => return Err(unsupported(i, pc)),
+    };
+    if take {
+        wv.pc = target;
+    }
+    Ok(Flow::Next)
+}
