@@ -205,3 +205,19 @@ fn rsrc1_denorm_mode_flushes_or_keeps_f32_denormals() {
         );
     }
 }
+
+/// A 64-bit address whose register pair runs past the wave's VGPRs is a VGPR fault of the
+/// instruction, not a panic of the interpreter (16 VGPRs here: v[15:16] leaves them).
+#[test]
+fn an_address_pair_past_the_vgprs_is_a_vgpr_fault() {
+    // global_load_b32 v0, v[15:16], off; flat_load_b32 v0, v[15:16] (llvm-mc-19).
+    for word0 in [0xdc52_0000u32, 0xdc50_0000] {
+        let mem = setup(&[word0, 0x007c_000f, S_ENDPGM]);
+        let stop = AtomicBool::new(false);
+        assert_eq!(
+            execute(&dispatch(32), &mem, &stop, 1),
+            Err(ExecFault::VgprOutOfRange { address: CODE }),
+            "{word0:#x}"
+        );
+    }
+}

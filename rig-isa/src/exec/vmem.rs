@@ -40,6 +40,14 @@ impl VmOp<'_> {
         }
     }
 
+    /// VGPR index of a 64-bit address held in the pair `src0`, `src0 + 1`: both registers
+    /// must lie inside the wave's VGPRs.
+    #[inline(always)]
+    fn address_pair(&self, wv: &Wave) -> Result<usize, ExecFault> {
+        self.row(wv, self.i.src[0], 1)?;
+        self.row(wv, self.i.src[0], 0)
+    }
+
     fn active(&self, l: usize) -> bool {
         self.exec >> l & 1 != 0
     }
@@ -50,7 +58,7 @@ impl VmOp<'_> {
         match i.format {
             Format::Global => {
                 let a = if i.saddr == src::NULL {
-                    let r = self.row(wv, i.src[0], 0)?;
+                    let r = self.address_pair(wv)?;
                     wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32
                 } else {
                     wv.sread64(i.saddr, 0, false)
@@ -69,7 +77,7 @@ impl VmOp<'_> {
                 Ok(Target::Private(o & 0xffff_ffff))
             }
             _ => {
-                let r = self.row(wv, i.src[0], 0)?;
+                let r = self.address_pair(wv)?;
                 let a = (wv.vgpr[r + l] as u64 | (wv.vgpr[r + lanes + l] as u64) << 32)
                     .wrapping_add(i.imm as i64 as u64);
                 Ok(match (a >> 32) as u32 {
@@ -146,7 +154,11 @@ pub(super) fn vmem(
 #[inline(always)]
 fn global_dwords(wv: &mut Wave, mem: &dyn Memory, op: &VmOp, load: bool) -> Result<(), ExecFault> {
     let (i, pc, lanes) = (op.i, op.pc, wv.lanes);
-    let ar = op.row(wv, i.src[0], 0)?;
+    let ar = if i.saddr == src::NULL {
+        op.address_pair(wv)?
+    } else {
+        op.row(wv, i.src[0], 0)?
+    };
     let vr = op.row(wv, if load { i.dst } else { i.src[1] }, 0)?;
     let sbase = if i.saddr == src::NULL {
         0

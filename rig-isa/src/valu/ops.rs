@@ -417,7 +417,7 @@ fn f32_ops(
         )),
         V_DIV_SCALE_F32 | V_DIV_SCALE_F64 => {
             // No scaling is needed for operands whose exponents keep the quotient in range;
-            // the wider-range cases are listed in STATUS.md.
+            // the wider-range cases are listed in docs/interpreter.md.
             map!(n, exec, r, a, b, c, |x, _y, _z| x);
             return Ok(Res::Lanes(Some(0)));
         }
