@@ -21,10 +21,12 @@
 //! wave slot S lives at `scratch.base + (S * lanes + L) * bytes_per_lane` (the wave's
 //! FLAT_SCRATCH is `scratch.base + S * lanes * bytes_per_lane`). Flat addresses whose high half
 //! is [`SHARED_APERTURE_HI`] or [`PRIVATE_APERTURE_HI`] reach LDS or private memory.
+#![deny(missing_docs)]
 
 pub mod decode;
 pub mod disasm;
-#[allow(clippy::all)]
+// Generated from LLVM's tables: each constant is named by its mnemonic, which says all.
+#[allow(clippy::all, missing_docs)]
 pub mod opcodes;
 
 pub use decode::{DecodeError, Format, Inst, decode};
