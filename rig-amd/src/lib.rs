@@ -17,6 +17,7 @@
 //! - [`dispatch`]: one builder of a launch from a kernel descriptor (user-SGPR order,
 //!   COMPUTE_* register writes for PM4, the AQL packet), writing into caller buffers.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod aql;
 pub mod code_object;
