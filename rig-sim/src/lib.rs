@@ -82,6 +82,7 @@
 //! another VMID's work may still read or write.
 //!
 //! This crate does not parse packets (rig-amd does) or run instructions (rig-isa does).
+#![deny(missing_docs)]
 
 pub mod aql;
 pub mod clock;
