@@ -2,7 +2,8 @@
 //!
 //! This module owns [`Error`], what every fallible call of the crate returns, and [`Never`],
 //! the reasons a device refuses a part of a submission for good. It does not own the
-//! protocol's or the shared-memory crate's errors, which it wraps as text.
+//! protocol's errors: a failed connection keeps rig-proto's error as its source, a refusal keeps
+//! the protocol's code.
 
 use std::io;
 
@@ -13,19 +14,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// rigd could not be reached or refused the connection.
-    #[error("cannot reach rigd at {path}: {why}")]
+    #[error("cannot reach rigd at {path}: {source}")]
     Connect {
         /// The socket path tried.
         path: String,
-        /// What went wrong.
-        why: String,
+        /// What went wrong: the OS error of the socket, or rigd's refusal of the hello.
+        #[source]
+        source: rig_proto::Error,
     },
     /// The control connection to rigd failed after it was made.
     #[error("the connection to rigd failed: {0}")]
     Protocol(String),
-    /// rigd refused a request, with its reason.
-    #[error("rigd refused: {0}")]
-    Refused(String),
+    /// rigd refused a request, with the protocol's code and its reason.
+    #[error("rigd refused: {message}")]
+    Refused {
+        /// The protocol's code for the refusal.
+        code: rig_proto::ErrorCode,
+        /// rigd's reason.
+        message: String,
+    },
     /// The device was lost (a fault, a hang, a reset, a close of rigd); the reason is rigd's.
     #[error("the device is lost: {0}")]
     Lost(String),

@@ -65,7 +65,10 @@ fn proto(e: rig_proto::Error) -> Error {
 fn refused(e: rig_proto::ErrorReply) -> Error {
     match e.code {
         ErrorCode::Lost => Error::Lost(e.message),
-        _ => Error::Refused(e.message),
+        code => Error::Refused {
+            code,
+            message: e.message,
+        },
     }
 }
 
@@ -82,10 +85,11 @@ impl Rig {
     /// Connects to rigd at the socket `path`.
     pub fn connect_to(path: impl AsRef<Path>) -> Result<Rig> {
         let path = path.as_ref().to_owned();
-        let conn = Connection::connect(&path, &program_name()).map_err(|e| Error::Connect {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        })?;
+        let conn =
+            Connection::connect(&path, &program_name()).map_err(|source| Error::Connect {
+                path: path.display().to_string(),
+                source,
+            })?;
         Ok(Rig(Arc::new(RigInner {
             conn: Mutex::new(conn),
             path,
@@ -127,10 +131,10 @@ impl Rig {
             // rigd closes a connection that holds nothing once it has been idle for its
             // `connections.idle_ms`: a program that kept only its `Rig` gets a new one.
             Err(e) if connection_gone(&e) && self.0.devices.load(Ordering::Acquire) == 0 => {
-                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|e| {
+                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|source| {
                     Error::Connect {
                         path: self.0.path.display().to_string(),
-                        why: e.to_string(),
+                        source,
                     }
                 })?;
                 conn.call(request, fds).map_err(proto)?
@@ -486,7 +490,7 @@ impl DeviceShared {
             };
             match self.rig.call(&request, &[]) {
                 // A device rigd lost or stopped before is stopped already.
-                Ok(_) | Err(Error::Refused(_) | Error::Lost(_)) => {}
+                Ok(_) | Err(Error::Refused { .. } | Error::Lost(_)) => {}
                 Err(e) => return Err(e),
             }
         }
