@@ -329,9 +329,16 @@ impl DeviceShared {
         match self.rig.call(&req, &[])?.0 {
             Response::Entry(e) => Ok(*e),
             Response::Absent => Err(Error::NoKernel(name.to_owned())),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of scratch for kernel {name}"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: format!("scratch for kernel {name}"),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("resolve-entry", &r)),
         }
     }
@@ -351,9 +358,16 @@ impl DeviceShared {
         let (response, fds) = self.rig.call(request, &[])?;
         match response {
             Response::Grown(g) => Ok((g, fds)),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes to grow the device's rings"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "growing the device's rings".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(Error::Protocol(format!("rigd answered grow with {r:?}"))),
         }
     }
@@ -446,9 +460,16 @@ impl DeviceShared {
                 ))
             }
             Response::Never { reason } => Err(Error::Invalid(reason)),
-            Response::NoMemory { bytes, shortage } => {
-                Err(Error::OutOfMemory(format!("{bytes} bytes ({shortage:?})")))
-            }
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: format!("{memory:?} memory"),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("alloc", &r)),
         }
     }
@@ -538,9 +559,16 @@ impl Device {
                 last_use: Default::default(),
             }))),
             Response::Never { reason } => Err(Error::Invalid(reason)),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of host memory to map"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "host memory to map".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("map-host", &r)),
         }
     }
@@ -568,9 +596,16 @@ impl Device {
                 kernels,
                 resolved: Mutex::new(Default::default()),
             }))),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of device memory for the image"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "device memory for the image".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("load-image", &r)),
         }
     }
