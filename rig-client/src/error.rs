@@ -2,7 +2,8 @@
 //!
 //! This module owns [`Error`], what every fallible call of the crate returns, and [`Never`],
 //! the reasons a device refuses a part of a submission for good. It does not own the
-//! protocol's or the shared-memory crate's errors, which it wraps as text.
+//! protocol's errors: a failed connection keeps rig-proto's error as its source, a refusal keeps
+//! the protocol's code.
 
 use std::io;
 
@@ -13,28 +14,44 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// rigd could not be reached or refused the connection.
-    #[error("cannot reach rigd at {path}: {why}")]
+    #[error("cannot reach rigd at {path}: {source}")]
     Connect {
         /// The socket path tried.
         path: String,
-        /// What went wrong.
-        why: String,
+        /// What went wrong: the OS error of the socket, or rigd's refusal of the hello.
+        #[source]
+        source: rig_proto::Error,
     },
     /// The control connection to rigd failed after it was made.
     #[error("the connection to rigd failed: {0}")]
     Protocol(String),
-    /// rigd refused a request, with its reason.
-    #[error("rigd refused: {0}")]
-    Refused(String),
+    /// rigd refused a request, with the protocol's code and its reason.
+    #[error("rigd refused: {message}")]
+    Refused {
+        /// The protocol's code for the refusal.
+        code: rig_proto::ErrorCode,
+        /// rigd's reason.
+        message: String,
+    },
     /// The device was lost (a fault, a hang, a reset, a close of rigd); the reason is rigd's.
     #[error("the device is lost: {0}")]
     Lost(String),
     /// The device never runs a part of a submission, whatever completes first.
     #[error("the device never runs this: {0}")]
     Never(#[from] Never),
-    /// The device or the host lacks the memory asked for.
-    #[error("out of memory: {0}")]
-    OutOfMemory(String),
+    /// The device, the host or the client's quota lacks the memory asked for.
+    #[error("out of memory: {what}: {asked} bytes asked, {}", refusal(*shortage, limit.as_ref()))]
+    OutOfMemory {
+        /// What the memory was for.
+        what: String,
+        /// The bytes asked for.
+        asked: u64,
+        /// Which budget refused them: the GPU's memory, the host's, or the quota.
+        shortage: rig_proto::Shortage,
+        /// The configured limit that refused them, with its value and what is missing;
+        /// `None` where the GPU's or the host's own memory refused.
+        limit: Option<rig_proto::Limit>,
+    },
     /// An image has no kernel of that name.
     #[error("the image has no kernel named {0:?}")]
     NoKernel(String),
@@ -50,6 +67,19 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// How an [`Error::OutOfMemory`] says who refused.
+fn refusal(shortage: rig_proto::Shortage, limit: Option<&rig_proto::Limit>) -> String {
+    let by = match shortage {
+        rig_proto::Shortage::Gpu => "the GPU's memory",
+        rig_proto::Shortage::Host => "the host's memory",
+        rig_proto::Shortage::Quota => "the quota",
+    };
+    match limit {
+        Some(l) => format!("refused by {by}: {l}"),
+        None => format!("refused by {by}"),
+    }
 }
 
 /// Why a device never runs a part of a submission (the seed's room answering "never").
@@ -199,4 +229,38 @@ pub enum Never {
         /// The largest the device makes.
         most: u64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_says_what_was_asked_what_is_missing_and_which_limit() {
+        let e = Error::OutOfMemory {
+            what: "Device memory".into(),
+            asked: 8 << 30,
+            shortage: rig_proto::Shortage::Quota,
+            limit: Some(rig_proto::Limit {
+                name: "limits.memory_bytes".into(),
+                value: 8 << 30,
+                missing: 208896,
+            }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "out of memory: Device memory: 8589934592 bytes asked, refused by the quota: \
+             208896 bytes missing under limits.memory_bytes (8589934592 bytes)"
+        );
+        let gpu = Error::OutOfMemory {
+            what: "Device memory".into(),
+            asked: 4096,
+            shortage: rig_proto::Shortage::Gpu,
+            limit: None,
+        };
+        assert_eq!(
+            gpu.to_string(),
+            "out of memory: Device memory: 4096 bytes asked, refused by the GPU's memory"
+        );
+    }
 }

@@ -479,7 +479,10 @@ fn corpus_matmul_and_vadd_in_wave32_and_wave64() {
     // At -O0 the kernel reads implicit arguments that are a runtime's services: refused.
     let o0 = dev.load_image(&corpus("vadd_f32.O0.co")).unwrap();
     match o0.resolve("vadd_f32") {
-        Err(Error::Refused(why)) => assert!(why.contains("vadd_f32"), "{why}"),
+        Err(Error::Refused { code, message }) => {
+            assert_eq!(code, rig_proto::ErrorCode::EntryRefused);
+            assert!(message.contains("vadd_f32"), "{message}");
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -311,14 +311,16 @@ pub enum Response {
         gpu_address: u64,
     },
     /// The device, the host or the client's quota cannot give the `bytes` bytes the
-    /// request asked (rigd's log says how many were missing and the limit's value). Nothing
-    /// was made; reclaiming memory and asking again may succeed.
+    /// request asked. Nothing was made; reclaiming memory and asking again may succeed.
     NoMemory {
         /// The bytes the request asked for.
         bytes: u64,
         /// Which budget refused them: the GPU's memory, rigd's host-memory cap, or the
         /// user's quota (its memory or its share of the GPU).
         shortage: Shortage,
+        /// The configured limit that refused them, with its value and the bytes missing;
+        /// `None` where the GPU's or the host's own memory refused (they name no figure).
+        limit: Option<Limit>,
     },
     /// The request can never succeed on this device, as the reason says: Mapped memory on
     /// a path without it, host pages the path will not map (such as read-only ones).
@@ -743,6 +745,27 @@ pub enum Shortage {
     Host,
     /// The client's quota in rigd's configuration.
     Quota,
+}
+
+/// A configured limit that refused a request's memory (in [`Response::NoMemory`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Limit {
+    /// The limit's name in rigd's configuration, such as `limits.memory_bytes`.
+    pub name: String,
+    /// Its value in bytes (for a share of the GPU, the bytes that share comes to).
+    pub value: u64,
+    /// The bytes beyond it that the request needed: what is missing.
+    pub missing: u64,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes missing under {} ({} bytes)",
+            self.missing, self.name, self.value
+        )
+    }
 }
 
 /// How a value's completion shows.

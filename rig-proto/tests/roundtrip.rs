@@ -477,8 +477,20 @@ fn response() -> impl Strategy<Value = Response> {
             region: RegionId(r),
             gpu_address
         }),
-        (any::<u64>(), shortage)
-            .prop_map(|(bytes, shortage)| Response::NoMemory { bytes, shortage }),
+        (
+            any::<u64>(),
+            shortage,
+            of((text(), any::<u64>(), any::<u64>()))
+        )
+            .prop_map(|(bytes, shortage, limit)| Response::NoMemory {
+                bytes,
+                shortage,
+                limit: limit.map(|(name, value, missing)| Limit {
+                    name,
+                    value,
+                    missing
+                }),
+            }),
         text().prop_map(|reason| Response::Never { reason }),
         (any::<(u64, u64, u64, u64)>(), vec(text(), 0..4)).prop_map(
             |((i, r, gpu_address, size), kernels)| Response::ImageLoaded {
@@ -950,10 +962,11 @@ fn wire_format_is_pinned() {
     assert_eq!(
         encode(&Response::NoMemory {
             bytes: 8,
-            shortage: Shortage::Quota
+            shortage: Shortage::Quota,
+            limit: None
         })
         .unwrap(),
-        [5, 8, 2]
+        [5, 8, 2, 0]
     );
     let refused = HelloReply::Refused {
         daemon: 1,

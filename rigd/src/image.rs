@@ -177,6 +177,7 @@ impl State {
                 return Response::NoMemory {
                     bytes: size,
                     shortage: Shortage::Gpu,
+                    limit: None,
                 };
             }
             Err(Refusal::Full(r) | Refusal::Refused(r)) => return refused(ErrorCode::Fault, r),
@@ -318,6 +319,7 @@ impl State {
                     return Response::NoMemory {
                         bytes,
                         shortage: Shortage::Gpu,
+                        limit: None,
                     };
                 }
                 Err(Refusal::Full(r) | Refusal::Refused(r)) => return refused(ErrorCode::Fault, r),

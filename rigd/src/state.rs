@@ -316,6 +316,11 @@ impl State {
             Some(Response::NoMemory {
                 bytes: need.bytes,
                 shortage,
+                limit: Some(rig_proto::Limit {
+                    name: limit.to_owned(),
+                    value,
+                    missing,
+                }),
             })
         };
         if t.held.bytes.saturating_add(need.bytes) > l.memory_bytes {
@@ -496,6 +501,7 @@ impl State {
                 return none(Response::NoMemory {
                     bytes: 0,
                     shortage: Shortage::Gpu,
+                    limit: None,
                 });
             }
             Err(r) => {
@@ -512,6 +518,7 @@ impl State {
                 return none(Response::NoMemory {
                     bytes: Footprint::opening().bytes,
                     shortage: Shortage::Gpu,
+                    limit: None,
                 });
             }
             Err(e) => return none(err(ErrorCode::Fault, e.to_string())),
@@ -631,6 +638,7 @@ impl State {
             Err(Refusal::Lacking(_)) => none(Response::NoMemory {
                 bytes: rounded,
                 shortage: Shortage::Gpu,
+                limit: None,
             }),
             Err(Refusal::Full(r) | Refusal::Refused(r)) => none(Response::Never { reason: r }),
         }
@@ -728,6 +736,7 @@ impl State {
             Err(MapRefusal::NoRoom(_)) => Response::NoMemory {
                 bytes: rounded,
                 shortage: Shortage::Gpu,
+                limit: None,
             },
             Err(MapRefusal::Never(reason)) => Response::Never { reason },
             Err(MapRefusal::Unfit(why)) => err(ErrorCode::InvalidArgument, why),
@@ -765,6 +774,7 @@ impl State {
             Err(MakeError::Short { .. }) => none(Response::NoMemory {
                 bytes: want,
                 shortage: Shortage::Gpu,
+                limit: None,
             }),
             Err(e @ MakeError::Never { .. }) => none(Response::Never {
                 reason: e.to_string(),
@@ -817,6 +827,7 @@ impl State {
             Err(crate::path::Refusal::Lacking(_)) => Response::NoMemory {
                 bytes: crate::device::CONTROL_BYTES,
                 shortage: Shortage::Gpu,
+                limit: None,
             },
             Err(r) => Response::Never {
                 reason: r.to_string(),

@@ -694,7 +694,9 @@ fn four_connections_of_one_user_share_one_quota() {
             });
             match r {
                 Response::Allocated { .. } => total += 4 * MIB,
-                Response::NoMemory { bytes, shortage } => {
+                Response::NoMemory {
+                    bytes, shortage, ..
+                } => {
                     assert_eq!((bytes, shortage), (4 * MIB, Shortage::Quota));
                     break;
                 }
@@ -725,8 +727,17 @@ fn one_user_holds_at_most_its_share_of_a_gpu() {
         });
         match r {
             Response::Allocated { .. } => total += BIG,
-            Response::NoMemory { bytes, shortage } => {
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => {
                 assert_eq!((bytes, shortage), (BIG, Shortage::Quota));
+                // The answer names the limit, its value and what is missing, not only the ask.
+                let limit = limit.expect("a quota names its limit");
+                assert_eq!(limit.name, "limits.gpu_share_percent");
+                assert_eq!(limit.value, 512 * MIB);
+                assert_eq!(limit.missing, total + BIG - 512 * MIB);
                 break;
             }
             r => panic!("{r:?}"),
@@ -760,7 +771,8 @@ fn mapped_memory_takes_from_vram() {
         r,
         Response::NoMemory {
             bytes: 512 * MIB,
-            shortage: Shortage::Gpu
+            shortage: Shortage::Gpu,
+            limit: None
         }
     );
     free(&mut c, o.id(), mapped);
@@ -780,13 +792,19 @@ fn host_memory_for_all_clients_is_capped() {
         memory: MemoryKind::Pinned,
         bytes: 64 * MIB,
     });
-    assert_eq!(
-        r,
+    match r {
         Response::NoMemory {
-            bytes: 64 * MIB,
-            shortage: Shortage::Host
+            bytes,
+            shortage: Shortage::Host,
+            limit: Some(limit),
+        } => {
+            assert_eq!(bytes, 64 * MIB);
+            assert_eq!(limit.name, "limits.host_memory_bytes");
+            assert_eq!(limit.value, 64 * MIB);
+            assert!(limit.missing > 0 && limit.missing <= 64 * MIB, "{limit:?}");
         }
-    );
+        r => panic!("{r:?}"),
+    }
     assert!(d.log().contains("limits.host_memory_bytes"));
     let mut b = d.client("b");
     let bo = b.open();

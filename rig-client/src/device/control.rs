@@ -65,7 +65,10 @@ fn proto(e: rig_proto::Error) -> Error {
 fn refused(e: rig_proto::ErrorReply) -> Error {
     match e.code {
         ErrorCode::Lost => Error::Lost(e.message),
-        _ => Error::Refused(e.message),
+        code => Error::Refused {
+            code,
+            message: e.message,
+        },
     }
 }
 
@@ -82,10 +85,11 @@ impl Rig {
     /// Connects to rigd at the socket `path`.
     pub fn connect_to(path: impl AsRef<Path>) -> Result<Rig> {
         let path = path.as_ref().to_owned();
-        let conn = Connection::connect(&path, &program_name()).map_err(|e| Error::Connect {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        })?;
+        let conn =
+            Connection::connect(&path, &program_name()).map_err(|source| Error::Connect {
+                path: path.display().to_string(),
+                source,
+            })?;
         Ok(Rig(Arc::new(RigInner {
             conn: Mutex::new(conn),
             path,
@@ -127,10 +131,10 @@ impl Rig {
             // rigd closes a connection that holds nothing once it has been idle for its
             // `connections.idle_ms`: a program that kept only its `Rig` gets a new one.
             Err(e) if connection_gone(&e) && self.0.devices.load(Ordering::Acquire) == 0 => {
-                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|e| {
+                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|source| {
                     Error::Connect {
                         path: self.0.path.display().to_string(),
-                        why: e.to_string(),
+                        source,
                     }
                 })?;
                 conn.call(request, fds).map_err(proto)?
@@ -325,9 +329,16 @@ impl DeviceShared {
         match self.rig.call(&req, &[])?.0 {
             Response::Entry(e) => Ok(*e),
             Response::Absent => Err(Error::NoKernel(name.to_owned())),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of scratch for kernel {name}"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: format!("scratch for kernel {name}"),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("resolve-entry", &r)),
         }
     }
@@ -347,9 +358,16 @@ impl DeviceShared {
         let (response, fds) = self.rig.call(request, &[])?;
         match response {
             Response::Grown(g) => Ok((g, fds)),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes to grow the device's rings"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "growing the device's rings".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(Error::Protocol(format!("rigd answered grow with {r:?}"))),
         }
     }
@@ -442,9 +460,16 @@ impl DeviceShared {
                 ))
             }
             Response::Never { reason } => Err(Error::Invalid(reason)),
-            Response::NoMemory { bytes, shortage } => {
-                Err(Error::OutOfMemory(format!("{bytes} bytes ({shortage:?})")))
-            }
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: format!("{memory:?} memory"),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("alloc", &r)),
         }
     }
@@ -486,7 +511,7 @@ impl DeviceShared {
             };
             match self.rig.call(&request, &[]) {
                 // A device rigd lost or stopped before is stopped already.
-                Ok(_) | Err(Error::Refused(_) | Error::Lost(_)) => {}
+                Ok(_) | Err(Error::Refused { .. } | Error::Lost(_)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -534,9 +559,16 @@ impl Device {
                 last_use: Default::default(),
             }))),
             Response::Never { reason } => Err(Error::Invalid(reason)),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of host memory to map"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "host memory to map".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("map-host", &r)),
         }
     }
@@ -564,9 +596,16 @@ impl Device {
                 kernels,
                 resolved: Mutex::new(Default::default()),
             }))),
-            Response::NoMemory { bytes, .. } => Err(Error::OutOfMemory(format!(
-                "{bytes} bytes of device memory for the image"
-            ))),
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::OutOfMemory {
+                what: "device memory for the image".into(),
+                asked: bytes,
+                shortage,
+                limit,
+            }),
             r => Err(unexpected("load-image", &r)),
         }
     }

@@ -78,10 +78,23 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
             Tried::Grow(request) => {
                 grows += 1;
                 if grows > 4 {
-                    return Err(Error::OutOfMemory(
-                        "rigd grew the rings four times and they still do not hold the submission"
-                            .into(),
-                    ));
+                    let asked = match *request {
+                        rig_proto::Request::Grow {
+                            compute_bytes,
+                            copy_bytes,
+                            segment_bytes,
+                            ..
+                        } => compute_bytes
+                            .saturating_add(copy_bytes)
+                            .saturating_add(segment_bytes),
+                        _ => 0,
+                    };
+                    return Err(Error::OutOfMemory {
+                        what: "rings for the submission: rigd grew them four times and they still do not hold it".into(),
+                        asked,
+                        shortage: rig_proto::Shortage::Gpu,
+                        limit: None,
+                    });
                 }
                 let (grown, fds) = dev.grow(&request)?;
                 let grown = Pending::map(&grown, fds)?;
