@@ -92,7 +92,10 @@ const _: () = assert!(WRITE_AFTER_RING + 8 <= POSITIONS_PAGE_BYTES);
 /// a power of two of at least that holds whole AQL packets (four) and wraps on a dword.
 /// rigd makes far larger rings (64 KiB at open); this bound is the one rig-proto's
 /// `QueueShare::check`, the client and the simulator all enforce.
-pub const MIN_RING_BYTES: u64 = 256;
+pub const MIN_RING_BYTES: u64 = RING_BASE_ALIGN;
+
+/// The alignment of a ring's GPU address: the base registers hold `address >> 8`.
+pub const RING_BASE_ALIGN: u64 = 256;
 
 const _: () = assert!(MIN_RING_BYTES.is_power_of_two());
 const _: () = assert!(MIN_RING_BYTES.is_multiple_of(AQL_POSITION_UNIT));
