@@ -532,11 +532,7 @@ impl QueueShare {
         self.read.host.check("a read position", 8)?;
         self.write.host.check("a write position", 8)?;
         self.doorbell.check("a doorbell", 8)?;
-        if !self
-            .doorbell
-            .offset
-            .is_multiple_of(rig_shm::layout::DOORBELL_SLOT_BYTES as u64)
-        {
+        if self.doorbell.offset % rig_shm::layout::DOORBELL_SLOT_BYTES as u64 != 0 {
             return Err(LayoutError {
                 what: "a doorbell",
                 why: "it does not start a 64-byte slot",

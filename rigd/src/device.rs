@@ -35,8 +35,7 @@ use rig_proto::messages::{
 use rig_shm::layout::{
     CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, LOST_BYTES,
     LOST_OFFSET, MIN_RING_BYTES, MIN_SEGMENT_BYTES, POSITIONS_PAGE_BYTES, READ_AFTER_RING,
-    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_WORD_BYTES, TIMELINE_WORD_OFFSET,
-    WRITE_AFTER_RING,
+    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_WORD_BYTES, TIMELINE_WORD_OFFSET, WRITE_AFTER_RING,
 };
 use rig_shm::{Doorbell, SharedRegion};
 
@@ -282,7 +281,9 @@ impl Footprint {
     /// What opening a device costs at most before it is made: its control page, first rings
     /// and segment (one memfd and mapping each), doorbell page, eventfd and queue threads.
     pub fn opening() -> Footprint {
-        let pinned = CONTROL_PAGE_BYTES + 2 * (FIRST_RING_BYTES + POSITIONS_PAGE_BYTES) + FIRST_SEGMENT_BYTES;
+        let pinned = CONTROL_PAGE_BYTES
+            + 2 * (FIRST_RING_BYTES + POSITIONS_PAGE_BYTES)
+            + FIRST_SEGMENT_BYTES;
         Footprint {
             bytes: pinned,
             objects: 0,
@@ -683,8 +684,9 @@ impl Device {
 
     /// The value the timeline word holds.
     pub fn reached(&self) -> u64 {
-        self.control_host()
-            .map_or(0, |h| h.load_u64(TIMELINE_WORD_OFFSET as usize, Ordering::Acquire))
+        self.control_host().map_or(0, |h| {
+            h.load_u64(TIMELINE_WORD_OFFSET as usize, Ordering::Acquire)
+        })
     }
 
     /// The last value the client published as submitted.

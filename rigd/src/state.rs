@@ -1422,7 +1422,11 @@ mod tests {
             3,
             Ordering::Release,
         );
-        host.store_u64(rig_shm::layout::TIMELINE_WORD_OFFSET as usize, 2, Ordering::Release);
+        host.store_u64(
+            rig_shm::layout::TIMELINE_WORD_OFFSET as usize,
+            2,
+            Ordering::Release,
+        );
         let (r, _) = s.handle(
             a,
             Request::Free {
@@ -1437,7 +1441,11 @@ mod tests {
         assert!(s.watchdog(Instant::now()));
         assert_eq!(s.held_bytes(), held);
         // The word reaches it: the next tick frees it.
-        host.store_u64(rig_shm::layout::TIMELINE_WORD_OFFSET as usize, 3, Ordering::Release);
+        host.store_u64(
+            rig_shm::layout::TIMELINE_WORD_OFFSET as usize,
+            3,
+            Ordering::Release,
+        );
         s.watchdog(Instant::now());
         assert_eq!(s.held_bytes(), held - (1 << 20));
         assert_eq!(s.total, recount(&s));
