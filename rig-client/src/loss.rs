@@ -69,7 +69,9 @@ impl Liveness {
         (flag, flag_offset): (SharedRegion, usize),
         same_fd: bool,
     ) -> Liveness {
-        let flag_from_word = (same_fd && word_offset / 4096 == flag_offset / 4096)
+        // The flag is found from the word's GPU address only when both lie in one control page.
+        let page = rig_shm::layout::CONTROL_PAGE_BYTES as usize;
+        let flag_from_word = (same_fd && word_offset / page == flag_offset / page)
             .then(|| flag_offset.checked_sub(word_offset))
             .flatten()
             .map(|d| d as u64);

@@ -485,9 +485,9 @@ impl QueueKind {
     /// PM4 counts dwords, AQL counts 64-byte packets, SDMA counts bytes.
     pub fn position_unit(self) -> u64 {
         match self {
-            QueueKind::Pm4 => 4,
-            QueueKind::Aql => 64,
-            QueueKind::Sdma => 1,
+            QueueKind::Pm4 => rig_shm::layout::PM4_POSITION_UNIT,
+            QueueKind::Aql => rig_shm::layout::AQL_POSITION_UNIT,
+            QueueKind::Sdma => rig_shm::layout::SDMA_POSITION_UNIT,
         }
     }
 }
@@ -511,7 +511,7 @@ pub struct QueueShare {
     pub read: GpuShare,
     /// 8 bytes the queue reads its write position from.
     pub write: GpuShare,
-    /// The queue's doorbell: the start of a 64-byte slot ([`DOORBELL_SLOT`]) of the device's
+    /// The queue's doorbell: the start of a 64-byte slot ([`rig_shm::layout::DOORBELL_SLOT_BYTES`]) of the device's
     /// doorbell page, laid out and rung as `rig-shm`'s doorbell protocol states (the value
     /// at offset 0, the engine's sleeping word at offset 8). Storing a write position there
     /// tells the queue to read up to it.
@@ -520,19 +520,21 @@ pub struct QueueShare {
 
 impl QueueShare {
     /// Checks what a client relies on before it maps and stores: a ring of a power of two
-    /// of at least [`MIN_RING`] bytes, and 8-byte aligned position words and doorbell.
+    /// of at least [`rig_shm::layout::MIN_RING_BYTES`] bytes, and 8-byte aligned position words and doorbell.
     pub fn check(&self) -> Result<(), LayoutError> {
         self.ring.host.check("a ring", 1)?;
-        if !self.ring.host.bytes.is_power_of_two() || self.ring.host.bytes < MIN_RING {
+        if !self.ring.host.bytes.is_power_of_two()
+            || self.ring.host.bytes < rig_shm::layout::MIN_RING_BYTES
+        {
             return Err(LayoutError {
                 what: "a ring",
-                why: "its size is not a power of two of at least 4096 bytes",
+                why: "its size is not a power of two of at least 256 bytes (rig_shm::layout::MIN_RING_BYTES)",
             });
         }
         self.read.host.check("a read position", 8)?;
         self.write.host.check("a write position", 8)?;
         self.doorbell.check("a doorbell", 8)?;
-        if self.doorbell.offset % DOORBELL_SLOT != 0 {
+        if self.doorbell.offset % rig_shm::layout::DOORBELL_SLOT_BYTES as u64 != 0 {
             return Err(LayoutError {
                 what: "a doorbell",
                 why: "it does not start a 64-byte slot",
@@ -541,12 +543,6 @@ impl QueueShare {
         Ok(())
     }
 }
-
-/// Bytes of a doorbell slot: one cache line, as `rig-shm` lays doorbell pages out.
-pub const DOORBELL_SLOT: u64 = 64;
-
-/// The smallest ring or segment rigd makes: 4096 bytes.
-pub const MIN_RING: u64 = 4096;
 
 /// A share whose layout a client cannot use; rigd and the client disagree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -1,8 +1,9 @@
 //! The doorbell protocol, shared by clients (who ring) and queue processors (who sleep).
 //!
-//! A doorbell page is [`DOORBELL_PAGE_BYTES`] of shared memory cut into
-//! [`DOORBELLS_PER_PAGE`] slots of one 64-byte cache line each, so that two queues' doorbells
-//! never share a line. A slot holds:
+//! A doorbell page is [`crate::layout::DOORBELL_PAGE_BYTES`] of shared memory cut into
+//! [`crate::layout::DOORBELLS_PER_PAGE`] slots of one 64-byte cache line each, so that two
+//! queues' doorbells never share a line ([`crate::layout`] states and checks the layout). A
+//! slot holds:
 //!
 //! | offset | size | field | written by |
 //! |---|---|---|---|
@@ -33,25 +34,8 @@
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
+use crate::layout::{DOORBELL_SLEEPING_OFFSET, DOORBELL_SLOT_BYTES, DOORBELL_VALUE_OFFSET};
 use crate::{Result, SharedRegion, ShmError, futex};
-
-/// Bytes of one doorbell slot: one cache line.
-pub const DOORBELL_SLOT_BYTES: usize = 64;
-/// Offset of the 64-bit value in a slot.
-pub const DOORBELL_VALUE_OFFSET: usize = 0;
-/// Offset of the 32-bit sleeping futex word in a slot.
-pub const DOORBELL_SLEEPING_OFFSET: usize = 8;
-/// Bytes of a doorbell page.
-pub const DOORBELL_PAGE_BYTES: usize = 4096;
-/// Slots in a doorbell page.
-pub const DOORBELLS_PER_PAGE: usize = DOORBELL_PAGE_BYTES / DOORBELL_SLOT_BYTES;
-
-const _: () = assert!(DOORBELL_VALUE_OFFSET.is_multiple_of(8));
-const _: () = assert!(DOORBELL_SLEEPING_OFFSET.is_multiple_of(4));
-const _: () = assert!(DOORBELL_SLEEPING_OFFSET >= DOORBELL_VALUE_OFFSET + 8);
-const _: () = assert!(DOORBELL_SLEEPING_OFFSET + 4 <= DOORBELL_SLOT_BYTES);
-const _: () = assert!(DOORBELL_PAGE_BYTES.is_multiple_of(DOORBELL_SLOT_BYTES));
-const _: () = assert!(DOORBELLS_PER_PAGE == 64);
 
 /// One doorbell slot in a shared region.
 #[derive(Debug, Clone)]
@@ -161,6 +145,7 @@ impl Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::DOORBELL_PAGE_BYTES;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
     use std::time::Instant;

@@ -17,8 +17,11 @@
 //! - [`doorbell`] is the doorbell protocol that clients and queue processors share: a ring
 //!   costs one store, plus a wake only when the processor sleeps.
 //!
-//! It does not own the meaning of any byte (layouts of rings and queue headers live in
-//! `rig-proto` and `rig-amd`), only how bytes are reached.
+//! - [`layout`] is where each word of the shared pages lies (control page, a queue's
+//!   positions, doorbell slots, the smallest ring and segment), checked at compile time;
+//!   rigd, the client, rig-proto and the simulator all take it from there.
+//!
+//! The packets inside rings are `rig-amd`'s.
 //!
 //! Under Miri, a region is heap memory instead of a memfd, so the accessors and the doorbell
 //! protocol can be checked there; [`SharedRegion::from_fd`] is then unavailable.
@@ -26,11 +29,13 @@
 
 pub mod doorbell;
 pub mod futex;
+pub mod layout;
 mod region;
 
-pub use doorbell::{
+pub use doorbell::Doorbell;
+pub use layout::{
     DOORBELL_PAGE_BYTES, DOORBELL_SLEEPING_OFFSET, DOORBELL_SLOT_BYTES, DOORBELL_VALUE_OFFSET,
-    DOORBELLS_PER_PAGE, Doorbell,
+    DOORBELLS_PER_PAGE,
 };
 pub use region::SharedRegion;
 

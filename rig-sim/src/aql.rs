@@ -32,6 +32,9 @@ const SIGNAL_MAILBOX: u64 = 16;
 /// Offset of the event id in `amd_signal_t`.
 const SIGNAL_EVENT_ID: u64 = 24;
 
+// The read position counts packets: the unit rig_shm::layout states for AQL is one packet.
+const _: () = assert!(aql::BYTES as u64 == rig_shm::layout::AQL_POSITION_UNIT);
+
 /// An AQL queue's processor.
 pub(crate) struct Aql {
     model: &'static Gpu,

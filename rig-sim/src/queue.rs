@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use rig_amd::gpu::QueueKind;
 use rig_shm::Doorbell;
+use rig_shm::layout::{MIN_RING_BYTES, RING_BASE_ALIGN};
 
 use crate::memory::{PageFault, Vm};
 use crate::{Result, SimError, SimGpu};
@@ -54,9 +55,10 @@ const STOP_REWAKE: Duration = Duration::from_millis(5);
 pub struct QueueDesc {
     /// The packets it reads.
     pub kind: QueueKind,
-    /// GPU address of the ring, 256-byte aligned.
+    /// GPU address of the ring, aligned to [`RING_BASE_ALIGN`] (256 bytes).
     pub ring_va: u64,
-    /// Bytes of the ring: a power of two, at least 256, at most the model's bound.
+    /// Bytes of the ring: a power of two, at least [`MIN_RING_BYTES`] (256), at most the
+    /// model's bound.
     pub ring_bytes: u64,
     /// GPU address of the 64-bit read position, which the queue writes.
     pub rptr_va: u64,
@@ -395,15 +397,18 @@ pub(crate) fn start(
 ) -> Result<Queue> {
     let bad = |why: String| Err(SimError::Queue(why));
     let most = gpu.model().most_ring(desc.kind);
-    if !desc.ring_bytes.is_power_of_two() || desc.ring_bytes < 256 || desc.ring_bytes > most {
+    if !desc.ring_bytes.is_power_of_two()
+        || desc.ring_bytes < MIN_RING_BYTES
+        || desc.ring_bytes > most
+    {
         return bad(format!(
-            "ring of {} bytes: it must be a power of two from 256 bytes to {most}",
+            "ring of {} bytes: it must be a power of two from {MIN_RING_BYTES} bytes to {most}",
             desc.ring_bytes
         ));
     }
-    if !desc.ring_va.is_multiple_of(256) {
+    if !desc.ring_va.is_multiple_of(RING_BASE_ALIGN) {
         return bad(format!(
-            "ring address {:#x} is not 256-byte aligned",
+            "ring address {:#x} is not {RING_BASE_ALIGN}-byte aligned",
             desc.ring_va
         ));
     }
@@ -519,7 +524,7 @@ pub(crate) struct DwordRing {
     ring_bytes: u64,
     rptr_va: u64,
     wptr_va: u64,
-    /// Bytes per position unit: 4 for PM4 (dwords), 1 for SDMA (bytes).
+    /// Bytes per position unit: `rig_shm::layout`'s PM4 (dwords) or SDMA (bytes) unit.
     unit: u64,
     /// The read position, in units.
     pub(crate) pos: u64,

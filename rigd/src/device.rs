@@ -17,24 +17,9 @@
 //!
 //! # Shared layouts
 //!
-//! A queue's memfd holds its ring, then one page of positions:
-//!
-//! | offset | bytes | what | written by |
-//! |---|---|---|---|
-//! | 0 | ring | packets | client |
-//! | ring | 8 | read position | the queue |
-//! | ring + 64 | 8 | write position | client |
-//!
-//! The control page (4096 bytes, Pinned memory the GPU also addresses):
-//!
-//! | offset | bytes | what | written by |
-//! |---|---|---|---|
-//! | [`WORD_OFFSET`] = 0 | 8 | the timeline word | the queues' releases; rigd at stop and loss |
-//! | [`SUBMITTED_OFFSET`] = 64 | 8 | the last value the client gave to submit | client (release) |
-//! | [`LOST_OFFSET`] = 72 | 4 | nonzero once rigd lost the device | rigd (release) |
-//!
-//! The word has a cache line of its own, as the GPU writes it while the client writes the
-//! submitted value.
+//! A queue's memfd holds its ring, then one page of positions; the control page holds the
+//! timeline word, the submitted value and the lost flag. Where each lies is
+//! [`rig_shm::layout`]'s.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -47,27 +32,24 @@ use rig_proto::messages::{
     DeviceId, DeviceOpened, FdIndex, GpuShare, Grown, ImageId, MemoryHeld, MemoryKind, QueueKind,
     QueueShare, RegionId, RingState, SegmentShare, Share, WordShare,
 };
-use rig_shm::{
-    DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, Doorbell, SharedRegion,
+use rig_shm::layout::{
+    CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, LOST_BYTES,
+    LOST_OFFSET, MIN_RING_BYTES, MIN_SEGMENT_BYTES, POSITIONS_PAGE_BYTES, READ_AFTER_RING,
+    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_WORD_BYTES, TIMELINE_WORD_OFFSET, WRITE_AFTER_RING,
 };
+use rig_shm::{Doorbell, SharedRegion};
 
 use crate::path::{GpuDescription, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Stopped};
 
-/// Offset of the timeline word in the control page.
-pub const WORD_OFFSET: u64 = 0;
-/// Offset of the client's last submitted value in the control page.
-pub const SUBMITTED_OFFSET: u64 = 64;
-/// Offset of the lost flag in the control page.
-pub const LOST_OFFSET: u64 = 72;
-/// Bytes of the control page.
-pub const CONTROL_BYTES: u64 = 4096;
-/// Offset of a queue's write position past its ring.
-const WRITE_AFTER_RING: u64 = 64;
 /// Bytes of a ring made at open, and of the argument segment made at open.
 pub const FIRST_RING_BYTES: u64 = 64 << 10;
 /// Bytes of the argument segment made at open.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
 const PAGE: u64 = 4096;
+// Growth starts at a page: no smaller than the smallest ring or segment anyone accepts.
+const _: () = assert!(PAGE >= MIN_RING_BYTES && PAGE >= MIN_SEGMENT_BYTES);
+const _: () = assert!(FIRST_RING_BYTES >= MIN_RING_BYTES && FIRST_RING_BYTES.is_power_of_two());
+const _: () = assert!(FIRST_SEGMENT_BYTES >= MIN_SEGMENT_BYTES);
 
 /// Why a device could not be made or grown.
 #[derive(Debug, thiserror::Error)]
@@ -187,7 +169,10 @@ impl Queue {
     /// The read and write positions as the queue's memory holds them.
     pub fn positions(&self) -> (u64, u64) {
         let h = self.host();
-        let r = h.load_u64(self.ring_bytes as usize, Ordering::Acquire);
+        let r = h.load_u64(
+            (self.ring_bytes + READ_AFTER_RING) as usize,
+            Ordering::Acquire,
+        );
         let w = h.load_u64(
             (self.ring_bytes + WRITE_AFTER_RING) as usize,
             Ordering::Acquire,
@@ -210,7 +195,7 @@ impl Queue {
             kind: self.kind,
             generation: self.generation,
             ring: at(0, self.ring_bytes),
-            read: at(self.ring_bytes, 8),
+            read: at(self.ring_bytes + READ_AFTER_RING, 8),
             write: at(self.ring_bytes + WRITE_AFTER_RING, 8),
             doorbell: bell,
         })
@@ -296,7 +281,9 @@ impl Footprint {
     /// What opening a device costs at most before it is made: its control page, first rings
     /// and segment (one memfd and mapping each), doorbell page, eventfd and queue threads.
     pub fn opening() -> Footprint {
-        let pinned = CONTROL_BYTES + 2 * (FIRST_RING_BYTES + PAGE) + FIRST_SEGMENT_BYTES;
+        let pinned = CONTROL_PAGE_BYTES
+            + 2 * (FIRST_RING_BYTES + POSITIONS_PAGE_BYTES)
+            + FIRST_SEGMENT_BYTES;
         Footprint {
             bytes: pinned,
             objects: 0,
@@ -582,7 +569,7 @@ impl Device {
     }
 
     fn make_parts(&mut self) -> Result<(), MakeError> {
-        let control = self.pinned("control page", CONTROL_BYTES)?;
+        let control = self.pinned("control page", CONTROL_PAGE_BYTES)?;
         self.control = Some(control);
         let compute_kind = match self.desc.gpu.compute_queue() {
             rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
@@ -622,7 +609,7 @@ impl Device {
             QueueKind::Sdma => "copy ring",
             _ => "compute ring",
         };
-        let memory = self.pinned(what, ring_bytes + PAGE)?;
+        let memory = self.pinned(what, ring_bytes + POSITIONS_PAGE_BYTES)?;
         // Slots cycle through the page; a device holds far fewer than 64 queues at once, as
         // growth retires the older ones.
         let slot = self.next_slot % DOORBELLS_PER_PAGE;
@@ -643,7 +630,7 @@ impl Device {
             kind,
             ring: memory.address,
             bytes: ring_bytes,
-            read: memory.address + ring_bytes,
+            read: memory.address + ring_bytes + READ_AFTER_RING,
             write: memory.address + ring_bytes + WRITE_AFTER_RING,
             doorbell: bell,
             scratch: self
@@ -675,7 +662,7 @@ impl Device {
     /// The control page's memory and the word's GPU address in this device's address space.
     pub fn word(&self) -> Option<(&SharedRegion, u64)> {
         let c = self.control.as_ref()?;
-        Some((c.host.as_ref()?, c.address + WORD_OFFSET))
+        Some((c.host.as_ref()?, c.address + TIMELINE_WORD_OFFSET))
     }
 
     /// The GPU address, in this device's address space, of the timeline word of device
@@ -687,18 +674,19 @@ impl Device {
         control: &SharedRegion,
     ) -> Result<u64, Refusal> {
         if let Some(m) = self.peer_words.get(&peer) {
-            return Ok(m.address + WORD_OFFSET);
+            return Ok(m.address + TIMELINE_WORD_OFFSET);
         }
-        let m = self.path.map_peer(control, 0, CONTROL_BYTES)?;
-        let address = m.address + WORD_OFFSET;
+        let m = self.path.map_peer(control, 0, CONTROL_PAGE_BYTES)?;
+        let address = m.address + TIMELINE_WORD_OFFSET;
         self.peer_words.insert(peer, m);
         Ok(address)
     }
 
     /// The value the timeline word holds.
     pub fn reached(&self) -> u64 {
-        self.control_host()
-            .map_or(0, |h| h.load_u64(WORD_OFFSET as usize, Ordering::Acquire))
+        self.control_host().map_or(0, |h| {
+            h.load_u64(TIMELINE_WORD_OFFSET as usize, Ordering::Acquire)
+        })
     }
 
     /// The last value the client published as submitted.
@@ -723,18 +711,18 @@ impl Device {
             .as_ref()
             .expect("made device has a control page");
         let host = control.host.as_ref().expect("control page is pinned");
-        let word_share = host_share(&mut fds, host, WORD_OFFSET, 8)?;
+        let word_share = host_share(&mut fds, host, TIMELINE_WORD_OFFSET, TIMELINE_WORD_BYTES)?;
         let word = WordShare {
             memory: GpuShare {
                 host: word_share,
-                gpu_address: control.address + WORD_OFFSET,
+                gpu_address: control.address + TIMELINE_WORD_OFFSET,
             },
             first: self.first,
         };
         let submitted = Share {
             fd: word_share.fd,
             offset: SUBMITTED_OFFSET,
-            bytes: 8,
+            bytes: SUBMITTED_BYTES,
         };
         let interrupt = fds.push(self.interrupt.as_fd())?;
         Ok((
@@ -750,7 +738,7 @@ impl Device {
                 lost: Share {
                     fd: word_share.fd,
                     offset: LOST_OFFSET,
-                    bytes: 4,
+                    bytes: LOST_BYTES,
                 },
             },
             fds.into_fds(),
@@ -939,7 +927,9 @@ impl Device {
                     need,
                     most,
                 })?;
-            total = total.saturating_add(bytes).saturating_add(PAGE);
+            total = total
+                .saturating_add(bytes)
+                .saturating_add(POSITIONS_PAGE_BYTES);
         }
         Ok(total)
     }
@@ -1125,7 +1115,7 @@ impl Device {
         }
         if s == Stopped::Stopped {
             if let Some(h) = self.control_host() {
-                h.store_u64(WORD_OFFSET as usize, last, Ordering::Release);
+                h.store_u64(TIMELINE_WORD_OFFSET as usize, last, Ordering::Release);
             }
             // Nothing of the device runs any more: what it gave back is free to reuse.
             self.halted = true;

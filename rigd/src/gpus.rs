@@ -14,9 +14,10 @@ use rig_proto::messages::{
 };
 
 use crate::config::{Config, SimGpuConfig};
-use crate::device::{Device, WORD_OFFSET};
+use crate::device::Device;
 use crate::discover::{PciGpu, scan_pci};
 use crate::path::{Backend, GpuDescription};
+use rig_shm::layout::TIMELINE_WORD_OFFSET;
 
 /// One GPU rigd lists.
 #[derive(Debug, Clone)]
@@ -157,7 +158,10 @@ pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
         host_addresses: false,
         alignment: 4096,
         cache_bytes: desc.cache_bytes,
-        word: d.control.as_ref().map_or(0, |c| c.address + WORD_OFFSET),
+        word: d
+            .control
+            .as_ref()
+            .map_or(0, |c| c.address + TIMELINE_WORD_OFFSET),
         bus: desc.bus.clone(),
         gc: ip(g.gc),
         sdma: ip(g.sdma),

@@ -825,7 +825,7 @@ impl State {
         match d.map_peer_word(peer, &control) {
             Ok(gpu_address) => Response::PeerWord { gpu_address },
             Err(crate::path::Refusal::Lacking(_)) => Response::NoMemory {
-                bytes: crate::device::CONTROL_BYTES,
+                bytes: rig_shm::layout::CONTROL_PAGE_BYTES,
                 shortage: Shortage::Gpu,
                 limit: None,
             },
@@ -1364,7 +1364,7 @@ mod tests {
         let dev = &s.devices.get(&d.device).unwrap().1;
         let host = dev.control.as_ref().unwrap().host.as_ref().unwrap();
         host.store_u64(
-            crate::device::SUBMITTED_OFFSET as usize,
+            rig_shm::layout::SUBMITTED_OFFSET as usize,
             3,
             std::sync::atomic::Ordering::Release,
         );
@@ -1429,11 +1429,15 @@ mod tests {
         };
         // Work up to 3 was submitted and the word is at 2: the free keeps the memory.
         host.store_u64(
-            crate::device::SUBMITTED_OFFSET as usize,
+            rig_shm::layout::SUBMITTED_OFFSET as usize,
             3,
             Ordering::Release,
         );
-        host.store_u64(crate::device::WORD_OFFSET as usize, 2, Ordering::Release);
+        host.store_u64(
+            rig_shm::layout::TIMELINE_WORD_OFFSET as usize,
+            2,
+            Ordering::Release,
+        );
         let (r, _) = s.handle(
             a,
             Request::Free {
@@ -1448,7 +1452,11 @@ mod tests {
         assert!(s.watchdog(Instant::now()));
         assert_eq!(s.held_bytes(), held);
         // The word reaches it: the next tick frees it.
-        host.store_u64(crate::device::WORD_OFFSET as usize, 3, Ordering::Release);
+        host.store_u64(
+            rig_shm::layout::TIMELINE_WORD_OFFSET as usize,
+            3,
+            Ordering::Release,
+        );
         s.watchdog(Instant::now());
         assert_eq!(s.held_bytes(), held - (1 << 20));
         assert_eq!(s.total, recount(&s));

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use rig_amd::sdma;
 use rig_proto::{QueueKind, QueueShare};
+use rig_shm::layout::{MIN_RING_BYTES, MIN_SEGMENT_BYTES};
 use rig_shm::{Doorbell, SharedRegion};
 
 use crate::device::Maps;
@@ -32,9 +33,9 @@ pub(super) struct QueueRing {
 impl QueueRing {
     pub(super) fn new(share: &QueueShare, maps: &mut Maps) -> Result<QueueRing> {
         let bytes = share.ring.host.bytes;
-        if !bytes.is_power_of_two() || bytes < 64 {
+        if !bytes.is_power_of_two() || bytes < MIN_RING_BYTES {
             return Err(Error::Protocol(format!(
-                "a ring of {bytes} bytes is not a power of two"
+                "a ring of {bytes} bytes is not a power of two of at least {MIN_RING_BYTES}"
             )));
         }
         let (ring, ring_offset) = maps.gpu_share(share.ring)?;
@@ -133,9 +134,9 @@ pub(super) struct Segment {
 impl Segment {
     pub(super) fn new(share: &rig_proto::SegmentShare, maps: &mut Maps) -> Result<Segment> {
         let bytes = share.memory.host.bytes;
-        if !bytes.is_power_of_two() || bytes < 4096 {
+        if !bytes.is_power_of_two() || bytes < MIN_SEGMENT_BYTES {
             return Err(Error::Protocol(format!(
-                "a segment of {bytes} bytes is not a power of two"
+                "a segment of {bytes} bytes is not a power of two of at least {MIN_SEGMENT_BYTES}"
             )));
         }
         let (region, offset) = maps.gpu_share(share.memory)?;

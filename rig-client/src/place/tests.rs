@@ -6,6 +6,10 @@ use rig_amd::pm4;
 use rig_amd::sdma;
 use rig_proto::{DeviceOpened, Facts, QueueKind, QueueShare};
 use rig_shm::SharedRegion;
+use rig_shm::layout::{
+    CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, LOST_BYTES, LOST_OFFSET,
+    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_WORD_BYTES, TIMELINE_WORD_OFFSET, WRITE_AFTER_RING,
+};
 
 use super::compile::{ARG_ALIGN, align};
 use super::{Compiled, GpuWait, Placer, Step};
@@ -98,10 +102,10 @@ fn queue(kind: QueueKind, fd: u32, gpu: u64, slot: u64) -> QueueShare {
         generation: 0,
         ring: at(0, RING),
         read: at(RING, 8),
-        write: at(RING + 64, 8),
+        write: at(RING + WRITE_AFTER_RING, 8),
         doorbell: Share {
             fd: FdIndex(4),
-            offset: 64 * slot,
+            offset: DOORBELL_SLOT_BYTES as u64 * slot,
             bytes: 8,
         },
     }
@@ -111,7 +115,7 @@ impl Fake {
     pub(crate) fn new() -> Fake {
         let make = |n: u64| SharedRegion::create("rig-client-test", n as usize).unwrap();
         let (compute, copy, args) = (make(RING + 4096), make(RING + 4096), make(SEG));
-        let (control, bells) = (make(4096), make(4096));
+        let (control, bells) = (make(CONTROL_PAGE_BYTES), make(DOORBELL_PAGE_BYTES as u64));
         let fds = [&compute, &copy, &args, &control, &bells].map(|r| r.dup_fd().unwrap());
         let opened = DeviceOpened {
             device: rig_proto::DeviceId(1),
@@ -133,8 +137,8 @@ impl Fake {
                 memory: GpuShare {
                     host: Share {
                         fd: FdIndex(3),
-                        offset: 0,
-                        bytes: 8,
+                        offset: TIMELINE_WORD_OFFSET,
+                        bytes: TIMELINE_WORD_BYTES,
                     },
                     gpu_address: WORD,
                 },
@@ -142,14 +146,14 @@ impl Fake {
             },
             submitted: Share {
                 fd: FdIndex(3),
-                offset: 64,
-                bytes: 8,
+                offset: SUBMITTED_OFFSET,
+                bytes: SUBMITTED_BYTES,
             },
             interrupt: FdIndex(5),
             lost: Share {
                 fd: FdIndex(3),
-                offset: 72,
-                bytes: 4,
+                offset: LOST_OFFSET,
+                bytes: LOST_BYTES,
             },
         };
         let mut maps = Maps::new(fds.into()).unwrap();
@@ -182,7 +186,9 @@ impl Fake {
         {
             let end = ring.pos.write;
             // The queue publishes its write position in its units.
-            let published = region.load_u64(RING as usize + 64, Ordering::Acquire) * ring.unit / 4;
+            let published = region.load_u64((RING + WRITE_AFTER_RING) as usize, Ordering::Acquire)
+                * ring.unit
+                / 4;
             assert_eq!(published, end, "write position published");
             for p in self.seen[q]..end {
                 let off = 4 * (p % (RING / 4)) as usize;
