@@ -1093,7 +1093,7 @@ impl Handler for State {
                     // A stop with a reason is the client's own verdict that the device is
                     // lost (a consumer of a lost producer): rigctl and later requests show it.
                     match fault {
-                        Some(why) => d.lose_at(why, last),
+                        Some(why) => d.lose_at(client_reason(why), last),
                         None => {
                             d.stop(last, None);
                         }
@@ -1191,6 +1191,24 @@ impl Handler for State {
             "client gone; everything it held given back"
         );
     }
+}
+
+/// The most bytes of a reason a client gives with its stop that rigd keeps: the reason is
+/// held (and shown by rigctl) as long as the device, charged to no quota, so a frame's
+/// 16 MiB of it must not be.
+pub const MOST_CLIENT_REASON: usize = 1024;
+
+/// `why` cut to [`MOST_CLIENT_REASON`] bytes at a character boundary, marked when cut.
+fn client_reason(mut why: String) -> String {
+    if why.len() > MOST_CLIENT_REASON {
+        let mut end = MOST_CLIENT_REASON;
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        why.truncate(end);
+        why.push_str(" (cut)");
+    }
+    why
 }
 
 /// The device a request names, whose charges change with it.

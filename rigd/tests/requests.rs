@@ -357,6 +357,26 @@ fn a_stop_with_a_reason_loses_the_device_with_it() {
         panic!()
     };
     assert_eq!(rep.info.lost.as_deref(), Some(why));
+
+    // A reason as long as a frame allows is kept cut, not whole: rigd holds it uncharged.
+    let o = c.open();
+    assert_eq!(
+        c.call(Request::StopDevice {
+            device: o.id(),
+            last: 1,
+            fault: Some("é".repeat(4 << 20)),
+        }),
+        Response::Done
+    );
+    let Response::Status(s) = c.call(Request::DeviceStatus { device: o.id() }) else {
+        panic!()
+    };
+    let kept = s.lost.unwrap();
+    assert!(
+        kept.len() <= rigd::state::MOST_CLIENT_REASON + 8 && kept.ends_with("(cut)"),
+        "{} bytes kept",
+        kept.len()
+    );
 }
 
 #[test]
