@@ -57,6 +57,14 @@ fn program_name() -> String {
         .unwrap_or_else(|| "rig-client".into())
 }
 
+/// Connects to rigd at `path` and says hello.
+fn dial(path: &Path) -> Result<Connection> {
+    Connection::connect(path, &program_name()).map_err(|source| Error::Connect {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 fn proto(e: rig_proto::Error) -> Error {
     Error::Protocol(e.to_string())
 }
@@ -85,11 +93,7 @@ impl Rig {
     /// Connects to rigd at the socket `path`.
     pub fn connect_to(path: impl AsRef<Path>) -> Result<Rig> {
         let path = path.as_ref().to_owned();
-        let conn =
-            Connection::connect(&path, &program_name()).map_err(|source| Error::Connect {
-                path: path.display().to_string(),
-                source,
-            })?;
+        let conn = dial(&path)?;
         Ok(Rig(Arc::new(RigInner {
             conn: Mutex::new(conn),
             path,
@@ -131,12 +135,7 @@ impl Rig {
             // rigd closes a connection that holds nothing once it has been idle for its
             // `connections.idle_ms`: a program that kept only its `Rig` gets a new one.
             Err(e) if connection_gone(&e) && self.0.devices.load(Ordering::Acquire) == 0 => {
-                *conn = Connection::connect(&self.0.path, &program_name()).map_err(|source| {
-                    Error::Connect {
-                        path: self.0.path.display().to_string(),
-                        source,
-                    }
-                })?;
+                *conn = dial(&self.0.path)?;
                 conn.call(request, fds).map_err(proto)?
             }
             Err(e) => return Err(proto(e)),
