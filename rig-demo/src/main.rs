@@ -222,7 +222,7 @@ fn figures(device: &Device) -> rig_client::Result<()> {
 
 /// The child side: rigd's daemon on a given socket, until SIGTERM or the parent's exit.
 mod serve {
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
     use std::process::ExitCode;
 
     pub fn main(args: &[String]) -> ExitCode {
@@ -246,27 +246,12 @@ mod serve {
                 return ExitCode::FAILURE;
             }
         };
-        match runtime.block_on(serve(&socket, &config)) {
+        match runtime.block_on(rigd::serve_until_sigterm(&socket, &config)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("rig-demo --serve-rigd: {e}");
                 ExitCode::FAILURE
             }
         }
-    }
-
-    async fn serve(socket: &Path, config: &rigd::config::Config) -> Result<(), String> {
-        let (listener, file) =
-            rigd::listen::bind(socket, None, config.daemon.mode).map_err(|e| e.to_string())?;
-        let daemon = rigd::Daemon::start(config, Path::new("/sys")).map_err(|e| e.to_string())?;
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| e.to_string())?;
-        daemon
-            .run(listener, async move {
-                term.recv().await;
-            })
-            .await;
-        drop(file);
-        Ok(())
     }
 }

@@ -54,6 +54,37 @@ pub enum StartError {
     Gpus(#[from] gpus::GpusError),
 }
 
+/// Errors of [`serve_until_sigterm`].
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be taken.
+    #[error(transparent)]
+    Listen(#[from] listen::ListenError),
+    /// The daemon could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// SIGTERM could not be watched.
+    #[error("cannot watch for SIGTERM")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Serves `config`'s GPUs on `socket` (with `daemon.mode`'s permissions) until SIGTERM,
+/// then stops cleanly: a rigd of a program's own, as the demo and rig-client's tests start
+/// one. The `rigd` binary does more (systemd, SIGINT, exit codes).
+pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), ServeError> {
+    let (listener, file) = listen::bind(socket, None, config.daemon.mode)?;
+    let daemon = Daemon::start(config, Path::new("/sys"))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(ServeError::Signal)?;
+    daemon
+        .run(listener, async move {
+            term.recv().await;
+        })
+        .await;
+    drop(file);
+    Ok(())
+}
+
 /// Raises the soft `RLIMIT_NOFILE` to the hard one: every Pinned or Mapped allocation and
 /// host mapping is a descriptor in rigd, and the per-user limits are sized from this one
 /// ([`state::Budget`]).

@@ -5,7 +5,7 @@
 //! [`SOCKET_ENV`] set, and the program then serves instead of testing ([`main`]). So the
 //! client library itself links neither rigd nor tokio; only its tests do.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The socket to serve on; set only in the child that serves.
 pub const SOCKET_ENV: &str = "RIG_CLIENT_TEST_SERVE";
@@ -49,7 +49,11 @@ pub fn main() -> Option<i32> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-        .and_then(|runtime| runtime.block_on(serve(&socket, &config)));
+        .and_then(|runtime| {
+            runtime
+                .block_on(rigd::serve_until_sigterm(&socket, &config))
+                .map_err(|e| e.to_string())
+        });
     Some(match served {
         Ok(()) => 0,
         Err(e) => {
@@ -57,19 +61,4 @@ pub fn main() -> Option<i32> {
             1
         }
     })
-}
-
-async fn serve(socket: &Path, config: &rigd::config::Config) -> Result<(), String> {
-    let (listener, file) =
-        rigd::listen::bind(socket, None, config.daemon.mode).map_err(|e| e.to_string())?;
-    let daemon = rigd::Daemon::start(config, Path::new("/sys")).map_err(|e| e.to_string())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
-    daemon
-        .run(listener, async move {
-            term.recv().await;
-        })
-        .await;
-    drop(file);
-    Ok(())
 }
