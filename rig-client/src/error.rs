@@ -52,6 +52,9 @@ pub enum Error {
         /// `None` where the GPU's or the host's own memory refused.
         limit: Option<rig_proto::Limit>,
     },
+    /// A kernel's arguments were set against its parameters' kinds or sizes.
+    #[error(transparent)]
+    Arg(#[from] crate::args::ArgError),
     /// An image has no kernel of that name.
     #[error("the image has no kernel named {0:?}")]
     NoKernel(String),

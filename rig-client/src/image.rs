@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use rig_proto::{Entry, ImageId, RegionId};
 
+use crate::args::{Args, KernelFacts, Param, ParamTable, Registers};
 use crate::device::DeviceShared;
 use crate::dispatch::Kernargs;
 use crate::error::{Error, Result};
@@ -34,6 +35,8 @@ pub(crate) struct ImageInner {
     pub gpu_address: u64,
     pub size: u64,
     pub kernels: Vec<String>,
+    /// Its kernels' parameters and registers, from the client's parse of its metadata.
+    pub facts: ParamTable,
     /// Kernels resolved so far, by name: their data only, so the cache keeps no kernel's
     /// image (itself) alive.
     pub resolved: Mutex<HashMap<String, Arc<KernelInner>>>,
@@ -73,6 +76,12 @@ impl Image {
             entry,
             template,
             kernargs,
+            facts: self
+                .0
+                .facts
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, f)| f.clone()),
         });
         let mut resolved = self.0.resolved.lock().map_err(poisoned)?;
         let kernel = resolved.entry(name.to_owned()).or_insert(kernel).clone();
@@ -119,6 +128,8 @@ pub(crate) struct KernelInner {
     pub entry: Entry,
     pub template: LaunchTemplate,
     pub kernargs: Kernargs,
+    /// Its parameters and registers; `None` where the client could not read its metadata.
+    pub facts: Option<KernelFacts>,
 }
 
 impl Kernel {
@@ -140,6 +151,42 @@ impl Kernel {
     /// The most work-items of one of its groups.
     pub fn max_threads(&self) -> u32 {
         self.0.entry.max_threads
+    }
+
+    /// Its explicit parameters, in order, as its code object's metadata states them (empty
+    /// where the client could not read the metadata).
+    pub fn arguments(&self) -> &[Param] {
+        self.0.facts.as_ref().map_or(&[], |f| &f.params)
+    }
+
+    /// Bytes of static LDS (the group segment) each group takes; a launch's dynamic LDS
+    /// starts after it.
+    pub fn static_lds(&self) -> u32 {
+        self.0.entry.group_segment
+    }
+
+    /// Bytes of scratch (the private segment) each work-item takes.
+    pub fn scratch(&self) -> u32 {
+        self.0.entry.private_segment
+    }
+
+    /// The registers a wave takes.
+    pub fn registers(&self) -> Registers {
+        self.0
+            .facts
+            .as_ref()
+            .map(|f| f.registers)
+            .unwrap_or_default()
+    }
+
+    /// Whether it runs in waves of 64 work-items (else 32).
+    pub fn wave64(&self) -> bool {
+        self.0.entry.wave64
+    }
+
+    /// New arguments for a launch of it, filled by name or position ([`Args`]).
+    pub fn args(&self) -> Args {
+        Args::new(self)
     }
 }
 
@@ -175,6 +222,7 @@ pub(crate) mod tests {
                 entry,
                 template,
                 kernargs,
+                facts: None,
             }),
             None,
         )

@@ -88,6 +88,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod args;
 mod buffer;
 mod copies;
 mod device;
@@ -102,6 +103,7 @@ mod ring;
 mod submission;
 mod types;
 
+pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Registers};
 pub use buffer::{Buffer, f32s, put_f32s};
 pub use device::{DEFAULT_SPIN, Device, Rig};
 pub use error::{Error, Never, Result};

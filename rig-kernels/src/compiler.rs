@@ -94,9 +94,11 @@ pub enum Error {
 /// The language of a [`Source`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Language {
-    /// OpenCL C (2.0 unless the source's options ask another with `-cl-std`).
+    /// OpenCL C (2.0 unless the options ask another with `-cl-std`), built with
+    /// `-cl-kernel-arg-info` so that the metadata names the parameters.
     OpenCl,
-    /// HIP (device code only: the source's `__global__` functions).
+    /// HIP (device code only: the source's `__global__` functions). HIP's metadata names
+    /// no parameters: a launch sets them by position.
     Hip,
 }
 
@@ -353,7 +355,10 @@ impl Compiler {
         let mut cmd = Command::new(&self.clang);
         match source.language {
             Language::OpenCl => {
-                cmd.args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
+                // Argument info keeps the parameters' names in the metadata, for launches
+                // that set them by name.
+                cmd.args(["-x", "cl", "-cl-std=CL2.0", "-cl-kernel-arg-info"])
+                    .args(["-target", "amdgcn-amd-amdhsa"])
                     .arg(format!("-mcpu={processor}"));
             }
             Language::Hip => {

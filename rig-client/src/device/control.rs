@@ -593,6 +593,7 @@ impl Device {
                 gpu_address,
                 size,
                 kernels,
+                facts: crate::args::facts_of(binary),
                 resolved: Mutex::new(Default::default()),
             }))),
             Response::NoMemory {
