@@ -11,17 +11,29 @@
 //! # Example
 //!
 //! Adds `x` to `y` on the GPU and prints `y[10] = 11` (the `rig-demo` crate's binary runs
-//! this against a rigd of its own when none is running). `add` is compiled from
+//! this against a rigd of its own when none is running). The kernel comes from OpenCL C
+//! source, built for the device's processor by the `rig-kernels` crate (clang and lld, no
+//! ROCm needed; `docs/kernels.md` shows the whole path, HIP and C too):
 //!
-//! ```c
-//! kernel void add(global const float *x, global float *y) {
+//! ```
+//! use rig_kernels::{Compiler, Options, Source};
+//!
+//! # fn main() -> Result<(), rig_kernels::Error> {
+//! const ADD: &str = "kernel void add(global const float *x, global float *y) {
 //!     size_t i = get_global_id(0);
 //!     y[i] += x[i];
-//! }
+//! }";
+//! let add_gfx1100 = Compiler::find()?.compile(&Source::opencl("add.cl", ADD), "gfx1100", &Options::default())?;
+//! # assert!(add_gfx1100.starts_with(b"\x7fELF"));
+//! # Ok(())
+//! # }
 //! ```
 //!
+//! Then the launch sets the kernel's parameters by name ([`Kernel::args`]); they are
+//! checked against the code object's metadata, so a program writes no byte offsets:
+//!
 //! ```no_run
-//! use rig_client::{Memory, Ref, Rig, Submission, f32s, put_f32s};
+//! use rig_client::{Memory, Rig, Submission, f32s, put_f32s};
 //!
 //! # fn main() -> rig_client::Result<()> {
 //! # let add_gfx1100: &[u8] = &[];
@@ -33,15 +45,9 @@
 //! let y = device.buffer(4 * N, Memory::Pinned)?;
 //! x.write(|b| put_f32s(b, (0..N).map(|i| i as f32)))?;
 //! y.write(|b| put_f32s(b, std::iter::repeat(1.0)))?;
-//! // Parameters: the addresses of x and y (offset 0 in each), at bytes 0 and 8.
-//! let launch = Submission::new().launch(
-//!     &add,
-//!     &[0; 16],
-//!     &[Ref::read(&x, 0), Ref::write(&y, 8)],
-//!     [(N / 256) as u32, 1, 1],
-//!     [256, 1, 1],
-//!     0,
-//! );
+//! let mut args = add.args();
+//! args.read("x", &x)?.buffer("y", &y)?;
+//! let launch = Submission::new().launch_args(&args, [(N / 256) as u32, 1, 1], [256, 1, 1])?;
 //! device.submit(&launch)?;
 //! // The read waits for the launch, the last write of y.
 //! y.read(|b| println!("y[10] = {}", f32s(b).nth(10).unwrap_or(f32::NAN)))?;
@@ -49,6 +55,9 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The raw form stays: [`Submission::launch`] takes the parameter bytes and, for each
+//! buffer, the byte where its address goes ([`Ref::read`]`(&x, 0)`).
 //!
 //! # Order
 //!
@@ -78,8 +87,9 @@
 //!
 //! The public types live at the crate's root. Inside: `device` (devices: `control`, every
 //! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
-//! `loss` (reached before a loss; consumers of lost producers), `submission` (the builder
-//! and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
+//! `loss` (reached before a loss; consumers of lost producers), `args` (a kernel's
+//! parameters from its metadata, typed arguments), `submission` (the builder and its
+//! checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
 //! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `ring`
 //! (ring arithmetic), `profile` (clock stamps, traces).
 //!

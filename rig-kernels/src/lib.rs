@@ -53,3 +53,9 @@ pub const HIP_PRELUDE: &str = include_str!("../include/rig_hip.h");
 /// The name each prelude has in the include directory the compiler makes of them, for a
 /// source that `#include`s one itself.
 pub const PRELUDE_NAMES: [&str; 2] = ["rig.h", "rig_hip.h"];
+
+/// `docs/kernels.md`, whose Rust examples are this crate's doctests (its OpenCL C, HIP and
+/// shell examples are built by `tests/docs.rs`).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/kernels.md")]
+pub struct KernelsMd;
