@@ -162,6 +162,19 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
         })
 }
 
+/// The device's interrupt eventfd, for a program's event loop (epoll, mio, tokio's
+/// `AsyncFd`): it turns readable when the device's word may have advanced (the GPU's
+/// end-of-work interrupt). A loss raises no interrupt of its own: a loop that must notice
+/// one sleeps in slices and asks [`Device::lost`]. It is nonblocking and shared with the device's own waits: after
+/// it turns readable, read its 8 bytes (or leave them to a wait) and ask
+/// [`Device::signaled`] or [`Device::lost`]; a wait that finds it drained still notices
+/// its value within its sleep slice.
+impl std::os::fd::AsFd for Device {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.interrupt.as_fd()
+    }
+}
+
 /// An open device: one GPU as rigd hands it to this process, with its own queues.
 ///
 /// Cheap to clone. The device closes once [`Device::close`] or [`Device::abort`] is
@@ -185,6 +198,22 @@ impl Device {
     /// The GPU's processor, such as `"gfx1100"`.
     pub fn arch(&self) -> &str {
         &self.0.facts.arch
+    }
+
+    /// rigd's id of the device: the one `rigctl devices` lists and `rigctl device ID` takes.
+    pub fn id(&self) -> u64 {
+        self.0.id.0
+    }
+
+    /// The loss of the device, if rigd (or the client) lost it: the error its waits and
+    /// calls now return, [`Error::Lost`] with rigd's reason (a fault of its work, a hang, a
+    /// reset, an abort). `None` while it works, and after a close that lost nothing. Reads
+    /// the shared lost flag; asks rigd once for the reason.
+    pub fn lost(&self) -> Option<Error> {
+        match self.0.check_lost() {
+            Err(e @ Error::Lost { .. }) => Some(e),
+            _ => None,
+        }
     }
 
     /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory.
