@@ -1,0 +1,199 @@
+//! The C and C++ examples, compiled against `include/rig_capi.h` and `librig`, run against
+//! a real rigd (this test program, run again as rigd's daemon serving the simulated GPU).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const SOCKET_ENV: &str = "RIG_CAPI_TEST_SERVE";
+
+/// Not a test: in the child [`Daemon::start`] runs, this serves rigd until SIGTERM.
+#[test]
+#[ignore = "rigd's daemon, run by Daemon::start in a child process"]
+fn serve_rigd() {
+    let Some(socket) = std::env::var_os(SOCKET_ENV).map(PathBuf::from) else {
+        return;
+    };
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+    let mut config = rigd::config::Config::embedded();
+    config.daemon.socket = socket.clone();
+    config.daemon.mode = 0o600;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(rigd::serve_until_sigterm(&socket, &config))
+        .unwrap();
+    std::process::exit(0);
+}
+
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("rigd.sock");
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "serve_rigd",
+                "--include-ignored",
+                "--test-threads=1",
+            ])
+            .env(SOCKET_ENV, &socket)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while rig_client::Rig::connect_to(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "rigd did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, dir }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("rigd.sock")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// The directory of `librig.so` and `librig.a`: the target directory this test runs from.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/examples-HASH
+    exe.parent().and_then(Path::parent).unwrap().to_owned()
+}
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compiles `source` with `compiler` and its extra arguments into `out`, linked to librig.
+fn compile(compiler: &str, extra: &[&str], source: &str, out: &Path, link: &[&str]) {
+    let lib = lib_dir();
+    let status = Command::new(compiler)
+        .args(extra)
+        .args(["-Wall", "-Werror", "-I"])
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join("examples").join(source))
+        .arg("-o")
+        .arg(out)
+        .arg(format!("-L{}", lib.display()))
+        .args(link)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "{compiler} {source}");
+}
+
+fn run(program: &Path, d: &Daemon) -> String {
+    let out = Command::new(program).arg(d.socket()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} failed:\n{stdout}\n{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn the_c_example_runs_against_rigd_shared_and_static() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("vadd");
+    compile("cc", &["-std=c11"], "vadd.c", &shared, &["-lrig"]);
+    let out = run(&shared, &d);
+    assert!(out.contains("param 0: x kind 0 offset 0 size 8"), "{out}");
+    assert!(out.contains("param 2: a kind 1 offset 16 size 4"), "{out}");
+    assert!(
+        out.contains("refused: kernel vadd's \"a\" (parameter 2) takes 4 bytes; 8 were given"),
+        "{out}"
+    );
+    assert!(out.contains("y[10] = 21") && out.ends_with("ok\n"), "{out}");
+    let lib = lib_dir().join("librig.a");
+    let fixed = dir.path().join("vadd-static");
+    compile(
+        "cc",
+        &["-std=c11"],
+        "vadd.c",
+        &fixed,
+        &[lib.to_str().unwrap(), "-lpthread", "-ldl", "-lm"],
+    );
+    assert!(run(&fixed, &d).ends_with("ok\n"));
+}
+
+#[test]
+fn the_cpp_example_runs_against_rigd() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("vadd_cpp");
+    compile("c++", &["-std=c++17"], "vadd.cpp", &exe, &["-lrig"]);
+    let out = run(&exe, &d);
+    assert!(
+        out.contains(
+            "refused: a buffer for a float: kernel axpy's parameter 0 takes a value, not a buffer"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("y[10] = 31") && out.ends_with("ok\n"), "{out}");
+}
+
+#[test]
+fn errors_are_codes_with_messages() {
+    use std::ffi::CStr;
+    // SAFETY: calls of the C ABI with the pointers it documents (NULLs it refuses).
+    unsafe {
+        let mut rig = std::ptr::null_mut();
+        let s = rig::rig_connect(c"/nonexistent/rigd.sock".as_ptr(), &mut rig);
+        assert_eq!(s, rig::RigStatus::Connect);
+        let why = CStr::from_ptr(rig::rig_last_error()).to_str().unwrap();
+        assert!(why.contains("/nonexistent/rigd.sock"), "{why}");
+        assert!(rig.is_null());
+        assert_eq!(
+            rig::rig_open(std::ptr::null(), c"0".as_ptr(), &mut std::ptr::null_mut()),
+            rig::RigStatus::Null
+        );
+        assert_eq!(
+            CStr::from_ptr(rig::rig_last_error()).to_str().unwrap(),
+            "rig is NULL"
+        );
+        let mut code = std::ptr::null_mut();
+        let s = rig::rig_compile(7, c"".as_ptr(), c"gfx1100".as_ptr(), &mut code);
+        assert_eq!(s, rig::RigStatus::Invalid);
+        let s = rig::rig_compile(
+            0,
+            c"kernel void k(global int *x) { x[0] = ; }".as_ptr(),
+            c"gfx1100".as_ptr(),
+            &mut code,
+        );
+        assert_eq!(s, rig::RigStatus::Compile);
+        assert!(
+            CStr::from_ptr(rig::rig_last_error())
+                .to_str()
+                .unwrap()
+                .contains("expected expression")
+        );
+        rig::rig_device_free(std::ptr::null_mut());
+        assert_eq!(rig::rig_device_eventfd(std::ptr::null()), -1);
+    }
+}
