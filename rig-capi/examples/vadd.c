@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
   }
   printf("refused: %s\n", rig_last_error());
   float a = 2.0f;
-  CHECK(rig_args_value(args, NULL, 2, (const uint8_t *)&a, sizeof a));
+  CHECK(rig_args_value(args, NULL, 2, (const uint8_t *)&a, sizeof a)); /* by position */
 
   uint32_t groups[3] = {N / 256, 1, 1}, threads[3] = {256, 1, 1};
   CHECK(rig_profile_begin(dev));

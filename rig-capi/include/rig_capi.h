@@ -226,8 +226,8 @@ enum RigStatus rig_buffer_create(const struct RigDevice *device,
                                  struct RigBuffer **out);
 
 // A buffer of `bytes` bytes of host memory that the program reads and writes in place
-// at `*host` (page aligned, zeroed; valid while the buffer lives) and the GPU addresses,
-// with no copy. The program orders its own accesses: it waits for the point of work that
+// at `*host` (page aligned, zeroed, rounded up to whole pages; valid while the buffer
+// lives) and the GPU addresses, with no copy. The program orders its own accesses: it waits for the point of work that
 // writes the memory before it reads it.
 //
 // # Safety

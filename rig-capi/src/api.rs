@@ -147,6 +147,9 @@ pub struct RigWork {
 }
 
 /// The memory a C caller's `RigMemory` value names; C may pass any integer.
+/// The host's page: what rigd maps host memory in.
+const PAGE: usize = 4096;
+
 fn memory(m: u32) -> Result<Memory, Fail> {
     match m {
         m if m == RigMemory::Device as u32 => Ok(Memory::Device),
@@ -352,8 +355,8 @@ pub unsafe extern "C" fn rig_buffer_create(
 }
 
 /// A buffer of `bytes` bytes of host memory that the program reads and writes in place
-/// at `*host` (page aligned, zeroed; valid while the buffer lives) and the GPU addresses,
-/// with no copy. The program orders its own accesses: it waits for the point of work that
+/// at `*host` (page aligned, zeroed, rounded up to whole pages; valid while the buffer
+/// lives) and the GPU addresses, with no copy. The program orders its own accesses: it waits for the point of work that
 /// writes the memory before it reads it.
 ///
 /// # Safety
@@ -368,12 +371,16 @@ pub unsafe extern "C" fn rig_host_buffer(
     guard(|| {
         // SAFETY: the caller's promise.
         let d = unsafe { handle(device, "device") }?;
-        let len = usize::try_from(bytes).map_err(|_| {
-            Fail(
-                RigStatus::Invalid,
-                format!("{bytes} bytes do not fit the host"),
-            )
-        })?;
+        // rigd maps whole pages of the memory: the mapping is a page multiple.
+        let len = usize::try_from(bytes)
+            .ok()
+            .and_then(|b| b.checked_next_multiple_of(PAGE))
+            .ok_or_else(|| {
+                Fail(
+                    RigStatus::Invalid,
+                    format!("{bytes} bytes do not fit the host"),
+                )
+            })?;
         let region = SharedRegion::create("rig-host-buffer", len).map_err(|e| {
             Fail(
                 RigStatus::Io,

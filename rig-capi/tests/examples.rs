@@ -197,3 +197,21 @@ fn errors_are_codes_with_messages() {
         assert_eq!(rig::rig_device_eventfd(std::ptr::null()), -1);
     }
 }
+
+#[test]
+fn the_docs_c_excerpt_is_the_examples_code() {
+    let page = std::fs::read_to_string(crate_dir().join("../docs/kernels.md")).unwrap();
+    let excerpt = page
+        .split("```c\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/kernels.md has a C excerpt");
+    let example = std::fs::read_to_string(crate_dir().join("examples/vadd.c")).unwrap();
+    let mut lines = example.lines().map(str::trim);
+    for want in excerpt.lines().map(str::trim) {
+        assert!(
+            lines.any(|l| l == want),
+            "docs/kernels.md's C line {want:?} is not in examples/vadd.c (in this order)"
+        );
+    }
+}
