@@ -24,7 +24,7 @@ from ._ffi import ffi, lib
 
 __all__ = [
     "Error", "Lost", "ArgError", "CompileError", "connect", "compile", "Connection", "Device",
-    "Buffer", "HostArray", "Image", "Kernel", "Param", "Submission", "Point", "Profile",
+    "Buffer", "HostArray", "Image", "Kernel", "Local", "Param", "Submission", "Point", "Profile",
 ]
 
 
