@@ -350,6 +350,15 @@ class Submission:
         self._keep += [src, dst]
         return self
 
+    def copy_box(self, src: Buffer, dst: Buffer, width: int, rows: int, src_pitch: int, dst_pitch: int,
+                 src_offset: int = 0, dst_offset: int = 0) -> "Submission":
+        """A copy of `rows` rows of `width` bytes, each side stepping its own pitch."""
+        src, dst = _buffer(src), _buffer(dst)
+        _check(lib.rig_submission_copy_box(self._h, src._h, src_offset, src_pitch, dst._h, dst_offset,
+                                           dst_pitch, width, rows))
+        self._keep += [src, dst]
+        return self
+
     def fill(self, dst: Buffer, byte: int, nbytes: int, offset: int = 0) -> "Submission":
         dst = _buffer(dst)
         _check(lib.rig_submission_fill(self._h, dst._h, offset, nbytes, byte))

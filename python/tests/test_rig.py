@@ -89,6 +89,21 @@ def test_copies_fills_waits_and_a_chrome_trace(device):
     assert trace["traceEvents"]
 
 
+def test_boxes_and_parts_after_the_other_queues(device):
+    twice = device.load(rig.compile(
+        "kernel void twice(global uchar *y) { y[get_global_id(0)] *= 2; }", device.arch)).kernel("twice")
+    src = device.buffer_like(np.arange(64, dtype=np.uint8).reshape(8, 8))
+    dst = device.buffer(64, "device")
+    # Part 0 (COPY:0) fills, part 1 copies a 4x4 box, part 2 (COMPUTE:0) doubles after both.
+    s = (rig.Submission().fill(dst, 1, 64)
+         .copy_box(src, dst, width=4, rows=4, src_pitch=8, dst_pitch=8, src_offset=2, dst_offset=9)
+         .launch(twice, [1], [64], dst).after([1]))
+    device.submit(s).wait()
+    want = np.ones((8, 8), np.uint8)
+    want[1:5, 1:5] = np.arange(64, dtype=np.uint8).reshape(8, 8)[:4, 2:6]  # byte 9: row 1, column 1
+    np.testing.assert_array_equal(dst.numpy().reshape(8, 8), 2 * want)
+
+
 def test_errors_carry_rigs_message(device, rigd):
     k = device.load(rig.compile(VADD, device.arch)).kernel("vadd")
     x = device.buffer(64)
