@@ -280,6 +280,7 @@ impl Args {
 
     /// The parameter `at` names, with its index.
     fn find(&self, at: At<'_>) -> Result<(usize, &Param), ArgError> {
+        self.has_metadata()?;
         let params = self.kernel.arguments();
         match at {
             At::Index(i) => params.get(i).map(|p| (i, p)).ok_or(ArgError::NoIndex {
@@ -297,6 +298,17 @@ impl Args {
                     known: names(params),
                 }),
         }
+    }
+
+    /// Fails where the client has no metadata of a kernel that takes parameters.
+    fn has_metadata(&self) -> Result<(), ArgError> {
+        if self.kernel.0.facts.is_none() && self.kernel.params() > 0 {
+            return Err(ArgError::NoMetadata {
+                kernel: self.kernel.name().to_owned(),
+                params: self.kernel.params(),
+            });
+        }
+        Ok(())
     }
 
     /// The parameter `at` names, which must take `kind`.
@@ -468,12 +480,7 @@ impl Args {
 
     /// Fails with the first parameter not set.
     pub fn check(&self) -> Result<(), ArgError> {
-        if self.kernel.0.facts.is_none() && self.kernel.params() > 0 {
-            return Err(ArgError::NoMetadata {
-                kernel: self.kernel.name().to_owned(),
-                params: self.kernel.params(),
-            });
-        }
+        self.has_metadata()?;
         let params = self.kernel.arguments();
         match self.set.iter().position(|s| !s) {
             Some(i) => Err(ArgError::Unset {
@@ -547,5 +554,33 @@ pub(crate) fn facts_of(binary: &[u8]) -> ParamTable {
             })
             .collect(),
         Err(_) => Arc::from([]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_without_metadata_takes_raw_bytes_only() {
+        let k = crate::image::tests::kernel(1, 16, 256, 0);
+        let mut a = k.args();
+        assert!(matches!(
+            a.value("n", 1u32),
+            Err(ArgError::NoMetadata { params: 16, .. })
+        ));
+        assert!(matches!(a.check(), Err(ArgError::NoMetadata { .. })));
+        let none = crate::image::tests::kernel(1, 0, 256, 0);
+        assert_eq!(none.args().check(), Ok(()));
+        assert_eq!(none.args().shared(), 0);
+    }
+
+    #[test]
+    fn values_are_little_endian_bytes() {
+        let mut out = Vec::new();
+        0x0102_0304u32.put(&mut out);
+        1.0f32.put(&mut out);
+        [1u16, 2].put(&mut out);
+        assert_eq!(out, [4, 3, 2, 1, 0, 0, 0x80, 0x3f, 1, 0, 2, 0]);
     }
 }

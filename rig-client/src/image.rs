@@ -170,7 +170,7 @@ impl Kernel {
         self.0.entry.private_segment
     }
 
-    /// The registers a wave takes.
+    /// The registers a wave takes (zeros where the client could not read the metadata).
     pub fn registers(&self) -> Registers {
         self.0
             .facts
