@@ -75,11 +75,12 @@ impl Drop for Daemon {
     }
 }
 
-/// The directory of `librig.so` and `librig.a`: the target directory this test runs from.
+/// The directory of `librig.so` and `librig.a`: the `deps` directory this test runs from
+/// (target/<profile>/deps/examples-HASH), where cargo puts the library it built for this
+/// test run; `cargo build` alone copies it one level up.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/examples-HASH
-    exe.parent().and_then(Path::parent).unwrap().to_owned()
+    exe.parent().unwrap().to_owned()
 }
 
 fn crate_dir() -> &'static Path {
