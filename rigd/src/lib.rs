@@ -124,7 +124,7 @@ impl Daemon {
             .and_then(config::resolve_group);
         let mut st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
         st.max_image_bytes = config.images.max_bytes;
-        let shared: state::Shared = Arc::new(std::sync::Mutex::new(st));
+        let shared: state::Shared = Arc::new(st);
         let watch = state::spawn_watch(shared.clone(), rx);
         let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
         Ok(Self {
