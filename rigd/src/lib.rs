@@ -115,6 +115,13 @@ impl Daemon {
     pub fn start(config: &Config, sysfs: &Path) -> Result<Self, StartError> {
         raise_nofile();
         let gpus = gpus::find(config, sysfs)?;
+        Ok(Self::with_gpus(config, gpus))
+    }
+
+    /// Starts the state owner over `gpus` as given (a program embedding rigd with paths of
+    /// its own), with `config`'s limits, access and connections; `config`'s `[[sim]]` and
+    /// GPU scan are not used.
+    pub fn with_gpus(config: &Config, gpus: Vec<gpus::GpuEntry>) -> Self {
         let n = gpus.len();
         let (tx, rx) = std::sync::mpsc::channel();
         let inspect_gid = config
@@ -127,7 +134,7 @@ impl Daemon {
         let shared: state::Shared = Arc::new(st);
         let watch = state::spawn_watch(shared.clone(), rx);
         let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
-        Ok(Self {
+        Self {
             watch,
             watch_tx: tx,
             server: server::Server {
@@ -138,7 +145,7 @@ impl Daemon {
                 max_image_bytes: config.images.max_bytes,
             },
             gpus: n,
-        })
+        }
     }
 
     /// How many GPUs it lists.

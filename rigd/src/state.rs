@@ -1741,6 +1741,109 @@ mod tests {
         assert!(matches!(open(&s, a), Response::DeviceOpened(_)));
     }
 
+    #[test]
+    fn concurrent_allocations_of_one_user_never_pass_its_limit() {
+        // Four connections of one user, each with a device, allocate at once: the memory
+        // limit leaves room for exactly `room` allocations among them all.
+        let (threads, size, room) = (4usize, 1u64 << 20, 6u64);
+        let limit = Footprint::opening().bytes * threads as u64 + room * size;
+        let s = state(Limits {
+            memory_bytes: limit,
+            ..Limits::default()
+        });
+        let devices: Vec<(ClientId, DeviceId)> = (0..threads)
+            .map(|i| {
+                let c = s.connect(peer(i as i32 + 1), "p".into());
+                let (r, _) = s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new());
+                let Response::DeviceOpened(d) = r else {
+                    panic!("{r:?}")
+                };
+                (c, d.device)
+            })
+            .collect();
+        let opened = s.book().tenants.get(&0).unwrap().held.bytes;
+        assert!(opened <= Footprint::opening().bytes * threads as u64);
+        let start = std::sync::Barrier::new(threads);
+        let granted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for &(c, device) in &devices {
+                let (s, start, granted) = (&s, &start, &granted);
+                scope.spawn(move || {
+                    start.wait();
+                    for _ in 0..room {
+                        let alloc = Request::Alloc {
+                            device,
+                            memory: MemoryKind::Device,
+                            bytes: size,
+                        };
+                        match s.handle(c, alloc, Vec::new()).0 {
+                            Response::Allocated { .. } => {
+                                granted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Response::NoMemory { .. } => {}
+                            r => panic!("{r:?}"),
+                        }
+                    }
+                });
+            }
+        });
+        let held = s.book().tenants.get(&0).unwrap().held.bytes;
+        assert!(
+            held <= limit,
+            "user holds {held} bytes, beyond its limit {limit}"
+        );
+        // Exactly what fits was granted: no more (no check-then-charge race), no less
+        // (a refused request's reservation goes back).
+        assert_eq!(
+            granted.load(Ordering::Relaxed),
+            (limit - opened) / size,
+            "granted allocations"
+        );
+        assert_eq!(total(&s), recount(&s));
+        for (c, _) in devices {
+            s.disconnect(c);
+        }
+        assert_eq!(total(&s), Footprint::default());
+    }
+
+    #[test]
+    fn a_request_on_a_held_device_is_given_back_untouched() {
+        let s = state(Limits::default());
+        let a = s.connect(peer(1), "a".into());
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(d) = r else {
+            panic!("{r:?}")
+        };
+        let alloc = Request::Alloc {
+            device: d.device,
+            memory: MemoryKind::Device,
+            bytes: 4096,
+        };
+        let slot = s.book().devices.get(&d.device).cloned().unwrap();
+        let held = slot.wait();
+        let back = s.try_handle(a, alloc.clone(), Vec::new());
+        assert!(matches!(&back, Err((r, _)) if *r == alloc), "{back:?}");
+        // Another client's request does not wait for that device.
+        let b = s.connect(peer(2), "b".into());
+        assert!(matches!(
+            s.try_handle(b, Request::ListGpus, Vec::new()),
+            Ok((Response::Gpus(_), _))
+        ));
+        // A request that may block is never answered inline.
+        assert!(
+            s.try_handle(b, Request::OpenDevice { gpu: 0 }, Vec::new())
+                .is_err()
+        );
+        drop(held);
+        assert!(matches!(
+            s.try_handle(a, alloc, Vec::new()),
+            Ok((Response::Allocated { .. }, _))
+        ));
+        s.disconnect(a);
+        s.disconnect(b);
+        assert_eq!(total(&s), Footprint::default());
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
 
