@@ -13,7 +13,7 @@
 //! closed) is never freed while work that may touch it can run: it goes to the device's
 //! quarantine, still mapped in its address space and charged to its user, until the
 //! device's word reached the value submitted when it was given back and the path says no
-//! queue of the device runs, or until the device stopped ([`Device::give_back`]).
+//! queue of the device runs, or until the device stopped ([`Device::free`]).
 //!
 //! # Shared layouts
 //!
@@ -1347,7 +1347,7 @@ impl Device {
     }
 
     /// Frees region `region` (and the image it holds): quarantined until no work submitted
-    /// before the free can touch it ([`Device::give_back`]). False if there is none.
+    /// before the free can touch it (the device's quarantine). False if there is none.
     pub fn free(&mut self, region: RegionId) -> bool {
         let Some(r) = self.regions.remove(&region) else {
             return false;

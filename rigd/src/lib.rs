@@ -7,10 +7,13 @@
 //! Everything that changes what a GPU may touch goes through the socket.
 //!
 //! Design choices:
-//! - **One owner of state.** Connection tasks ([`server`]) decode requests and run them
-//!   under the one lock of the state ([`state`]), which owns GPUs, clients and devices, so
-//!   ownership and cleanup are sequential and a client's disconnect is handled after its
-//!   last request.
+//! - **A lock per device.** Connection tasks ([`server`]) decode requests; the state
+//!   ([`state`]) keeps what is global (clients, what each user is charged, the device
+//!   table) under one small lock held only for lookups and accounting, and each device
+//!   ([`device::Device`], whose methods keep its invariants) under its own, so a request on
+//!   one device never waits for another's work. Requests that may block (making, growing,
+//!   stopping and closing devices, loading images) run on tokio's blocking pool, never on
+//!   an async worker; a client's disconnect is handled after its last request.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
 //!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Only
 //!   the simulated GPU's path exists so far; it is served when configured, or as the
@@ -24,7 +27,7 @@
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
 //!   [`state::Budget`]); memory given back is reused only once no work that may touch it
-//!   can run ([`device::Device::give_back`]).
+//!   can run ([`device::Device::free`]).
 //!
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
@@ -69,7 +72,7 @@ pub enum ServeError {
 }
 
 /// Serves `config`'s GPUs on `socket` (with `daemon.mode`'s permissions) until SIGTERM,
-/// then stops cleanly: a rigd of a program's own, as the demo and rig-client's tests start
+/// then stops cleanly: a rigd of a program's own, as the demo and the workspace's tests start
 /// one. The `rigd` binary does more (systemd, SIGINT, exit codes).
 pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), ServeError> {
     let (listener, file) = listen::bind(socket, None, config.daemon.mode)?;
