@@ -9,6 +9,11 @@
 //! [`Footprint`] (kept with running totals, so a request's cost does not grow with the
 //! regions a client holds).
 //!
+//! A [`Device`]'s fields are private: every change is a method (alloc, map, free, image,
+//! scratch, growth, stop, loss, close, the watchdog's look) that keeps its regions and their
+//! totals, its quarantine and its cost, its queues, segments and what was charged for it
+//! consistent with each other. The state holds each device behind a lock of its own.
+//!
 //! Memory a client gives back (a `Free`, a replaced segment, a peer word whose device
 //! closed) is never freed while work that may touch it can run: it goes to the device's
 //! quarantine, still mapped in its address space and charged to its user, until the
@@ -826,7 +831,7 @@ impl Device {
     /// said at a stop that nothing of the device runs; else, while no queue runs (the path says so, not a client word), what was
     /// given back when the device had submitted no more than its word reached. Returns
     /// whether some stays quarantined.
-    pub fn release_quarantine(&mut self) -> bool {
+    fn release_quarantine(&mut self) -> bool {
         if self.quarantine.is_empty() {
             return false;
         }
@@ -1145,7 +1150,7 @@ impl Device {
     }
 
     /// Gives back everything the device holds through its path. Stops it first if needed.
-    pub fn release_all(&mut self) {
+    fn release_all(&mut self) {
         if !self.stopped && (!self.compute.is_empty() || !self.copy.is_empty()) {
             let last = self.submitted().max(self.reached());
             let _ = self.stop(last, None);
@@ -1272,7 +1277,7 @@ impl Device {
         (std::mem::replace(&mut self.charged, now), now)
     }
 
-    /// Closes the device: gives back everything it holds ([`Device::release_all`]) and
+    /// Closes the device: stops it if needed, gives back everything it holds through its path and
     /// returns what was charged for it; from now on it is charged nothing.
     pub fn close(&mut self) -> Footprint {
         self.release_all();
