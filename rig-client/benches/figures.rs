@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission};
 
 /// rigd's daemon, which this program serves as when run again by [`Daemon::start`].
-#[path = "../tests/common/serve.rs"]
+#[path = "../../tests/src/serve.rs"]
 mod serve;
 
 struct Daemon {

@@ -9,11 +9,16 @@
 //! [`Footprint`] (kept with running totals, so a request's cost does not grow with the
 //! regions a client holds).
 //!
+//! A [`Device`]'s fields are private: every change is a method (alloc, map, free, image,
+//! scratch, growth, stop, loss, close, the watchdog's look) that keeps its regions and their
+//! totals, its quarantine and its cost, its queues, segments and what was charged for it
+//! consistent with each other. The state holds each device behind a lock of its own.
+//!
 //! Memory a client gives back (a `Free`, a replaced segment, a peer word whose device
 //! closed) is never freed while work that may touch it can run: it goes to the device's
 //! quarantine, still mapped in its address space and charged to its user, until the
 //! device's word reached the value submitted when it was given back and the path says no
-//! queue of the device runs, or until the device stopped ([`Device::give_back`]).
+//! queue of the device runs, or until the device stopped ([`Device::free`]).
 //!
 //! # Shared layouts
 //!
@@ -39,7 +44,9 @@ use rig_shm::layout::{
 };
 use rig_shm::{Doorbell, SharedRegion};
 
-use crate::path::{GpuDescription, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Stopped};
+use crate::path::{
+    Fault, GpuDescription, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Stopped,
+};
 
 /// Bytes of a ring made at open, and of the argument segment made at open.
 pub const FIRST_RING_BYTES: u64 = 64 << 10;
@@ -142,19 +149,19 @@ fn host_share(
 
 /// A hardware queue of the device and the memory it reads.
 #[derive(Debug)]
-pub struct Queue {
+struct Queue {
     /// The packets it reads.
-    pub kind: QueueKind,
+    kind: QueueKind,
     /// 0 at open, then one more per growth.
-    pub generation: u32,
+    generation: u32,
     /// The ring's bytes.
-    pub ring_bytes: u64,
+    ring_bytes: u64,
     /// The ring and its positions page.
-    pub memory: PathMemory,
+    memory: PathMemory,
     /// The path's queue, until retired or stopped.
-    pub handle: Option<QueueHandle>,
+    handle: Option<QueueHandle>,
     /// Its doorbell slot in the device's doorbell page.
-    pub slot: usize,
+    slot: usize,
 }
 
 impl Queue {
@@ -167,7 +174,7 @@ impl Queue {
     }
 
     /// The read and write positions as the queue's memory holds them.
-    pub fn positions(&self) -> (u64, u64) {
+    fn positions(&self) -> (u64, u64) {
         let h = self.host();
         let r = h.load_u64(
             (self.ring_bytes + READ_AFTER_RING) as usize,
@@ -204,20 +211,20 @@ impl Queue {
 
 /// The argument segment.
 #[derive(Debug)]
-pub struct Segment {
+struct Segment {
     /// 0 at open, then one more per growth.
-    pub generation: u32,
+    generation: u32,
     /// Its memory.
-    pub memory: PathMemory,
+    memory: PathMemory,
 }
 
 /// A region the client holds: memory it allocated or host memory it mapped.
 #[derive(Debug)]
-pub struct Region {
+struct Region {
     /// The path's memory.
-    pub memory: PathMemory,
+    memory: PathMemory,
     /// The image it holds, if `LoadImage` made it.
-    pub image: Option<ImageId>,
+    image: Option<ImageId>,
 }
 
 /// What something makes rigd hold, as the limits count it: bytes charged to its user,
@@ -338,7 +345,7 @@ const THREAD_MAPS: u64 = 2;
 /// The regions a client holds on a device, by id, with running totals of what they hold,
 /// so that no request's cost grows with the number of regions a client holds.
 #[derive(Debug, Default)]
-pub struct Regions {
+struct Regions {
     map: HashMap<RegionId, Region>,
     held: MemoryHeld,
     cost: Footprint,
@@ -378,11 +385,6 @@ impl Regions {
         Some(r)
     }
 
-    /// A region.
-    pub fn get(&self, id: &RegionId) -> Option<&Region> {
-        self.map.get(id)
-    }
-
     /// A region, to change its `image` (its memory must stay as it is: the totals count it).
     pub fn get_mut(&mut self, id: &RegionId) -> Option<&mut Region> {
         self.map.get_mut(id)
@@ -391,16 +393,6 @@ impl Regions {
     /// How many.
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
-    /// The regions.
-    pub fn values(&self) -> impl Iterator<Item = &Region> {
-        self.map.values()
     }
 
     /// Takes every region out.
@@ -414,77 +406,79 @@ impl Regions {
 /// Memory the client gave back, kept (mapped, and charged to it) until no work of the
 /// device can touch it.
 #[derive(Debug)]
-pub struct Quarantined {
+struct Quarantined {
     /// The memory.
-    pub memory: PathMemory,
+    memory: PathMemory,
     /// The submitted value when it was given back: work up to it may use the memory.
-    pub until: u64,
+    until: u64,
     /// What it costs while kept.
-    pub cost: Footprint,
+    cost: Footprint,
     /// Whether its bytes count in [`Device::held`] (a peer word's are another device's).
-    pub held: bool,
+    held: bool,
 }
 
 /// A device: the seed's `t`, as rigd holds it for one client.
 #[derive(Debug)]
 pub struct Device {
     /// Its id.
-    pub id: DeviceId,
+    id: DeviceId,
     /// The GPU's index.
-    pub gpu: u32,
+    gpu: u32,
     /// The GPU's description.
-    pub desc: GpuDescription,
+    desc: GpuDescription,
     /// Its address space on the GPU.
-    pub path: Box<dyn Path>,
+    path: Box<dyn Path>,
     /// The control page (timeline word, submitted value, lost flag).
-    pub control: Option<PathMemory>,
+    control: Option<PathMemory>,
     /// The doorbell page.
-    pub doorbells: SharedRegion,
+    doorbells: SharedRegion,
     /// Compute queues, the newest last; older ones run until retired.
-    pub compute: Vec<Queue>,
+    compute: Vec<Queue>,
     /// Copy queues, the newest last.
-    pub copy: Vec<Queue>,
+    copy: Vec<Queue>,
     /// Argument segments, the newest last.
-    pub segments: Vec<Segment>,
+    segments: Vec<Segment>,
     /// Rings of queues that were retired or stopped, kept until the client closes since
     /// the client still maps them.
-    pub spent: Vec<PathMemory>,
+    spent: Vec<PathMemory>,
     /// Signalled on every interrupt and on loss.
-    pub interrupt: Arc<EventFd>,
+    interrupt: Arc<EventFd>,
     /// Memory the client allocated or mapped, by id.
-    pub regions: Regions,
+    regions: Regions,
     /// Memory given back while work that may touch it could still run: freed through the
     /// path once the device reached what was submitted when it was given back and no queue
     /// runs, or once the device stopped ([`Device::release_quarantine`]).
-    pub quarantine: Vec<Quarantined>,
+    quarantine: Vec<Quarantined>,
     quarantine_cost: Footprint,
     /// Images loaded, by id.
-    pub images: HashMap<ImageId, crate::image::Image>,
+    images: HashMap<ImageId, crate::image::Image>,
     /// The scratch memory entries grew, if any.
-    pub scratch: Option<PathMemory>,
+    scratch: Option<PathMemory>,
     /// Why rigd lost it, once it did.
-    pub lost: Option<String>,
+    lost: Option<String>,
     /// True once stopped (by the client, by loss or at close).
-    pub stopped: bool,
+    stopped: bool,
     /// True once the path said, at a stop, that no queue of the device runs or can write
     /// memory any more: from then on memory given back is free to reuse at once.
-    pub halted: bool,
+    halted: bool,
     /// Faults reported for its work, oldest first.
-    pub faults: Vec<String>,
+    faults: Vec<String>,
     /// The word's value at open; values start after it.
-    pub first: u64,
+    first: u64,
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
     /// there.
-    pub progress: Option<(u64, Instant)>,
+    progress: Option<(u64, Instant)>,
     /// Watchdog: the path's count of completed work while queues run, and since when it
     /// was seen at that count.
-    pub work: Option<(u64, Instant)>,
+    work: Option<(u64, Instant)>,
     /// Other devices' control pages mapped read-only for waits on their words, by device.
     /// Each holds the other device's memory until this device closes; it is not counted in
     /// [`Device::held`], being the other device's page.
-    pub peer_words: HashMap<DeviceId, PathMemory>,
+    peer_words: HashMap<DeviceId, PathMemory>,
     /// What the state last charged to the device's user for it ([`Device::footprint`] then).
-    pub charged: Footprint,
+    charged: Footprint,
+    /// True once closed: it holds nothing and is charged nothing.
+    closed: bool,
     next_slot: usize,
 }
 
@@ -557,6 +551,7 @@ impl Device {
             work: None,
             peer_words: HashMap::new(),
             charged: Footprint::default(),
+            closed: false,
             next_slot: 0,
         };
         match d.make_parts() {
@@ -816,7 +811,7 @@ impl Device {
     /// Gives `memory` back through the path once no work of the device can touch it: at
     /// once if the device is stopped or idle with its work reached, else at a later
     /// [`Device::release_quarantine`]. Until then it stays mapped and costs `cost`.
-    pub fn give_back(&mut self, memory: PathMemory, cost: Footprint, held: bool) {
+    fn give_back(&mut self, memory: PathMemory, cost: Footprint, held: bool) {
         if self.halted {
             self.path.free(memory);
             return;
@@ -836,7 +831,7 @@ impl Device {
     /// said at a stop that nothing of the device runs; else, while no queue runs (the path says so, not a client word), what was
     /// given back when the device had submitted no more than its word reached. Returns
     /// whether some stays quarantined.
-    pub fn release_quarantine(&mut self) -> bool {
+    fn release_quarantine(&mut self) -> bool {
         if self.quarantine.is_empty() {
             return false;
         }
@@ -1155,7 +1150,7 @@ impl Device {
     }
 
     /// Gives back everything the device holds through its path. Stops it first if needed.
-    pub fn release_all(&mut self) {
+    fn release_all(&mut self) {
         if !self.stopped && (!self.compute.is_empty() || !self.copy.is_empty()) {
             let last = self.submitted().max(self.reached());
             let _ = self.stop(last, None);
@@ -1184,6 +1179,343 @@ impl Device {
         for m in all {
             self.path.free(m);
         }
+    }
+}
+
+/// What one look of the hang watchdog found on a device ([`Device::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Watched {
+    /// The device has outstanding work or quarantined memory: look again soon.
+    pub busy: bool,
+    /// What it holds changed (quarantine released, or the device was lost and stopped):
+    /// its charges need bringing up to date.
+    pub changed: bool,
+}
+
+/// Why an allocation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocError {
+    /// The path refused.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Its memfd could not be shared.
+    #[error("cannot share the allocation's memory")]
+    Share(#[source] std::io::Error),
+}
+
+/// The device as its owner and rigctl see it, and the changes requests make, each keeping
+/// the device's totals, quarantine and charges consistent.
+impl Device {
+    /// Its id.
+    pub fn id(&self) -> DeviceId {
+        self.id
+    }
+
+    /// The GPU's index.
+    pub fn gpu(&self) -> u32 {
+        self.gpu
+    }
+
+    /// The GPU's description.
+    pub fn description(&self) -> &GpuDescription {
+        &self.desc
+    }
+
+    /// Why rigd lost it, once it did.
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+
+    /// Whether it stopped (by the client, by loss or at close).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Faults reported for its work, oldest first.
+    pub fn faults(&self) -> &[String] {
+        &self.faults
+    }
+
+    /// How many images it holds loaded.
+    pub fn image_count(&self) -> usize {
+        self.images.len()
+    }
+
+    /// How many regions it holds.
+    pub fn region_count(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// How many pieces of memory wait in quarantine.
+    pub fn quarantined(&self) -> usize {
+        self.quarantine.len()
+    }
+
+    /// The most bytes of a ring of a queue of `kind` its path makes.
+    pub fn most_ring(&self, kind: QueueKind) -> u64 {
+        self.path.most_ring(kind)
+    }
+
+    /// The GPU's clock, in ticks of the description's `clock_hz`.
+    pub fn clock(&self) -> u64 {
+        self.path.clock()
+    }
+
+    /// What the state last charged for the device.
+    pub fn charged(&self) -> Footprint {
+        self.charged
+    }
+
+    /// Records that the device's charges are brought up to what it holds now (nothing once
+    /// closed), and returns what was charged before and what is charged from now on.
+    pub fn recharge(&mut self) -> (Footprint, Footprint) {
+        let now = if self.closed {
+            Footprint::default()
+        } else {
+            self.footprint()
+        };
+        (std::mem::replace(&mut self.charged, now), now)
+    }
+
+    /// Closes the device: stops it if needed, gives back everything it holds through its path and
+    /// returns what was charged for it; from now on it is charged nothing.
+    pub fn close(&mut self) -> Footprint {
+        self.release_all();
+        self.closed = true;
+        std::mem::take(&mut self.charged)
+    }
+
+    /// Whether it maps `peer`'s word already.
+    pub fn maps_peer_word(&self, peer: DeviceId) -> bool {
+        self.peer_words.contains_key(&peer)
+    }
+
+    /// Allocates `bytes` of `kind` as region `region`, the memory's descriptor (Pinned and
+    /// Mapped) added to `fds`. Returns its GPU address and host share.
+    pub fn alloc(
+        &mut self,
+        region: RegionId,
+        kind: MemoryKind,
+        bytes: u64,
+        fds: &mut FdList,
+    ) -> Result<(u64, Option<Share>), AllocError> {
+        let m = self.path.alloc(kind, bytes)?;
+        let host = match &m.host {
+            Some(h) => match h
+                .dup_fd()
+                .map_err(std::io::Error::other)
+                .and_then(|fd| fds.push(&fd))
+            {
+                Ok(fd) => Some(Share {
+                    fd,
+                    offset: 0,
+                    bytes: m.bytes,
+                }),
+                Err(e) => {
+                    // Never shared: nothing can touch it.
+                    self.path.free(m);
+                    return Err(AllocError::Share(e));
+                }
+            },
+            None => None,
+        };
+        let address = m.address;
+        self.regions.insert(
+            region,
+            Region {
+                memory: m,
+                image: None,
+            },
+        );
+        Ok((address, host))
+    }
+
+    /// Maps `bytes` at `offset` of the client's memfd `fd` as region `region`; returns its
+    /// GPU address.
+    pub fn map_host(
+        &mut self,
+        region: RegionId,
+        fd: OwnedFd,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<u64, crate::path::MapRefusal> {
+        let m = self.path.map_host(fd, offset, bytes)?;
+        let address = m.address;
+        self.regions.insert(
+            region,
+            Region {
+                memory: m,
+                image: None,
+            },
+        );
+        Ok(address)
+    }
+
+    /// Frees region `region` (and the image it holds): quarantined until no work submitted
+    /// before the free can touch it (the device's quarantine). False if there is none.
+    pub fn free(&mut self, region: RegionId) -> bool {
+        let Some(r) = self.regions.remove(&region) else {
+            return false;
+        };
+        if let Some(image) = r.image {
+            self.images.remove(&image);
+        }
+        let cost = Footprint::region(&r.memory);
+        self.give_back(r.memory, cost, true);
+        true
+    }
+
+    /// Device memory for an image, not yet a region: placed with [`Device::upload`] and
+    /// kept with [`Device::add_image`], or handed back with [`Device::discard`].
+    pub fn image_memory(&mut self, bytes: u64) -> Result<PathMemory, Refusal> {
+        self.path.alloc(MemoryKind::Device, bytes)
+    }
+
+    /// Writes `data` at `offset` of memory from [`Device::image_memory`].
+    pub fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault> {
+        self.path.upload(memory, offset, data)
+    }
+
+    /// Gives back memory from [`Device::image_memory`] that was never shared nor named to
+    /// the client, so no work can touch it.
+    pub fn discard(&mut self, memory: PathMemory) {
+        self.path.free(memory);
+    }
+
+    /// Keeps `memory` as region `region` holding image `id`, `code` placed at its start.
+    pub fn add_image(
+        &mut self,
+        region: RegionId,
+        id: ImageId,
+        memory: PathMemory,
+        code: rig_amd::code_object::CodeObject,
+    ) {
+        let address = memory.address;
+        self.regions.insert(
+            region,
+            Region {
+                memory,
+                image: Some(id),
+            },
+        );
+        self.images.insert(
+            id,
+            crate::image::Image {
+                region,
+                address,
+                code,
+            },
+        );
+    }
+
+    /// Image `id`, if loaded.
+    pub fn image(&self, id: ImageId) -> Option<&crate::image::Image> {
+        self.images.get(&id)
+    }
+
+    /// Unloads image `id`: its entries go, its region stays until freed. False if there is
+    /// none.
+    pub fn unload(&mut self, id: ImageId) -> bool {
+        let Some(img) = self.images.remove(&id) else {
+            return false;
+        };
+        if let Some(r) = self.regions.get_mut(&img.region) {
+            r.image = None;
+        }
+        true
+    }
+
+    /// The scratch memory entries grew, as (GPU address, bytes).
+    pub fn scratch(&self) -> Option<(u64, u64)> {
+        self.scratch.as_ref().map(|s| (s.address, s.bytes))
+    }
+
+    /// Makes `bytes` of Device memory the device's scratch. Work already submitted may
+    /// still use the old scratch: it is kept until the device closes.
+    pub fn grow_scratch(&mut self, bytes: u64) -> Result<(), Refusal> {
+        let m = self.path.alloc(MemoryKind::Device, bytes)?;
+        if let Some(old) = self.scratch.replace(m) {
+            self.spent.push(old);
+        }
+        Ok(())
+    }
+
+    /// One look of the hang watchdog at `now`: loses the device if its word has stayed
+    /// below its submitted value for its hang bound, or its queues ran that long without
+    /// completing work, whatever its submitted value says (the path, not a client word,
+    /// tells whether a queue runs); and frees the quarantined memory no work can touch.
+    pub fn watch(&mut self, now: Instant) -> Watched {
+        let mut seen = Watched::default();
+        if !self.quarantine.is_empty() {
+            let before = self.quarantine.len();
+            seen.busy |= self.release_quarantine();
+            seen.changed |= self.quarantine.len() != before;
+        }
+        if self.stopped || self.lost.is_some() {
+            return seen;
+        }
+        let Some(hang_ms) = self.desc.hang_ms else {
+            return seen;
+        };
+        let (reached, submitted) = (self.reached(), self.submitted());
+        let running = self.path.busy_since();
+        let below = reached < submitted;
+        if !below {
+            self.progress = None;
+        }
+        if running.is_none() {
+            self.work = None;
+        }
+        if !below && running.is_none() {
+            return seen;
+        }
+        seen.busy = true;
+        let bound = std::time::Duration::from_millis(hang_ms);
+        // Two bounds, each late by at most a tick and never early. The word's: it stayed
+        // below the submitted value (both written by the client, so it can only lose
+        // itself by them). The path's: queues ran without completing any work, counted
+        // from the later of the run's start and the last completed work; a client cannot
+        // fake that count, nor keep a queue running by leaving `submitted` unpublished
+        // or by writing its own word.
+        let mut why = None;
+        if below {
+            let since = match self.progress {
+                Some((seen, since)) if seen == reached => since,
+                _ => {
+                    self.progress = Some((reached, now));
+                    now
+                }
+            };
+            let still = now.saturating_duration_since(since);
+            if still >= bound {
+                why = Some(format!(
+                    "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
+                    still.as_millis()
+                ));
+            }
+        }
+        if let (None, Some(run)) = (&why, running) {
+            let work = self.path.progress();
+            let since = match self.work {
+                Some((count, since)) if count == work => since,
+                _ => {
+                    self.work = Some((work, now));
+                    now
+                }
+            };
+            let still = now.saturating_duration_since(since.max(run));
+            if still >= bound {
+                why = Some(format!(
+                    "hang: the queues ran for {} ms without completing any work (the timeline at {reached})",
+                    still.as_millis()
+                ));
+            }
+        }
+        if let Some(why) = why {
+            self.lose(why);
+            seen.changed = true;
+        }
+        seen
     }
 }
 

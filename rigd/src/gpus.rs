@@ -17,7 +17,6 @@ use crate::config::{Config, SimGpuConfig};
 use crate::device::Device;
 use crate::discover::{PciGpu, scan_pci};
 use crate::path::{Backend, GpuDescription};
-use rig_shm::layout::TIMELINE_WORD_OFFSET;
 
 /// One GPU rigd lists.
 #[derive(Debug, Clone)]
@@ -158,10 +157,7 @@ pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
         host_addresses: false,
         alignment: 4096,
         cache_bytes: desc.cache_bytes,
-        word: d
-            .control
-            .as_ref()
-            .map_or(0, |c| c.address + TIMELINE_WORD_OFFSET),
+        word: d.word().map_or(0, |(_, address)| address),
         bus: desc.bus.clone(),
         gc: ip(g.gc),
         sdma: ip(g.sdma),
@@ -175,8 +171,8 @@ pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
         linear_copy_bytes: g.linear_copy_bytes(),
         clock_hz: desc.clock_hz,
         most_ring: RingLimits {
-            compute: d.path.most_ring(compute),
-            copy: d.path.most_ring(QueueKind::Sdma),
+            compute: d.most_ring(compute),
+            copy: d.most_ring(QueueKind::Sdma),
         },
     }
 }

@@ -6,24 +6,23 @@
 //! the seed's refusals (not a code object, another processor, too much LDS, a runtime
 //! service's hidden argument, a dispatch-packet read on a GPU of one die).
 //!
-//! Loading is split in two so that the state's lock is held only for what needs it:
+//! Loading is split in two so that the device's lock is held only for what needs it:
 //! [`Prepared::new`] parses, bounds (`images.max_bytes`, from the program headers before
-//! anything is allocated) and builds the image's pieces, in the connection's task before
-//! the lock; [`State::place_image`] allocates, writes the relocations for the address it
-//! got and uploads the pieces, under it. Only the file's bytes are uploaded: the rest of
+//! anything is allocated) and builds the image's pieces, before the lock;
+//! [`State::place_image`] allocates, writes the relocations for the address it got and
+//! uploads the pieces, under it. The server runs both on tokio's blocking pool. Only the file's bytes are uploaded: the rest of
 //! the image (a segment's zero-filled memory) is the allocation's own, which every path
 //! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment
 //! costs rigd neither memory nor time beyond the allocation charged to the client.
 
 use rig_amd::code_object::{CodeObject, CodeObjectError, Hidden, Pieces, PlaceError};
 use rig_proto::messages::{
-    Axis, Descriptor, DeviceId, Entry, ErrorCode, ErrorReply, HiddenArg, HiddenValue, ImageId,
-    MemoryKind, RegionId, Response, Scratch, Shortage,
+    Axis, Descriptor, Entry, ErrorCode, ErrorReply, HiddenArg, HiddenValue, ImageId, RegionId,
+    Response, Scratch, Shortage,
 };
 
-use crate::device::Region;
 use crate::path::Refusal;
-use crate::state::{ClientId, State};
+use crate::state::{ClientId, Halt, Held, State, live};
 
 /// An image loaded on a device.
 #[derive(Debug)]
@@ -72,7 +71,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// Parses `elf`, refusing an image larger than `max_bytes` from its program headers,
-    /// and builds its pieces. The costly half of a load, run before the state's lock.
+    /// and builds its pieces. The costly half of a load, run before the device's lock.
     pub fn new(elf: &[u8], max_bytes: u64) -> Result<Self, ImageError> {
         let code = CodeObject::parse_within(elf, max_bytes).map_err(|e| match e {
             CodeObjectError::TooLarge { bytes, limit } => ImageError::TooLarge { bytes, limit },
@@ -115,27 +114,17 @@ fn wave_scratch(gpu: &rig_amd::gpu::Gpu, private: u32, wave64: bool) -> u64 {
 }
 
 impl State {
-    /// `LoadImage`, parsing under the lock: for callers of [`crate::state::Handler`]
-    /// without a task of their own. The server prepares first ([`Prepared::new`]) and
-    /// calls [`place_image`](Self::place_image).
-    pub(crate) fn load_image(&mut self, client: ClientId, id: DeviceId, elf: &[u8]) -> Response {
-        let prepared = Prepared::new(elf, self.max_image_bytes);
-        self.place_image(client, id, prepared)
-    }
-
-    /// The half of `LoadImage` under the lock: checks the code object against the device's
-    /// GPU and the client's quota, allocates its memory, writes its relocations for that
-    /// address and uploads its pieces.
-    pub fn place_image(
-        &mut self,
+    /// The half of `LoadImage` after parsing, on the device `h` holds: checks the code
+    /// object against the device's GPU and the client's quota, allocates its memory, writes
+    /// its relocations for that address and uploads its pieces.
+    pub(crate) fn place(
+        &self,
         client: ClientId,
-        id: DeviceId,
+        h: &mut Held<'_>,
         prepared: Result<Prepared, ImageError>,
-    ) -> Response {
-        let gpu = match self.live_device(client, id) {
-            Ok(d) => d.desc.gpu.clone(),
-            Err(e) => return e,
-        };
+    ) -> Result<Response, Halt> {
+        live(&h.d)?;
+        let gpu = h.d.description().gpu.clone();
         let Prepared { code, pieces } = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -147,217 +136,163 @@ impl State {
                         "image refused: larger than images.max_bytes"
                     );
                 }
-                return e.response();
+                return Ok(e.response());
             }
         };
         if let Err(e) = code.check(&gpu) {
-            return refused(ErrorCode::ImageRefused, e.to_string());
+            return Ok(refused(ErrorCode::ImageRefused, e.to_string()));
         }
         if code.alignment() > 4096 {
-            return refused(
+            return Ok(refused(
                 ErrorCode::ImageRefused,
                 format!(
                     "the code object's segments need {}-byte alignment; rigd places images on 4096-byte pages",
                     code.alignment()
                 ),
-            );
+            ));
         }
         let size = code.image_size();
-        if let Some(r) = self.quota_for(client, size) {
-            return r;
-        }
+        self.reserve_memory(client, h, size)?;
         let region = RegionId(self.new_object_id());
         let image = ImageId(self.new_object_id());
-        let Ok(d) = self.live_device(client, id) else {
-            return refused(ErrorCode::Internal, "device vanished");
-        };
-        let memory = match d.path.alloc(MemoryKind::Device, size) {
+        let d = &mut h.d;
+        let memory = match d.image_memory(size) {
             Ok(m) => m,
             Err(Refusal::Lacking(_)) => {
-                return Response::NoMemory {
+                return Ok(Response::NoMemory {
                     bytes: size,
                     shortage: Shortage::Gpu,
                     limit: None,
-                };
+                });
             }
-            Err(Refusal::Full(r) | Refusal::Refused(r)) => return refused(ErrorCode::Fault, r),
+            Err(Refusal::Full(r) | Refusal::Refused(r)) => {
+                return Ok(refused(ErrorCode::Fault, r));
+            }
         };
         let placed = match pieces.place(memory.address) {
             Ok(p) => p,
             Err(e) => {
-                d.path.free(memory);
-                return refused(ErrorCode::ImageRefused, e.to_string());
+                d.discard(memory);
+                return Ok(refused(ErrorCode::ImageRefused, e.to_string()));
             }
         };
         // The allocation is zeroed (a Path's promise): only the pieces need writing.
         for p in &placed {
-            if let Err(f) = d.path.upload(&memory, p.offset, &p.bytes) {
-                d.path.free(memory);
-                return refused(ErrorCode::Fault, format!("placing the image failed: {f}"));
+            if let Err(f) = d.upload(&memory, p.offset, &p.bytes) {
+                d.discard(memory);
+                return Ok(refused(
+                    ErrorCode::Fault,
+                    format!("placing the image failed: {f}"),
+                ));
             }
         }
         let address = memory.address;
         let kernels = code.kernels().iter().map(|k| k.name().to_owned()).collect();
-        d.regions.insert(
-            region,
-            Region {
-                memory,
-                image: Some(image),
-            },
-        );
-        d.images.insert(
-            image,
-            Image {
-                region,
-                address,
-                code,
-            },
-        );
-        Response::ImageLoaded {
+        d.add_image(region, image, memory, code);
+        Ok(Response::ImageLoaded {
             image,
             region,
             gpu_address: address,
             size,
             kernels,
-        }
+        })
     }
 
-    /// `ResolveEntry`.
+    /// `ResolveEntry` on the device `h` holds.
     pub(crate) fn resolve_entry(
-        &mut self,
+        &self,
         client: ClientId,
-        id: DeviceId,
+        h: &mut Held<'_>,
         image: ImageId,
         name: &str,
-    ) -> Response {
-        let (entry_base, scratch_need) = {
-            let d = match self.live_device(client, id) {
-                Ok(d) => d,
-                Err(e) => return e,
-            };
-            let Some(img) = d.images.get(&image) else {
-                return refused(
-                    ErrorCode::NoSuchImage,
-                    format!("device {} has no image {}", id.0, image.0),
-                );
-            };
-            let Some(k) = img.code.kernel(name) else {
-                return Response::Absent;
-            };
-            let services: Vec<&str> = k.runtime_services().collect();
-            if !services.is_empty() {
-                return refused(
-                    ErrorCode::EntryRefused,
-                    format!(
-                        "kernel {name} reads {}, a runtime's service rig does not provide; build it without printf, hostcall or device-side enqueue",
-                        services.join(", ")
-                    ),
-                );
-            }
-            let pm4 = d.desc.gpu.dies == 1;
-            if pm4 && k.reads_dispatch_packet() {
-                return refused(
-                    ErrorCode::EntryRefused,
-                    format!(
-                        "kernel {name} reads its dispatch packet, which a GPU of one die (PM4 queue) does not have; compile it as code object v5 or later"
-                    ),
-                );
-            }
-            let hidden: Vec<HiddenArg> = k
-                .hidden()
-                .filter_map(|(h, offset)| {
-                    Some(HiddenArg {
-                        offset,
-                        size: h.size()?,
-                        value: hidden_value(h)?,
-                    })
-                })
-                .collect();
-            let wave_bytes = wave_scratch(&d.desc.gpu, k.private_segment_size(), k.wave64());
-            let waves = u64::from(d.desc.gpu.compute_units) * u64::from(d.desc.gpu.waves_per_cu);
-            let entry = Entry {
-                code: img.address + k.descriptor_offset(),
-                params: k.explicit_size(),
-                max_threads: k.max_threads(),
-                kernarg_size: k.kernarg_size(),
-                kernarg_align: k.kernarg_align(),
-                group_segment: k.group_segment_size(),
-                private_segment: k.private_segment_size(),
-                wave64: k.wave64(),
-                descriptor: Descriptor(k.descriptor().to_bytes()),
-                hidden,
-                scratch: None,
-            };
-            (entry, (wave_bytes, waves, pm4))
+    ) -> Result<Response, Halt> {
+        live(&h.d)?;
+        let d = &h.d;
+        let Some(img) = d.image(image) else {
+            return Ok(refused(
+                ErrorCode::NoSuchImage,
+                format!("device {} has no image {}", d.id().0, image.0),
+            ));
         };
-        let mut entry = entry_base;
-        let (wave_bytes, waves, pm4) = scratch_need;
+        let Some(k) = img.code.kernel(name) else {
+            return Ok(Response::Absent);
+        };
+        let services: Vec<&str> = k.runtime_services().collect();
+        if !services.is_empty() {
+            return Ok(refused(
+                ErrorCode::EntryRefused,
+                format!(
+                    "kernel {name} reads {}, a runtime's service rig does not provide; build it without printf, hostcall or device-side enqueue",
+                    services.join(", ")
+                ),
+            ));
+        }
+        let gpu = &d.description().gpu;
+        let pm4 = gpu.dies == 1;
+        if pm4 && k.reads_dispatch_packet() {
+            return Ok(refused(
+                ErrorCode::EntryRefused,
+                format!(
+                    "kernel {name} reads its dispatch packet, which a GPU of one die (PM4 queue) does not have; compile it as code object v5 or later"
+                ),
+            ));
+        }
+        let hidden: Vec<HiddenArg> = k
+            .hidden()
+            .filter_map(|(h, offset)| {
+                Some(HiddenArg {
+                    offset,
+                    size: h.size()?,
+                    value: hidden_value(h)?,
+                })
+            })
+            .collect();
+        let wave_bytes = wave_scratch(gpu, k.private_segment_size(), k.wave64());
+        let waves = u64::from(gpu.compute_units) * u64::from(gpu.waves_per_cu);
+        let mut entry = Entry {
+            code: img.address + k.descriptor_offset(),
+            params: k.explicit_size(),
+            max_threads: k.max_threads(),
+            kernarg_size: k.kernarg_size(),
+            kernarg_align: k.kernarg_align(),
+            group_segment: k.group_segment_size(),
+            private_segment: k.private_segment_size(),
+            wave64: k.wave64(),
+            descriptor: Descriptor(k.descriptor().to_bytes()),
+            hidden,
+            scratch: None,
+        };
         if wave_bytes == 0 {
-            return Response::Entry(Box::new(entry));
+            return Ok(Response::Entry(Box::new(entry)));
         }
         let bytes = wave_bytes.saturating_mul(waves);
-        let have = self
-            .live_device(client, id)
-            .ok()
-            .and_then(|d| d.scratch.as_ref().map(|s| s.bytes))
-            .unwrap_or(0);
+        let have = d.scratch().map_or(0, |(_, b)| b);
         if have < bytes {
-            if let Some(r) = self.quota_for(client, bytes) {
-                return r;
-            }
-            let Ok(d) = self.live_device(client, id) else {
-                return refused(ErrorCode::Internal, "device vanished");
-            };
-            match d.path.alloc(MemoryKind::Device, bytes) {
-                Ok(m) => {
-                    // Work already submitted may still use the old scratch: keep it until close.
-                    if let Some(old) = d.scratch.replace(m) {
-                        d.spent.push(old);
-                    }
-                }
+            self.reserve_memory(client, h, bytes)?;
+            match h.d.grow_scratch(bytes) {
+                Ok(()) => {}
                 Err(Refusal::Lacking(_)) => {
-                    return Response::NoMemory {
+                    return Ok(Response::NoMemory {
                         bytes,
                         shortage: Shortage::Gpu,
                         limit: None,
-                    };
+                    });
                 }
-                Err(Refusal::Full(r) | Refusal::Refused(r)) => return refused(ErrorCode::Fault, r),
+                Err(Refusal::Full(r) | Refusal::Refused(r)) => {
+                    return Ok(refused(ErrorCode::Fault, r));
+                }
             }
         }
-        let Ok(d) = self.live_device(client, id) else {
-            return refused(ErrorCode::Internal, "device vanished");
-        };
         // A PM4 dispatch names the scratch; an AQL queue hands the device's scratch itself.
-        if let Some(s) = d.scratch.as_ref().filter(|_| pm4) {
+        if let Some((gpu_address, bytes)) = h.d.scratch().filter(|_| pm4) {
             entry.scratch = Some(Scratch {
-                gpu_address: s.address,
-                bytes: s.bytes,
+                gpu_address,
+                bytes,
                 wave_bytes: u32::try_from(wave_bytes).unwrap_or(u32::MAX),
-                waves: u32::try_from(s.bytes / wave_bytes).unwrap_or(u32::MAX),
+                waves: u32::try_from(bytes / wave_bytes).unwrap_or(u32::MAX),
             });
         }
-        Response::Entry(Box::new(entry))
-    }
-
-    /// `Unload`: the image's entries go; its region stays until freed.
-    pub(crate) fn unload(&mut self, client: ClientId, id: DeviceId, image: ImageId) -> Response {
-        let d = match self.owned_device(client, id) {
-            Ok(d) => d,
-            Err(e) => return e,
-        };
-        match d.images.remove(&image) {
-            Some(img) => {
-                if let Some(r) = d.regions.get_mut(&img.region) {
-                    r.image = None;
-                }
-                Response::Done
-            }
-            None => refused(
-                ErrorCode::NoSuchImage,
-                format!("device {} has no image {}", id.0, image.0),
-            ),
-        }
+        Ok(Response::Entry(Box::new(entry)))
     }
 }
 

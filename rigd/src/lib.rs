@@ -7,10 +7,13 @@
 //! Everything that changes what a GPU may touch goes through the socket.
 //!
 //! Design choices:
-//! - **One owner of state.** Connection tasks ([`server`]) decode requests and run them
-//!   under the one lock of the state ([`state`]), which owns GPUs, clients and devices, so
-//!   ownership and cleanup are sequential and a client's disconnect is handled after its
-//!   last request.
+//! - **A lock per device.** Connection tasks ([`server`]) decode requests; the state
+//!   ([`state`]) keeps what is global (clients, what each user is charged, the device
+//!   table) under one small lock held only for lookups and accounting, and each device
+//!   ([`device::Device`], whose methods keep its invariants) under its own, so a request on
+//!   one device never waits for another's work. Requests that may block (making, growing,
+//!   stopping and closing devices, loading images) run on tokio's blocking pool, never on
+//!   an async worker; a client's disconnect is handled after its last request.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
 //!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Only
 //!   the simulated GPU's path exists so far; it is served when configured, or as the
@@ -24,7 +27,7 @@
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
 //!   [`state::Budget`]); memory given back is reused only once no work that may touch it
-//!   can run ([`device::Device::give_back`]).
+//!   can run ([`device::Device::free`]).
 //!
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
@@ -69,7 +72,7 @@ pub enum ServeError {
 }
 
 /// Serves `config`'s GPUs on `socket` (with `daemon.mode`'s permissions) until SIGTERM,
-/// then stops cleanly: a rigd of a program's own, as the demo and rig-client's tests start
+/// then stops cleanly: a rigd of a program's own, as the demo and the workspace's tests start
 /// one. The `rigd` binary does more (systemd, SIGINT, exit codes).
 pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), ServeError> {
     let (listener, file) = listen::bind(socket, None, config.daemon.mode)?;
@@ -115,6 +118,13 @@ impl Daemon {
     pub fn start(config: &Config, sysfs: &Path) -> Result<Self, StartError> {
         raise_nofile();
         let gpus = gpus::find(config, sysfs)?;
+        Ok(Self::with_gpus(config, gpus))
+    }
+
+    /// Starts the state owner over `gpus` as given (a program embedding rigd with paths of
+    /// its own), with `config`'s limits, access and connections; `config`'s `[[sim]]` and
+    /// GPU scan are not used.
+    pub fn with_gpus(config: &Config, gpus: Vec<gpus::GpuEntry>) -> Self {
         let n = gpus.len();
         let (tx, rx) = std::sync::mpsc::channel();
         let inspect_gid = config
@@ -124,10 +134,10 @@ impl Daemon {
             .and_then(config::resolve_group);
         let mut st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
         st.max_image_bytes = config.images.max_bytes;
-        let shared: state::Shared = Arc::new(std::sync::Mutex::new(st));
+        let shared: state::Shared = Arc::new(st);
         let watch = state::spawn_watch(shared.clone(), rx);
         let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
-        Ok(Self {
+        Self {
             watch,
             watch_tx: tx,
             server: server::Server {
@@ -138,7 +148,7 @@ impl Daemon {
                 max_image_bytes: config.images.max_bytes,
             },
             gpus: n,
-        })
+        }
     }
 
     /// How many GPUs it lists.

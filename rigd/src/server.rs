@@ -10,13 +10,17 @@
 //! refusals are logged at most once a second for each reason, with a count of the rest.
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
-//! reads a request, runs it through the state's [`Handler`] under its lock
-//! ([`crate::state`]) and sends the answer back, one request at a time. A frame that started
-//! must arrive whole within `connections.frame_ms` and an answer be taken by the client
-//! within the same bound; a connection holding no device that sends no request for
-//! `connections.idle_ms` is closed (one holding a device never is: its work goes through
-//! shared memory). `LoadImage` is parsed in the task, off the lock, and only placed under
-//! it ([`crate::image`]).
+//! reads a request, answers it through the state's [`Handler`] ([`crate::state`]) and sends
+//! the answer back, one request at a time. A request that may block (making, growing,
+//! stopping or closing a device, which make or join queue threads; loading an image, parsed
+//! before the device's lock ([`crate::image`]); mapping host memory), one whose device is
+//! busy, and the disconnect's cleanup run on tokio's blocking pool; the rest are answered in
+//! the task ([`crate::state::State::try_handle`]), so no async worker ever waits for a
+//! path or for another request, and a slow stop of one device delays no other client's
+//! hello or request. A frame that started must arrive whole within `connections.frame_ms`
+//! and an answer be taken by the client within the same bound; a connection holding no
+//! device that sends no request for `connections.idle_ms` is closed (one holding a device
+//! never is: its work goes through shared memory).
 //!
 //! Shutdown follows mini-redis: a broadcast tells every handler to stop, and each handler
 //! holds an `mpsc::Sender` clone, so the server knows all are done when the receiver sees
@@ -24,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,7 +40,7 @@ use tokio::sync::{broadcast, mpsc as tmpsc};
 
 use crate::config::{AccessRule, Connections, Peer};
 use crate::image::Prepared;
-use crate::state::{ClientId, Handler, Shared, lock};
+use crate::state::{ClientId, Handler, Reply, Shared};
 
 /// Refusals at accept are logged at most once a second for each reason, with how many
 /// were not: a storm of refused connections must not become a storm of log lines.
@@ -314,10 +318,55 @@ impl Server {
             return;
         }
         let program = hello.program.clone();
-        let client = lock(&self.state).connect(peer.clone(), program.clone());
+        let client = self.state.connect(peer.clone(), program.clone());
         tracing::info!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
         self.serve(client, &mut conn, stop).await;
-        lock(&self.state).disconnect(client);
+        // Closing its devices joins their queues' threads: off the async workers.
+        let state = self.state.clone();
+        if tokio::task::spawn_blocking(move || state.disconnect(client))
+            .await
+            .is_err()
+        {
+            tracing::error!(client = client.0, "giving back a client's devices panicked");
+        }
+    }
+
+    /// Answers one request: inline when it cannot block and nothing it needs is busy
+    /// ([`crate::state::State::try_handle`]), else on the blocking pool. `None` if that
+    /// panicked (a bug; the connection is closed, which gives back what the client holds).
+    async fn answer(&self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Option<Reply> {
+        let (request, fds) = match self.state.try_handle(client, request, fds) {
+            Ok(reply) => return Some(reply),
+            Err(back) => back,
+        };
+        let state = self.state.clone();
+        let limit = self.max_image_bytes;
+        let name = request.name();
+        let done = tokio::task::spawn_blocking(move || match request {
+            Request::LoadImage {
+                device,
+                code_object,
+            } => {
+                // Parsing and building the image is the costly half: before the device's
+                // lock.
+                let prepared = Prepared::new(&code_object, limit);
+                drop(code_object);
+                let response = state.place_image(client, device, prepared);
+                if let Response::Error(e) = &response {
+                    tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %e.message, "request refused");
+                }
+                (response, Vec::new())
+            }
+            request => state.handle(client, request, fds),
+        })
+        .await;
+        match done {
+            Ok(reply) => Some(reply),
+            Err(e) => {
+                tracing::error!(client = client.0, request = name, error = %e, "a request panicked");
+                None
+            }
+        }
     }
 
     async fn serve(
@@ -372,28 +421,8 @@ impl Server {
                 }
             };
             let closing = matches!(request, Request::CloseDevice { .. });
-            let (response, fds) = match request {
-                Request::LoadImage {
-                    device,
-                    code_object,
-                } => {
-                    // Parsing and building the image is the costly half: off the lock, and
-                    // off the runtime's workers.
-                    let limit = self.max_image_bytes;
-                    let prepared =
-                        tokio::task::spawn_blocking(move || Prepared::new(&code_object, limit))
-                            .await;
-                    let Ok(prepared) = prepared else {
-                        tracing::error!(client = client.0, "preparing an image panicked");
-                        return;
-                    };
-                    let response = lock(&self.state).place_image(client, device, prepared);
-                    if let Response::Error(e) = &response {
-                        tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %e.message, "request refused");
-                    }
-                    (response, Vec::new())
-                }
-                request => lock(&self.state).handle(client, request, fds),
+            let Some((response, fds)) = self.answer(client, request, fds).await else {
+                return;
             };
             match &response {
                 Response::DeviceOpened(_) => devices += 1,

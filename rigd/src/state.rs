@@ -1,34 +1,46 @@
-//! The daemon's state and the one owner that changes it: GPUs, clients, their devices and
-//! everything those hold, with ownership, limits and cleanup.
+//! The daemon's state: GPUs, clients, their devices and everything those hold, with
+//! ownership, limits and cleanup.
 //!
-//! One lock owns it ([`Shared`]): a connection task decodes a request and runs it through
-//! the [`Handler`] trait under the lock, so requests are handled one at a time and a
-//! client's disconnect (run by its own task after its last request) never races a request
-//! of the same client. Handling in the connection task, rather than handing each request
-//! to an owner thread and back, saves two thread wake-ups per request, which were most of
-//! a request's cost. The watch thread ([`spawn_watch`]) takes fault reports from the GPUs'
-//! paths and runs the hang watchdog under the same lock; its tick also frees quarantined
-//! memory once no work can touch it. The [`Handler`] trait is the seam between sockets and
-//! devices, so tests and fuzzers can drive requests without a socket.
+//! Locks are per device, not global. [`State`] keeps what is global under one small lock
+//! (the book: clients, what each user and all clients are charged, and the device table of
+//! `Arc`s), held only for lookups and accounting, never while a path works. Each device
+//! sits behind its own mutex ([`crate::device::Device`] keeps its own invariants), so a
+//! request on device A never waits for device B's work. Lock order: a device, then the
+//! book; the book is never held while waiting for a device.
+//!
+//! Requests come through [`Handler::handle`] (waits for the device's lock) or
+//! [`State::try_handle`] (answers only if the request cannot block and nothing it needs is
+//! busy, else gives it back untouched). The server ([`crate::server`]) runs on tokio's
+//! blocking pool the requests that may block ([`may_block`]: making, growing, stopping and
+//! closing devices, which make or join queue threads; loading images; mapping host
+//! memory), any request whose device is busy, and a disconnect; the rest inline with
+//! `try_handle`, so no async worker waits for a queue's thread or another request. The
+//! watch thread ([`spawn_watch`]) takes fault reports from the GPUs' paths and runs the
+//! hang watchdog; it skips a device a request holds until its next tick, so a long stop
+//! holds up no other device's watch. Its tick also frees quarantined memory once no work
+//! can touch it. The [`Handler`] trait is the seam between sockets and devices, so tests
+//! and fuzzers can drive requests without a socket.
 //!
 //! Limits hold per user (uid) across all its connections, and for all clients together
-//! ([`Budget`]): each device's [`Footprint`] is charged to its connection, its user and
-//! the totals whenever a request changed it (`State::recharge`), and every request that
-//! makes something is admitted first against what is charged (`State::admit`).
+//! ([`Budget`]). A request that makes something reserves what it may cost, checked and
+//! charged in one hold of the book (`State::reserve`), so two requests of one user on two
+//! devices cannot both pass a check that only one of them fits; once done, the device's
+//! charges are brought to its [`Footprint`] and the reservation dropped, again in one hold
+//! (`State::settle`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, mpsc};
 use std::time::{Duration, Instant};
 
 use rig_proto::messages::{
     ClientInfo, DeviceId, DeviceInfo, DeviceReport, DeviceStatus, ErrorCode, ErrorReply, Facts,
-    GpuInfo, MemoryKind, Request, Response, Shortage,
+    GpuInfo, MemoryKind, RegionId, Request, Response, Shortage,
 };
 
 use crate::config::{Limits, Peer};
-use crate::device::{Device, Footprint, MakeError, Region};
+use crate::device::{AllocError, Device, FdList, Footprint, MakeError};
 use crate::gpus::GpuEntry;
 use crate::path::{Events, MapRefusal, Refusal};
 
@@ -39,14 +51,16 @@ pub struct ClientId(pub u64);
 /// An answer and the descriptors it names.
 pub type Reply = (Response, Vec<OwnedFd>);
 
-/// Handles requests for connected clients (the seam between sockets and devices).
-pub trait Handler: Send {
+/// Handles requests for connected clients (the seam between sockets and devices). Shared
+/// by every connection: each call locks what it needs, and may block (it waits for locks
+/// and for the paths).
+pub trait Handler: Send + Sync {
     /// A client passed the handshake.
-    fn connect(&mut self, peer: Peer, program: String) -> ClientId;
+    fn connect(&self, peer: Peer, program: String) -> ClientId;
     /// One request of `client`, with the descriptors that came with it.
-    fn handle(&mut self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply;
+    fn handle(&self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply;
     /// The client's connection closed (or broke): give back all it holds.
-    fn disconnect(&mut self, client: ClientId);
+    fn disconnect(&self, client: ClientId);
 }
 
 #[derive(Debug)]
@@ -140,21 +154,127 @@ pub struct State {
     budget: Budget,
     inspect_gid: Option<u32>,
     own_uid: u32,
-    clients: BTreeMap<ClientId, Client>,
-    /// What each user holds, across its connections.
-    tenants: BTreeMap<u32, Tenant>,
-    /// What all clients hold.
-    total: Footprint,
-    /// The device the request being handled names, for [`State::quota_for`].
-    serving: Option<DeviceId>,
-    devices: BTreeMap<DeviceId, (ClientId, Device)>,
-    next_client: u64,
-    next_device: u64,
-    next_object: u64,
+    /// What is global: clients, charges, the device table.
+    book: Mutex<Book>,
+    next_client: AtomicU64,
+    next_device: AtomicU64,
+    next_object: AtomicU64,
     /// Where paths report faults, so they reach the watch thread as messages.
     faults: mpsc::Sender<Msg>,
     /// `images.max_bytes`, for `LoadImage` through [`Handler`] (the server checks it itself).
     pub(crate) max_image_bytes: u64,
+}
+
+/// The global part of the state, under [`State`]'s one small lock.
+#[derive(Debug, Default)]
+struct Book {
+    clients: BTreeMap<ClientId, Client>,
+    /// What each user holds, across its connections, reservations included.
+    tenants: BTreeMap<u32, Tenant>,
+    /// What all clients hold, reservations included.
+    total: Footprint,
+    devices: BTreeMap<DeviceId, Arc<Slot>>,
+}
+
+/// A device in the table: who owns it, on which GPU, and the device behind its own lock.
+#[derive(Debug)]
+struct Slot {
+    owner: ClientId,
+    /// The owner's user.
+    uid: u32,
+    gpu: u32,
+    device: Mutex<Device>,
+}
+
+/// How a request takes a device's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Waits for it (on a thread that may block).
+    Wait,
+    /// Gives up at once if another holds it (on an async worker).
+    Try,
+}
+
+/// A lock a [`Mode::Try`] request would have waited for.
+#[derive(Debug)]
+struct Busy;
+
+/// Why a request ends early: its answer, or (only with [`Mode::Try`]) a busy lock before it
+/// changed anything.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    Busy,
+    Answer(Box<Response>),
+}
+
+impl Halt {
+    /// The answer it carries (a lock found busy where none may be: never, as only
+    /// `Mode::Try` finds one busy, and it gives the request back instead).
+    fn answer(self) -> Response {
+        match self {
+            Halt::Answer(r) => *r,
+            Halt::Busy => busy_answer(),
+        }
+    }
+}
+
+impl From<Busy> for Halt {
+    fn from(_: Busy) -> Halt {
+        Halt::Busy
+    }
+}
+
+impl From<Response> for Halt {
+    fn from(r: Response) -> Halt {
+        Halt::Answer(Box::new(r))
+    }
+}
+
+type Answer<T = Reply> = Result<T, Halt>;
+
+impl Slot {
+    /// Locks the device, waiting for it. A panic while it was held (a bug) does not stop
+    /// rigd: the device is only ever changed by whole operations, so it is taken back as it
+    /// is.
+    fn wait(&self) -> MutexGuard<'_, Device> {
+        self.device.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the device as `mode` says.
+    fn lock(&self, mode: Mode) -> Result<MutexGuard<'_, Device>, Busy> {
+        match mode {
+            Mode::Wait => Ok(self.wait()),
+            Mode::Try => match self.device.try_lock() {
+                Ok(d) => Ok(d),
+                Err(TryLockError::Poisoned(e)) => Ok(e.into_inner()),
+                Err(TryLockError::WouldBlock) => Err(Busy),
+            },
+        }
+    }
+}
+
+/// A device locked for a request, with what the request reserved for it.
+#[derive(Debug)]
+pub(crate) struct Held<'a> {
+    slot: &'a Slot,
+    pub(crate) d: MutexGuard<'a, Device>,
+    /// Charged ahead for what the request makes; dropped when the charges are settled.
+    reserved: Footprint,
+    /// Pieces in quarantine when the request began.
+    quarantined: usize,
+}
+
+impl<'a> Held<'a> {
+    fn new(slot: &'a Slot, mode: Mode) -> Result<Held<'a>, Busy> {
+        let d = slot.lock(mode)?;
+        let quarantined = d.quarantined();
+        Ok(Held {
+            slot,
+            d,
+            reserved: Footprint::default(),
+            quarantined,
+        })
+    }
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -163,6 +283,78 @@ fn err(code: ErrorCode, message: impl Into<String>) -> Response {
 
 fn none(r: Response) -> Reply {
     (r, Vec::new())
+}
+
+fn no_device(id: DeviceId) -> Response {
+    err(
+        ErrorCode::NoSuchDevice,
+        format!("no device {} belongs to this client; open one first", id.0),
+    )
+}
+
+/// The user of `client`; `u32::MAX` for one not in the book.
+fn uid_of(book: &Book, client: ClientId) -> u32 {
+    book.clients.get(&client).map_or(u32::MAX, |c| c.peer.uid)
+}
+
+/// `Ok` if `d` is neither lost nor stopped; else the answer saying which.
+pub(crate) fn live(d: &Device) -> Result<(), Halt> {
+    if let Some(why) = d.lost() {
+        return Err(err(
+            ErrorCode::Lost,
+            format!("device {} is lost: {why}", d.id().0),
+        )
+        .into());
+    }
+    if d.is_stopped() {
+        return Err(err(
+            ErrorCode::Stopped,
+            format!("device {} is stopped; close it and open another", d.id().0),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether a request may block its thread: it makes, grows, stops or closes queues (which
+/// joins their threads), parses and uploads a code object, or maps a client's memory. The
+/// server runs these on its blocking pool, never on an async worker.
+pub fn may_block(r: &Request) -> bool {
+    matches!(
+        r,
+        Request::OpenDevice { .. }
+            | Request::CloseDevice { .. }
+            | Request::Grow { .. }
+            | Request::StopDevice { .. }
+            | Request::LoadImage { .. }
+            | Request::MapHost { .. }
+    )
+}
+
+impl Book {
+    /// Moves the charges of a device of `owner` (of user `uid`) on `gpu` from `was` to
+    /// `now`. The user is charged even once the connection is gone (its devices are given
+    /// back after it leaves the book).
+    fn apply(&mut self, owner: ClientId, uid: u32, gpu: u32, was: Footprint, now: Footprint) {
+        self.total = self.total.minus(was).plus(now);
+        if let Some(c) = self.clients.get_mut(&owner) {
+            c.held = c.held.minus(was).plus(now);
+        }
+        let t = self.tenants.entry(uid).or_default();
+        t.held = t.held.minus(was).plus(now);
+        let g = t.gpu_bytes.entry(gpu).or_default();
+        *g = g
+            .saturating_sub(was.gpu_bytes)
+            .saturating_add(now.gpu_bytes);
+    }
+
+    /// The device `id` if `client` owns it.
+    fn owned(&self, client: ClientId, id: DeviceId) -> Result<Arc<Slot>, Halt> {
+        match self.devices.get(&id) {
+            Some(s) if s.owner == client => Ok(s.clone()),
+            _ => Err(no_device(id).into()),
+        }
+    }
 }
 
 impl State {
@@ -195,32 +387,26 @@ impl State {
             budget,
             inspect_gid,
             own_uid: nix::unistd::geteuid().as_raw(),
-            clients: BTreeMap::new(),
-            tenants: BTreeMap::new(),
-            total: Footprint::default(),
-            serving: None,
-            devices: BTreeMap::new(),
-            next_client: 1,
-            next_device: 1,
-            next_object: 1,
+            book: Mutex::new(Book::default()),
+            next_client: AtomicU64::new(1),
+            next_device: AtomicU64::new(1),
+            next_object: AtomicU64::new(1),
             faults,
             max_image_bytes: crate::config::Images::default().max_bytes,
         }
     }
 
-    pub(crate) fn new_object_id(&mut self) -> u64 {
-        let id = self.next_object;
-        self.next_object += 1;
-        id
+    /// The book, held briefly: never while a path works or a device's lock is awaited.
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn new_object_id(&self) -> u64 {
+        self.next_object.fetch_add(1, Ordering::Relaxed)
     }
 
     fn gpu_infos(&self) -> Vec<GpuInfo> {
         self.gpus.iter().map(|g| g.info.clone()).collect()
-    }
-
-    /// Bytes `client` (this connection) holds across its devices.
-    fn usage(&self, client: ClientId) -> u64 {
-        self.clients.get(&client).map_or(0, |c| c.held.bytes)
     }
 
     /// The limits as sized at start.
@@ -228,34 +414,82 @@ impl State {
         &self.budget
     }
 
-    /// `None` if `client` may take `bytes` more bytes of Device memory and one more object
-    /// on the GPU of the device the request names; else the answer.
-    pub(crate) fn quota_for(&self, client: ClientId, bytes: u64) -> Option<Response> {
-        let gpu = self
-            .serving
-            .and_then(|d| self.devices.get(&d))
-            .map(|(_, d)| d.gpu);
+    /// Reserves `need` (and a device more, if `device`) for `client` on `gpu`: checked
+    /// against the limits and charged in one hold of the book, so no other request can
+    /// pass the same check on the same room. Else the answer naming the limit that refuses.
+    fn reserve(
+        &self,
+        client: ClientId,
+        gpu: u32,
+        need: Footprint,
+        device: bool,
+    ) -> Result<(), Halt> {
+        let mut book = self.book();
+        if let Some(r) = self.admit(&book, client, gpu, need, device) {
+            return Err(r.into());
+        }
+        let uid = uid_of(&book, client);
+        if device {
+            book.tenants.entry(uid).or_default().devices += 1;
+        }
+        book.apply(client, uid, gpu, Footprint::default(), need);
+        Ok(())
+    }
+
+    /// Reserves `need` for the request holding `h` (see [`State::reserve`]).
+    fn reserve_for(&self, client: ClientId, h: &mut Held<'_>, need: Footprint) -> Answer<()> {
+        self.reserve(client, h.slot.gpu, need, false)?;
+        h.reserved = h.reserved.plus(need);
+        Ok(())
+    }
+
+    /// Reserves `bytes` more bytes of Device memory and one more object on the GPU of the
+    /// device `h` holds.
+    pub(crate) fn reserve_memory(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        bytes: u64,
+    ) -> Answer<()> {
         let need = Footprint {
             bytes,
             objects: 1,
-            gpu_bytes: if gpu.is_some() { bytes } else { 0 },
+            gpu_bytes: bytes,
             ..Footprint::default()
         };
-        self.admit(client, gpu, need, false)
+        self.reserve_for(client, h, need)
+    }
+
+    /// Brings the charges of the device `h` holds up to what it holds now, and drops what
+    /// the request reserved, in one hold of the book. Wakes the watch thread if the request
+    /// put memory in quarantine, so its release comes within a busy tick.
+    fn settle(&self, h: &mut Held<'_>) {
+        let (was, now) = h.d.recharge();
+        let reserved = std::mem::take(&mut h.reserved);
+        if was != now || reserved != Footprint::default() {
+            let s = h.slot;
+            self.book()
+                .apply(s.owner, s.uid, s.gpu, was.plus(reserved), now);
+        }
+        if h.d.quarantined() > h.quarantined {
+            let _ = self.faults.send(Msg::Wake);
+        }
     }
 
     /// `None` if `client` may take `need` more (and a device more, if `device`) on `gpu`;
     /// else the answer naming the limit that refuses it.
-    pub(crate) fn admit(
+    fn admit(
         &self,
+        book: &Book,
         client: ClientId,
-        gpu: Option<u32>,
+        gpu: u32,
         need: Footprint,
         device: bool,
     ) -> Option<Response> {
-        let uid = self.clients.get(&client).map_or(u32::MAX, |c| c.peer.uid);
+        let uid = uid_of(book, client);
         let none = Tenant::default();
-        let t = self.tenants.get(&uid).unwrap_or(&none);
+        let t = book.tenants.get(&uid).unwrap_or(&none);
+        let total = &book.total;
         let l = &self.limits;
         let b = &self.budget;
         let refuse = |message: String| {
@@ -284,10 +518,10 @@ impl State {
                 t.held.fds, need.fds, b.uid_fds
             ));
         }
-        if need.fds > 0 && self.total.fds.saturating_add(need.fds) > b.fds {
+        if need.fds > 0 && total.fds.saturating_add(need.fds) > b.fds {
             return refuse(format!(
                 "rigd holds {} file descriptors for all clients, the most its RLIMIT_NOFILE ({}) leaves after what it keeps for connections ({}); retry once others free memory, or raise LimitNOFILE",
-                self.total.fds, b.nofile, b.fds
+                total.fds, b.nofile, b.fds
             ));
         }
         if need.maps > 0 && t.held.maps.saturating_add(need.maps) > b.uid_maps {
@@ -296,10 +530,10 @@ impl State {
                 t.held.maps, need.maps, b.uid_maps
             ));
         }
-        if need.maps > 0 && self.total.maps.saturating_add(need.maps) > b.maps {
+        if need.maps > 0 && total.maps.saturating_add(need.maps) > b.maps {
             return refuse(format!(
                 "rigd holds {} memory mappings for all clients, the most vm.max_map_count ({}) leaves after what rigd keeps for itself ({}); retry once others free memory, or raise vm.max_map_count",
-                self.total.maps, b.max_map_count, b.maps
+                total.maps, b.max_map_count, b.maps
             ));
         }
         let short = |limit: &str, value: u64, held: u64, shortage: Shortage| {
@@ -332,7 +566,8 @@ impl State {
             );
         }
         // At 100 percent the GPU's own memory is the bound, and the GPU refuses.
-        if let Some(g) = gpu.filter(|_| need.gpu_bytes > 0 && l.gpu_share_percent < 100) {
+        if need.gpu_bytes > 0 && l.gpu_share_percent < 100 {
+            let g = gpu;
             let budget = self.gpus.get(g as usize).map_or(0, |e| e.info.budget);
             let share = budget / 100 * u64::from(l.gpu_share_percent)
                 + budget % 100 * u64::from(l.gpu_share_percent) / 100;
@@ -341,127 +576,71 @@ impl State {
                 return short("limits.gpu_share_percent", share, held, Shortage::Quota);
             }
         }
-        if need.host_bytes > 0
-            && self.total.host_bytes.saturating_add(need.host_bytes) > b.host_bytes
-        {
+        if need.host_bytes > 0 && total.host_bytes.saturating_add(need.host_bytes) > b.host_bytes {
             return short(
                 "limits.host_memory_bytes",
                 b.host_bytes,
-                self.total.host_bytes,
+                total.host_bytes,
                 Shortage::Host,
             );
         }
         None
     }
 
-    /// Brings the charges of device `id` up to what it holds now.
-    pub(crate) fn recharge(&mut self, id: DeviceId) {
-        let Some((owner, d)) = self.devices.get_mut(&id) else {
-            return;
-        };
-        let now = d.footprint();
-        let was = std::mem::replace(&mut d.charged, now);
-        if was != now {
-            let (owner, gpu) = (*owner, d.gpu);
-            self.apply(owner, gpu, was, now);
-        }
-    }
-
-    /// Moves the charges of a device of `owner` on `gpu` from `was` to `now`.
-    fn apply(&mut self, owner: ClientId, gpu: u32, was: Footprint, now: Footprint) {
-        self.total = self.total.minus(was).plus(now);
-        let Some(c) = self.clients.get_mut(&owner) else {
-            return;
-        };
-        c.held = c.held.minus(was).plus(now);
-        let t = self.tenants.entry(c.peer.uid).or_default();
-        t.held = t.held.minus(was).plus(now);
-        let g = t.gpu_bytes.entry(gpu).or_default();
-        *g = g
-            .saturating_sub(was.gpu_bytes)
-            .saturating_add(now.gpu_bytes);
-    }
-
-    /// Takes device `id` out of the state, gives back all it holds and its charges, and
-    /// drops the mappings of its word that other devices hold.
-    fn remove_device(&mut self, id: DeviceId) {
-        let Some((owner, mut d)) = self.devices.remove(&id) else {
-            return;
-        };
-        d.release_all();
-        self.apply(owner, d.gpu, d.charged, Footprint::default());
-        let mut peers = Vec::new();
-        if let Some(c) = self.clients.get_mut(&owner) {
-            c.devices.remove(&id);
-            peers.extend(c.devices.iter().copied());
-            if let Some(t) = self.tenants.get_mut(&c.peer.uid) {
+    /// Takes device `id` out of the table, gives back all it holds and its charges, and
+    /// drops the mappings of its word that the owner's other devices hold. Waits for the
+    /// device's lock: run where a thread may block.
+    fn remove_device(&self, id: DeviceId) {
+        let (slot, peers) = {
+            let mut book = self.book();
+            let Some(slot) = book.devices.remove(&id) else {
+                return;
+            };
+            let mut others = Vec::new();
+            if let Some(c) = book.clients.get_mut(&slot.owner) {
+                c.devices.remove(&id);
+                others.extend(c.devices.iter().copied());
+            }
+            if let Some(t) = book.tenants.get_mut(&slot.uid) {
                 t.devices = t.devices.saturating_sub(1);
             }
+            let peers: Vec<Arc<Slot>> = others
+                .iter()
+                .filter_map(|p| book.devices.get(p).cloned())
+                .collect();
+            (slot, peers)
+        };
+        {
+            let mut d = slot.wait();
+            let charged = d.close();
+            self.book().apply(
+                slot.owner,
+                slot.uid,
+                slot.gpu,
+                charged,
+                Footprint::default(),
+            );
         }
         for p in peers {
-            if let Some((_, pd)) = self.devices.get_mut(&p) {
-                pd.drop_peer_word(id);
-            }
-            self.recharge(p);
+            let mut h = Held::waited(&p);
+            h.d.drop_peer_word(id);
+            self.settle(&mut h);
         }
     }
 
-    /// The device `id` if `client` owns it.
-    // The error is the request's reply itself, built at most once per request.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn owned_device(
-        &mut self,
-        client: ClientId,
-        id: DeviceId,
-    ) -> Result<&mut Device, Response> {
-        match self.devices.get_mut(&id) {
-            Some((owner, d)) if *owner == client => Ok(d),
-            _ => Err(err(
-                ErrorCode::NoSuchDevice,
-                format!("no device {} belongs to this client; open one first", id.0),
-            )),
-        }
-    }
-
-    /// The device `id` if `client` owns it and it is neither lost nor stopped.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn live_device(
-        &mut self,
-        client: ClientId,
-        id: DeviceId,
-    ) -> Result<&mut Device, Response> {
-        let d = self.owned_device(client, id)?;
-        if let Some(why) = &d.lost {
-            return Err(err(
-                ErrorCode::Lost,
-                format!("device {} is lost: {why}", id.0),
-            ));
-        }
-        if d.stopped {
-            return Err(err(
-                ErrorCode::Stopped,
-                format!("device {} is stopped; close it and open another", id.0),
-            ));
-        }
-        Ok(d)
-    }
-
-    fn facts(d: &Device) -> Facts {
-        crate::gpus::facts(&d.desc, d)
-    }
-
-    fn open_device(&mut self, client: ClientId, gpu: u32) -> Reply {
+    fn open_device(&self, client: ClientId, gpu: u32) -> Answer {
         let Some(entry) = self.gpus.get(gpu as usize) else {
-            return none(err(
+            return Err(err(
                 ErrorCode::NoSuchGpu,
                 format!(
                     "no gpu {gpu}: rigd serves {} gpus; `rigctl gpus` lists them",
                     self.gpus.len()
                 ),
-            ));
+            )
+            .into());
         };
         let Some(backend) = entry.backend.clone() else {
-            return none(err(
+            return Err(err(
                 ErrorCode::NoSuchGpu,
                 format!(
                     "gpu {gpu} ({}) is not drivable yet: {}",
@@ -471,17 +650,59 @@ impl State {
                         .as_deref()
                         .unwrap_or("rigd has no path for it")
                 ),
-            ));
+            )
+            .into());
         };
-        if let Some(r) = self.admit(client, Some(gpu), Footprint::opening(), true) {
-            return none(r);
+        let reserved = Footprint::opening();
+        self.reserve(client, gpu, reserved, true)?;
+        let id = DeviceId(self.next_device.fetch_add(1, Ordering::Relaxed));
+        let made = self.make_device(id, gpu, backend.as_ref());
+        let mut book = self.book();
+        let uid = uid_of(&book, client);
+        let (mut device, reply) = match made {
+            Ok(x) => x,
+            Err(r) => {
+                // Nothing was made: the reservation goes back.
+                book.apply(client, uid, gpu, reserved, Footprint::default());
+                if let Some(t) = book.tenants.get_mut(&uid) {
+                    t.devices = t.devices.saturating_sub(1);
+                }
+                return Err(r);
+            }
+        };
+        let (_, now) = device.recharge();
+        book.apply(client, uid, gpu, reserved, now);
+        if let Some(c) = book.clients.get_mut(&client) {
+            c.devices.insert(id);
+            tracing::info!(
+                client = client.0,
+                pid = c.peer.pid,
+                device = id.0,
+                gpu,
+                "device opened"
+            );
         }
-        let id = DeviceId(self.next_device);
-        self.next_device += 1;
-        let interrupt = match crate::device::interrupt_fd() {
-            Ok(e) => e,
-            Err(e) => return none(err(ErrorCode::Internal, e.to_string())),
-        };
+        book.devices.insert(
+            id,
+            Arc::new(Slot {
+                owner: client,
+                uid,
+                gpu,
+                device: Mutex::new(device),
+            }),
+        );
+        Ok(reply)
+    }
+
+    /// Makes device `id` on `backend` and the reply that hands it over; touches no lock.
+    fn make_device(
+        &self,
+        id: DeviceId,
+        gpu: u32,
+        backend: &dyn crate::path::Backend,
+    ) -> Result<(Device, Reply), Halt> {
+        let interrupt = crate::device::interrupt_fd()
+            .map_err(|e| Halt::from(err(ErrorCode::Internal, e.to_string())))?;
         let on_irq = interrupt.clone();
         let on_fault = interrupt.clone();
         let faults = self.faults.clone();
@@ -498,80 +719,54 @@ impl State {
             Ok(p) => p,
             Err(Refusal::Lacking(r)) => {
                 tracing::debug!(reason = %r, "the gpu has no room for another address space");
-                return none(Response::NoMemory {
+                return Err(Response::NoMemory {
                     bytes: 0,
                     shortage: Shortage::Gpu,
                     limit: None,
-                });
+                }
+                .into());
             }
             Err(r) => {
-                return none(err(
+                return Err(err(
                     ErrorCode::Fault,
                     format!("the gpu refused a new address space: {r}"),
-                ));
+                )
+                .into());
             }
         };
         let desc = backend.description().clone();
         let device = match Device::make(id, gpu, desc, path, interrupt) {
             Ok(d) => d,
             Err(MakeError::Short { .. }) => {
-                return none(Response::NoMemory {
+                return Err(Response::NoMemory {
                     bytes: Footprint::opening().bytes,
                     shortage: Shortage::Gpu,
                     limit: None,
-                });
+                }
+                .into());
             }
-            Err(e) => return none(err(ErrorCode::Fault, e.to_string())),
+            Err(e) => return Err(err(ErrorCode::Fault, e.to_string()).into()),
         };
-        let facts = Self::facts(&device);
-        let (opened, fds) = match device.opened(facts) {
-            Ok(x) => x,
-            Err(e) => {
-                return none(err(
-                    ErrorCode::Internal,
-                    format!("cannot share the device's memory: {e}"),
-                ));
-            }
-        };
-        if let Some(c) = self.clients.get_mut(&client) {
-            c.devices.insert(id);
-            self.tenants.entry(c.peer.uid).or_default().devices += 1;
-            tracing::info!(
-                client = client.0,
-                pid = c.peer.pid,
-                device = id.0,
-                gpu,
-                "device opened"
-            );
-        }
-        self.devices.insert(id, (client, device));
-        self.recharge(id);
-        (Response::DeviceOpened(Box::new(opened)), fds)
+        let facts = facts(&device);
+        let (opened, fds) = device.opened(facts).map_err(|e| {
+            Halt::from(err(
+                ErrorCode::Internal,
+                format!("cannot share the device's memory: {e}"),
+            ))
+        })?;
+        Ok((device, (Response::DeviceOpened(Box::new(opened)), fds)))
     }
 
-    fn close_device(&mut self, client: ClientId, id: DeviceId) -> Response {
-        if let Err(e) = self.owned_device(client, id) {
-            return e;
-        }
+    fn close_device(&self, client: ClientId, id: DeviceId) -> Answer<Response> {
+        self.book().owned(client, id)?;
         self.remove_device(id);
         tracing::debug!(client = client.0, device = id.0, "device closed");
-        Response::Done
+        Ok(Response::Done)
     }
 
-    fn alloc(&mut self, client: ClientId, id: DeviceId, kind: MemoryKind, bytes: u64) -> Reply {
-        if bytes == 0 || bytes % 4 != 0 {
-            return none(err(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "cannot allocate {bytes} bytes: the size must be positive and a multiple of 4"
-                ),
-            ));
-        }
+    fn alloc(&self, client: ClientId, h: &mut Held<'_>, kind: MemoryKind, bytes: u64) -> Answer {
         let rounded = bytes.div_ceil(4096).saturating_mul(4096);
-        let gpu = match self.live_device(client, id) {
-            Ok(d) => d.gpu,
-            Err(e) => return none(e),
-        };
+        live(&h.d)?;
         let hosted = u64::from(kind != MemoryKind::Device);
         let need = Footprint {
             bytes: rounded,
@@ -585,124 +780,57 @@ impl State {
                 rounded
             },
         };
-        if let Some(r) = self.admit(client, Some(gpu), need, false) {
-            return none(r);
-        }
-        let region = rig_proto::messages::RegionId(self.new_object_id());
-        let Ok(d) = self.live_device(client, id) else {
-            return none(err(ErrorCode::Internal, "device vanished"));
-        };
-        match d.path.alloc(kind, rounded) {
-            Ok(m) => {
-                let mut fds = crate::device::FdList::default();
-                let host = match &m.host {
-                    Some(h) => match h.dup_fd() {
-                        Ok(fd) => {
-                            let i = fds.push(&fd);
-                            match i {
-                                Ok(i) => Some(rig_proto::messages::Share {
-                                    fd: i,
-                                    offset: 0,
-                                    bytes: m.bytes,
-                                }),
-                                Err(e) => {
-                                    d.path.free(m);
-                                    return none(err(ErrorCode::Internal, e.to_string()));
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            d.path.free(m);
-                            return none(err(ErrorCode::Internal, e.to_string()));
-                        }
-                    },
-                    None => None,
-                };
-                let gpu_address = m.address;
-                d.regions.insert(
+        self.reserve_for(client, h, need)?;
+        let region = RegionId(self.new_object_id());
+        let mut fds = FdList::default();
+        Ok(match h.d.alloc(region, kind, rounded, &mut fds) {
+            Ok((gpu_address, host)) => (
+                Response::Allocated {
                     region,
-                    Region {
-                        memory: m,
-                        image: None,
-                    },
-                );
-                (
-                    Response::Allocated {
-                        region,
-                        gpu_address,
-                        host,
-                    },
-                    fds.into_fds(),
-                )
-            }
-            Err(Refusal::Lacking(_)) => none(Response::NoMemory {
+                    gpu_address,
+                    host,
+                },
+                fds.into_fds(),
+            ),
+            Err(AllocError::Refused(Refusal::Lacking(_))) => none(Response::NoMemory {
                 bytes: rounded,
                 shortage: Shortage::Gpu,
                 limit: None,
             }),
-            Err(Refusal::Full(r) | Refusal::Refused(r)) => none(Response::Never { reason: r }),
-        }
+            Err(AllocError::Refused(Refusal::Full(r) | Refusal::Refused(r))) => {
+                none(Response::Never { reason: r })
+            }
+            Err(e @ AllocError::Share(_)) => none(err(ErrorCode::Internal, e.to_string())),
+        })
     }
 
-    fn free(
-        &mut self,
-        client: ClientId,
-        id: DeviceId,
-        region: rig_proto::messages::RegionId,
-    ) -> Response {
-        let d = match self.owned_device(client, id) {
-            Ok(d) => d,
-            Err(e) => return e,
-        };
-        match d.regions.remove(&region) {
-            Some(r) => {
-                if let Some(image) = r.image {
-                    d.images.remove(&image);
-                }
-                // Work submitted before the free may still use the memory: it is reused
-                // only once none can (see Device::give_back).
-                let cost = Footprint::region(&r.memory);
-                d.give_back(r.memory, cost, true);
-                Response::Done
-            }
-            None => err(
+    fn free(h: &mut Held<'_>, region: RegionId) -> Response {
+        // Work submitted before the free may still use the memory: it is reused only once
+        // none can (the device's quarantine).
+        if h.d.free(region) {
+            Response::Done
+        } else {
+            err(
                 ErrorCode::NoSuchRegion,
-                format!("device {} has no region {}", id.0, region.0),
-            ),
+                format!("device {} has no region {}", h.d.id().0, region.0),
+            )
         }
     }
 
     fn map_host(
-        &mut self,
+        &self,
         client: ClientId,
-        id: DeviceId,
+        h: &mut Held<'_>,
         bytes: u64,
         offset: u64,
-        mut fds: Vec<OwnedFd>,
-    ) -> Response {
-        if bytes == 0 || offset % 4096 != 0 {
-            return err(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "cannot map {bytes} bytes at offset {offset}: the size must be positive and the offset a multiple of 4096"
-                ),
-            );
-        }
-        let Some(fd) = fds.pop() else {
-            return err(
-                ErrorCode::BadRequest,
-                "map-host needs the memfd to map passed with it",
-            );
-        };
+        fd: OwnedFd,
+    ) -> Answer<Response> {
         let rounded = bytes.div_ceil(4096).saturating_mul(4096);
-        match self.live_device(client, id) {
-            Ok(d) if !d.desc.maps_host => {
-                return Response::Never {
-                    reason: "this gpu's path maps no host memory".into(),
-                };
-            }
-            Ok(_) => {}
-            Err(e) => return e,
+        live(&h.d)?;
+        if !h.d.description().maps_host {
+            return Ok(Response::Never {
+                reason: "this gpu's path maps no host memory".into(),
+            });
         }
         let need = Footprint {
             bytes: rounded,
@@ -711,28 +839,13 @@ impl State {
             maps: 1,
             ..Footprint::default()
         };
-        if let Some(r) = self.admit(client, None, need, false) {
-            return r;
-        }
-        let region = rig_proto::messages::RegionId(self.new_object_id());
-        let Ok(d) = self.live_device(client, id) else {
-            return err(ErrorCode::Internal, "device vanished");
-        };
-        match d.path.map_host(fd, offset, rounded) {
-            Ok(m) => {
-                let gpu_address = m.address;
-                d.regions.insert(
-                    region,
-                    Region {
-                        memory: m,
-                        image: None,
-                    },
-                );
-                Response::Mapped {
-                    region,
-                    gpu_address,
-                }
-            }
+        self.reserve_for(client, h, need)?;
+        let region = RegionId(self.new_object_id());
+        Ok(match h.d.map_host(region, fd, offset, rounded) {
+            Ok(gpu_address) => Response::Mapped {
+                region,
+                gpu_address,
+            },
             Err(MapRefusal::NoRoom(_)) => Response::NoMemory {
                 bytes: rounded,
                 shortage: Shortage::Gpu,
@@ -740,36 +853,29 @@ impl State {
             },
             Err(MapRefusal::Never(reason)) => Response::Never { reason },
             Err(MapRefusal::Unfit(why)) => err(ErrorCode::InvalidArgument, why),
-        }
+        })
     }
 
     fn grow(
-        &mut self,
+        &self,
         client: ClientId,
-        id: DeviceId,
+        h: &mut Held<'_>,
         sizes: (u64, u64, u64),
         installed: rig_proto::messages::Generations,
-    ) -> Reply {
-        let want = match self.live_device(client, id) {
-            Ok(d) => match d.growth_bytes(sizes.0, sizes.1, sizes.2) {
-                Ok(w) => w,
-                Err(e) => {
-                    return none(Response::Never {
-                        reason: e.to_string(),
-                    });
-                }
-            },
-            Err(e) => return none(e),
+    ) -> Answer {
+        live(&h.d)?;
+        let want = match h.d.growth_bytes(sizes.0, sizes.1, sizes.2) {
+            Ok(w) => w,
+            Err(e) => {
+                return Ok(none(Response::Never {
+                    reason: e.to_string(),
+                }));
+            }
         };
         if want > 0 {
-            if let Some(r) = self.admit(client, None, Footprint::growth(want), false) {
-                return none(r);
-            }
+            self.reserve_for(client, h, Footprint::growth(want))?;
         }
-        let Ok(d) = self.live_device(client, id) else {
-            return none(err(ErrorCode::Internal, "device vanished"));
-        };
-        match d.grow(sizes.0, sizes.1, sizes.2, installed) {
+        Ok(match h.d.grow(sizes.0, sizes.1, sizes.2, installed) {
             Ok((g, fds)) => (Response::Grown(g), fds),
             Err(MakeError::Short { .. }) => none(Response::NoMemory {
                 bytes: want,
@@ -780,51 +886,73 @@ impl State {
                 reason: e.to_string(),
             }),
             Err(e) => none(err(ErrorCode::Fault, e.to_string())),
-        }
+        })
     }
 
     /// Maps `peer`'s timeline word read-only into `id`'s address space (once per pair).
-    fn map_peer_word(&mut self, client: ClientId, id: DeviceId, peer: DeviceId) -> Response {
-        let (peer_gpu, control) = match self.owned_device(client, peer) {
+    fn map_peer_word(
+        &self,
+        client: ClientId,
+        id: DeviceId,
+        peer: DeviceId,
+        mode: Mode,
+    ) -> Answer<Response> {
+        let (peer_slot, slot) = {
+            let book = self.book();
+            (book.owned(client, peer)?, book.owned(client, id)?)
+        };
+        let (peer_gpu, control) = {
+            let p = peer_slot.lock(mode)?;
             // A clone of the page keeps it alive after the peer closes; rigd made and
             // sealed it, so nobody can shrink it under the mapping.
-            Ok(p) => match p.word() {
-                Some((page, _)) => (p.gpu, page.clone()),
-                None => return err(ErrorCode::Internal, "the peer device has no control page"),
-            },
-            Err(e) => return e,
+            match p.word() {
+                Some((page, _)) => (p.gpu(), page.clone()),
+                None => {
+                    return Ok(err(
+                        ErrorCode::Internal,
+                        "the peer device has no control page",
+                    ));
+                }
+            }
         };
-        let d = match self.live_device(client, id) {
-            Ok(d) => d,
-            Err(e) => return e,
-        };
-        if peer == id {
-            return match d.word() {
+        let mut h = Held::new(&slot, mode)?;
+        let r = self.map_peer_word_held(client, &mut h, peer, peer_gpu, &control);
+        self.settle(&mut h);
+        r
+    }
+
+    fn map_peer_word_held(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        peer: DeviceId,
+        peer_gpu: u32,
+        control: &rig_shm::SharedRegion,
+    ) -> Answer<Response> {
+        live(&h.d)?;
+        if peer == h.d.id() {
+            return Ok(match h.d.word() {
                 Some((_, gpu_address)) => Response::PeerWord { gpu_address },
                 None => err(ErrorCode::Internal, "the device has no control page"),
-            };
+            });
         }
         // A GPU reaches the words of its own devices only: a queue of another GPU would
         // read its host memory over paths rigd does not set up.
-        if peer_gpu != d.gpu {
-            return Response::Never {
+        let gpu = h.d.gpu();
+        if peer_gpu != gpu {
+            return Ok(Response::Never {
                 reason: format!(
-                    "gpu {} does not reach the word of device {} on gpu {peer_gpu}; wait on the host",
-                    d.gpu, peer.0
+                    "gpu {gpu} does not reach the word of device {} on gpu {peer_gpu}; wait on the host",
+                    peer.0
                 ),
-            };
+            });
         }
-        if !d.peer_words.contains_key(&peer) {
-            if let Some(r) = self.admit(client, None, Footprint::PEER_WORD, false) {
-                return r;
-            }
+        if !h.d.maps_peer_word(peer) {
+            self.reserve_for(client, h, Footprint::PEER_WORD)?;
         }
-        let Ok(d) = self.live_device(client, id) else {
-            return err(ErrorCode::Internal, "device vanished");
-        };
-        match d.map_peer_word(peer, &control) {
+        Ok(match h.d.map_peer_word(peer, control) {
             Ok(gpu_address) => Response::PeerWord { gpu_address },
-            Err(crate::path::Refusal::Lacking(_)) => Response::NoMemory {
+            Err(Refusal::Lacking(_)) => Response::NoMemory {
                 bytes: rig_shm::layout::CONTROL_PAGE_BYTES,
                 shortage: Shortage::Gpu,
                 limit: None,
@@ -832,33 +960,14 @@ impl State {
             Err(r) => Response::Never {
                 reason: r.to_string(),
             },
-        }
-    }
-
-    fn status(d: &Device) -> DeviceStatus {
-        DeviceStatus {
-            lost: d.lost.clone(),
-            stopped: d.stopped,
-            submitted: d.submitted(),
-            reached: d.reached(),
-        }
-    }
-
-    fn info(&self, id: DeviceId, owner: ClientId, d: &Device) -> DeviceInfo {
-        DeviceInfo {
-            device: id,
-            gpu: d.gpu,
-            owner_pid: self
-                .clients
-                .get(&owner)
-                .map_or(0, |c| u32::try_from(c.peer.pid).unwrap_or(0)),
-            memory: d.held(),
-            lost: d.lost.clone(),
-        }
+        })
     }
 
     fn inspector(&self, client: ClientId) -> bool {
-        self.clients.get(&client).is_some_and(|c| c.inspector)
+        self.book()
+            .clients
+            .get(&client)
+            .is_some_and(|c| c.inspector)
     }
 
     fn denied() -> Response {
@@ -868,136 +977,408 @@ impl State {
         )
     }
 
-    /// A fault reported by a device's path: the device is lost.
-    pub fn fault(&mut self, id: DeviceId, why: String) {
-        if let Some((_, d)) = self.devices.get_mut(&id) {
-            d.lose(why);
+    fn list_clients(&self, client: ClientId) -> Response {
+        if !self.inspector(client) {
+            return Self::denied();
         }
-        // The stop gave back its queues' threads and what it had quarantined.
-        self.recharge(id);
+        Response::Clients(
+            self.book()
+                .clients
+                .values()
+                .map(|c| ClientInfo {
+                    pid: u32::try_from(c.peer.pid).unwrap_or(0),
+                    uid: c.peer.uid,
+                    gid: c.peer.gid,
+                    program: c.program.clone(),
+                    devices: c.devices.iter().copied().collect(),
+                    bytes: c.held.bytes,
+                })
+                .collect(),
+        )
     }
 
-    /// The hang watchdog: loses every device whose word has stayed below its submitted
-    /// value for its hang bound, and every device whose queues ran that long without its
-    /// word moving, whatever its submitted value says (the path, not a client word, tells
-    /// whether a queue runs). Then frees the quarantined memory no work can touch any more.
-    /// Returns whether any device has outstanding work or quarantined memory (so the owner
-    /// knows whether to keep ticking).
-    pub fn watchdog(&mut self, now: Instant) -> bool {
+    /// The devices, each with its owner's pid, as the table holds them now.
+    fn snapshot(&self) -> Vec<(Arc<Slot>, u32)> {
+        let book = self.book();
+        book.devices
+            .values()
+            .map(|s| {
+                let pid = book
+                    .clients
+                    .get(&s.owner)
+                    .map_or(0, |c| u32::try_from(c.peer.pid).unwrap_or(0));
+                (s.clone(), pid)
+            })
+            .collect()
+    }
+
+    fn list_devices(&self, client: ClientId, mode: Mode) -> Answer<Response> {
+        if !self.inspector(client) {
+            return Ok(Self::denied());
+        }
+        let mut out = Vec::new();
+        for (slot, pid) in self.snapshot() {
+            let d = slot.lock(mode)?;
+            out.push(info(pid, &d));
+        }
+        Ok(Response::Devices(out))
+    }
+
+    fn show_device(&self, client: ClientId, id: DeviceId, mode: Mode) -> Answer<Response> {
+        let (slot, pid, allowed) = {
+            let book = self.book();
+            let Some(slot) = book.devices.get(&id).cloned() else {
+                return Ok(err(
+                    ErrorCode::NoSuchDevice,
+                    format!("no device {}; `rigctl devices` lists them", id.0),
+                ));
+            };
+            let owner = book.clients.get(&slot.owner);
+            let pid = owner.map_or(0, |c| u32::try_from(c.peer.pid).unwrap_or(0));
+            let allowed =
+                slot.owner == client || book.clients.get(&client).is_some_and(|c| c.inspector);
+            (slot, pid, allowed)
+        };
+        if !allowed {
+            return Ok(Self::denied());
+        }
+        let d = slot.lock(mode)?;
+        Ok(Response::Device(Box::new(DeviceReport {
+            info: info(pid, &d),
+            facts: facts(&d),
+            rings: d.rings(),
+            images: u32::try_from(d.image_count()).unwrap_or(u32::MAX),
+            regions: u32::try_from(d.region_count()).unwrap_or(u32::MAX),
+            submitted: d.submitted(),
+            reached: d.reached(),
+            faults: d.faults().to_vec(),
+        })))
+    }
+
+    /// A fault reported by device `id`'s path: the device is lost. With `Mode::Try`, gives
+    /// `why` back if a request holds the device.
+    fn fault_in(&self, id: DeviceId, why: String, mode: Mode) -> Result<(), String> {
+        let Some(slot) = self.book().devices.get(&id).cloned() else {
+            return Ok(());
+        };
+        let Ok(mut h) = Held::new(&slot, mode) else {
+            return Err(why);
+        };
+        h.d.lose(why);
+        // The stop gave back its queues' threads and what it had quarantined.
+        self.settle(&mut h);
+        Ok(())
+    }
+
+    /// A fault reported by device `id`'s path: the device is lost.
+    pub fn fault(&self, id: DeviceId, why: String) {
+        let _ = self.fault_in(id, why, Mode::Wait);
+    }
+
+    /// The hang watchdog: one look at every device ([`Device::watch`]), then its charges
+    /// brought up to date where that changed them. A device a request holds is skipped
+    /// until the next look (and counts as busy). Returns whether any device has
+    /// outstanding work or quarantined memory (so the owner knows whether to keep
+    /// ticking).
+    pub fn watchdog(&self, now: Instant) -> bool {
         let mut busy = false;
-        let mut recharge = Vec::new();
-        for (id, (_, d)) in self.devices.iter_mut() {
-            if !d.quarantine.is_empty() {
-                let before = d.quarantine.len();
-                busy |= d.release_quarantine();
-                if d.quarantine.len() != before {
-                    recharge.push(*id);
-                }
-            }
-            if d.stopped || d.lost.is_some() {
-                continue;
-            }
-            let Some(hang_ms) = d.desc.hang_ms else {
+        for (slot, _) in self.snapshot() {
+            let Ok(mut h) = Held::new(&slot, Mode::Try) else {
+                busy = true;
                 continue;
             };
-            let (reached, submitted) = (d.reached(), d.submitted());
-            let running = d.path.busy_since();
-            let below = reached < submitted;
-            if !below {
-                d.progress = None;
+            let seen = h.d.watch(now);
+            busy |= seen.busy;
+            if seen.changed {
+                self.settle(&mut h);
             }
-            if running.is_none() {
-                d.work = None;
-            }
-            if !below && running.is_none() {
-                continue;
-            }
-            busy = true;
-            let bound = Duration::from_millis(hang_ms);
-            // Two bounds, each late by at most a tick and never early. The word's: it stayed
-            // below the submitted value (both written by the client, so it can only lose
-            // itself by them). The path's: queues ran without completing any work, counted
-            // from the later of the run's start and the last completed work; a client cannot
-            // fake that count, nor keep a queue running by leaving `submitted` unpublished
-            // or by writing its own word.
-            let mut why = None;
-            if below {
-                let since = match d.progress {
-                    Some((seen, since)) if seen == reached => since,
-                    _ => {
-                        d.progress = Some((reached, now));
-                        now
-                    }
-                };
-                let still = now.saturating_duration_since(since);
-                if still >= bound {
-                    why = Some(format!(
-                        "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
-                        still.as_millis()
-                    ));
-                }
-            }
-            if let (None, Some(run)) = (&why, running) {
-                let work = d.path.progress();
-                let seen = match d.work {
-                    Some((count, since)) if count == work => since,
-                    _ => {
-                        d.work = Some((work, now));
-                        now
-                    }
-                };
-                let still = now.saturating_duration_since(seen.max(run));
-                if still >= bound {
-                    why = Some(format!(
-                        "hang: the queues ran for {} ms without completing any work (the timeline at {reached})",
-                        still.as_millis()
-                    ));
-                }
-            }
-            if let Some(why) = why {
-                d.lose(why);
-                recharge.push(*id);
-            }
-        }
-        for id in recharge {
-            self.recharge(id);
         }
         busy
     }
 
     /// Stops every device and gives back everything (at shutdown).
-    pub fn shutdown(&mut self) {
-        let n = self.devices.len();
-        for (_, (_, mut d)) in std::mem::take(&mut self.devices) {
+    pub fn shutdown(&self) {
+        let slots = {
+            let mut book = self.book();
+            book.clients.clear();
+            book.tenants.clear();
+            book.total = Footprint::default();
+            std::mem::take(&mut book.devices)
+        };
+        let n = slots.len();
+        for slot in slots.into_values() {
+            let mut d = slot.wait();
             // A client waiting on work that will never run must see a loss, not a completion.
             d.lose("rigd is shutting down".into());
-            d.release_all();
+            d.close();
         }
-        self.clients.clear();
-        self.tenants.clear();
-        self.total = Footprint::default();
         tracing::info!(
             devices = n,
             "every device stopped and its memory given back"
         );
     }
 
-    /// The total memory held across all devices (for tests and the log).
+    /// The total memory held across all devices (for tests and the log). Waits for every
+    /// device's lock.
     pub fn held_bytes(&self) -> u64 {
-        self.devices.values().map(|(_, d)| d.held().total()).sum()
+        self.snapshot()
+            .iter()
+            .map(|(s, _)| s.wait().held().total())
+            .sum()
+    }
+
+    /// The half of `LoadImage` after parsing ([`crate::image::Prepared`]): places the image
+    /// on device `id`, waiting for its lock.
+    pub fn place_image(
+        &self,
+        client: ClientId,
+        id: DeviceId,
+        prepared: Result<crate::image::Prepared, crate::image::ImageError>,
+    ) -> Response {
+        let slot = match self.book().owned(client, id) {
+            Ok(s) => s,
+            Err(e) => return e.answer(),
+        };
+        let mut h = Held::waited(&slot);
+        let r = self.place(client, &mut h, prepared);
+        self.settle(&mut h);
+        r.unwrap_or_else(Halt::answer)
+    }
+
+    /// A request on the one device it names.
+    fn on_device(
+        &self,
+        client: ClientId,
+        request: &Request,
+        mut fds: Vec<OwnedFd>,
+        mode: Mode,
+    ) -> Answer {
+        // Checks of the request's own words come before the device's.
+        match request {
+            Request::Alloc { bytes, .. } if *bytes == 0 || bytes % 4 != 0 => {
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "cannot allocate {bytes} bytes: the size must be positive and a multiple of 4"
+                    ),
+                )
+                .into());
+            }
+            Request::MapHost { bytes, offset, .. } if *bytes == 0 || offset % 4096 != 0 => {
+                return Err(err(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "cannot map {bytes} bytes at offset {offset}: the size must be positive and the offset a multiple of 4096"
+                    ),
+                )
+                .into());
+            }
+            _ => {}
+        }
+        let map_fd = match request {
+            Request::MapHost { .. } => match fds.pop() {
+                Some(fd) => Some(fd),
+                None => {
+                    return Err(err(
+                        ErrorCode::BadRequest,
+                        "map-host needs the memfd to map passed with it",
+                    )
+                    .into());
+                }
+            },
+            _ => None,
+        };
+        let Some(id) = named_device(request) else {
+            return Err(err(ErrorCode::Internal, "the request names no device").into());
+        };
+        let slot = self.book().owned(client, id)?;
+        let mut h = Held::new(&slot, mode)?;
+        let r = self.on_held(client, &mut h, request, map_fd);
+        self.settle(&mut h);
+        r
+    }
+
+    fn on_held(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        request: &Request,
+        map_fd: Option<OwnedFd>,
+    ) -> Answer {
+        Ok(match request {
+            Request::Alloc { memory, bytes, .. } => return self.alloc(client, h, *memory, *bytes),
+            Request::Free { region, .. } => none(Self::free(h, *region)),
+            Request::MapHost { bytes, offset, .. } => match map_fd {
+                Some(fd) => none(self.map_host(client, h, *bytes, *offset, fd)?),
+                None => none(err(ErrorCode::Internal, "no memfd to map")),
+            },
+            Request::LoadImage { code_object, .. } => {
+                let prepared = crate::image::Prepared::new(code_object, self.max_image_bytes);
+                none(self.place(client, h, prepared)?)
+            }
+            Request::ResolveEntry { image, name, .. } => {
+                none(self.resolve_entry(client, h, *image, name)?)
+            }
+            Request::Prepare { image, name, .. } => {
+                // Prepare reports nothing, failures included.
+                let _ = self.resolve_entry(client, h, *image, name);
+                none(Response::Done)
+            }
+            Request::Unload { image, .. } => none(if h.d.unload(*image) {
+                Response::Done
+            } else {
+                err(
+                    ErrorCode::NoSuchImage,
+                    format!("device {} has no image {}", h.d.id().0, image.0),
+                )
+            }),
+            Request::Grow {
+                compute_bytes,
+                copy_bytes,
+                segment_bytes,
+                installed,
+                ..
+            } => {
+                return self.grow(
+                    client,
+                    h,
+                    (*compute_bytes, *copy_bytes, *segment_bytes),
+                    *installed,
+                );
+            }
+            Request::Facts { .. } => none(Response::Facts(Box::new(facts(&h.d)))),
+            Request::SampleClock { .. } => {
+                live(&h.d)?;
+                let before = crate::gpus::monotonic_ns();
+                let gpu = h.d.clock();
+                let after = crate::gpus::monotonic_ns();
+                none(Response::Clock(rig_proto::messages::ClockSample {
+                    gpu,
+                    host_before_ns: before,
+                    host_after_ns: after,
+                }))
+            }
+            Request::StopDevice { last, fault, .. } => none(if h.d.is_stopped() {
+                err(
+                    ErrorCode::Stopped,
+                    format!("device {} is already stopped", h.d.id().0),
+                )
+            } else {
+                // A stop with a reason is the client's own verdict that the device is lost
+                // (a consumer of a lost producer): rigctl and later requests show it.
+                match fault {
+                    Some(why) => h.d.lose_at(client_reason(why.clone()), *last),
+                    None => {
+                        h.d.stop(*last, None);
+                    }
+                }
+                Response::Done
+            }),
+            Request::DeviceStatus { .. } => none(Response::Status(DeviceStatus {
+                lost: h.d.lost().map(str::to_owned),
+                stopped: h.d.is_stopped(),
+                submitted: h.d.submitted(),
+                reached: h.d.reached(),
+            })),
+            _ => none(err(ErrorCode::Internal, "the request names no device")),
+        })
+    }
+
+    /// Answers `request`, taking device locks as `mode` says; `Err(Busy)` only with
+    /// `Mode::Try`, before anything changed.
+    fn answer(
+        &self,
+        client: ClientId,
+        request: &Request,
+        fds: Vec<OwnedFd>,
+        mode: Mode,
+    ) -> Result<Reply, Busy> {
+        let r = match request {
+            Request::ListGpus => Ok(none(Response::Gpus(self.gpu_infos()))),
+            Request::OpenDevice { gpu } => self.open_device(client, *gpu),
+            Request::CloseDevice { device } => self.close_device(client, *device).map(none),
+            Request::ListClients => Ok(none(self.list_clients(client))),
+            Request::ListDevices => self.list_devices(client, mode).map(none),
+            Request::ShowDevice { device } => self.show_device(client, *device, mode).map(none),
+            Request::MapPeerWord { device, peer } => {
+                self.map_peer_word(client, *device, *peer, mode).map(none)
+            }
+            r => self.on_device(client, r, fds, mode),
+        };
+        let reply = match r {
+            Ok(reply) => reply,
+            Err(Halt::Answer(r)) => none(*r),
+            Err(Halt::Busy) => return Err(Busy),
+        };
+        if let Response::Error(e) = &reply.0 {
+            tracing::debug!(client = client.0, request = request.name(), code = ?e.code, error = %e.message, "request refused");
+        }
+        Ok(reply)
+    }
+
+    /// Answers `request` if it may not block ([`may_block`]) and no lock it needs is held;
+    /// else gives it back untouched, for [`Handler::handle`] on a thread that may block.
+    // The error gives the request back whole.
+    #[allow(clippy::result_large_err)]
+    pub fn try_handle(
+        &self,
+        client: ClientId,
+        request: Request,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Reply, (Request, Vec<OwnedFd>)> {
+        if may_block(&request) || !fds.is_empty() {
+            return Err((request, fds));
+        }
+        match self.answer(client, &request, Vec::new(), Mode::Try) {
+            Ok(reply) => Ok(reply),
+            Err(Busy) => Err((request, fds)),
+        }
+    }
+}
+
+impl<'a> Held<'a> {
+    /// Holds `slot`'s device, waiting for it.
+    fn waited(slot: &'a Slot) -> Held<'a> {
+        let d = slot.wait();
+        let quarantined = d.quarantined();
+        Held {
+            slot,
+            d,
+            reserved: Footprint::default(),
+            quarantined,
+        }
+    }
+}
+
+/// The answer to a request that found a lock busy where it may not (never: only
+/// `Mode::Try` finds one busy, and it gives the request back instead).
+fn busy_answer() -> Response {
+    err(ErrorCode::Internal, "a lock was busy")
+}
+
+fn facts(d: &Device) -> Facts {
+    crate::gpus::facts(d.description(), d)
+}
+
+fn info(owner_pid: u32, d: &Device) -> DeviceInfo {
+    DeviceInfo {
+        device: d.id(),
+        gpu: d.gpu(),
+        owner_pid,
+        memory: d.held(),
+        lost: d.lost().map(str::to_owned),
     }
 }
 
 impl Handler for State {
-    fn connect(&mut self, peer: Peer, program: String) -> ClientId {
-        let id = ClientId(self.next_client);
-        self.next_client += 1;
+    fn connect(&self, peer: Peer, program: String) -> ClientId {
+        let id = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
         let inspector = peer.uid == 0
             || peer.uid == self.own_uid
             || self
                 .inspect_gid
                 .is_some_and(|g| peer.gid == g || peer.groups.contains(&g));
-        self.clients.insert(
+        self.book().clients.insert(
             id,
             Client {
                 peer,
@@ -1010,180 +1391,21 @@ impl Handler for State {
         id
     }
 
-    fn handle(&mut self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply {
-        let name = request.name();
-        self.serving = named_device(&request);
-        let held_back = self
-            .serving
-            .and_then(|id| self.devices.get(&id))
-            .map_or(0, |(_, d)| d.quarantine.len());
-        let reply = match request {
-            Request::ListGpus => none(Response::Gpus(self.gpu_infos())),
-            Request::OpenDevice { gpu } => self.open_device(client, gpu),
-            Request::CloseDevice { device } => none(self.close_device(client, device)),
-            Request::Alloc {
-                device,
-                memory,
-                bytes,
-            } => self.alloc(client, device, memory, bytes),
-            Request::Free { device, region } => none(self.free(client, device, region)),
-            Request::MapHost {
-                device,
-                bytes,
-                offset,
-            } => none(self.map_host(client, device, bytes, offset, fds)),
-            Request::LoadImage {
-                device,
-                code_object,
-            } => none(self.load_image(client, device, &code_object)),
-            Request::ResolveEntry {
-                device,
-                image,
-                name,
-            } => none(self.resolve_entry(client, device, image, &name)),
-            Request::Prepare {
-                device,
-                image,
-                name,
-            } => {
-                // Prepare reports nothing, failures included.
-                let _ = self.resolve_entry(client, device, image, &name);
-                none(Response::Done)
-            }
-            Request::Unload { device, image } => none(self.unload(client, device, image)),
-            Request::Grow {
-                device,
-                compute_bytes,
-                copy_bytes,
-                segment_bytes,
-                installed,
-            } => self.grow(
-                client,
-                device,
-                (compute_bytes, copy_bytes, segment_bytes),
-                installed,
-            ),
-            Request::Facts { device } => none(match self.owned_device(client, device) {
-                Ok(d) => Response::Facts(Box::new(Self::facts(d))),
-                Err(e) => e,
-            }),
-            Request::SampleClock { device } => none(match self.live_device(client, device) {
-                Ok(d) => {
-                    let before = crate::gpus::monotonic_ns();
-                    let gpu = d.path.clock();
-                    let after = crate::gpus::monotonic_ns();
-                    Response::Clock(rig_proto::messages::ClockSample {
-                        gpu,
-                        host_before_ns: before,
-                        host_after_ns: after,
-                    })
-                }
-                Err(e) => e,
-            }),
-            Request::StopDevice {
-                device,
-                last,
-                fault,
-            } => none(match self.owned_device(client, device) {
-                Ok(d) if d.stopped => err(
-                    ErrorCode::Stopped,
-                    format!("device {} is already stopped", device.0),
-                ),
-                Ok(d) => {
-                    // A stop with a reason is the client's own verdict that the device is
-                    // lost (a consumer of a lost producer): rigctl and later requests show it.
-                    match fault {
-                        Some(why) => d.lose_at(client_reason(why), last),
-                        None => {
-                            d.stop(last, None);
-                        }
-                    }
-                    Response::Done
-                }
-                Err(e) => e,
-            }),
-            Request::DeviceStatus { device } => none(match self.owned_device(client, device) {
-                Ok(d) => Response::Status(Self::status(d)),
-                Err(e) => e,
-            }),
-            Request::ListClients => none(if self.inspector(client) {
-                Response::Clients(
-                    self.clients
-                        .iter()
-                        .map(|(id, c)| ClientInfo {
-                            pid: u32::try_from(c.peer.pid).unwrap_or(0),
-                            uid: c.peer.uid,
-                            gid: c.peer.gid,
-                            program: c.program.clone(),
-                            devices: c.devices.iter().copied().collect(),
-                            bytes: self.usage(*id),
-                        })
-                        .collect(),
-                )
-            } else {
-                Self::denied()
-            }),
-            Request::ListDevices => none(if self.inspector(client) {
-                Response::Devices(
-                    self.devices
-                        .iter()
-                        .map(|(id, (owner, d))| self.info(*id, *owner, d))
-                        .collect(),
-                )
-            } else {
-                Self::denied()
-            }),
-            Request::ShowDevice { device } => none(match self.devices.get(&device) {
-                Some((owner, d)) if *owner == client || self.inspector(client) => {
-                    Response::Device(Box::new(DeviceReport {
-                        info: self.info(device, *owner, d),
-                        facts: Self::facts(d),
-                        rings: d.rings(),
-                        images: u32::try_from(d.images.len()).unwrap_or(u32::MAX),
-                        regions: u32::try_from(d.regions.len()).unwrap_or(u32::MAX),
-                        submitted: d.submitted(),
-                        reached: d.reached(),
-                        faults: d.faults.clone(),
-                    }))
-                }
-                Some(_) => Self::denied(),
-                None => err(
-                    ErrorCode::NoSuchDevice,
-                    format!("no device {}; `rigctl devices` lists them", device.0),
-                ),
-            }),
-            Request::MapPeerWord { device, peer } => none(self.map_peer_word(client, device, peer)),
-        };
-        if let Some(id) = self.serving.take() {
-            self.recharge(id);
-            // Memory this request put in quarantine is released by the watch thread, which
-            // may be sleeping its idle tick: wake it (once per request that added some) so the
-            // release comes within a busy tick.
-            if self
-                .devices
-                .get(&id)
-                .is_some_and(|(_, d)| d.quarantine.len() > held_back)
-            {
-                let _ = self.faults.send(Msg::Wake);
-            }
-        }
-        if let Response::Error(e) = &reply.0 {
-            tracing::debug!(client = client.0, request = name, code = ?e.code, error = %e.message, "request refused");
-        }
-        reply
+    fn handle(&self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply {
+        self.answer(client, &request, fds, Mode::Wait)
+            .unwrap_or_else(|Busy| none(busy_answer()))
     }
 
-    fn disconnect(&mut self, client: ClientId) {
-        let Some(ids) = self.clients.get(&client).map(|c| c.devices.clone()) else {
+    fn disconnect(&self, client: ClientId) {
+        // The client leaves the book first, as it left the socket; its devices follow,
+        // charged to its user until each is given back.
+        let Some(c) = self.book().clients.remove(&client) else {
             return;
         };
-        let n = ids.len();
-        for id in ids {
-            self.remove_device(id);
+        let n = c.devices.len();
+        for id in &c.devices {
+            self.remove_device(*id);
         }
-        let Some(c) = self.clients.remove(&client) else {
-            return;
-        };
         tracing::info!(
             client = client.0,
             pid = c.peer.pid,
@@ -1211,7 +1433,7 @@ fn client_reason(mut why: String) -> String {
     why
 }
 
-/// The device a request names, whose charges change with it.
+/// The device a request names.
 fn named_device(r: &Request) -> Option<DeviceId> {
     match r {
         Request::Alloc { device, .. }
@@ -1223,20 +1445,16 @@ fn named_device(r: &Request) -> Option<DeviceId> {
         | Request::Unload { device, .. }
         | Request::Grow { device, .. }
         | Request::StopDevice { device, .. }
+        | Request::Facts { device }
+        | Request::SampleClock { device }
+        | Request::DeviceStatus { device }
         | Request::MapPeerWord { device, .. } => Some(*device),
         _ => None,
     }
 }
 
-/// The state, shared by the connection tasks (each request runs under the lock, so requests
-/// are handled one at a time in lock order) and the watch thread.
-pub type Shared = std::sync::Arc<std::sync::Mutex<State>>;
-
-/// Locks the state. A panic while it was held (a bug) does not stop rigd: the state is
-/// only ever changed by whole operations, so it is taken back as it is.
-pub fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// The state, shared by the connection tasks and the watch thread; it locks inside.
+pub type Shared = Arc<State>;
 
 /// What the watch thread receives.
 #[derive(Debug)]
@@ -1261,23 +1479,35 @@ const BUSY_TICK: Duration = Duration::from_millis(10);
 /// it must look, but rarely enough to cost nothing measurable.
 const IDLE_TICK: Duration = Duration::from_millis(200);
 
-/// Runs the watch thread: fault reports from paths and the hang watchdog. It ends after
-/// [`Msg::Shutdown`] (stopping every device) or when every sender is gone.
+/// Runs the watch thread: fault reports from paths and the hang watchdog. A fault on a
+/// device a request holds is handled at a later tick, so the thread never waits for a
+/// request. It ends after [`Msg::Shutdown`] (stopping every device) or when every sender
+/// is gone.
 pub fn spawn_watch(shared: Shared, rx: mpsc::Receiver<Msg>) -> std::thread::JoinHandle<()> {
     std::thread::Builder::new()
         .name("rigd-watch".into())
         .spawn(move || {
             let mut tick = IDLE_TICK;
+            let mut pending: Vec<(DeviceId, String)> = Vec::new();
             loop {
                 match rx.recv_timeout(tick) {
-                    Ok(Msg::Fault { device, why }) => lock(&shared).fault(device, why),
+                    Ok(Msg::Fault { device, why }) => pending.push((device, why)),
                     Ok(Msg::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     Ok(Msg::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
-                let busy = lock(&shared).watchdog(Instant::now());
+                pending = std::mem::take(&mut pending)
+                    .into_iter()
+                    .filter_map(|(device, why)| {
+                        shared
+                            .fault_in(device, why, Mode::Try)
+                            .err()
+                            .map(|why| (device, why))
+                    })
+                    .collect();
+                let busy = shared.watchdog(Instant::now()) || !pending.is_empty();
                 tick = if busy { BUSY_TICK } else { IDLE_TICK };
             }
-            lock(&shared).shutdown();
+            shared.shutdown();
         })
         // PANIC: spawning the one watch thread at start fails only if the system has no
         // threads left, when rigd cannot run at all.
@@ -1318,6 +1548,17 @@ mod tests {
         State::new(gpus, limits, None, tx)
     }
 
+    /// What the book charges all clients.
+    fn total(s: &State) -> Footprint {
+        s.book().total
+    }
+
+    /// `f` of device `id`, under its lock.
+    fn dev<R>(s: &State, id: DeviceId, f: impl FnOnce(&Device) -> R) -> R {
+        let slot = s.book().devices.get(&id).cloned().unwrap();
+        f(&slot.wait())
+    }
+
     fn peer(pid: i32) -> Peer {
         Peer {
             pid,
@@ -1329,7 +1570,7 @@ mod tests {
 
     #[test]
     fn a_disconnect_gives_back_everything_and_touches_no_one_else() {
-        let mut s = state(Limits::default());
+        let s = state(Limits::default());
         let a = s.connect(peer(1), "a".into());
         let b = s.connect(peer(2), "b".into());
         let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
@@ -1352,9 +1593,9 @@ mod tests {
         // b cannot name a's device.
         let (r, _) = s.handle(b, Request::Facts { device: da.device }, Vec::new());
         assert!(matches!(r, Response::Error(e) if e.code == ErrorCode::NoSuchDevice));
-        let before_b = s.devices.get(&db.device).unwrap().1.held().total();
+        let before_b = dev(&s, db.device, |d| d.held().total());
         s.disconnect(a);
-        assert!(!s.devices.contains_key(&da.device));
+        assert!(!s.book().devices.contains_key(&da.device));
         assert_eq!(s.held_bytes(), before_b);
         s.disconnect(b);
         assert_eq!(s.held_bytes(), 0);
@@ -1362,7 +1603,7 @@ mod tests {
 
     #[test]
     fn the_watchdog_loses_a_device_whose_word_stays_below() {
-        let mut s = state(Limits::default());
+        let s = state(Limits::default());
         let a = s.connect(peer(1), "a".into());
         let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
         let Response::DeviceOpened(d) = r else {
@@ -1379,8 +1620,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         let t0 = Instant::now();
-        let dev = &s.devices.get(&d.device).unwrap().1;
-        let host = dev.control.as_ref().unwrap().host.as_ref().unwrap();
+        let host = dev(&s, d.device, |d| d.word().unwrap().0.clone());
         host.store_u64(
             rig_shm::layout::SUBMITTED_OFFSET as usize,
             3,
@@ -1388,18 +1628,20 @@ mod tests {
         );
         assert!(s.watchdog(t0), "work outstanding");
         assert!(s.watchdog(t0 + Duration::from_millis(49)));
-        assert!(s.devices.get(&d.device).unwrap().1.lost.is_none());
+        assert!(dev(&s, d.device, |d| d.lost().is_none()));
         s.watchdog(t0 + Duration::from_millis(50));
-        let dev = &s.devices.get(&d.device).unwrap().1;
-        assert!(dev.lost.as_deref().unwrap().starts_with("hang"));
-        assert_eq!(dev.reached(), 3);
+        let (lost, reached) = dev(&s, d.device, |d| (d.lost().map(str::to_owned), d.reached()));
+        assert!(lost.as_deref().unwrap().starts_with("hang"));
+        assert_eq!(reached, 3);
     }
 
     /// What the running totals say all devices hold, recounted from the devices.
     fn recount(s: &State) -> Footprint {
-        s.devices
-            .values()
-            .fold(Footprint::default(), |f, (_, d)| f.plus(d.footprint()))
+        s.snapshot()
+            .iter()
+            .fold(Footprint::default(), |f, (slot, _)| {
+                f.plus(slot.wait().footprint())
+            })
     }
 
     #[test]
@@ -1422,7 +1664,7 @@ mod tests {
 
     #[test]
     fn freed_memory_waits_for_the_work_submitted_before_the_free() {
-        let mut s = state(Limits::default());
+        let s = state(Limits::default());
         let a = s.connect(peer(1), "a".into());
         let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
         let Response::DeviceOpened(d) = r else {
@@ -1441,10 +1683,7 @@ mod tests {
             panic!("{r:?}")
         };
         let held = s.held_bytes();
-        let host = {
-            let dev = &s.devices.get(&d.device).unwrap().1;
-            dev.control.as_ref().unwrap().host.clone().unwrap()
-        };
+        let host = { dev(&s, d.device, |d| d.word().unwrap().0.clone()) };
         // Work up to 3 was submitted and the word is at 2: the free keeps the memory.
         host.store_u64(
             rig_shm::layout::SUBMITTED_OFFSET as usize,
@@ -1466,7 +1705,7 @@ mod tests {
         );
         assert_eq!(r, Response::Done);
         assert_eq!(s.held_bytes(), held, "still held while work may use it");
-        assert_eq!(s.total, recount(&s));
+        assert_eq!(total(&s), recount(&s));
         assert!(s.watchdog(Instant::now()));
         assert_eq!(s.held_bytes(), held);
         // The word reaches it: the next tick frees it.
@@ -1477,29 +1716,132 @@ mod tests {
         );
         s.watchdog(Instant::now());
         assert_eq!(s.held_bytes(), held - (1 << 20));
-        assert_eq!(s.total, recount(&s));
+        assert_eq!(total(&s), recount(&s));
         s.disconnect(a);
-        assert_eq!(s.total, Footprint::default());
+        assert_eq!(total(&s), Footprint::default());
     }
 
     #[test]
     fn connections_of_one_user_share_its_limits() {
-        let mut s = state(Limits {
+        let s = state(Limits {
             devices: 2,
             ..Limits::default()
         });
         let a = s.connect(peer(1), "a".into());
         let b = s.connect(peer(2), "b".into());
-        let open = |s: &mut State, c| s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new()).0;
-        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
-        assert!(matches!(open(&mut s, b), Response::DeviceOpened(_)));
-        let r = open(&mut s, a);
+        let open = |s: &State, c| s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new()).0;
+        assert!(matches!(open(&s, a), Response::DeviceOpened(_)));
+        assert!(matches!(open(&s, b), Response::DeviceOpened(_)));
+        let r = open(&s, a);
         assert!(
             matches!(&r, Response::Error(e) if e.code == ErrorCode::Quota && e.message.contains("limits.devices (2)")),
             "{r:?}"
         );
         s.disconnect(b);
-        assert!(matches!(open(&mut s, a), Response::DeviceOpened(_)));
+        assert!(matches!(open(&s, a), Response::DeviceOpened(_)));
+    }
+
+    #[test]
+    fn concurrent_allocations_of_one_user_never_pass_its_limit() {
+        // Four connections of one user, each with a device, allocate at once: the memory
+        // limit leaves room for exactly `room` allocations among them all.
+        let (threads, size, room) = (4usize, 1u64 << 20, 6u64);
+        let limit = Footprint::opening().bytes * threads as u64 + room * size;
+        let s = state(Limits {
+            memory_bytes: limit,
+            ..Limits::default()
+        });
+        let devices: Vec<(ClientId, DeviceId)> = (0..threads)
+            .map(|i| {
+                let c = s.connect(peer(i as i32 + 1), "p".into());
+                let (r, _) = s.handle(c, Request::OpenDevice { gpu: 0 }, Vec::new());
+                let Response::DeviceOpened(d) = r else {
+                    panic!("{r:?}")
+                };
+                (c, d.device)
+            })
+            .collect();
+        let opened = s.book().tenants.get(&0).unwrap().held.bytes;
+        assert!(opened <= Footprint::opening().bytes * threads as u64);
+        let start = std::sync::Barrier::new(threads);
+        let granted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for &(c, device) in &devices {
+                let (s, start, granted) = (&s, &start, &granted);
+                scope.spawn(move || {
+                    start.wait();
+                    for _ in 0..room {
+                        let alloc = Request::Alloc {
+                            device,
+                            memory: MemoryKind::Device,
+                            bytes: size,
+                        };
+                        match s.handle(c, alloc, Vec::new()).0 {
+                            Response::Allocated { .. } => {
+                                granted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Response::NoMemory { .. } => {}
+                            r => panic!("{r:?}"),
+                        }
+                    }
+                });
+            }
+        });
+        let held = s.book().tenants.get(&0).unwrap().held.bytes;
+        assert!(
+            held <= limit,
+            "user holds {held} bytes, beyond its limit {limit}"
+        );
+        // Exactly what fits was granted: no more (no check-then-charge race), no less
+        // (a refused request's reservation goes back).
+        assert_eq!(
+            granted.load(Ordering::Relaxed),
+            (limit - opened) / size,
+            "granted allocations"
+        );
+        assert_eq!(total(&s), recount(&s));
+        for (c, _) in devices {
+            s.disconnect(c);
+        }
+        assert_eq!(total(&s), Footprint::default());
+    }
+
+    #[test]
+    fn a_request_on_a_held_device_is_given_back_untouched() {
+        let s = state(Limits::default());
+        let a = s.connect(peer(1), "a".into());
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(d) = r else {
+            panic!("{r:?}")
+        };
+        let alloc = Request::Alloc {
+            device: d.device,
+            memory: MemoryKind::Device,
+            bytes: 4096,
+        };
+        let slot = s.book().devices.get(&d.device).cloned().unwrap();
+        let held = slot.wait();
+        let back = s.try_handle(a, alloc.clone(), Vec::new());
+        assert!(matches!(&back, Err((r, _)) if *r == alloc), "{back:?}");
+        // Another client's request does not wait for that device.
+        let b = s.connect(peer(2), "b".into());
+        assert!(matches!(
+            s.try_handle(b, Request::ListGpus, Vec::new()),
+            Ok((Response::Gpus(_), _))
+        ));
+        // A request that may block is never answered inline.
+        assert!(
+            s.try_handle(b, Request::OpenDevice { gpu: 0 }, Vec::new())
+                .is_err()
+        );
+        drop(held);
+        assert!(matches!(
+            s.try_handle(a, alloc, Vec::new()),
+            Ok((Response::Allocated { .. }, _))
+        ));
+        s.disconnect(a);
+        s.disconnect(b);
+        assert_eq!(total(&s), Footprint::default());
     }
 
     proptest::proptest! {
@@ -1509,7 +1851,7 @@ mod tests {
         /// and a disconnect gives everything back.
         #[test]
         fn any_requests_any_numbers(ops in proptest::collection::vec((0u8..10, proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()), 1..24), junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
-            let mut s = state(Limits { memory_bytes: 32 << 20, devices: 2, objects: 16, ..Limits::default() });
+            let s = state(Limits { memory_bytes: 32 << 20, devices: 2, objects: 16, ..Limits::default() });
             let c = s.connect(peer(1), "p".into());
             let mut devices = vec![DeviceId(0)];
             let mut regions = vec![rig_proto::messages::RegionId(0)];
@@ -1539,10 +1881,10 @@ mod tests {
                     _ => {}
                 }
             }
-            proptest::prop_assert_eq!(s.total, recount(&s));
+            proptest::prop_assert_eq!(total(&s), recount(&s));
             s.disconnect(c);
             proptest::prop_assert_eq!(s.held_bytes(), 0);
-            proptest::prop_assert!(s.devices.is_empty());
+            proptest::prop_assert!(s.book().devices.is_empty());
         }
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-pub mod serve;
+pub use rig_tests::serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

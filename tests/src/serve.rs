@@ -1,9 +1,9 @@
 //! The daemon side of a test's own rigd: rigd's library serving simulated GPUs on a given
 //! socket until SIGTERM (or the exit of the program that started it).
 //!
-//! The test program is that daemon too: [`super::Daemon`] runs the program again with
-//! [`SOCKET_ENV`] set, and the program then serves instead of testing ([`main`]). So the
-//! client library itself links neither rigd nor tokio; only its tests do.
+//! The test program is that daemon too: the tests' `common::Daemon` (and rig-client's
+//! `figures` bench) run the program again with [`SOCKET_ENV`] set, and the program then
+//! serves instead of testing ([`main`]).
 
 use std::path::PathBuf;
 
