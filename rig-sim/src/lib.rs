@@ -101,11 +101,13 @@ use rig_amd::gpu::Gpu;
 use rig_shm::SharedRegion;
 
 pub use clock::ClockRelation;
-pub use dispatch::{IsaExecutor, KernelExecutor, NoExecutor};
+pub use dispatch::{IsaExecutor, KernelExecutor, KernelFault, NoExecutor};
 pub use memory::{MapError, PageFault};
 pub use queue::{
     FaultReason, Interrupt, InterruptSource, Queue, QueueDesc, QueueFault, QueueStatus,
 };
+/// What the interpreter reports of a kernel's fault, inside [`KernelFault::Exec`].
+pub use rig_isa::ExecFault;
 
 use crate::memory::Vm;
 use crate::vram::Vram;

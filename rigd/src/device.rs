@@ -463,14 +463,14 @@ pub struct Device {
     /// The scratch memory entries grew, if any.
     pub scratch: Option<PathMemory>,
     /// Why rigd lost it, once it did.
-    pub lost: Option<String>,
+    pub lost: Option<rig_proto::Fault>,
     /// True once stopped (by the client, by loss or at close).
     pub stopped: bool,
     /// True once the path said, at a stop, that no queue of the device runs or can write
     /// memory any more: from then on memory given back is free to reuse at once.
     pub halted: bool,
     /// Faults reported for its work, oldest first.
-    pub faults: Vec<String>,
+    pub faults: Vec<rig_proto::Fault>,
     /// The word's value at open; values start after it.
     pub first: u64,
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
@@ -571,10 +571,7 @@ impl Device {
     fn make_parts(&mut self) -> Result<(), MakeError> {
         let control = self.pinned("control page", CONTROL_PAGE_BYTES)?;
         self.control = Some(control);
-        let compute_kind = match self.desc.gpu.compute_queue() {
-            rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
-            _ => QueueKind::Pm4,
-        };
+        let compute_kind = self.desc.gpu.compute_queue();
         let q = self.make_queue(compute_kind, FIRST_RING_BYTES, 0)?;
         self.compute.push(q);
         let q = self.make_queue(QueueKind::Sdma, FIRST_RING_BYTES, 0)?;
@@ -1104,7 +1101,7 @@ impl Device {
 
     /// Stops the device (the seed's Stop): the path destroys its queues; once none runs, the
     /// word is made to read `last`. Returns whether the path stopped everything.
-    pub fn stop(&mut self, last: u64, fault: Option<&str>) -> Stopped {
+    pub fn stop(&mut self, last: u64, fault: Option<&rig_proto::Fault>) -> Stopped {
         if self.stopped {
             return Stopped::Stopped;
         }
@@ -1128,7 +1125,7 @@ impl Device {
 
     /// Loses the device: stops it with `why`, writes the last submitted value into its word,
     /// raises the lost flag and wakes the client.
-    pub fn lose(&mut self, why: String) {
+    pub fn lose(&mut self, why: rig_proto::Fault) {
         let last = self.submitted().max(self.reached());
         self.lose_at(why, last);
     }
@@ -1136,10 +1133,11 @@ impl Device {
     /// Loses the device as [`Device::lose`] does, with `last` as the value its stop writes
     /// into the word: for a client that lost the device itself (a consumer of a lost
     /// producer) and says so with its stop.
-    pub fn lose_at(&mut self, why: String, last: u64) {
+    pub fn lose_at(&mut self, why: rig_proto::Fault, last: u64) {
         if self.lost.is_some() {
             return;
         }
+        let why = why.bounded();
         tracing::warn!(device = self.id.0, reason = %why, "device lost");
         self.faults.push(why.clone());
         self.lost = Some(why.clone());

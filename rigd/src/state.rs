@@ -489,8 +489,8 @@ impl State {
             interrupt: Arc::new(move || {
                 let _ = on_irq.write(1);
             }),
-            fault: Arc::new(move |why| {
-                let _ = faults.send(Msg::Fault { device: id, why });
+            fault: Arc::new(move |fault| {
+                let _ = faults.send(Msg::Fault { device: id, fault });
                 let _ = on_fault.write(1);
             }),
         };
@@ -869,7 +869,7 @@ impl State {
     }
 
     /// A fault reported by a device's path: the device is lost.
-    pub fn fault(&mut self, id: DeviceId, why: String) {
+    pub fn fault(&mut self, id: DeviceId, why: rig_proto::Fault) {
         if let Some((_, d)) = self.devices.get_mut(&id) {
             d.lose(why);
         }
@@ -932,7 +932,7 @@ impl State {
                 let still = now.saturating_duration_since(since);
                 if still >= bound {
                     why = Some(format!(
-                        "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
+                        "the timeline stayed at {reached} below the submitted {submitted} for {} ms",
                         still.as_millis()
                     ));
                 }
@@ -949,13 +949,13 @@ impl State {
                 let still = now.saturating_duration_since(seen.max(run));
                 if still >= bound {
                     why = Some(format!(
-                        "hang: the queues ran for {} ms without completing any work (the timeline at {reached})",
+                        "the queues ran for {} ms without completing any work (the timeline at {reached})",
                         still.as_millis()
                     ));
                 }
             }
             if let Some(why) = why {
-                d.lose(why);
+                d.lose(rig_proto::Fault::new(rig_proto::FaultKind::Hang, why));
                 recharge.push(*id);
             }
         }
@@ -970,7 +970,11 @@ impl State {
         let n = self.devices.len();
         for (_, (_, mut d)) in std::mem::take(&mut self.devices) {
             // A client waiting on work that will never run must see a loss, not a completion.
-            d.lose("rigd is shutting down".into());
+            // rigd stops only when its administrator (or the system) tells it to.
+            d.lose(rig_proto::Fault::new(
+                rig_proto::FaultKind::StoppedByAdministrator,
+                "rigd is shutting down",
+            ));
             d.release_all();
         }
         self.clients.clear();
@@ -1093,7 +1097,10 @@ impl Handler for State {
                     // A stop with a reason is the client's own verdict that the device is
                     // lost (a consumer of a lost producer): rigctl and later requests show it.
                     match fault {
-                        Some(why) => d.lose_at(client_reason(why), last),
+                        Some(why) => d.lose_at(
+                            rig_proto::Fault::new(rig_proto::FaultKind::StoppedByClient, why),
+                            last,
+                        ),
                         None => {
                             d.stop(last, None);
                         }
@@ -1195,21 +1202,9 @@ impl Handler for State {
 
 /// The most bytes of a reason a client gives with its stop that rigd keeps: the reason is
 /// held (and shown by rigctl) as long as the device, charged to no quota, so a frame's
-/// 16 MiB of it must not be.
-pub const MOST_CLIENT_REASON: usize = 1024;
-
-/// `why` cut to [`MOST_CLIENT_REASON`] bytes at a character boundary, marked when cut.
-fn client_reason(mut why: String) -> String {
-    if why.len() > MOST_CLIENT_REASON {
-        let mut end = MOST_CLIENT_REASON;
-        while !why.is_char_boundary(end) {
-            end -= 1;
-        }
-        why.truncate(end);
-        why.push_str(" (cut)");
-    }
-    why
-}
+/// 16 MiB of it must not be. It is the bound of every fault's detail
+/// ([`rig_proto::Fault::bounded`], which [`Device::lose_at`] applies).
+pub const MOST_CLIENT_REASON: usize = rig_proto::MOST_FAULT_DETAIL;
 
 /// The device a request names, whose charges change with it.
 fn named_device(r: &Request) -> Option<DeviceId> {
@@ -1245,8 +1240,8 @@ pub enum Msg {
     Fault {
         /// The device.
         device: DeviceId,
-        /// The path's report.
-        why: String,
+        /// The fault, as the path's GPU reported it.
+        fault: rig_proto::Fault,
     },
     /// Look now: something changed that the next tick must not wait for (memory went into
     /// quarantine).
@@ -1270,7 +1265,7 @@ pub fn spawn_watch(shared: Shared, rx: mpsc::Receiver<Msg>) -> std::thread::Join
             let mut tick = IDLE_TICK;
             loop {
                 match rx.recv_timeout(tick) {
-                    Ok(Msg::Fault { device, why }) => lock(&shared).fault(device, why),
+                    Ok(Msg::Fault { device, fault }) => lock(&shared).fault(device, fault),
                     Ok(Msg::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     Ok(Msg::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
@@ -1391,7 +1386,7 @@ mod tests {
         assert!(s.devices.get(&d.device).unwrap().1.lost.is_none());
         s.watchdog(t0 + Duration::from_millis(50));
         let dev = &s.devices.get(&d.device).unwrap().1;
-        assert!(dev.lost.as_deref().unwrap().starts_with("hang"));
+        assert!(dev.lost.as_ref().unwrap().to_string().starts_with("hang"));
         assert_eq!(dev.reached(), 3);
     }
 
