@@ -872,17 +872,29 @@ pub struct Entry {
     pub wave64: bool,
     /// The 64 bytes of the kernel descriptor, as the code object holds them.
     pub descriptor: Descriptor,
-    /// The hidden arguments the kernel reads, which the client fills after the explicit ones.
-    pub hidden: Vec<HiddenArg>,
+    /// Where the hidden arguments the kernel reads lie, which the client fills after the
+    /// explicit ones: rig-amd's own layout, the hidden part of the [`Entry::plan`] that
+    /// `rig_amd::kernarg::layout` follows.
+    pub hidden: rig_amd::kernarg::HiddenLayout,
     /// The scratch a PM4 dispatch names; `None` if the kernel needs none or the queue (AQL)
     /// hands scratch itself.
     pub scratch: Option<Scratch>,
 }
 
 impl Entry {
+    /// The kernel's argument plan, as `rig_amd::kernarg::layout` takes it.
+    pub fn plan(&self) -> rig_amd::kernarg::KernargPlan {
+        rig_amd::kernarg::KernargPlan {
+            explicit_size: self.params,
+            size: self.kernarg_size,
+            align: self.kernarg_align,
+            hidden: self.hidden,
+        }
+    }
+
     /// Checks that a client can fill the kernel arguments as described without writing
-    /// outside `kernarg_size` bytes: explicit arguments fit, and each hidden argument is 2, 4
-    /// or 8 bytes, naturally aligned, inside the segment.
+    /// outside `kernarg_size` bytes: explicit arguments fit, and each hidden argument is
+    /// naturally aligned for its size (rig-amd's `Hidden::size`) inside the segment.
     pub fn check(&self) -> Result<(), LayoutError> {
         let what = "a kernel entry";
         if self.params > self.kernarg_size {
@@ -891,14 +903,15 @@ impl Entry {
                 why: "its explicit arguments exceed its argument segment",
             });
         }
-        for h in &self.hidden {
-            if !matches!(h.size, 2 | 4 | 8) || h.offset % h.size != 0 {
+        for (h, offset) in self.hidden.slots() {
+            let size = h.size().unwrap_or(8);
+            if offset % size != 0 {
                 return Err(LayoutError {
                     what,
                     why: "a hidden argument has a bad size or alignment",
                 });
             }
-            if u64::from(h.offset) + u64::from(h.size) > u64::from(self.kernarg_size) {
+            if u64::from(offset) + u64::from(size) > u64::from(self.kernarg_size) {
                 return Err(LayoutError {
                     what,
                     why: "a hidden argument lies past its argument segment",
@@ -928,52 +941,6 @@ impl<'de> Deserialize<'de> for Descriptor {
         })?;
         Ok(Descriptor(bytes))
     }
-}
-
-/// One hidden (implicit) kernel argument: where it lies in the kernel-argument segment and
-/// what the client stores there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HiddenArg {
-    /// Byte offset in the kernel-argument segment.
-    pub offset: u32,
-    /// Bytes (2, 4 or 8), stored little-endian.
-    pub size: u32,
-    /// What to store.
-    pub value: HiddenValue,
-}
-
-/// A grid axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Axis {
-    /// X.
-    X,
-    /// Y.
-    Y,
-    /// Z.
-    Z,
-}
-
-/// The value of a hidden argument, derived from the launch or given by rigd.
-///
-/// The grid is one of whole work-groups that starts at work-item 0, so remainders and
-/// global offsets are 0; they are listed so the client writes every byte the kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HiddenValue {
-    /// `hidden_block_count_*`: work-groups along the axis.
-    BlockCount(Axis),
-    /// `hidden_group_size_*`: work-items of a group along the axis.
-    GroupSize(Axis),
-    /// `hidden_remainder_*`: work-items of the last partial group (0).
-    Remainder(Axis),
-    /// `hidden_global_offset_*`: the grid's offset (0).
-    GlobalOffset(Axis),
-    /// `hidden_grid_dims`: how many axes the grid has.
-    GridDims,
-    /// `hidden_dynamic_lds_size`: the launch's own bytes of local data share.
-    DynamicLdsSize,
-    /// A value rigd knows and the launch does not change, such as an aperture base, or 0
-    /// for `hidden_none`.
-    Constant(u64),
 }
 
 /// Scratch memory that a PM4 dispatch names.

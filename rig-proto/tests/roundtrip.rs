@@ -217,31 +217,32 @@ fn device_opened() -> impl Strategy<Value = DeviceOpened> {
         )
 }
 
-fn axis() -> impl Strategy<Value = Axis> {
-    prop_oneof![Just(Axis::X), Just(Axis::Y), Just(Axis::Z)]
-}
-
-fn hidden_value() -> impl Strategy<Value = HiddenValue> {
-    prop_oneof![
-        axis().prop_map(HiddenValue::BlockCount),
-        axis().prop_map(HiddenValue::GroupSize),
-        axis().prop_map(HiddenValue::Remainder),
-        axis().prop_map(HiddenValue::GlobalOffset),
-        Just(HiddenValue::GridDims),
-        Just(HiddenValue::DynamicLdsSize),
-        any::<u64>().prop_map(HiddenValue::Constant),
-    ]
+fn hidden_layout() -> impl Strategy<Value = rig_amd::kernarg::HiddenLayout> {
+    let three = || any::<[Option<u32>; 3]>();
+    (
+        three(),
+        three(),
+        three(),
+        three(),
+        of(any::<u32>()),
+        of(any::<u32>()),
+    )
+        .prop_map(
+            |(block_count, group_size, remainder, global_offset, grid_dims, dynamic_lds_size)| {
+                rig_amd::kernarg::HiddenLayout {
+                    block_count,
+                    group_size,
+                    remainder,
+                    global_offset,
+                    grid_dims,
+                    dynamic_lds_size,
+                }
+            },
+        )
 }
 
 fn entry() -> impl Strategy<Value = Entry> {
-    let hidden = vec(
-        (any::<u32>(), any::<u32>(), hidden_value()).prop_map(|(offset, size, value)| HiddenArg {
-            offset,
-            size,
-            value,
-        }),
-        0..6,
-    );
+    let hidden = hidden_layout();
     let scratch = of(any::<(u64, u64, u32, u32)>().prop_map(
         |(gpu_address, bytes, wave_bytes, waves)| Scratch {
             gpu_address,
@@ -918,40 +919,21 @@ fn entry_checks_hidden_arguments_stay_inside_the_segment() {
         private_segment: 0,
         wave64: false,
         descriptor: Descriptor([0; 64]),
-        hidden: vec![
-            HiddenArg {
-                offset: 16,
-                size: 4,
-                value: HiddenValue::BlockCount(Axis::X),
-            },
-            HiddenArg {
-                offset: 28,
-                size: 2,
-                value: HiddenValue::GroupSize(Axis::X),
-            },
-            HiddenArg {
-                offset: 64,
-                size: 2,
-                value: HiddenValue::GridDims,
-            },
-        ],
+        hidden: rig_amd::kernarg::HiddenLayout {
+            block_count: [Some(16), None, None],
+            group_size: [Some(28), None, None],
+            grid_dims: Some(64),
+            ..Default::default()
+        },
         scratch: None,
     };
     assert_eq!(e.check(), Ok(()));
-    e.hidden.push(HiddenArg {
-        offset: 272,
-        size: 8,
-        value: HiddenValue::Constant(0),
-    });
+    e.hidden.global_offset[0] = Some(272);
     assert!(e.check().is_err(), "past the segment");
-    e.hidden.pop();
-    e.hidden.push(HiddenArg {
-        offset: 30,
-        size: 4,
-        value: HiddenValue::Constant(0),
-    });
+    e.hidden.global_offset[0] = None;
+    e.hidden.dynamic_lds_size = Some(30);
     assert!(e.check().is_err(), "misaligned");
-    e.hidden.pop();
+    e.hidden.dynamic_lds_size = None;
     e.params = 300;
     assert!(e.check().is_err(), "explicit arguments past the segment");
 }
