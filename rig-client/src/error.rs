@@ -72,6 +72,16 @@ pub enum Error {
     /// An argument is outside what the call accepts, such as a range past a buffer's end.
     #[error("{0}")]
     Invalid(String),
+    /// Memory rigd shared could not be mapped or used: rig-shm's error, whose source is the
+    /// OS error where there is one.
+    #[error("{what}: {source}")]
+    Shared {
+        /// What the client was mapping.
+        what: &'static str,
+        /// rig-shm's error.
+        #[source]
+        source: rig_shm::ShmError,
+    },
     /// A host system call failed.
     #[error("{what}: {source}")]
     Io {

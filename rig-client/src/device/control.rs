@@ -241,8 +241,10 @@ impl Maps {
         let fd = self.fds.get_mut(i).and_then(Option::take).ok_or_else(|| {
             Error::Protocol(format!("rigd named descriptor {i}, which it did not pass"))
         })?;
-        let region = SharedRegion::from_fd(fd)
-            .map_err(|e| Error::Protocol(format!("cannot map memory rigd shared: {e}")))?;
+        let region = SharedRegion::from_fd(fd).map_err(|source| Error::Shared {
+            what: "cannot map memory rigd shared",
+            source,
+        })?;
         self.regions[i] = Some(region.clone());
         Ok(region)
     }

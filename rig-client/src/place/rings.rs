@@ -47,8 +47,10 @@ impl QueueRing {
                 "rigd shared unaligned queue positions".into(),
             ));
         }
-        let bell = Doorbell::new(bell_region, bell_offset)
-            .map_err(|e| Error::Protocol(format!("rigd shared a bad doorbell: {e}")))?;
+        let bell = Doorbell::new(bell_region, bell_offset).map_err(|source| Error::Shared {
+            what: "rigd shared a bad doorbell",
+            source,
+        })?;
         let unit = rig_proto::messages::position_unit(share.kind);
         let mut pos = Ring::new(bytes / 4, share.kind == QueueKind::Pm4);
         // Start where the queue stands (0 for a new one).
