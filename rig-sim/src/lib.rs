@@ -64,7 +64,9 @@
 //! **Interrupts and faults.** A release or trap that asks for an interrupt calls the queue's
 //! `on_interrupt` with an [`Interrupt`] that carries a per-queue count, so a consumer can tell
 //! whether it missed one. A fault (page fault, bad packet, a kernel that could not run) stops
-//! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called.
+//! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called, as a
+//! typed [`QueueFault`] whose [`FaultReason`] keeps the facts (a [`PageFault`]'s address and
+//! direction, a bad packet's position, a kernel's [`ExecFault`] with its instruction).
 //!
 //! **Stop.** [`Queue::stop`] returns without waiting for the queue's work, and once it has
 //! returned the queue's thread has ended, so nothing of the queue touches memory: copies move
