@@ -13,8 +13,10 @@
 
 use std::fmt;
 
-/// A three-part IP version: major, minor, stepping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+use serde::{Deserialize, Serialize};
+
+/// A three-part IP version: major, minor, stepping. rig's protocol carries it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct IpVersion {
     /// Major version.
     pub major: u8,
@@ -50,8 +52,8 @@ pub enum ComputePackets {
     Aql,
 }
 
-/// The kinds of hardware queue rig makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The kinds of hardware queue rig makes. rig's protocol carries it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum QueueKind {
     /// A compute queue reading PM4 packets.
     Pm4,

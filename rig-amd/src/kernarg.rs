@@ -35,6 +35,23 @@ pub struct HiddenLayout {
 }
 
 impl HiddenLayout {
+    /// Each hidden argument the kernel reads, with its byte offset, in no promised order.
+    pub fn slots(&self) -> impl Iterator<Item = (Hidden, u32)> + '_ {
+        use crate::code_object::Axis;
+        let axes = [Axis::X, Axis::Y, Axis::Z];
+        let per_axis = move |at: &'_ [Option<u32>; 3], kind: fn(Axis) -> Hidden| {
+            axes.into_iter()
+                .zip(*at)
+                .filter_map(move |(a, o)| Some((kind(a), o?)))
+        };
+        per_axis(&self.block_count, Hidden::BlockCount)
+            .chain(per_axis(&self.group_size, Hidden::GroupSize))
+            .chain(per_axis(&self.remainder, Hidden::Remainder))
+            .chain(per_axis(&self.global_offset, Hidden::GlobalOffset))
+            .chain(self.grid_dims.map(|o| (Hidden::GridDims, o)))
+            .chain(self.dynamic_lds_size.map(|o| (Hidden::DynamicLdsSize, o)))
+    }
+
     /// The layout of the hidden arguments among `args` that rig supplies; runtime services
     /// ([`Hidden::Other`]) and `hidden_none` are not part of it.
     pub fn from_args(args: &[Arg]) -> Self {
@@ -241,6 +258,18 @@ pub fn layout(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_name_every_hidden_argument_read_and_its_offset() {
+        use crate::code_object::Axis;
+        let slots: Vec<(Hidden, u32)> = add_plan().hidden.slots().collect();
+        assert_eq!(slots.len(), 13);
+        assert!(slots.contains(&(Hidden::BlockCount(Axis::Z), 24)));
+        assert!(slots.contains(&(Hidden::GlobalOffset(Axis::Y), 64)));
+        assert!(slots.contains(&(Hidden::GridDims, 80)));
+        assert!(!slots.iter().any(|(h, _)| *h == Hidden::DynamicLdsSize));
+        assert_eq!(HiddenLayout::default().slots().count(), 0);
+    }
 
     /// The v5 layout LLVM gives `add(global float *x, global float *y)` (kernels/src/add.cl).
     fn add_plan() -> KernargPlan {

@@ -5,17 +5,17 @@
 //! The dispatch is [`rig_amd::dispatch`]'s, for the device's generation
 //! ([`rig_amd::hal::Hal`]): user SGPRs in the order the descriptor enables them, the
 //! COMPUTE_* register writes, the scratch granule and the initiator. The argument bytes are
-//! [`rig_amd::kernarg::layout`]'s, from a plan made at resolve out of rigd's description
-//! ([`rig_proto::HiddenArg`]s, whose constants this module writes after it). This module
+//! [`rig_amd::kernarg::layout`]'s, from the plan rigd sent ([`Entry::plan`], rig-amd's own
+//! [`KernargPlan`]). This module
 //! gives both the launch's values; the framing of a launch (cache invalidation, release) is
 //! [`crate::place`]'s.
 
-use rig_amd::code_object::{self as kd, Arg, ArgKind, Hidden, KernelDescriptor};
+use rig_amd::code_object::{Hidden, KernelDescriptor};
 use rig_amd::dispatch::{self as builder, Pm4Scratch, UserSgprValues};
 use rig_amd::gpu::{Gpu, IpVersion};
-use rig_amd::kernarg::{self, Grid, HiddenLayout, KernargPlan};
+use rig_amd::kernarg::{self, Grid, KernargPlan};
 use rig_amd::regs::USER_DATA_COUNT;
-use rig_proto::{Axis, Entry, Facts, HiddenValue};
+use rig_proto::{Entry, Facts};
 
 use crate::error::{Error, Result};
 use crate::place::{LaunchTemplate, TEMPLATE_WORDS};
@@ -68,72 +68,34 @@ pub(crate) fn template(gpu: &'static Gpu, entry: &Entry) -> LaunchTemplate {
 }
 
 /// What the kernel-argument bytes of a kernel's launches need, made at resolve: rig_amd's
-/// plan of the segment ([`kernarg::layout`] writes the parameters, refs and the hidden
-/// arguments a launch decides), and the hidden arguments rigd gives values of
-/// ([`HiddenValue::Constant`], which a plan does not carry) or that are 0 (remainders and
-/// global offsets, written even where they lie among a longer launch's parameters).
+/// plan of the segment as rigd sent it ([`Entry::plan`]; [`kernarg::layout`] writes the
+/// parameters, refs and the hidden arguments a launch decides), and the hidden arguments
+/// that are 0 (remainders and global offsets, written even where they lie among a longer
+/// launch's parameters).
 #[derive(Debug, Clone)]
 pub(crate) struct Kernargs {
     plan: KernargPlan,
-    /// (offset, bytes, value) of each hidden argument the plan does not write.
-    fixed: Vec<(u32, u32, u64)>,
+    /// (offset, bytes) of each hidden argument the plan does not write, which reads 0.
+    zeros: Vec<(u32, u32)>,
 }
 
 impl Kernargs {
     /// The plan of `entry`'s arguments; refused where rigd described arguments the client
-    /// cannot fill within the segment, or in sizes other than their kind's.
+    /// cannot fill within the segment.
     pub(crate) fn of(entry: &Entry) -> Result<Kernargs> {
-        let bad = |why: String| Error::Protocol(format!("rigd described kernel arguments {why}"));
-        entry
-            .check()
-            .map_err(|e| bad(format!("the client cannot fill: {e}")))?;
-        let axis = |x: Axis| match x {
-            Axis::X => kd::Axis::X,
-            Axis::Y => kd::Axis::Y,
-            Axis::Z => kd::Axis::Z,
-        };
-        let mut args = Vec::with_capacity(entry.hidden.len());
-        let mut fixed = Vec::new();
-        for h in &entry.hidden {
-            let kind = match h.value {
-                HiddenValue::BlockCount(x) => Hidden::BlockCount(axis(x)),
-                HiddenValue::GroupSize(x) => Hidden::GroupSize(axis(x)),
-                HiddenValue::Remainder(x) => Hidden::Remainder(axis(x)),
-                HiddenValue::GlobalOffset(x) => Hidden::GlobalOffset(axis(x)),
-                HiddenValue::GridDims => Hidden::GridDims,
-                HiddenValue::DynamicLdsSize => Hidden::DynamicLdsSize,
-                HiddenValue::Constant(c) => {
-                    fixed.push((h.offset, h.size, c));
-                    continue;
-                }
-            };
-            if kind.size() != Some(h.size) {
-                return Err(bad(format!(
-                    "with hidden_{} of {} bytes",
-                    kind.name(),
-                    h.size
-                )));
-            }
-            if matches!(kind, Hidden::Remainder(_) | Hidden::GlobalOffset(_)) {
-                fixed.push((h.offset, h.size, 0));
-            }
-            args.push(Arg {
-                name: None,
-                offset: h.offset,
-                size: h.size,
-                kind: ArgKind::Hidden(kind),
-                address_space: None,
-            });
-        }
-        Ok(Kernargs {
-            plan: KernargPlan {
-                explicit_size: entry.params,
-                size: entry.kernarg_size,
-                align: entry.kernarg_align,
-                hidden: HiddenLayout::from_args(&args),
-            },
-            fixed,
-        })
+        entry.check().map_err(|e| {
+            Error::Protocol(format!(
+                "rigd described kernel arguments the client cannot fill: {e}"
+            ))
+        })?;
+        let plan = entry.plan();
+        let zeros = plan
+            .hidden
+            .slots()
+            .filter(|(h, _)| matches!(h, Hidden::Remainder(_) | Hidden::GlobalOffset(_)))
+            .filter_map(|(h, offset)| Some((offset, h.size()?)))
+            .collect();
+        Ok(Kernargs { plan, zeros })
     }
 
     /// The kernel-argument bytes of launch `l` (its parameters with each ref's address
@@ -163,10 +125,10 @@ impl Kernargs {
             dynamic_lds: l.shared,
         };
         kernarg::layout(&plan, &l.params, &refs, &grid, &mut a).map_err(fail)?;
-        for &(offset, size, value) in &self.fixed {
-            let (o, n) = (offset as usize, (size as usize).min(8));
+        for &(offset, size) in &self.zeros {
+            let (o, n) = (offset as usize, size as usize);
             if let Some(b) = a.get_mut(o..o + n) {
-                b.copy_from_slice(&value.to_le_bytes()[..n]);
+                b.fill(0);
             }
         }
         Ok(a)
@@ -176,6 +138,7 @@ impl Kernargs {
 #[cfg(test)]
 mod tests {
     use rig_amd::gpu::Generation;
+    use rig_amd::kernarg::HiddenLayout;
     use rig_amd::pm4::{Packet, decode};
     use rig_amd::regs::tmpring;
     use rig_proto::{Descriptor, IpVersion, Scratch};
@@ -215,7 +178,7 @@ mod tests {
             private_segment: 48,
             wave64: false,
             descriptor: Descriptor([0; 64]),
-            hidden: Vec::new(),
+            hidden: HiddenLayout::default(),
             scratch: Some(Scratch {
                 gpu_address: 0x8000_0000,
                 bytes: wave_bytes * 2048,
@@ -251,24 +214,18 @@ mod tests {
     }
 
     #[test]
-    fn kernel_arguments_take_params_refs_hidden_values_and_constants() {
-        use rig_proto::{Axis, HiddenArg, HiddenValue as V};
-        let hidden = |offset, size, value| HiddenArg {
-            offset,
-            size,
-            value,
-        };
+    fn kernel_arguments_take_params_refs_and_hidden_values() {
         let mut entry = scratch_entry(Gpu::by_name("gfx1100").unwrap());
         entry.params = 8;
         entry.kernarg_size = 60;
-        entry.hidden = vec![
-            hidden(16, 4, V::BlockCount(Axis::Y)),
-            hidden(20, 2, V::GroupSize(Axis::X)),
-            hidden(22, 2, V::GridDims),
-            hidden(24, 4, V::DynamicLdsSize),
-            hidden(32, 8, V::Constant(0x1122_3344_5566_7788)),
-            hidden(40, 8, V::GlobalOffset(Axis::X)),
-        ];
+        entry.hidden = HiddenLayout {
+            block_count: [None, Some(16), None],
+            group_size: [Some(20), None, None],
+            grid_dims: Some(22),
+            dynamic_lds_size: Some(24),
+            global_offset: [Some(40), None, None],
+            ..HiddenLayout::default()
+        };
         let k = Kernargs::of(&entry).unwrap();
         let b = crate::buffer::tests::buffer(1, 0x5_0000, 4096);
         // 48 bytes of parameters, longer than the kernel's 8: they all pass, hidden
@@ -297,12 +254,13 @@ mod tests {
         );
         assert_eq!(
             [u(32, 8), u(40, 8), u(48, 8), u(56, 8)],
-            [0x1122_3344_5566_7788, 0, 0, 0]
+            [0xaaaa_aaaa_aaaa_aaaa, 0, 0, 0]
         );
-        entry.hidden = vec![hidden(16, 8, V::BlockCount(Axis::X))];
+        // A hidden argument past the segment is rigd and client out of step.
+        entry.hidden.block_count[0] = Some(60);
         assert!(matches!(
             Kernargs::of(&entry),
-            Err(Error::Protocol(m)) if m.contains("hidden_block_count_x of 8 bytes")
+            Err(Error::Protocol(m)) if m.contains("past its argument segment")
         ));
     }
 

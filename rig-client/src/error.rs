@@ -2,8 +2,9 @@
 //!
 //! This module owns [`Error`], what every fallible call of the crate returns, and [`Never`],
 //! the reasons a device refuses a part of a submission for good. It does not own the
-//! protocol's errors: a failed connection keeps rig-proto's error as its source, a refusal keeps
-//! the protocol's code.
+//! protocol's errors: a failed connection keeps rig-proto's error (and through it the OS
+//! error) as its source, a refusal keeps the protocol's code, and a loss keeps the typed
+//! [`rig_proto::Fault`] rigd sent.
 
 use std::io;
 
@@ -22,7 +23,12 @@ pub enum Error {
         #[source]
         source: rig_proto::Error,
     },
-    /// The control connection to rigd failed after it was made.
+    /// The control connection to rigd failed after it was made: the socket (its OS error),
+    /// the framing, or rigd closing it.
+    #[error("the connection to rigd failed: {0}")]
+    Connection(#[source] rig_proto::Error),
+    /// rigd answered with something this client cannot use (an answer of another request,
+    /// a descriptor it did not pass, a layout out of step).
     #[error("the connection to rigd failed: {0}")]
     Protocol(String),
     /// rigd refused a request, with the protocol's code and its reason.
@@ -33,9 +39,17 @@ pub enum Error {
         /// rigd's reason.
         message: String,
     },
-    /// The device was lost (a fault, a hang, a reset, a close of rigd); the reason is rigd's.
-    #[error("the device is lost: {0}")]
-    Lost(String),
+    /// The device was lost (a fault of its work, a hang, a reset, a stop, a close of rigd).
+    /// It reads as "AMD:0 lost: memory fault at 0x0 (write) by the instruction at 0x1a2c
+    /// on COMPUTE:0 (vmid 1)".
+    #[error("{device} lost: {fault}")]
+    Lost {
+        /// The device's GPU, such as `"AMD:0"`.
+        device: String,
+        /// Why: rigd's fault for it, or the client's own (a consumer of a lost producer, an
+        /// abort, rigd no longer answering).
+        fault: rig_proto::Fault,
+    },
     /// The device never runs a part of a submission, whatever completes first.
     #[error("the device never runs this: {0}")]
     Never(#[from] Never),
@@ -61,6 +75,16 @@ pub enum Error {
     /// An argument is outside what the call accepts, such as a range past a buffer's end.
     #[error("{0}")]
     Invalid(String),
+    /// Memory rigd shared could not be mapped or used: rig-shm's error, whose source is the
+    /// OS error where there is one.
+    #[error("{what}: {source}")]
+    Shared {
+        /// What the client was mapping.
+        what: &'static str,
+        /// rig-shm's error.
+        #[source]
+        source: rig_shm::ShmError,
+    },
     /// A host system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -207,7 +207,7 @@ pub(crate) mod tests {
             private_segment: 0,
             wave64: false,
             descriptor: Descriptor([0; 64]),
-            hidden: Vec::new(),
+            hidden: rig_amd::kernarg::HiddenLayout::default(),
             scratch: None,
         };
         let target = crate::place::Target::of(&crate::place::tests::facts()).unwrap();

@@ -71,9 +71,12 @@
 //!
 //! Every call returns [`Result`]. A part the device never runs is [`Error::Never`] with the
 //! reason ([`Never`]); a device rigd lost (a fault of its work, a hang, a reset) answers
-//! waits and later calls with [`Error::Lost`] and rigd's reason. A device whose work waited
-//! on the GPU for a point of another device that was lost before it reached it is lost too,
-//! its reason naming that device ("AMD:1 lost: AMD:0 lost: ...").
+//! waits and later calls with [`Error::Lost`]: the device's name and a typed [`Fault`]
+//! (its [`FaultKind`], queue, VMID, address, program counter), which reads as "AMD:0 lost:
+//! memory fault at 0x0 (write) by the instruction at 0x1a2c on COMPUTE:0 (vmid 1)". A device
+//! whose work waited on the GPU for a point of another device that was lost before it
+//! reached it is lost too, its fault ([`FaultKind::Producer`]) naming that device ("AMD:1
+//! lost: AMD:0 lost: ...").
 //!
 //! # Lifetimes
 //!
@@ -120,7 +123,7 @@ pub use error::{Error, Never, Result};
 pub use image::{Image, Kernel};
 pub use point::Point;
 pub use profile::{Profile, Work};
-pub use rig_proto::{Facts, GpuInfo};
+pub use rig_proto::{Facts, Fault, FaultKind, GpuInfo, QueueRef};
 pub use rig_shm::SharedRegion;
 pub use submission::{Ref, Submission};
 pub use types::{Access, CopyBox, Memory, Queue};

@@ -4,8 +4,9 @@
 //! This module owns two things:
 //!
 //! - [`Liveness`]: a device's timeline word and lost flag as anyone may read them, the
-//!   reason it was lost, and the one rule by which the client decides that a value was
-//!   reached before a loss ([`Liveness::reached`]). A device's handles share it, and so do
+//!   [`Fault`] it was lost for (rigd's, asked once, or the client's own), and the one rule
+//!   by which the client decides that a value was reached before a loss
+//!   ([`Liveness::reached`]). A device's handles share it, and so do
 //!   the records of devices whose work waits for its points, without keeping the device
 //!   itself open.
 //! - [`Deps`]: a consumer device's records of the points of other devices its values wait
@@ -14,16 +15,22 @@
 //!   after each such wait the consumer's compute queue copies the producer's lost flag into
 //!   an evidence slot of the consumer's own; a wait of the program on the consumer checks
 //!   the records of the values it covers, and a record whose producer was lost before it
-//!   reached the point loses the consumer too, with a reason naming the producer.
+//!   reached the point loses the consumer too, with a fault of kind
+//!   [`FaultKind::Producer`] naming the producer and its own fault.
+//!
+//! It also turns rigd's refusal of a request because the device is lost into that device's
+//! [`Error::Lost`] ([`DeviceShared::call`]).
 
 use std::collections::VecDeque;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rig_proto::{DeviceId, Request, Response};
+use rig_proto::{DeviceId, ErrorCode, Fault, FaultKind, Request, Response};
 use rig_shm::SharedRegion;
 
-use crate::device::Rig;
+use crate::device::{DeviceShared, Rig};
+use crate::error::{Error, Result};
 
 /// Evidence slots of a device: GPU waits on other devices' points recorded at once; a
 /// submit with more waits outstanding waits for the oldest values to be reached.
@@ -42,8 +49,8 @@ pub(crate) struct Liveness {
     /// Bytes from the timeline word to the lost flag where both lie in one page of one
     /// memfd, the page rigd maps for a peer's waits: where a consumer's GPU reads the flag.
     pub flag_from_word: Option<u64>,
-    /// Why the device was lost: rigd's reason, asked once, or the client's own.
-    lost: OnceLock<String>,
+    /// Why the device was lost: rigd's fault, asked once, or the client's own.
+    lost: OnceLock<Fault>,
     /// The highest value the word was read at while the device was not lost.
     live: AtomicU64,
     /// The first value the client knows did not complete as submitted (the client lost the
@@ -143,28 +150,50 @@ impl Liveness {
             || (gpu_saw_flag == Some(0) && self.lost_at.load(Ordering::Acquire) == u64::MAX)
     }
 
-    /// The reason the device was lost, asked of rigd (through `rig`) once and kept.
-    pub(crate) fn lost_reason(&self, rig: &Rig) -> String {
+    /// The fault the device was lost for, asked of rigd (through `rig`) once and kept.
+    pub(crate) fn lost_reason(&self, rig: &Rig) -> Fault {
         if let Some(why) = self.lost.get() {
             return why.clone();
         }
+        let unsaid = || {
+            Fault::new(
+                FaultKind::Internal,
+                "rigd lost the device and named no fault",
+            )
+        };
         let why = match rig.call(&Request::DeviceStatus { device: self.id }, &[]) {
-            Ok((Response::Status(s), _)) => s.lost.unwrap_or_else(|| "rigd lost the device".into()),
-            Ok(_) => "rigd lost the device".into(),
-            Err(e) => format!("rigd lost the device and cannot say why: {e}"),
+            Ok((Response::Status(s), _)) => s.lost.unwrap_or_else(unsaid),
+            Ok(_) => unsaid(),
+            Err(e @ Error::Connection(_)) => Fault::new(FaultKind::Disconnected, e.to_string()),
+            Err(e) => Fault::new(
+                FaultKind::Internal,
+                format!("rigd lost the device and cannot say why: {e}"),
+            ),
         };
         self.lost.get_or_init(|| why).clone()
     }
 
-    /// Keeps `why` as the reason of a loss rigd reported in another way (a status answer,
-    /// a daemon that no longer answers); the first reason stays.
-    pub(crate) fn keep_reason(&self, why: String) -> String {
-        self.lost.get_or_init(|| why).clone()
+    /// The device's [`Error::Lost`]: its name and the fault it was lost for.
+    pub(crate) fn lost_error(&self, rig: &Rig) -> Error {
+        Error::Lost {
+            device: self.name.clone(),
+            fault: self.lost_reason(rig),
+        }
+    }
+
+    /// Keeps `why` as the fault of a loss rigd reported in another way (a status answer,
+    /// a daemon that no longer answers) and returns the device's [`Error::Lost`]; the first
+    /// fault stays.
+    pub(crate) fn keep_reason(&self, why: Fault) -> Error {
+        Error::Lost {
+            device: self.name.clone(),
+            fault: self.lost.get_or_init(|| why).clone(),
+        }
     }
 
     /// The client loses the device itself from value `at` on, for `why`, unless it was
     /// lost before. Returns whether this call lost it.
-    pub(crate) fn lose_from(&self, at: u64, why: String) -> bool {
+    pub(crate) fn lose_from(&self, at: u64, why: Fault) -> bool {
         if self.is_lost() {
             return false;
         }
@@ -173,15 +202,27 @@ impl Liveness {
         self.lost.set(why).is_ok()
     }
 
-    /// "NAME lost: why", as a consumer's reason names its producer.
-    fn named_reason(&self, rig: &Rig) -> String {
-        let why = self.lost_reason(rig);
-        let prefix = format!("{} lost: ", self.name);
-        if why.starts_with(&prefix) {
-            why
-        } else {
-            prefix + &why
-        }
+    /// The fault of a consumer of this device, lost with it: "NAME lost: its fault".
+    fn consumer_fault(&self, rig: &Rig) -> Fault {
+        Fault::new(FaultKind::Producer, self.lost_error(rig).to_string())
+    }
+}
+
+impl DeviceShared {
+    /// Sends `request`, which names this device: rigd's refusal because the device is lost
+    /// becomes this device's [`Error::Lost`], with the fault rigd keeps for it.
+    pub(crate) fn call(
+        &self,
+        request: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<OwnedFd>)> {
+        self.rig.call(request, fds).map_err(|e| match e {
+            Error::Refused {
+                code: ErrorCode::Lost,
+                ..
+            } => self.live.lost_error(&self.rig),
+            e => e,
+        })
     }
 }
 
@@ -228,8 +269,9 @@ impl Default for Deps {
 pub(crate) struct Doomed {
     /// The consumer's first value that waited for it.
     pub value: u64,
-    /// The consumer's reason: "CONSUMER lost: PRODUCER lost: why".
-    pub why: String,
+    /// The consumer's fault, of kind [`FaultKind::Producer`], whose detail reads "PRODUCER
+    /// lost: its fault" (so the consumer's error reads "CONSUMER lost: PRODUCER lost: ...").
+    pub why: Fault,
 }
 
 impl Deps {
@@ -286,13 +328,7 @@ impl Deps {
     /// point before any loss goes; one whose producer was lost before it reached the
     /// point dooms the consumer, reached or not (its GPU's wait either passed on the
     /// stop's value or never passes).
-    pub(crate) fn check(
-        &mut self,
-        upto: u64,
-        reached: u64,
-        consumer: &str,
-        rig: &Rig,
-    ) -> Option<Doomed> {
+    pub(crate) fn check(&mut self, upto: u64, reached: u64, rig: &Rig) -> Option<Doomed> {
         let mut i = 0;
         while let Some(r) = self.records.get(i) {
             if r.value > upto {
@@ -303,7 +339,7 @@ impl Deps {
             if !fine && (r.value <= reached || r.producer.is_lost()) {
                 return Some(Doomed {
                     value: r.value,
-                    why: format!("{consumer} lost: {}", r.producer.named_reason(rig)),
+                    why: r.producer.consumer_fault(rig),
                 });
             }
             if fine && r.value <= reached && i == 0 {

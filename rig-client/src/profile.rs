@@ -52,11 +52,7 @@ pub struct Profile {
 }
 
 fn sample(dev: &DeviceShared) -> Result<ClockSample> {
-    match dev
-        .rig
-        .call(&Request::SampleClock { device: dev.id }, &[])?
-        .0
-    {
+    match dev.call(&Request::SampleClock { device: dev.id }, &[])?.0 {
         Response::Clock(c) => Ok(c),
         r => Err(Error::Protocol(format!(
             "rigd answered sample-clock with {r:?}"

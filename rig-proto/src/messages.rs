@@ -469,26 +469,19 @@ pub struct GpuShare {
     pub gpu_address: u64,
 }
 
-/// The packets a hardware queue reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum QueueKind {
-    /// PM4 type-3 packets (a compute queue on a GPU of one die).
-    Pm4,
-    /// HSA AQL packets, 64 bytes each (a compute queue on a GPU of several dies).
-    Aql,
-    /// SDMA packets (the copy queue).
-    Sdma,
-}
+/// The packets a hardware queue reads: rig-amd's own type, which the wire carries as it is
+/// (PM4 on a compute queue of a GPU of one die, AQL on one of several dies, SDMA on the copy
+/// queue).
+pub use rig_amd::gpu::QueueKind;
 
-impl QueueKind {
-    /// The bytes of one unit of this kind's read and write positions and doorbell value:
-    /// PM4 counts dwords, AQL counts 64-byte packets, SDMA counts bytes.
-    pub fn position_unit(self) -> u64 {
-        match self {
-            QueueKind::Pm4 => rig_shm::layout::PM4_POSITION_UNIT,
-            QueueKind::Aql => rig_shm::layout::AQL_POSITION_UNIT,
-            QueueKind::Sdma => rig_shm::layout::SDMA_POSITION_UNIT,
-        }
+/// The bytes of one unit of a queue of `kind`'s read and write positions and doorbell
+/// value, as [`rig_shm::layout`] states them: PM4 counts dwords, AQL counts 64-byte
+/// packets, SDMA counts bytes.
+pub fn position_unit(kind: QueueKind) -> u64 {
+    match kind {
+        QueueKind::Pm4 => rig_shm::layout::PM4_POSITION_UNIT,
+        QueueKind::Aql => rig_shm::layout::AQL_POSITION_UNIT,
+        QueueKind::Sdma => rig_shm::layout::SDMA_POSITION_UNIT,
     }
 }
 
@@ -496,7 +489,7 @@ impl QueueKind {
 ///
 /// Ownership: the client writes the ring's packets, `write` and the doorbell; the queue
 /// (GPU) writes `read`. Positions are 64-bit words that only grow, in
-/// [`QueueKind::position_unit`]s, and index the ring modulo its size. Submitting is:
+/// [`position_unit`]s, and index the ring modulo its size. Submitting is:
 /// place packets, store the new write position into `write` (release order), then store
 /// it into the doorbell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -780,16 +773,9 @@ pub struct Waits {
     pub hosts: bool,
 }
 
-/// A three-part IP version, such as GC 11.0.0 or SDMA 6.0.0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct IpVersion {
-    /// Major.
-    pub major: u8,
-    /// Minor.
-    pub minor: u8,
-    /// Stepping.
-    pub stepping: u8,
-}
+/// A three-part IP version, such as GC 11.0.0 or SDMA 6.0.0: rig-amd's own type, which the
+/// wire carries as it is.
+pub use rig_amd::gpu::IpVersion;
 
 /// The largest ring a growth can make per queue; bigger submissions never fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -886,17 +872,29 @@ pub struct Entry {
     pub wave64: bool,
     /// The 64 bytes of the kernel descriptor, as the code object holds them.
     pub descriptor: Descriptor,
-    /// The hidden arguments the kernel reads, which the client fills after the explicit ones.
-    pub hidden: Vec<HiddenArg>,
+    /// Where the hidden arguments the kernel reads lie, which the client fills after the
+    /// explicit ones: rig-amd's own layout, the hidden part of the [`Entry::plan`] that
+    /// `rig_amd::kernarg::layout` follows.
+    pub hidden: rig_amd::kernarg::HiddenLayout,
     /// The scratch a PM4 dispatch names; `None` if the kernel needs none or the queue (AQL)
     /// hands scratch itself.
     pub scratch: Option<Scratch>,
 }
 
 impl Entry {
+    /// The kernel's argument plan, as `rig_amd::kernarg::layout` takes it.
+    pub fn plan(&self) -> rig_amd::kernarg::KernargPlan {
+        rig_amd::kernarg::KernargPlan {
+            explicit_size: self.params,
+            size: self.kernarg_size,
+            align: self.kernarg_align,
+            hidden: self.hidden,
+        }
+    }
+
     /// Checks that a client can fill the kernel arguments as described without writing
-    /// outside `kernarg_size` bytes: explicit arguments fit, and each hidden argument is 2, 4
-    /// or 8 bytes, naturally aligned, inside the segment.
+    /// outside `kernarg_size` bytes: explicit arguments fit, and each hidden argument is
+    /// naturally aligned for its size (rig-amd's `Hidden::size`) inside the segment.
     pub fn check(&self) -> Result<(), LayoutError> {
         let what = "a kernel entry";
         if self.params > self.kernarg_size {
@@ -905,14 +903,15 @@ impl Entry {
                 why: "its explicit arguments exceed its argument segment",
             });
         }
-        for h in &self.hidden {
-            if !matches!(h.size, 2 | 4 | 8) || h.offset % h.size != 0 {
+        for (h, offset) in self.hidden.slots() {
+            let size = h.size().unwrap_or(8);
+            if offset % size != 0 {
                 return Err(LayoutError {
                     what,
                     why: "a hidden argument has a bad size or alignment",
                 });
             }
-            if u64::from(h.offset) + u64::from(h.size) > u64::from(self.kernarg_size) {
+            if u64::from(offset) + u64::from(size) > u64::from(self.kernarg_size) {
                 return Err(LayoutError {
                     what,
                     why: "a hidden argument lies past its argument segment",
@@ -944,52 +943,6 @@ impl<'de> Deserialize<'de> for Descriptor {
     }
 }
 
-/// One hidden (implicit) kernel argument: where it lies in the kernel-argument segment and
-/// what the client stores there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HiddenArg {
-    /// Byte offset in the kernel-argument segment.
-    pub offset: u32,
-    /// Bytes (2, 4 or 8), stored little-endian.
-    pub size: u32,
-    /// What to store.
-    pub value: HiddenValue,
-}
-
-/// A grid axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Axis {
-    /// X.
-    X,
-    /// Y.
-    Y,
-    /// Z.
-    Z,
-}
-
-/// The value of a hidden argument, derived from the launch or given by rigd.
-///
-/// The grid is one of whole work-groups that starts at work-item 0, so remainders and
-/// global offsets are 0; they are listed so the client writes every byte the kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HiddenValue {
-    /// `hidden_block_count_*`: work-groups along the axis.
-    BlockCount(Axis),
-    /// `hidden_group_size_*`: work-items of a group along the axis.
-    GroupSize(Axis),
-    /// `hidden_remainder_*`: work-items of the last partial group (0).
-    Remainder(Axis),
-    /// `hidden_global_offset_*`: the grid's offset (0).
-    GlobalOffset(Axis),
-    /// `hidden_grid_dims`: how many axes the grid has.
-    GridDims,
-    /// `hidden_dynamic_lds_size`: the launch's own bytes of local data share.
-    DynamicLdsSize,
-    /// A value rigd knows and the launch does not change, such as an aperture base, or 0
-    /// for `hidden_none`.
-    Constant(u64),
-}
-
 /// Scratch memory that a PM4 dispatch names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Scratch {
@@ -1018,11 +971,184 @@ pub struct ClockSample {
     pub host_after_ns: u64,
 }
 
+/// What ended a device's work: the kind of [`Fault`].
+///
+/// Stable: kinds are only ever appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FaultKind {
+    /// An access the device's page table refused: `address` and `write` say which, `pc` the
+    /// instruction where a kernel made it (none where the command processor or the copy
+    /// engine did).
+    MemoryFault,
+    /// Words at `pc` that are no instruction of the GPU.
+    IllegalInstruction,
+    /// An instruction at `pc` the GPU (or the simulator's interpreter) does not run.
+    UnsupportedInstruction,
+    /// The kernel's `s_trap` at `pc`.
+    Trap,
+    /// A packet the queue cannot run (unknown, malformed, or ring positions out of range)
+    /// at read position `position`.
+    BadPacket,
+    /// The hang watchdog: the work made no progress for the device's hang bound.
+    Hang,
+    /// The GPU was reset.
+    Reset,
+    /// The client stopped the device with a reason of its own (such as a consumer of a lost
+    /// producer); `detail` is that reason.
+    StoppedByClient,
+    /// An administrator stopped the device.
+    StoppedByAdministrator,
+    /// rigd, its path or the simulator failed; `detail` says how.
+    Internal,
+    /// Given by the client, never by rigd: the device's work waited on the GPU for a point of
+    /// another device that was lost before it reached it; `detail` names that device.
+    Producer,
+    /// Given by the client, never by rigd: rigd no longer answers, and the device's work is
+    /// gone with it.
+    Disconnected,
+}
+
+/// A hardware queue, as a fault names it: `COMPUTE:index` or `COPY:index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueRef {
+    /// The packets it reads (`Sdma` for the copy engine's queue).
+    pub kind: QueueKind,
+    /// Its number among the device's queues of its engine (0 for `COMPUTE:0`, `COPY:0`).
+    pub index: u32,
+}
+
+impl std::fmt::Display for QueueRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let engine = match self.kind {
+            QueueKind::Sdma => "COPY",
+            _ => "COMPUTE",
+        };
+        write!(f, "{engine}:{}", self.index)
+    }
+}
+
+/// The most bytes of [`Fault::detail`]: rigd cuts a longer detail (a client's reason for
+/// its stop among them) at a character boundary and marks the cut, since a fault is kept,
+/// and shown by `rigctl`, as long as its device.
+pub const MOST_FAULT_DETAIL: usize = 1024;
+
+/// Why rigd lost a device: the fault of its work, a hang, a reset or a stop, with the facts
+/// the GPU gave. Fields a kind has no fact for are `None`.
+///
+/// Its `Display` reads as a sentence, such as "memory fault at 0x0 (write) by the
+/// instruction at 0x1a2c on COMPUTE:0 (vmid 1): write to an unmapped page".
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fault {
+    /// What happened.
+    pub kind: FaultKind,
+    /// The queue whose work faulted, where one did.
+    pub queue: Option<QueueRef>,
+    /// The VMID of the device's address space, where the GPU reported one.
+    pub vmid: Option<u32>,
+    /// The GPU address the faulting access named (for a memory fault).
+    pub address: Option<u64>,
+    /// Whether that access was a write (for a memory fault).
+    pub write: Option<bool>,
+    /// The GPU address of the faulting instruction (for a kernel's fault).
+    pub pc: Option<u64>,
+    /// The queue's read position at the packet, in its kind's units (for a bad packet).
+    pub position: Option<u64>,
+    /// What else the GPU, rigd or the client said, at most [`MOST_FAULT_DETAIL`] bytes as
+    /// rigd sends it; may be empty.
+    pub detail: String,
+}
+
+impl Fault {
+    /// A fault of `kind` with `detail` and no other facts.
+    pub fn new(kind: FaultKind, detail: impl Into<String>) -> Fault {
+        Fault {
+            kind,
+            queue: None,
+            vmid: None,
+            address: None,
+            write: None,
+            pc: None,
+            position: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// The fault with `detail` cut to [`MOST_FAULT_DETAIL`] bytes at a character boundary,
+    /// and marked when cut.
+    pub fn bounded(mut self) -> Fault {
+        if self.detail.len() > MOST_FAULT_DETAIL {
+            let mut end = MOST_FAULT_DETAIL;
+            while !self.detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.detail.truncate(end);
+            self.detail.push_str(" (cut)");
+        }
+        self
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |f: &mut std::fmt::Formatter<'_>, what: &str| match self.pc {
+            Some(pc) => write!(f, "{what} at {pc:#x}"),
+            None => f.write_str(what),
+        };
+        match self.kind {
+            FaultKind::MemoryFault => {
+                f.write_str("memory fault")?;
+                if let Some(a) = self.address {
+                    write!(f, " at {a:#x}")?;
+                }
+                match self.write {
+                    Some(true) => f.write_str(" (write)")?,
+                    Some(false) => f.write_str(" (read)")?,
+                    None => {}
+                }
+                if let Some(pc) = self.pc {
+                    write!(f, " by the instruction at {pc:#x}")?;
+                }
+            }
+            FaultKind::IllegalInstruction => at(f, "illegal instruction")?,
+            FaultKind::UnsupportedInstruction => at(f, "unsupported instruction")?,
+            FaultKind::Trap => at(f, "trap")?,
+            FaultKind::BadPacket => {
+                f.write_str("bad packet")?;
+                if let Some(p) = self.position {
+                    write!(f, " at read position {p:#x}")?;
+                }
+            }
+            FaultKind::Hang => f.write_str("hang")?,
+            FaultKind::Reset => f.write_str("the GPU was reset")?,
+            FaultKind::StoppedByClient => f.write_str("stopped by the client")?,
+            FaultKind::StoppedByAdministrator => f.write_str("stopped by the administrator")?,
+            FaultKind::Internal => f.write_str("internal error")?,
+            // The detail names the producer and its own fault, which say it all.
+            FaultKind::Producer if !self.detail.is_empty() => {
+                return f.write_str(&self.detail);
+            }
+            FaultKind::Producer => f.write_str("a device its work waited for was lost")?,
+            FaultKind::Disconnected => f.write_str("rigd no longer answers")?,
+        }
+        match (self.queue, self.vmid) {
+            (Some(q), Some(v)) => write!(f, " on {q} (vmid {v})")?,
+            (Some(q), None) => write!(f, " on {q}")?,
+            (None, Some(v)) => write!(f, " (vmid {v})")?,
+            (None, None) => {}
+        }
+        if !self.detail.is_empty() {
+            write!(f, ": {}", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
 /// How a device stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceStatus {
-    /// `Some(why)` once rigd lost the device (a fault, a hang, a reset); it runs no more work.
-    pub lost: Option<String>,
+    /// `Some(fault)` once rigd lost the device (a fault, a hang, a reset, a stop with a
+    /// reason); it runs no more work.
+    pub lost: Option<Fault>,
     /// True once the device was stopped.
     pub stopped: bool,
     /// The last value the client published as submitted.
@@ -1086,8 +1212,8 @@ pub struct DeviceInfo {
     pub owner_pid: u32,
     /// The memory it holds.
     pub memory: MemoryHeld,
-    /// `Some(why)` once rigd lost it.
-    pub lost: Option<String>,
+    /// `Some(fault)` once rigd lost it.
+    pub lost: Option<Fault>,
 }
 
 /// A ring's state as rigd reads it.
@@ -1125,7 +1251,7 @@ pub struct DeviceReport {
     /// The value the timeline word holds.
     pub reached: u64,
     /// Faults reported for its work, oldest first.
-    pub faults: Vec<String>,
+    pub faults: Vec<Fault>,
 }
 
 // ---------------------------------------------------------------------------------------

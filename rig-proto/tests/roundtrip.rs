@@ -31,6 +31,48 @@ fn queue_kind() -> impl Strategy<Value = QueueKind> {
     ]
 }
 
+fn fault_kind() -> impl Strategy<Value = FaultKind> {
+    prop_oneof![
+        Just(FaultKind::MemoryFault),
+        Just(FaultKind::IllegalInstruction),
+        Just(FaultKind::UnsupportedInstruction),
+        Just(FaultKind::Trap),
+        Just(FaultKind::BadPacket),
+        Just(FaultKind::Hang),
+        Just(FaultKind::Reset),
+        Just(FaultKind::StoppedByClient),
+        Just(FaultKind::StoppedByAdministrator),
+        Just(FaultKind::Internal),
+        Just(FaultKind::Producer),
+        Just(FaultKind::Disconnected),
+    ]
+}
+
+fn fault() -> impl Strategy<Value = Fault> {
+    (
+        fault_kind(),
+        of((queue_kind(), any::<u32>())),
+        of(any::<u32>()),
+        of(any::<u64>()),
+        of(any::<bool>()),
+        of(any::<u64>()),
+        of(any::<u64>()),
+        text(),
+    )
+        .prop_map(
+            |(kind, queue, vmid, address, write, pc, position, detail)| Fault {
+                kind,
+                queue: queue.map(|(kind, index)| QueueRef { kind, index }),
+                vmid,
+                address,
+                write,
+                pc,
+                position,
+                detail,
+            },
+        )
+}
+
 fn queue() -> impl Strategy<Value = QueueShare> {
     (
         queue_kind(),
@@ -175,31 +217,32 @@ fn device_opened() -> impl Strategy<Value = DeviceOpened> {
         )
 }
 
-fn axis() -> impl Strategy<Value = Axis> {
-    prop_oneof![Just(Axis::X), Just(Axis::Y), Just(Axis::Z)]
-}
-
-fn hidden_value() -> impl Strategy<Value = HiddenValue> {
-    prop_oneof![
-        axis().prop_map(HiddenValue::BlockCount),
-        axis().prop_map(HiddenValue::GroupSize),
-        axis().prop_map(HiddenValue::Remainder),
-        axis().prop_map(HiddenValue::GlobalOffset),
-        Just(HiddenValue::GridDims),
-        Just(HiddenValue::DynamicLdsSize),
-        any::<u64>().prop_map(HiddenValue::Constant),
-    ]
+fn hidden_layout() -> impl Strategy<Value = rig_amd::kernarg::HiddenLayout> {
+    let three = || any::<[Option<u32>; 3]>();
+    (
+        three(),
+        three(),
+        three(),
+        three(),
+        of(any::<u32>()),
+        of(any::<u32>()),
+    )
+        .prop_map(
+            |(block_count, group_size, remainder, global_offset, grid_dims, dynamic_lds_size)| {
+                rig_amd::kernarg::HiddenLayout {
+                    block_count,
+                    group_size,
+                    remainder,
+                    global_offset,
+                    grid_dims,
+                    dynamic_lds_size,
+                }
+            },
+        )
 }
 
 fn entry() -> impl Strategy<Value = Entry> {
-    let hidden = vec(
-        (any::<u32>(), any::<u32>(), hidden_value()).prop_map(|(offset, size, value)| HiddenArg {
-            offset,
-            size,
-            value,
-        }),
-        0..6,
-    );
+    let hidden = hidden_layout();
     let scratch = of(any::<(u64, u64, u32, u32)>().prop_map(
         |(gpu_address, bytes, wave_bytes, waves)| Scratch {
             gpu_address,
@@ -288,7 +331,7 @@ fn device_info() -> impl Strategy<Value = DeviceInfo> {
         any::<u32>(),
         any::<u32>(),
         memory_held(),
-        of(text()),
+        of(fault()),
     )
         .prop_map(|(d, gpu, owner_pid, memory, lost)| DeviceInfo {
             device: DeviceId(d),
@@ -448,7 +491,7 @@ fn response() -> impl Strategy<Value = Response> {
         facts(),
         vec(ring, 0..3),
         any::<(u32, u32, u64, u64)>(),
-        vec(text(), 0..3),
+        vec(fault(), 0..3),
     )
         .prop_map(
             |(info, facts, rings, (images, regions, submitted, reached), faults)| DeviceReport {
@@ -512,7 +555,7 @@ fn response() -> impl Strategy<Value = Response> {
                 host_after_ns,
             })
         }),
-        (of(text()), any::<bool>(), any::<u64>(), any::<u64>()).prop_map(
+        (of(fault()), any::<bool>(), any::<u64>(), any::<u64>()).prop_map(
             |(lost, stopped, submitted, reached)| Response::Status(DeviceStatus {
                 lost,
                 stopped,
@@ -876,40 +919,21 @@ fn entry_checks_hidden_arguments_stay_inside_the_segment() {
         private_segment: 0,
         wave64: false,
         descriptor: Descriptor([0; 64]),
-        hidden: vec![
-            HiddenArg {
-                offset: 16,
-                size: 4,
-                value: HiddenValue::BlockCount(Axis::X),
-            },
-            HiddenArg {
-                offset: 28,
-                size: 2,
-                value: HiddenValue::GroupSize(Axis::X),
-            },
-            HiddenArg {
-                offset: 64,
-                size: 2,
-                value: HiddenValue::GridDims,
-            },
-        ],
+        hidden: rig_amd::kernarg::HiddenLayout {
+            block_count: [Some(16), None, None],
+            group_size: [Some(28), None, None],
+            grid_dims: Some(64),
+            ..Default::default()
+        },
         scratch: None,
     };
     assert_eq!(e.check(), Ok(()));
-    e.hidden.push(HiddenArg {
-        offset: 272,
-        size: 8,
-        value: HiddenValue::Constant(0),
-    });
+    e.hidden.global_offset[0] = Some(272);
     assert!(e.check().is_err(), "past the segment");
-    e.hidden.pop();
-    e.hidden.push(HiddenArg {
-        offset: 30,
-        size: 4,
-        value: HiddenValue::Constant(0),
-    });
+    e.hidden.global_offset[0] = None;
+    e.hidden.dynamic_lds_size = Some(30);
     assert!(e.check().is_err(), "misaligned");
-    e.hidden.pop();
+    e.hidden.dynamic_lds_size = None;
     e.params = 300;
     assert!(e.check().is_err(), "explicit arguments past the segment");
 }
@@ -986,4 +1010,99 @@ fn wire_format_is_pinned() {
         fault: Some("f".into()),
     };
     assert_eq!(encode(&stop).unwrap(), [13, 1, 2, 1, 1, b'f']);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A fault survives the wire whole, and its sentence names its kind's facts.
+    #[test]
+    fn fault_round_trips_and_reads_as_a_sentence(f in fault()) {
+        let back: Fault = decode(&encode(&f).unwrap()).unwrap();
+        prop_assert_eq!(&back, &f);
+        let said = f.to_string();
+        if let (FaultKind::MemoryFault, Some(a)) = (f.kind, f.address) {
+            prop_assert!(said.starts_with(&format!("memory fault at {a:#x}")), "{}", said);
+        }
+        if let (FaultKind::MemoryFault, Some(pc)) = (f.kind, f.pc) {
+            prop_assert!(said.contains(&format!("by the instruction at {pc:#x}")), "{}", said);
+        }
+        // A consumer's fault is its producer's sentence, which names the queue if any.
+        if let (Some(q), false) = (f.queue, f.kind == FaultKind::Producer) {
+            prop_assert!(said.contains(&q.to_string()), "{}", said);
+        }
+    }
+
+    /// However long a detail, the bounded fault keeps at most MOST_FAULT_DETAIL bytes of it,
+    /// cut at a character boundary; a short one stays as it was.
+    #[test]
+    fn a_bounded_fault_keeps_at_most_the_stated_detail(n in 0usize..3000) {
+        let f = Fault::new(FaultKind::StoppedByClient, "é".repeat(n)).bounded();
+        if 2 * n <= MOST_FAULT_DETAIL {
+            prop_assert_eq!(f.detail.len(), 2 * n);
+        } else {
+            prop_assert!(f.detail.ends_with(" (cut)"));
+            prop_assert!(f.detail.len() <= MOST_FAULT_DETAIL + " (cut)".len());
+        }
+    }
+}
+
+/// The sentence the client's `Error::Lost` prints after the device's name.
+#[test]
+fn a_kernel_memory_fault_reads_as_the_issue_says() {
+    let f = Fault {
+        kind: FaultKind::MemoryFault,
+        queue: Some(QueueRef {
+            kind: QueueKind::Pm4,
+            index: 0,
+        }),
+        vmid: Some(1),
+        address: Some(0),
+        write: Some(true),
+        pc: Some(0x1a2c),
+        position: None,
+        detail: String::new(),
+    };
+    assert_eq!(
+        f.to_string(),
+        "memory fault at 0x0 (write) by the instruction at 0x1a2c on COMPUTE:0 (vmid 1)"
+    );
+    let bad = Fault {
+        position: Some(0x40),
+        queue: Some(QueueRef {
+            kind: QueueKind::Sdma,
+            index: 0,
+        }),
+        ..Fault::new(FaultKind::BadPacket, "opcode 0xff is not an SDMA packet")
+    };
+    assert_eq!(
+        bad.to_string(),
+        "bad packet at read position 0x40 on COPY:0: opcode 0xff is not an SDMA packet"
+    );
+    assert_eq!(
+        Fault::new(FaultKind::Hang, "the timeline stayed at 1").to_string(),
+        "hang: the timeline stayed at 1"
+    );
+}
+
+/// rig-amd's own queue kinds and IP versions are what the wire carries, encoded as the
+/// mirrors of protocol 3 were (variant index; three bytes), and a fault's fields go in order.
+#[test]
+fn rig_amd_types_and_faults_have_a_pinned_encoding() {
+    assert_eq!(encode(&rig_amd::gpu::QueueKind::Sdma).unwrap(), [2]);
+    assert_eq!(
+        encode(&rig_amd::gpu::IpVersion::new(11, 0, 3)).unwrap(),
+        [11, 0, 3]
+    );
+    let f = Fault {
+        queue: Some(QueueRef {
+            kind: QueueKind::Aql,
+            index: 0,
+        }),
+        write: Some(false),
+        ..Fault::new(FaultKind::Trap, "t")
+    };
+    // kind 3; queue Some(Aql=1, 0); vmid None; address None; write Some(false); pc None;
+    // position None; detail "t".
+    assert_eq!(encode(&f).unwrap(), [3, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, b't']);
 }

@@ -49,12 +49,44 @@ pub struct Launch<'a> {
     pub workgroups: Workgroups,
 }
 
+/// Why a launch did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelFault {
+    /// The kernel's code faulted as it ran, as the interpreter reports it: an illegal or
+    /// unsupported instruction, a memory fault with its instruction, a trap, a stop.
+    #[error(transparent)]
+    Exec(#[from] rig_isa::ExecFault),
+    /// An access the queue's page table refused, with no instruction to name (an executor
+    /// that reads memory itself).
+    #[error("{0}")]
+    Page(crate::memory::PageFault),
+    /// The launch's description is unfit: a descriptor whose needs the queue does not meet,
+    /// registers that describe no launch.
+    #[error("{0}")]
+    Refused(String),
+    /// The simulator cannot run this GPU's code: no executor for the model.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl From<crate::memory::PageFault> for KernelFault {
+    fn from(f: crate::memory::PageFault) -> Self {
+        KernelFault::Page(f)
+    }
+}
+
+impl From<String> for KernelFault {
+    fn from(why: String) -> Self {
+        KernelFault::Refused(why)
+    }
+}
+
 /// Runs kernels for the simulated GPU.
 pub trait KernelExecutor: Send + Sync {
     /// Runs `launch` (the workgroups of [`Launch::workgroups`] only) to completion, or returns
     /// why it could not (illegal instruction, page fault inside the kernel, stop, ...). On a
     /// GPU of several dies it is called once per die for each dispatch, concurrently.
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String>;
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault>;
 }
 
 /// Hands each die of the model its share of a dispatch's workgroups and runs the shares on
@@ -73,7 +105,7 @@ pub fn spread(
     stop: &AtomicBool,
     model: &'static Gpu,
     threads: usize,
-) -> Result<(), String> {
+) -> Result<(), KernelFault> {
     let dies = model.dies.max(1);
     let run_die = |d: &Dispatch, die: u32, threads: usize| {
         executor.execute(&Launch {
@@ -120,7 +152,7 @@ pub fn spread(
         Some(_) => None,
     };
     let n = dies as usize;
-    let results: Vec<std::sync::Mutex<Option<Result<(), String>>>> =
+    let results: Vec<std::sync::Mutex<Option<Result<(), KernelFault>>>> =
         (0..n).map(|_| std::sync::Mutex::new(None)).collect();
     let run = |die: usize| {
         let (d, t) = match &per_die {
@@ -136,7 +168,7 @@ pub fn spread(
         match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
             Some(Ok(())) => {}
             Some(Err(e)) => return Err(e),
-            None => return Err("internal error: a die's kernel executor panicked".into()),
+            None => return Err(rig_isa::ExecFault::Internal.into()),
         }
     }
     Ok(())
@@ -147,11 +179,11 @@ pub fn spread(
 pub struct NoExecutor;
 
 impl KernelExecutor for NoExecutor {
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
-        Err(format!(
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
+        Err(KernelFault::Unsupported(format!(
             "no kernel executor: the simulator cannot run the code at {:#x} yet",
             launch.dispatch.code_address
-        ))
+        )))
     }
 }
 
@@ -161,12 +193,12 @@ impl KernelExecutor for NoExecutor {
 pub struct IsaExecutor;
 
 impl KernelExecutor for IsaExecutor {
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
         if launch.model.generation() != Generation::Gfx11 {
-            return Err(format!(
+            return Err(KernelFault::Unsupported(format!(
                 "no kernel executor for {}: rig-isa runs GFX11 (RDNA3) code only",
                 launch.model.name()
-            ));
+            )));
         }
         rig_isa::execute_workgroups(
             launch.dispatch,
@@ -176,7 +208,7 @@ impl KernelExecutor for IsaExecutor {
             launch.threads,
         )
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(KernelFault::Exec)
     }
 }
 
@@ -305,10 +337,10 @@ pub fn from_aql(
         let per_wave = u64::from(private) * u64::from(lanes);
         let waves = p.scratch.1 / per_wave;
         if waves == 0 {
-            return Err(FaultReason::Kernel(format!(
+            return Err(FaultReason::Kernel(KernelFault::Refused(format!(
                 "the kernel needs {per_wave} bytes of scratch per wave but the queue has {} bytes",
                 p.scratch.1
-            )));
+            ))));
         }
         Some(Scratch {
             base: p.scratch.0,
@@ -336,10 +368,10 @@ pub fn from_aql(
         .expect("the buffer holds the enabled SGPRs");
     let declared = user_sgpr_count(rsrc2);
     if sgprs.len() > declared {
-        return Err(FaultReason::Kernel(format!(
+        return Err(FaultReason::Kernel(KernelFault::Refused(format!(
             "the kernel descriptor enables {} user SGPRs but COMPUTE_PGM_RSRC2 declares {declared}",
             sgprs.len()
-        )));
+        ))));
     }
     // Preloaded kernel arguments (GFX940+ kernarg_preload) fill the rest from the kernarg
     // segment, in order.
@@ -381,13 +413,13 @@ mod tests {
     struct Calls(std::sync::Mutex<Vec<Call>>);
 
     impl KernelExecutor for Calls {
-        fn execute(&self, l: &Launch<'_>) -> Result<(), String> {
+        fn execute(&self, l: &Launch<'_>) -> Result<(), KernelFault> {
             self.0
                 .lock()
                 .unwrap()
                 .push((l.die, l.workgroups, l.threads, l.dispatch.scratch));
             if l.die == 5 {
-                return Err("die 5 failed".into());
+                return Err("die 5 failed".to_string().into());
             }
             Ok(())
         }
@@ -422,7 +454,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let calls = Calls::default();
         let r = spread(&calls, space.memory(), &d, &stop, model, 16);
-        assert_eq!(r, Err("die 5 failed".to_string()));
+        assert_eq!(r, Err(KernelFault::Refused("die 5 failed".to_string())));
         let mut got = calls.0.lock().unwrap().clone();
         got.sort_by_key(|c| c.0);
         assert_eq!(got.len(), 8);

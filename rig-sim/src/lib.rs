@@ -64,7 +64,9 @@
 //! **Interrupts and faults.** A release or trap that asks for an interrupt calls the queue's
 //! `on_interrupt` with an [`Interrupt`] that carries a per-queue count, so a consumer can tell
 //! whether it missed one. A fault (page fault, bad packet, a kernel that could not run) stops
-//! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called.
+//! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called, as a
+//! typed [`QueueFault`] whose [`FaultReason`] keeps the facts (a [`PageFault`]'s address and
+//! direction, a bad packet's position, a kernel's [`ExecFault`] with its instruction).
 //!
 //! **Stop.** [`Queue::stop`] returns without waiting for the queue's work, and once it has
 //! returned the queue's thread has ended, so nothing of the queue touches memory: copies move
@@ -101,11 +103,13 @@ use rig_amd::gpu::Gpu;
 use rig_shm::SharedRegion;
 
 pub use clock::ClockRelation;
-pub use dispatch::{IsaExecutor, KernelExecutor, NoExecutor};
+pub use dispatch::{IsaExecutor, KernelExecutor, KernelFault, NoExecutor};
 pub use memory::{MapError, PageFault};
 pub use queue::{
     FaultReason, Interrupt, InterruptSource, Queue, QueueDesc, QueueFault, QueueStatus,
 };
+/// What the interpreter reports of a kernel's fault, inside [`KernelFault::Exec`].
+pub use rig_isa::ExecFault;
 
 use crate::memory::Vm;
 use crate::vram::Vram;

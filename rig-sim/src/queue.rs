@@ -115,7 +115,7 @@ pub enum FaultReason {
     },
     /// A dispatch that did not complete: the executor's reason (illegal instruction, no
     /// executor for the model, a page fault inside the kernel...).
-    Kernel(String),
+    Kernel(crate::dispatch::KernelFault),
     /// A bug of the simulator (a panic while running the queue's packets), caught so that it
     /// stops this queue alone.
     Internal(String),

@@ -10,7 +10,7 @@ use common::*;
 use rig_amd::aql::{Barrier, BarrierValue, Condition, Header, KernelDispatch, Packet};
 use rig_amd::gpu::QueueKind;
 use rig_shm::SharedRegion;
-use rig_sim::dispatch::{KernelExecutor, Launch};
+use rig_sim::dispatch::{KernelExecutor, KernelFault, Launch};
 use rig_sim::{AddressSpace, FaultReason, InterruptSource, QueueStatus, SimConfig, SimGpu};
 
 /// Records each launch (and its dies), then adds 1 to the u32 at the first kernel argument.
@@ -19,7 +19,7 @@ use rig_sim::{AddressSpace, FaultReason, InterruptSource, QueueStatus, SimConfig
 struct Recorder(Mutex<Vec<(rig_isa::Dispatch, u32)>>);
 
 impl KernelExecutor for Recorder {
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
         if launch.die != 0 {
             return Ok(());
         }
@@ -57,7 +57,7 @@ struct Shares {
 }
 
 impl KernelExecutor for Shares {
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
         let ids: Vec<u64> = launch
             .workgroups
             .ids(launch.dispatch.workgroup_count())

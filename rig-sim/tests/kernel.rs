@@ -253,7 +253,7 @@ fn the_add_kernel_runs_through_a_pm4_dispatch() {
     q.submit(&w);
     let f = q.wait_fault();
     assert!(
-        matches!(&f.reason, FaultReason::Kernel(why) if why.contains("memory fault")),
+        matches!(&f.reason, FaultReason::Kernel(why) if why.to_string().contains("memory fault")),
         "{f}"
     );
 }

@@ -14,7 +14,7 @@ use rig_amd::pm4::{
     WaitRegMem64, WriteData,
 };
 use rig_amd::regs;
-use rig_sim::dispatch::{KernelExecutor, Launch};
+use rig_sim::dispatch::{KernelExecutor, KernelFault, Launch};
 use rig_sim::{FaultReason, InterruptSource, QueueStatus, SimConfig, SimGpu};
 
 fn words(p: Packet<'_>) -> Vec<u32> {
@@ -292,7 +292,7 @@ fn a_dispatch_without_an_executor_faults_with_the_reason() {
     q.submit(&w);
     let f = q.wait_fault();
     assert!(
-        matches!(&f.reason, FaultReason::Kernel(why) if why.contains("no kernel executor")),
+        matches!(&f.reason, FaultReason::Kernel(why) if why.to_string().contains("no kernel executor")),
         "{f}"
     );
     assert_eq!(
@@ -306,11 +306,11 @@ fn a_dispatch_without_an_executor_faults_with_the_reason() {
 struct Recorder(Mutex<Vec<rig_isa::Dispatch>>);
 
 impl KernelExecutor for Recorder {
-    fn execute(&self, launch: &Launch<'_>) -> Result<(), String> {
+    fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
         self.0.lock().unwrap().push(launch.dispatch.clone());
         let at = u64::from(launch.dispatch.user_sgprs[0])
             | u64::from(launch.dispatch.user_sgprs[1]) << 32;
-        launch.memory.write(at, &[0xee]).map_err(|f| f.to_string())
+        launch.memory.write(at, &[0xee]).map_err(KernelFault::from)
     }
 }
 

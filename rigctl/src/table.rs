@@ -171,7 +171,7 @@ pub fn device(r: &DeviceReport) -> String {
         "state      {}",
         r.info
             .lost
-            .as_deref()
+            .as_ref()
             .map_or_else(|| "live".to_string(), |w| format!("lost: {w}"))
     );
     let _ = writeln!(

@@ -455,14 +455,14 @@ pub struct Device {
     /// The scratch memory entries grew, if any.
     scratch: Option<PathMemory>,
     /// Why rigd lost it, once it did.
-    lost: Option<String>,
+    lost: Option<rig_proto::Fault>,
     /// True once stopped (by the client, by loss or at close).
     stopped: bool,
     /// True once the path said, at a stop, that no queue of the device runs or can write
     /// memory any more: from then on memory given back is free to reuse at once.
     halted: bool,
     /// Faults reported for its work, oldest first.
-    faults: Vec<String>,
+    faults: Vec<rig_proto::Fault>,
     /// The word's value at open; values start after it.
     first: u64,
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
@@ -566,10 +566,7 @@ impl Device {
     fn make_parts(&mut self) -> Result<(), MakeError> {
         let control = self.pinned("control page", CONTROL_PAGE_BYTES)?;
         self.control = Some(control);
-        let compute_kind = match self.desc.gpu.compute_queue() {
-            rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
-            _ => QueueKind::Pm4,
-        };
+        let compute_kind = self.desc.gpu.compute_queue();
         let q = self.make_queue(compute_kind, FIRST_RING_BYTES, 0)?;
         self.compute.push(q);
         let q = self.make_queue(QueueKind::Sdma, FIRST_RING_BYTES, 0)?;
@@ -1099,7 +1096,7 @@ impl Device {
 
     /// Stops the device (the seed's Stop): the path destroys its queues; once none runs, the
     /// word is made to read `last`. Returns whether the path stopped everything.
-    pub fn stop(&mut self, last: u64, fault: Option<&str>) -> Stopped {
+    pub fn stop(&mut self, last: u64, fault: Option<&rig_proto::Fault>) -> Stopped {
         if self.stopped {
             return Stopped::Stopped;
         }
@@ -1123,7 +1120,7 @@ impl Device {
 
     /// Loses the device: stops it with `why`, writes the last submitted value into its word,
     /// raises the lost flag and wakes the client.
-    pub fn lose(&mut self, why: String) {
+    pub fn lose(&mut self, why: rig_proto::Fault) {
         let last = self.submitted().max(self.reached());
         self.lose_at(why, last);
     }
@@ -1131,10 +1128,11 @@ impl Device {
     /// Loses the device as [`Device::lose`] does, with `last` as the value its stop writes
     /// into the word: for a client that lost the device itself (a consumer of a lost
     /// producer) and says so with its stop.
-    pub fn lose_at(&mut self, why: String, last: u64) {
+    pub fn lose_at(&mut self, why: rig_proto::Fault, last: u64) {
         if self.lost.is_some() {
             return;
         }
+        let why = why.bounded();
         tracing::warn!(device = self.id.0, reason = %why, "device lost");
         self.faults.push(why.clone());
         self.lost = Some(why.clone());
@@ -1222,8 +1220,8 @@ impl Device {
     }
 
     /// Why rigd lost it, once it did.
-    pub fn lost(&self) -> Option<&str> {
-        self.lost.as_deref()
+    pub fn lost(&self) -> Option<&rig_proto::Fault> {
+        self.lost.as_ref()
     }
 
     /// Whether it stopped (by the client, by loss or at close).
@@ -1232,7 +1230,7 @@ impl Device {
     }
 
     /// Faults reported for its work, oldest first.
-    pub fn faults(&self) -> &[String] {
+    pub fn faults(&self) -> &[rig_proto::Fault] {
         &self.faults
     }
 
@@ -1489,7 +1487,7 @@ impl Device {
             let still = now.saturating_duration_since(since);
             if still >= bound {
                 why = Some(format!(
-                    "hang: the timeline stayed at {reached} below the submitted {submitted} for {} ms",
+                    "the timeline stayed at {reached} below the submitted {submitted} for {} ms",
                     still.as_millis()
                 ));
             }
@@ -1506,13 +1504,13 @@ impl Device {
             let still = now.saturating_duration_since(since.max(run));
             if still >= bound {
                 why = Some(format!(
-                    "hang: the queues ran for {} ms without completing any work (the timeline at {reached})",
+                    "the queues ran for {} ms without completing any work (the timeline at {reached})",
                     still.as_millis()
                 ));
             }
         }
         if let Some(why) = why {
-            self.lose(why);
+            self.lose(rig_proto::Fault::new(rig_proto::FaultKind::Hang, why));
             seen.changed = true;
         }
         seen

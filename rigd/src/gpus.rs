@@ -9,9 +9,7 @@
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
-use rig_proto::messages::{
-    Completion, Facts, GpuInfo, IpVersion, PathKind, QueueKind, RingLimits, Waits,
-};
+use rig_proto::messages::{Completion, Facts, GpuInfo, PathKind, QueueKind, RingLimits, Waits};
 
 use crate::config::{Config, SimGpuConfig};
 use crate::device::Device;
@@ -124,22 +122,11 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
     Ok(out)
 }
 
-fn ip(v: rig_amd::gpu::IpVersion) -> IpVersion {
-    IpVersion {
-        major: v.major,
-        minor: v.minor,
-        stepping: v.stepping,
-    }
-}
-
 /// The facts of device `d` on the GPU `desc` describes (the seed's Facts, plus what a
 /// client needs to encode packets).
 pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
     let g = &desc.gpu;
-    let compute = match g.compute_queue() {
-        rig_amd::gpu::QueueKind::Aql => QueueKind::Aql,
-        _ => QueueKind::Pm4,
-    };
+    let compute = g.compute_queue();
     let waits = g.waits_64();
     Facts {
         arch: g.name(),
@@ -159,8 +146,8 @@ pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
         cache_bytes: desc.cache_bytes,
         word: d.word().map_or(0, |(_, address)| address),
         bus: desc.bus.clone(),
-        gc: ip(g.gc),
-        sdma: ip(g.sdma),
+        gc: g.gc,
+        sdma: g.sdma,
         mec: desc.mec,
         compute,
         lds_bytes: g.lds_bytes,

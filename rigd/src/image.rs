@@ -15,10 +15,9 @@
 //! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment
 //! costs rigd neither memory nor time beyond the allocation charged to the client.
 
-use rig_amd::code_object::{CodeObject, CodeObjectError, Hidden, Pieces, PlaceError};
+use rig_amd::code_object::{CodeObject, CodeObjectError, Pieces, PlaceError};
 use rig_proto::messages::{
-    Axis, Descriptor, Entry, ErrorCode, ErrorReply, HiddenArg, HiddenValue, ImageId, RegionId,
-    Response, Scratch, Shortage,
+    Descriptor, Entry, ErrorCode, ErrorReply, ImageId, RegionId, Response, Scratch, Shortage,
 };
 
 use crate::path::Refusal;
@@ -84,26 +83,6 @@ impl Prepared {
 
 fn refused(code: ErrorCode, message: impl Into<String>) -> Response {
     Response::Error(ErrorReply::new(code, message))
-}
-
-fn axis(a: rig_amd::code_object::Axis) -> Axis {
-    match a {
-        rig_amd::code_object::Axis::X => Axis::X,
-        rig_amd::code_object::Axis::Y => Axis::Y,
-        rig_amd::code_object::Axis::Z => Axis::Z,
-    }
-}
-
-fn hidden_value(h: &Hidden) -> Option<HiddenValue> {
-    Some(match h {
-        Hidden::BlockCount(a) => HiddenValue::BlockCount(axis(*a)),
-        Hidden::GroupSize(a) => HiddenValue::GroupSize(axis(*a)),
-        Hidden::Remainder(a) => HiddenValue::Remainder(axis(*a)),
-        Hidden::GlobalOffset(a) => HiddenValue::GlobalOffset(axis(*a)),
-        Hidden::GridDims => HiddenValue::GridDims,
-        Hidden::DynamicLdsSize => HiddenValue::DynamicLdsSize,
-        Hidden::Other(_) => return None,
-    })
 }
 
 /// Bytes of scratch one wave of a kernel takes on `gpu`: its per-item bytes for every lane,
@@ -237,16 +216,6 @@ impl State {
                 ),
             ));
         }
-        let hidden: Vec<HiddenArg> = k
-            .hidden()
-            .filter_map(|(h, offset)| {
-                Some(HiddenArg {
-                    offset,
-                    size: h.size()?,
-                    value: hidden_value(h)?,
-                })
-            })
-            .collect();
         let wave_bytes = wave_scratch(gpu, k.private_segment_size(), k.wave64());
         let waves = u64::from(gpu.compute_units) * u64::from(gpu.waves_per_cu);
         let mut entry = Entry {
@@ -259,7 +228,7 @@ impl State {
             private_segment: k.private_segment_size(),
             wave64: k.wave64(),
             descriptor: Descriptor(k.descriptor().to_bytes()),
-            hidden,
+            hidden: k.plan().hidden,
             scratch: None,
         };
         if wave_bytes == 0 {

@@ -710,8 +710,8 @@ impl State {
             interrupt: Arc::new(move || {
                 let _ = on_irq.write(1);
             }),
-            fault: Arc::new(move |why| {
-                let _ = faults.send(Msg::Fault { device: id, why });
+            fault: Arc::new(move |fault| {
+                let _ = faults.send(Msg::Fault { device: id, fault });
                 let _ = on_fault.write(1);
             }),
         };
@@ -1057,7 +1057,12 @@ impl State {
 
     /// A fault reported by device `id`'s path: the device is lost. With `Mode::Try`, gives
     /// `why` back if a request holds the device.
-    fn fault_in(&self, id: DeviceId, why: String, mode: Mode) -> Result<(), String> {
+    fn fault_in(
+        &self,
+        id: DeviceId,
+        why: rig_proto::Fault,
+        mode: Mode,
+    ) -> Result<(), rig_proto::Fault> {
         let Some(slot) = self.book().devices.get(&id).cloned() else {
             return Ok(());
         };
@@ -1071,7 +1076,7 @@ impl State {
     }
 
     /// A fault reported by device `id`'s path: the device is lost.
-    pub fn fault(&self, id: DeviceId, why: String) {
+    pub fn fault(&self, id: DeviceId, why: rig_proto::Fault) {
         let _ = self.fault_in(id, why, Mode::Wait);
     }
 
@@ -1109,7 +1114,11 @@ impl State {
         for slot in slots.into_values() {
             let mut d = slot.wait();
             // A client waiting on work that will never run must see a loss, not a completion.
-            d.lose("rigd is shutting down".into());
+            // rigd stops only when its administrator (or the system) tells it to.
+            d.lose(rig_proto::Fault::new(
+                rig_proto::FaultKind::StoppedByAdministrator,
+                "rigd is shutting down",
+            ));
             d.close();
         }
         tracing::info!(
@@ -1267,7 +1276,10 @@ impl State {
                 // A stop with a reason is the client's own verdict that the device is lost
                 // (a consumer of a lost producer): rigctl and later requests show it.
                 match fault {
-                    Some(why) => h.d.lose_at(client_reason(why.clone()), *last),
+                    Some(why) => h.d.lose_at(
+                        rig_proto::Fault::new(rig_proto::FaultKind::StoppedByClient, why.clone()),
+                        *last,
+                    ),
                     None => {
                         h.d.stop(*last, None);
                     }
@@ -1275,7 +1287,7 @@ impl State {
                 Response::Done
             }),
             Request::DeviceStatus { .. } => none(Response::Status(DeviceStatus {
-                lost: h.d.lost().map(str::to_owned),
+                lost: h.d.lost().cloned(),
                 stopped: h.d.is_stopped(),
                 submitted: h.d.submitted(),
                 reached: h.d.reached(),
@@ -1366,7 +1378,7 @@ fn info(owner_pid: u32, d: &Device) -> DeviceInfo {
         gpu: d.gpu(),
         owner_pid,
         memory: d.held(),
-        lost: d.lost().map(str::to_owned),
+        lost: d.lost().cloned(),
     }
 }
 
@@ -1417,21 +1429,9 @@ impl Handler for State {
 
 /// The most bytes of a reason a client gives with its stop that rigd keeps: the reason is
 /// held (and shown by rigctl) as long as the device, charged to no quota, so a frame's
-/// 16 MiB of it must not be.
-pub const MOST_CLIENT_REASON: usize = 1024;
-
-/// `why` cut to [`MOST_CLIENT_REASON`] bytes at a character boundary, marked when cut.
-fn client_reason(mut why: String) -> String {
-    if why.len() > MOST_CLIENT_REASON {
-        let mut end = MOST_CLIENT_REASON;
-        while !why.is_char_boundary(end) {
-            end -= 1;
-        }
-        why.truncate(end);
-        why.push_str(" (cut)");
-    }
-    why
-}
+/// 16 MiB of it must not be. It is the bound of every fault's detail
+/// ([`rig_proto::Fault::bounded`], which [`Device::lose_at`] applies).
+pub const MOST_CLIENT_REASON: usize = rig_proto::MOST_FAULT_DETAIL;
 
 /// The device a request names.
 fn named_device(r: &Request) -> Option<DeviceId> {
@@ -1463,8 +1463,8 @@ pub enum Msg {
     Fault {
         /// The device.
         device: DeviceId,
-        /// The path's report.
-        why: String,
+        /// The fault, as the path's GPU reported it.
+        fault: rig_proto::Fault,
     },
     /// Look now: something changed that the next tick must not wait for (memory went into
     /// quarantine).
@@ -1488,10 +1488,10 @@ pub fn spawn_watch(shared: Shared, rx: mpsc::Receiver<Msg>) -> std::thread::Join
         .name("rigd-watch".into())
         .spawn(move || {
             let mut tick = IDLE_TICK;
-            let mut pending: Vec<(DeviceId, String)> = Vec::new();
+            let mut pending: Vec<(DeviceId, rig_proto::Fault)> = Vec::new();
             loop {
                 match rx.recv_timeout(tick) {
-                    Ok(Msg::Fault { device, why }) => pending.push((device, why)),
+                    Ok(Msg::Fault { device, fault }) => pending.push((device, fault)),
                     Ok(Msg::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     Ok(Msg::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
@@ -1630,7 +1630,7 @@ mod tests {
         assert!(s.watchdog(t0 + Duration::from_millis(49)));
         assert!(dev(&s, d.device, |d| d.lost().is_none()));
         s.watchdog(t0 + Duration::from_millis(50));
-        let (lost, reached) = dev(&s, d.device, |d| (d.lost().map(str::to_owned), d.reached()));
+        let (lost, reached) = dev(&s, d.device, |d| (d.lost().map(|f| f.to_string()), d.reached()));
         assert!(lost.as_deref().unwrap().starts_with("hang"));
         assert_eq!(reached, 3);
     }

@@ -113,7 +113,7 @@ impl Path for GatedPath {
     fn clock(&self) -> u64 {
         self.sim.clock()
     }
-    fn stop(&mut self, fault: Option<&str>) -> Stopped {
+    fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped {
         self.gate.arrive_and_wait();
         self.sim.stop(fault)
     }

@@ -346,7 +346,9 @@ fn a_stop_with_a_reason_loses_the_device_with_it() {
     let Response::Status(s) = c.call(Request::DeviceStatus { device: o.id() }) else {
         panic!()
     };
-    assert_eq!(s.lost.as_deref(), Some(why));
+    let lost = s.lost.clone().unwrap();
+    assert_eq!(lost.kind, rig_proto::FaultKind::StoppedByClient);
+    assert_eq!(lost.detail, why);
     assert!(s.stopped && s.reached == 5, "{s:?}");
     let lost = o.region(o.msg.lost.fd);
     assert_ne!(
@@ -356,7 +358,7 @@ fn a_stop_with_a_reason_loses_the_device_with_it() {
     let Response::Device(rep) = c.call(Request::ShowDevice { device: o.id() }) else {
         panic!()
     };
-    assert_eq!(rep.info.lost.as_deref(), Some(why));
+    assert_eq!(rep.info.lost.map(|f| f.detail).as_deref(), Some(why));
 
     // A reason as long as a frame allows is kept cut, not whole: rigd holds it uncharged.
     let o = c.open();
@@ -371,7 +373,7 @@ fn a_stop_with_a_reason_loses_the_device_with_it() {
     let Response::Status(s) = c.call(Request::DeviceStatus { device: o.id() }) else {
         panic!()
     };
-    let kept = s.lost.unwrap();
+    let kept = s.lost.unwrap().detail;
     assert!(
         kept.len() <= rigd::state::MOST_CLIENT_REASON + 8 && kept.ends_with("(cut)"),
         "{} bytes kept",

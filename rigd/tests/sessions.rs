@@ -400,7 +400,20 @@ fn memory_kept_apart_and_faults_lose_one_device() {
     let Response::Status(s) = b.call(Request::DeviceStatus { device: ob.id() }) else {
         panic!()
     };
-    assert!(s.lost.as_deref().unwrap().contains("fault"), "{s:?}");
+    let fault = s.lost.clone().unwrap();
+    assert!(fault.to_string().contains("fault"), "{s:?}");
+    // The command processor's write faulted: the fault says where, which way and on which queue.
+    assert_eq!(fault.kind, rig_proto::FaultKind::MemoryFault, "{fault}");
+    assert_eq!(
+        (fault.address, fault.write),
+        (Some(0x1000), Some(true)),
+        "{fault}"
+    );
+    assert_eq!(
+        fault.queue.map(|q| q.to_string()).as_deref(),
+        Some("COMPUTE:0")
+    );
+    assert_eq!(fault.pc, None, "no instruction made the access: {fault}");
     assert_eq!(
         s.reached, 3,
         "the lost device's word reads the last submitted value"
@@ -445,7 +458,9 @@ fn a_hang_loses_the_device() {
     let Response::Status(st) = c.call(Request::DeviceStatus { device: o.id() }) else {
         panic!()
     };
-    assert!(st.lost.unwrap().starts_with("hang"));
+    let lost = st.lost.unwrap();
+    assert!(lost.to_string().starts_with("hang"), "{lost}");
+    assert_eq!(lost.kind, rig_proto::FaultKind::Hang);
     assert_eq!(s.word(), 5);
     assert!(eventfd_fired(&o));
     s.wptr = 0;

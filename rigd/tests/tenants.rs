@@ -668,7 +668,8 @@ fn self_chained_indirect_buffer(move_the_word: bool) {
         panic!()
     };
     let why = s.lost.unwrap();
-    assert!(why.starts_with("hang"), "{why}");
+    assert!(why.to_string().starts_with("hang"), "{why}");
+    assert_eq!(why.kind, rig_proto::FaultKind::Hang);
     assert!(took < Duration::from_secs(5), "lost after {took:?}");
     assert!(
         eventually(Duration::from_secs(5), || queue_threads(d.pid()) == 0),

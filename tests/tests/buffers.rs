@@ -267,7 +267,7 @@ fn a_wait_notices_that_rigd_crashed() {
     d.crash();
     let start = std::time::Instant::now();
     match p.wait() {
-        Err(Error::Lost(why)) => assert!(why.contains("rigd"), "{why}"),
+        Err(e @ Error::Lost { .. }) => assert!(e.to_string().contains("rigd"), "{e}"),
         other => panic!("{other:?}"),
     }
     assert!(start.elapsed() < std::time::Duration::from_secs(5));

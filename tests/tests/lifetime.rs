@@ -147,7 +147,7 @@ fn an_abort_stops_a_kernel_that_never_ends_at_once() {
     assert!(inspect.devices().is_empty(), "rigd still holds the device");
     // What it had not reached is lost, and the device is closed for every handle.
     match point.wait() {
-        Err(Error::Lost(why)) => assert!(why.contains("aborted"), "{why}"),
+        Err(e @ Error::Lost { .. }) => assert!(e.to_string().contains("aborted"), "{e}"),
         r => panic!("a wait on aborted work returned {r:?}"),
     }
     assert!(matches!(

@@ -58,7 +58,7 @@ fn held_fault(producer: &Device, flag: &Buffer) -> Point {
 /// The reason the producer's wait for `p` gives once it faulted.
 fn lost_reason(p: &Point) -> String {
     match p.wait() {
-        Err(Error::Lost(why)) => why,
+        Err(Error::Lost { fault, .. }) => fault.to_string(),
         r => panic!("the faulting value's wait returned {r:?}"),
     }
 }
@@ -96,18 +96,24 @@ fn a_consumer_of_a_point_its_producer_never_reached_is_lost_naming_the_producer(
     let why = lost_reason(&p);
     // The later value is lost through q, and so is q itself.
     match q_later.wait() {
-        Err(Error::Lost(r)) => assert_eq!(r, format!("AMD:0 lost: AMD:0 lost: {why}")),
+        Err(r @ Error::Lost { .. }) => {
+            assert_eq!(r.to_string(), format!("AMD:0 lost: AMD:0 lost: {why}"))
+        }
         r => panic!("the consumer's later wait returned {r:?} after its producer was lost"),
     }
     match q.wait() {
-        Err(Error::Lost(r)) => assert_eq!(r, format!("AMD:0 lost: AMD:0 lost: {why}")),
+        Err(r @ Error::Lost { .. }) => {
+            assert_eq!(r.to_string(), format!("AMD:0 lost: AMD:0 lost: {why}"))
+        }
         r => panic!("the consumer's wait returned {r:?} after its producer was lost"),
     }
     assert!(!q.signaled() && !q_later.signaled());
-    assert!(matches!(later.read(|_| ()), Err(Error::Lost(_))));
+    assert!(matches!(later.read(|_| ()), Err(Error::Lost { .. })));
     // The consumer stays lost, with the same reason.
     match consumer.submit(&Submission::new()) {
-        Err(Error::Lost(r)) => assert!(r.starts_with("AMD:0 lost: AMD:0 lost: "), "{r}"),
+        Err(r @ Error::Lost { .. }) => {
+            assert!(r.to_string().starts_with("AMD:0 lost: AMD:0 lost: "), "{r}")
+        }
         r => panic!("a later submit returned {r:?}"),
     }
 }
@@ -153,7 +159,9 @@ fn a_consumer_of_points_reached_before_the_loss_is_not_lost() {
     assert!(a.read(|x| x.iter().all(|&v| v == 5)).unwrap());
     // q2 waited for the point the producer never reached.
     match q2.wait() {
-        Err(Error::Lost(r)) => assert_eq!(r, format!("AMD:0 lost: AMD:0 lost: {why}")),
+        Err(r @ Error::Lost { .. }) => {
+            assert_eq!(r.to_string(), format!("AMD:0 lost: AMD:0 lost: {why}"))
+        }
         r => panic!("the consumer's wait returned {r:?} after its producer was lost"),
     }
     // What the consumer reached before is still reached.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rig_proto::{
-    Connection, ErrorCode, GpuInfo, GpuShare, ImageId, RegionId, Request, Response, Share,
+    Connection, Fault, FaultKind, GpuInfo, GpuShare, ImageId, RegionId, Request, Response, Share,
 };
 use rig_shm::SharedRegion;
 
@@ -66,17 +66,15 @@ fn dial(path: &Path) -> Result<Connection> {
 }
 
 fn proto(e: rig_proto::Error) -> Error {
-    Error::Protocol(e.to_string())
+    Error::Connection(e)
 }
 
-/// The error a refused request becomes.
+/// The error a refused request becomes (a device's call makes a refusal for a lost device
+/// that device's `Error::Lost`: see `DeviceShared::call`).
 fn refused(e: rig_proto::ErrorReply) -> Error {
-    match e.code {
-        ErrorCode::Lost => Error::Lost(e.message),
-        code => Error::Refused {
-            code,
-            message: e.message,
-        },
+    Error::Refused {
+        code: e.code,
+        message: e.message,
     }
 }
 
@@ -243,8 +241,10 @@ impl Maps {
         let fd = self.fds.get_mut(i).and_then(Option::take).ok_or_else(|| {
             Error::Protocol(format!("rigd named descriptor {i}, which it did not pass"))
         })?;
-        let region = SharedRegion::from_fd(fd)
-            .map_err(|e| Error::Protocol(format!("cannot map memory rigd shared: {e}")))?;
+        let region = SharedRegion::from_fd(fd).map_err(|source| Error::Shared {
+            what: "cannot map memory rigd shared",
+            source,
+        })?;
         self.regions[i] = Some(region.clone());
         Ok(region)
     }
@@ -284,14 +284,15 @@ impl DeviceShared {
             .call(&Request::DeviceStatus { device: self.id }, &[])
         {
             Ok((Response::Status(st), _)) => match st.lost {
-                Some(why) => Err(Error::Lost(self.live.keep_reason(why))),
+                Some(why) => Err(self.live.keep_reason(why)),
                 None => Ok(()),
             },
             Ok(_) => Ok(()),
-            Err(Error::Protocol(e)) => {
-                let why =
-                    format!("rigd no longer answers ({e}); the device's work is gone with it");
-                Err(Error::Lost(self.live.keep_reason(why)))
+            Err(Error::Connection(e)) => {
+                let why = format!("{e}; the device's work is gone with it");
+                Err(self
+                    .live
+                    .keep_reason(Fault::new(FaultKind::Disconnected, why)))
             }
             Err(e) => Err(e),
         }
@@ -325,7 +326,7 @@ impl DeviceShared {
             image,
             name: name.to_owned(),
         };
-        match self.rig.call(&req, &[])?.0 {
+        match self.call(&req, &[])?.0 {
             Response::Entry(e) => Ok(*e),
             Response::Absent => Err(Error::NoKernel(name.to_owned())),
             Response::NoMemory {
@@ -348,13 +349,13 @@ impl DeviceShared {
             image,
             name: name.to_owned(),
         };
-        self.rig.call(&req, &[]).map(|_| ())
+        self.call(&req, &[]).map(|_| ())
     }
 
     /// Asks rigd to grow the device's rings or segment (a [`Request::Grow`]): what it grew
     /// and the descriptors of its memory.
     pub(crate) fn grow(&self, request: &Request) -> Result<(rig_proto::Grown, Vec<OwnedFd>)> {
-        let (response, fds) = self.rig.call(request, &[])?;
+        let (response, fds) = self.call(request, &[])?;
         match response {
             Response::Grown(g) => Ok((g, fds)),
             Response::NoMemory {
@@ -427,7 +428,7 @@ impl DeviceShared {
             memory: memory.to_proto(),
             bytes: rounded,
         };
-        let (response, fds) = self.rig.call(&req, &[])?;
+        let (response, fds) = self.call(&req, &[])?;
         match response {
             Response::Allocated {
                 region,
@@ -493,14 +494,12 @@ impl DeviceShared {
         let reached = self.live.observe();
         let last = self.submitted();
         if reached < last {
-            let why = format!(
-                "{} lost: {why} at value {reached}, before it reached {last}",
-                self.name
-            );
-            self.live.lose_from(reached + 1, why);
+            let why = format!("{why} at value {reached}, before it reached {last}");
+            self.live
+                .lose_from(reached + 1, Fault::new(FaultKind::StoppedByClient, why));
         } else if self.live.is_lost() && Arc::strong_count(&self.live) > 1 {
             // Consumers may still ask why: ask rigd while it knows the device.
-            self.lost_reason();
+            self.live.lost_reason(&self.rig);
         }
         if stop {
             let request = Request::StopDevice {
@@ -510,7 +509,7 @@ impl DeviceShared {
             };
             match self.rig.call(&request, &[]) {
                 // A device rigd lost or stopped before is stopped already.
-                Ok(_) | Err(Error::Refused { .. } | Error::Lost(_)) => {}
+                Ok(_) | Err(Error::Refused { .. } | Error::Lost { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -539,7 +538,7 @@ impl Device {
             bytes,
             offset,
         };
-        match self.0.rig.call(&req, &[memory.fd()])?.0 {
+        match self.0.call(&req, &[memory.fd()])?.0 {
             Response::Mapped {
                 region,
                 gpu_address,
@@ -579,7 +578,7 @@ impl Device {
             device: self.0.id,
             code_object: binary.to_vec(),
         };
-        match self.0.rig.call(&req, &[])?.0 {
+        match self.0.call(&req, &[])?.0 {
             Response::ImageLoaded {
                 image,
                 region,

@@ -39,9 +39,9 @@ impl DeviceShared {
         self.live.is_lost()
     }
 
-    /// The reason the device was lost, asked of rigd once and kept.
-    pub(crate) fn lost_reason(&self) -> String {
-        self.live.lost_reason(&self.rig)
+    /// The device's [`Error::Lost`], its fault asked of rigd once and kept.
+    pub(crate) fn lost_error(&self) -> Error {
+        self.live.lost_error(&self.rig)
     }
 
     /// `Err(Lost)` if rigd lost the device, `Err(Invalid)` once it was closed.
@@ -50,7 +50,7 @@ impl DeviceShared {
             return Err(Error::Invalid(format!("device {} is closed", self.name)));
         }
         if self.lost_flag() {
-            Err(Error::Lost(self.lost_reason()))
+            Err(self.lost_error())
         } else {
             Ok(())
         }
@@ -82,7 +82,7 @@ impl DeviceShared {
                 break;
             }
             if self.lost_flag() {
-                return Err(Error::Lost(self.lost_reason()));
+                return Err(self.lost_error());
             }
             if start.elapsed() < spin {
                 std::hint::spin_loop();
@@ -113,7 +113,7 @@ impl DeviceShared {
             if deps.is_empty() {
                 return Ok(());
             }
-            deps.check(value, self.signaled(), &self.name, &self.rig)
+            deps.check(value, self.signaled(), &self.rig)
         };
         let Some(d) = doomed else {
             return Ok(());
@@ -126,12 +126,12 @@ impl DeviceShared {
                 &Request::StopDevice {
                     device: self.id,
                     last: self.submitted(),
-                    fault: Some(d.why),
+                    fault: Some(d.why.to_string()),
                 },
                 &[],
             );
         }
-        Err(Error::Lost(self.lost_reason()))
+        Err(self.lost_error())
     }
 
     /// Makes room for `n` more GPU-side waits, waiting for the oldest values (at most a
@@ -158,8 +158,7 @@ impl DeviceShared {
     /// yields the CPU briefly (the queue that frees the room may need it), then sleeps at
     /// most one slice.
     pub(crate) fn wait_for_move(&self, seen: u64) -> Result<()> {
-        self.await_move(seen)
-            .map_err(|LostNow| Error::Lost(self.lost_reason()))
+        self.await_move(seen).map_err(|LostNow| self.lost_error())
     }
 
     /// [`DeviceShared::wait_for_move`] with no call to rigd (for a caller holding the

@@ -73,7 +73,7 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
         };
         match tried? {
             Tried::Placed(v) => return Ok(v),
-            Tried::Lost => return Err(Error::Lost(dev.lost_reason())),
+            Tried::Lost => return Err(dev.lost_error()),
             Tried::NoRoomForWaits => {}
             Tried::Grow(request) => {
                 grows += 1;

@@ -47,9 +47,11 @@ impl QueueRing {
                 "rigd shared unaligned queue positions".into(),
             ));
         }
-        let bell = Doorbell::new(bell_region, bell_offset)
-            .map_err(|e| Error::Protocol(format!("rigd shared a bad doorbell: {e}")))?;
-        let unit = share.kind.position_unit();
+        let bell = Doorbell::new(bell_region, bell_offset).map_err(|source| Error::Shared {
+            what: "rigd shared a bad doorbell",
+            source,
+        })?;
+        let unit = rig_proto::messages::position_unit(share.kind);
         let mut pos = Ring::new(bytes / 4, share.kind == QueueKind::Pm4);
         // Start where the queue stands (0 for a new one).
         pos.write = write.0.load_u64(write.1, Ordering::Acquire) * unit / 4;

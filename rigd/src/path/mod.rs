@@ -135,8 +135,8 @@ pub enum Stopped {
 pub struct Events {
     /// A release's interrupt (or any wake-worthy event).
     pub interrupt: Arc<dyn Fn() + Send + Sync>,
-    /// A fault of the device's work, with the path's report.
-    pub fault: Arc<dyn Fn(String) + Send + Sync>,
+    /// A fault of the device's work, as the path's GPU reported it.
+    pub fault: Arc<dyn Fn(rig_proto::Fault) + Send + Sync>,
 }
 
 impl fmt::Debug for Events {
@@ -199,7 +199,7 @@ pub trait Path: Send + fmt::Debug {
     fn clock(&self) -> u64;
 
     /// Destroys every queue without waiting for its work; `fault` is why the device was lost.
-    fn stop(&mut self, fault: Option<&str>) -> Stopped;
+    fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped;
 
     /// Since when a queue of the device has been running work without pause: the earliest
     /// start of the runs its queues are still in, `None` while every queue waits for its

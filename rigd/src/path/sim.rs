@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
-use rig_sim::{AddressSpace, SimConfig, SimError, SimGpu};
+use rig_sim::{AddressSpace, FaultReason, KernelFault, QueueFault, SimConfig, SimError, SimGpu};
 
 use super::{
     Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
@@ -108,12 +108,83 @@ impl Holding {
     }
 }
 
-fn to_amd(kind: QueueKind) -> rig_amd::gpu::QueueKind {
-    match kind {
-        QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
-        QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
-        QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
+/// The wire's fault for what a simulated queue reported, with every fact the simulator has:
+/// the queue and its VMID always; the address, direction and instruction of a memory fault;
+/// the instruction of an illegal or unsupported one and of a trap; a bad packet's position.
+/// A device has one queue of each engine, so the queue's index is 0.
+fn fault_of(f: &QueueFault) -> rig_proto::Fault {
+    use rig_proto::FaultKind as K;
+    use rig_sim::ExecFault;
+    let mut out = rig_proto::Fault::new(K::Internal, String::new());
+    out.queue = Some(rig_proto::QueueRef {
+        kind: f.kind,
+        index: 0,
+    });
+    out.vmid = Some(f.vmid);
+    let page = |out: &mut rig_proto::Fault, p: &rig_sim::PageFault| {
+        out.kind = K::MemoryFault;
+        out.vmid = Some(p.vmid);
+        out.address = Some(p.address);
+        out.write = Some(p.write);
+        out.detail = if p.read_only {
+            "the page is read-only".into()
+        } else {
+            "the page is not mapped".into()
+        };
+    };
+    match &f.reason {
+        FaultReason::Page(p) | FaultReason::Kernel(KernelFault::Page(p)) => page(&mut out, p),
+        FaultReason::BadPacket { position, reason } => {
+            out.kind = K::BadPacket;
+            out.position = Some(*position);
+            out.detail = reason.clone();
+        }
+        FaultReason::Kernel(KernelFault::Refused(why)) => {
+            out.kind = K::BadPacket;
+            out.detail = format!("the dispatch cannot run: {why}");
+        }
+        FaultReason::Kernel(KernelFault::Unsupported(why)) => {
+            out.kind = K::UnsupportedInstruction;
+            out.detail = why.clone();
+        }
+        FaultReason::Kernel(KernelFault::Exec(e)) => match e {
+            ExecFault::Memory { fault, pc } => {
+                out.kind = K::MemoryFault;
+                out.address = Some(fault.address);
+                out.write = Some(fault.write);
+                out.pc = Some(*pc);
+            }
+            ExecFault::IllegalInstruction { address, words } => {
+                out.kind = K::IllegalInstruction;
+                out.pc = Some(*address);
+                out.detail = format!("the words {words:08x?}");
+            }
+            ExecFault::VgprOutOfRange { address } => {
+                out.kind = K::IllegalInstruction;
+                out.pc = Some(*address);
+                out.detail = "it names a VGPR beyond the wave's allocation".into();
+            }
+            ExecFault::Unsupported { address, text } => {
+                out.kind = K::UnsupportedInstruction;
+                out.pc = Some(*address);
+                out.detail = format!("`{text}` is not simulated");
+            }
+            ExecFault::Trap { address, code } => {
+                out.kind = K::Trap;
+                out.pc = Some(*address);
+                out.detail = format!("s_trap {code}");
+            }
+            ExecFault::BadDispatch { reason } => {
+                out.kind = K::BadPacket;
+                out.detail = format!("the dispatch cannot run: {reason}");
+            }
+            e @ (ExecFault::Stopped | ExecFault::Internal) => {
+                out.detail = format!("the simulator's interpreter: {e}");
+            }
+        },
+        FaultReason::Internal(why) => out.detail = format!("the simulator: {why}"),
     }
+    out.bounded()
 }
 
 impl SimBackend {
@@ -366,7 +437,7 @@ impl Path for SimPath {
             return Err(Refusal::Refused("the device is stopped".into()));
         }
         let desc = rig_sim::QueueDesc {
-            kind: to_amd(spec.kind),
+            kind: spec.kind,
             ring_va: spec.ring,
             ring_bytes: spec.bytes,
             rptr_va: spec.read,
@@ -382,7 +453,7 @@ impl Path for SimPath {
             .create_queue(
                 desc,
                 Arc::new(move |_| irq()),
-                Arc::new(move |f| fault(f.to_string())),
+                Arc::new(move |f| fault(fault_of(&f))),
             )
             .map_err(|e| match e {
                 SimError::Thread(e) => Refusal::Lacking(format!("no thread for the queue: {e}")),
@@ -404,19 +475,19 @@ impl Path for SimPath {
     }
 
     fn most_ring(&self, kind: QueueKind) -> u64 {
-        self.space.gpu().model().most_ring(to_amd(kind))
+        self.space.gpu().model().most_ring(kind)
     }
 
     fn clock(&self) -> u64 {
         self.space.gpu().clock_ticks()
     }
 
-    fn stop(&mut self, fault: Option<&str>) -> Stopped {
+    fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped {
         self.stopped = true;
         if let Some(why) = fault {
             tracing::debug!(
                 vmid = self.space.vmid(),
-                reason = why,
+                reason = %why,
                 "stopping a lost device's queues"
             );
         }
