@@ -117,7 +117,7 @@ pub struct Access {
 /// `[limits]`: what clients may hold, per user (uid) across all its connections, and what
 /// all clients together may make rigd hold. A value of 0 where the comment says so means
 /// "sized at start" (see [`Limits`] fields and `config/rigd.toml`).
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Bytes of memory one user may hold: allocations of every kind, host mappings, images,
@@ -156,7 +156,7 @@ impl Default for Limits {
 }
 
 /// One `[[sim]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimGpuConfig {
     /// The processor, such as `gfx1100`.
@@ -237,6 +237,9 @@ impl Config {
         if self.daemon.max_connections == 0 {
             return Err(invalid("daemon.max_connections must be at least 1".into()));
         }
+        if let Err(e) = crate::logging::parse_filter(&self.daemon.log) {
+            return Err(invalid(format!("{e}: {}", error_chain(&e))));
+        }
         if self.daemon.socket.as_os_str().is_empty() {
             return Err(invalid("daemon.socket must not be empty".into()));
         }
@@ -277,6 +280,17 @@ impl Config {
     }
 }
 
+/// The sources of `e`, outermost first, joined by ": ".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
 /// A connecting peer's identity, from `SO_PEERCRED` and `SO_PEERGROUPS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
@@ -290,9 +304,16 @@ pub struct Peer {
     pub groups: Vec<u32>,
 }
 
-/// The access rule made from `[access]` with names resolved to numbers.
-#[derive(Debug, Clone)]
+/// The access rule made from `[access]` with names resolved to numbers. SIGHUP may
+/// replace it while rigd serves ([`AccessRule::replace`]); a connection is judged by the
+/// rule in force when it is accepted.
+#[derive(Debug)]
 pub struct AccessRule {
+    rules: std::sync::RwLock<Rules>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rules {
     any: bool,
     users: Vec<u32>,
     groups: Vec<u32>,
@@ -331,21 +352,37 @@ impl AccessRule {
             })
             .collect();
         Self {
-            any: access.any,
-            users,
-            groups,
-            own_uid,
+            rules: std::sync::RwLock::new(Rules {
+                any: access.any,
+                users,
+                groups,
+                own_uid,
+            }),
         }
+    }
+
+    fn rules(&self) -> std::sync::RwLockReadGuard<'_, Rules> {
+        self.rules.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `peer` may use rigd.
     pub fn allows(&self, peer: &Peer) -> bool {
-        self.any
+        let r = self.rules();
+        r.any
             || peer.uid == 0
-            || peer.uid == self.own_uid
-            || self.users.contains(&peer.uid)
-            || self.groups.contains(&peer.gid)
-            || peer.groups.iter().any(|g| self.groups.contains(g))
+            || peer.uid == r.own_uid
+            || r.users.contains(&peer.uid)
+            || r.groups.contains(&peer.gid)
+            || peer.groups.iter().any(|g| r.groups.contains(g))
+    }
+
+    /// Puts `other`'s rules in force (a reload); says whether they differ from the old ones.
+    pub fn replace(&self, other: AccessRule) -> bool {
+        let new = other.rules.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        let changed = *r != new;
+        *r = new;
+        changed
     }
 }
 
@@ -363,7 +400,7 @@ pub fn resolve_group(g: &str) -> Option<u32> {
 /// take to say hello, to finish a frame it started, or to sit idle holding nothing.
 /// `daemon.max_connections` is the cap over all users, which keeps rigd's descriptors
 /// bounded.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Connections {
     /// The most connections one uid may hold at once (root and rigd's own user included).
@@ -407,7 +444,7 @@ impl Connections {
 }
 
 /// `[images]`: code objects clients load.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Images {
     /// The most bytes of GPU memory one image may take once loaded (the span of its

@@ -35,8 +35,10 @@ pub mod discover;
 pub mod gpus;
 pub mod image;
 pub mod listen;
+pub mod logging;
 pub mod notify;
 pub mod path;
+pub mod reload;
 pub mod server;
 pub mod state;
 
@@ -108,6 +110,7 @@ pub struct Daemon {
     watch: std::thread::JoinHandle<()>,
     watch_tx: std::sync::mpsc::Sender<state::Msg>,
     gpus: usize,
+    reloader: reload::Reloader,
 }
 
 impl Daemon {
@@ -126,19 +129,33 @@ impl Daemon {
         st.max_image_bytes = config.images.max_bytes;
         let shared: state::Shared = Arc::new(std::sync::Mutex::new(st));
         let watch = state::spawn_watch(shared.clone(), rx);
-        let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
+        let access = Arc::new(AccessRule::new(
+            &config.access,
+            nix::unistd::geteuid().as_raw(),
+        ));
+        let reloader = reload::Reloader {
+            access: access.clone(),
+            state: shared.clone(),
+            running: Arc::new(config.clone()),
+        };
         Ok(Self {
+            reloader,
             watch,
             watch_tx: tx,
             server: server::Server {
                 state: shared,
-                access: Arc::new(access),
+                access,
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
                 max_image_bytes: config.images.max_bytes,
             },
             gpus: n,
         })
+    }
+
+    /// What SIGHUP reloads ([`reload::Reloader::apply`]), usable while [`Daemon::run`] serves.
+    pub fn reloader(&self) -> reload::Reloader {
+        self.reloader.clone()
     }
 
     /// How many GPUs it lists.

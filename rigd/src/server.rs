@@ -315,7 +315,9 @@ impl Server {
         }
         let program = hello.program.clone();
         let client = lock(&self.state).connect(peer.clone(), program.clone());
-        tracing::info!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
+        // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
+        // journal; a client's first device open is logged at info with its pid.
+        tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
         self.serve(client, &mut conn, stop).await;
         lock(&self.state).disconnect(client);
     }

@@ -228,6 +228,15 @@ impl State {
         &self.budget
     }
 
+    /// Puts reloaded `[limits]` in force (SIGHUP): later requests are admitted against them;
+    /// what clients already hold stays. Says whether they changed.
+    pub fn set_limits(&mut self, limits: Limits) -> bool {
+        let changed = limits != self.limits;
+        self.budget = Budget::new(&limits);
+        self.limits = limits;
+        changed
+    }
+
     /// `None` if `client` may take `bytes` more bytes of Device memory and one more object
     /// on the GPU of the device the request names; else the answer.
     pub(crate) fn quota_for(&self, client: ClientId, bytes: u64) -> Option<Response> {
@@ -539,6 +548,8 @@ impl State {
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,
+                uid = c.peer.uid,
+                program = %c.program,
                 device = id.0,
                 gpu,
                 "device opened"
@@ -1184,12 +1195,18 @@ impl Handler for State {
         let Some(c) = self.clients.remove(&client) else {
             return;
         };
-        tracing::info!(
-            client = client.0,
-            pid = c.peer.pid,
-            devices = n,
-            "client gone; everything it held given back"
-        );
+        // A connection that held nothing (inspection, such as rigctl) leaves at debug.
+        if n > 0 {
+            tracing::info!(
+                client = client.0,
+                pid = c.peer.pid,
+                uid = c.peer.uid,
+                devices = n,
+                "client gone; everything it held given back"
+            );
+        } else {
+            tracing::debug!(client = client.0, pid = c.peer.pid, "client gone");
+        }
     }
 }
 
