@@ -87,7 +87,10 @@ impl Logging {
         let (filter_layer, handle) = reload::Layer::new(filter);
         let journal = if journal_is_stderr() {
             match tracing_journald::layer() {
-                Ok(l) => Some(l.with_syslog_identifier("rigd".into())),
+                Ok(l) => Some(
+                    l.with_syslog_identifier("rigd".into())
+                        .with_field_prefix(Some("RIG".into())),
+                ),
                 Err(e) => {
                     eprintln!("rigd: cannot reach journald ({e}); logging plain lines to stderr");
                     None
