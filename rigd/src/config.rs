@@ -69,6 +69,9 @@ pub struct Config {
     /// Code objects.
     #[serde(default)]
     pub images: Images,
+    /// The metrics endpoint.
+    #[serde(default)]
+    pub metrics: Metrics,
     /// Where the configuration came from (`None`: the embedded default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -276,6 +279,7 @@ impl Config {
         }
         self.connections.validate().map_err(invalid)?;
         self.images.validate().map_err(invalid)?;
+        self.metrics.endpoint().map_err(invalid)?;
         Ok(())
     }
 }
@@ -471,6 +475,48 @@ impl Images {
     }
 }
 
+/// `[metrics]`: the OpenMetrics endpoint (`GET /metrics` over HTTP), off unless `listen`
+/// names an address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// Where to serve: a unix socket path (beginning with `/`), a TCP `address:port`
+    /// (`127.0.0.1:9464`, `[::1]:9464`), or empty for no endpoint.
+    pub listen: String,
+    /// The group owning a unix metrics socket, by name or number (mode 0660); left out,
+    /// rigd's own group.
+    pub group: Option<String>,
+}
+
+/// Where the metrics endpoint listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsEndpoint {
+    /// A unix socket path.
+    Unix(PathBuf),
+    /// A TCP address.
+    Tcp(std::net::SocketAddr),
+}
+
+impl Metrics {
+    /// The configured endpoint, `None` when metrics are off; an error names the key.
+    pub fn endpoint(&self) -> Result<Option<MetricsEndpoint>, String> {
+        let l = self.listen.trim();
+        if l.is_empty() {
+            return Ok(None);
+        }
+        if l.starts_with('/') {
+            return Ok(Some(MetricsEndpoint::Unix(PathBuf::from(l))));
+        }
+        l.parse::<std::net::SocketAddr>()
+            .map(|a| Some(MetricsEndpoint::Tcp(a)))
+            .map_err(|e| {
+                format!(
+                    "metrics.listen {l:?} is neither a unix socket path (beginning with /) nor a TCP address such as 127.0.0.1:9464 ({e})"
+                )
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,6 +565,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sockt"), "{e}");
+    }
+
+    #[test]
+    fn metrics_endpoints() {
+        let p = Path::new("t.toml");
+        assert_eq!(Config::embedded().metrics.endpoint(), Ok(None));
+        let c = Config::parse("[metrics]\nlisten = \"/run/rig/metrics.sock\"\n", p).unwrap();
+        assert_eq!(
+            c.metrics.endpoint(),
+            Ok(Some(MetricsEndpoint::Unix("/run/rig/metrics.sock".into())))
+        );
+        let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n", p).unwrap();
+        assert!(
+            matches!(c.metrics.endpoint(), Ok(Some(MetricsEndpoint::Tcp(a))) if a.port() == 9464)
+        );
+        let e = Config::parse("[metrics]\nlisten = \"localhost\"\n", p).unwrap_err();
+        assert!(e.to_string().contains("metrics.listen"), "{e}");
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod config;
 pub mod device;
 pub mod discover;
@@ -36,6 +37,7 @@ pub mod gpus;
 pub mod image;
 pub mod listen;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod path;
 pub mod reload;
@@ -111,6 +113,11 @@ pub struct Daemon {
     watch_tx: std::sync::mpsc::Sender<state::Msg>,
     gpus: usize,
     reloader: reload::Reloader,
+    metrics: Arc<metrics::Metrics>,
+    sampler: Option<(
+        std::thread::JoinHandle<()>,
+        Arc<std::sync::atomic::AtomicBool>,
+    )>,
 }
 
 impl Daemon {
@@ -133,6 +140,15 @@ impl Daemon {
             &config.access,
             nix::unistd::geteuid().as_raw(),
         ));
+        let metrics = Arc::new(metrics::Metrics::new());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = match metrics::spawn_sampler(metrics.clone(), shared.clone(), stop.clone()) {
+            Ok(t) => Some((t, stop)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the metrics sampler; GPU figures stay at zero");
+                None
+            }
+        };
         let reloader = reload::Reloader {
             access: access.clone(),
             state: shared.clone(),
@@ -140,6 +156,8 @@ impl Daemon {
         };
         Ok(Self {
             reloader,
+            metrics: metrics.clone(),
+            sampler,
             watch,
             watch_tx: tx,
             server: server::Server {
@@ -148,6 +166,7 @@ impl Daemon {
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
                 max_image_bytes: config.images.max_bytes,
+                metrics,
             },
             gpus: n,
         })
@@ -156,6 +175,11 @@ impl Daemon {
     /// What SIGHUP reloads ([`reload::Reloader::apply`]), usable while [`Daemon::run`] serves.
     pub fn reloader(&self) -> reload::Reloader {
         self.reloader.clone()
+    }
+
+    /// Its figures, for the metrics endpoint.
+    pub fn metrics(&self) -> Arc<metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// How many GPUs it lists.
@@ -170,9 +194,14 @@ impl Daemon {
             server,
             watch,
             watch_tx,
+            sampler,
             ..
         } = self;
         server.run(listener, shutdown).await;
+        if let Some((thread, stop)) = sampler {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         let _ = watch_tx.send(state::Msg::Shutdown);
         drop(watch_tx);
         let _ = tokio::task::spawn_blocking(move || watch.join()).await;

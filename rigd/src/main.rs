@@ -208,6 +208,23 @@ async fn serve(cli: Cli, config: Config, mut logging: Logging) -> Exit {
             return Exit::Start;
         }
     };
+    // PANIC-free: validated when the configuration was read.
+    let metrics_at = config.metrics.endpoint().unwrap_or_default();
+    let metrics = match &metrics_at {
+        Some(at) => {
+            match rigd::metrics::Endpoint::bind(at, config.metrics.group.as_deref()).await {
+                Ok(e) => {
+                    tracing::info!(metrics = %e.describe(), "serving metrics at /metrics");
+                    Some(tokio::spawn(rigd::metrics::serve(e, daemon.metrics())))
+                }
+                Err(e) => {
+                    print_chain(&e);
+                    return Exit::Socket;
+                }
+            }
+        }
+        None => None,
+    };
     tracing::info!(socket = %served.display(), gpus = daemon.gpus(), pid = std::process::id(), "rigd ready");
     if let Err(e) = rigd::notify::ready(&served, daemon.gpus()) {
         tracing::warn!(error = %e, "cannot tell systemd rigd is ready");
@@ -235,6 +252,11 @@ async fn serve(cli: Cli, config: Config, mut logging: Logging) -> Exit {
         let _ = rigd::notify::stopping();
     };
     daemon.run(listener, until_stopped).await;
+    if let Some(m) = metrics {
+        // Dropping the endpoint removes a unix metrics socket.
+        m.abort();
+        let _ = m.await;
+    }
     if let Some(file) = file {
         drop(file);
         tracing::info!(socket = %served.display(), "socket removed; rigd stopped");

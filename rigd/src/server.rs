@@ -81,6 +81,8 @@ pub struct Server {
     pub connections: Connections,
     /// The most bytes an image may take once loaded (`images.max_bytes`).
     pub max_image_bytes: u64,
+    /// The figures requests and connections count into.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Reads a peer's credentials from the socket: `SO_PEERCRED` and `SO_PEERGROUPS`, both as
@@ -224,8 +226,10 @@ impl Server {
             let server = self.clone();
             let mut stop = notify.subscribe();
             let done = done_tx.clone();
+            let counted = self.metrics.connection();
             tokio::spawn(async move {
                 server.connection(stream, peer, &mut stop).await;
+                drop(counted);
                 drop(slot);
                 drop(done);
             });
@@ -253,6 +257,7 @@ impl Server {
             }
         };
         let refusal = if !self.access.allows(&peer) {
+            self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
                     pid = peer.pid,
@@ -273,6 +278,7 @@ impl Server {
             match slots.take(peer.uid) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
+                    self.metrics.refused("slots");
                     if let Some(unlogged) = refusals.note("slots") {
                         tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
                     }
@@ -374,6 +380,7 @@ impl Server {
                 }
             };
             let closing = matches!(request, Request::CloseDevice { .. });
+            let (kind, began) = (request.name(), std::time::Instant::now());
             let (response, fds) = match request {
                 Request::LoadImage {
                     device,
@@ -397,6 +404,7 @@ impl Server {
                 }
                 request => lock(&self.state).handle(client, request, fds),
             };
+            self.metrics.request(kind, began.elapsed());
             match &response {
                 Response::DeviceOpened(_) => devices += 1,
                 Response::Done if closing => devices = devices.saturating_sub(1),

@@ -228,6 +228,66 @@ impl State {
         &self.budget
     }
 
+    /// One look at everything for [`crate::metrics`] (the sampler and rigctl's figures).
+    pub fn observe(&self) -> crate::metrics::Observed {
+        use crate::metrics::{ClientSeen, DeviceSeen, GpuSeen, Observed};
+        // Each growth makes a queue of the next generation; retired ones may linger.
+        let generations = |d: &Device| {
+            let (mut copy, mut compute) = (0u64, 0u64);
+            for r in d.rings() {
+                let g = if r.kind == rig_proto::messages::QueueKind::Sdma {
+                    &mut copy
+                } else {
+                    &mut compute
+                };
+                *g = (*g).max(u64::from(r.generation));
+            }
+            copy + compute
+        };
+        Observed {
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| GpuSeen {
+                    index: g.info.index,
+                    name: g.info.name.clone(),
+                    arch: g.info.arch.clone(),
+                    total_bytes: g.info.budget,
+                })
+                .collect(),
+            devices: self
+                .devices
+                .iter()
+                .map(|(id, (owner, d))| {
+                    let peer = self.clients.get(owner).map(|c| &c.peer);
+                    DeviceSeen {
+                        id: id.0,
+                        gpu: d.gpu,
+                        pid: peer.map_or(0, |p| p.pid),
+                        uid: peer.map_or(0, |p| p.uid),
+                        held: d.held(),
+                        submitted: d.submitted(),
+                        reached: d.reached(),
+                        generations: generations(d),
+                        faults: d.faults.len(),
+                        lost: d.lost.clone(),
+                    }
+                })
+                .collect(),
+            clients: self
+                .clients
+                .iter()
+                .map(|(id, c)| ClientSeen {
+                    pid: c.peer.pid,
+                    uid: c.peer.uid,
+                    program: c.program.clone(),
+                    devices: c.devices.len(),
+                    bytes: self.usage(*id),
+                })
+                .collect(),
+        }
+    }
+
     /// Puts reloaded `[limits]` in force (SIGHUP): later requests are admitted against them;
     /// what clients already hold stays. Says whether they changed.
     pub fn set_limits(&mut self, limits: Limits) -> bool {
