@@ -78,6 +78,7 @@ pub enum ServeError {
 pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), ServeError> {
     let (listener, file) = listen::bind(socket, None, config.daemon.mode)?;
     let daemon = Daemon::start(config, Path::new("/sys"))?;
+    daemon.serving(socket);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(ServeError::Signal)?;
     daemon
@@ -114,6 +115,7 @@ pub struct Daemon {
     gpus: usize,
     reloader: reload::Reloader,
     metrics: Arc<metrics::Metrics>,
+    admin: Arc<admin::Admin>,
     sampler: Option<(
         std::thread::JoinHandle<()>,
         Arc<std::sync::atomic::AtomicBool>,
@@ -149,6 +151,13 @@ impl Daemon {
                 None
             }
         };
+        let admin = Arc::new(admin::Admin {
+            state: shared.clone(),
+            metrics: metrics.clone(),
+            sysfs: sysfs.to_owned(),
+            config: config.source.clone(),
+            socket: std::sync::Mutex::new(None),
+        });
         let reloader = reload::Reloader {
             access: access.clone(),
             state: shared.clone(),
@@ -157,6 +166,7 @@ impl Daemon {
         Ok(Self {
             reloader,
             metrics: metrics.clone(),
+            admin: admin.clone(),
             sampler,
             watch,
             watch_tx: tx,
@@ -166,7 +176,8 @@ impl Daemon {
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
                 max_image_bytes: config.images.max_bytes,
-                metrics,
+                metrics: metrics.clone(),
+                admin: admin.clone(),
             },
             gpus: n,
         })
@@ -175,6 +186,11 @@ impl Daemon {
     /// What SIGHUP reloads ([`reload::Reloader::apply`]), usable while [`Daemon::run`] serves.
     pub fn reloader(&self) -> reload::Reloader {
         self.reloader.clone()
+    }
+
+    /// Records the socket it serves, for `rigctl status`.
+    pub fn serving(&self, socket: &Path) {
+        self.admin.serving(socket.to_owned());
     }
 
     /// Its figures, for the metrics endpoint.

@@ -229,6 +229,7 @@ async fn serve(cli: Cli, config: Config, mut logging: Logging) -> Exit {
     if let Err(e) = rigd::notify::ready(&served, daemon.gpus()) {
         tracing::warn!(error = %e, "cannot tell systemd rigd is ready");
     }
+    daemon.serving(&served);
     let reloader = daemon.reloader();
     let mut watchdog = rigd::notify::watchdog_interval().map(tokio::time::interval);
     if let Some(w) = &watchdog {

@@ -41,6 +41,10 @@ pub struct GpuSeen {
     pub arch: String,
     /// Bytes of its own memory.
     pub total_bytes: u64,
+    /// Its PCI function; `None` for the simulated GPU.
+    pub bus: Option<String>,
+    /// Whether it is the simulated GPU.
+    pub simulated: bool,
 }
 
 /// A device as the state shows it.

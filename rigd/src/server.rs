@@ -83,6 +83,8 @@ pub struct Server {
     pub max_image_bytes: u64,
     /// The figures requests and connections count into.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Administrators' requests.
+    pub admin: Arc<crate::admin::Admin>,
 }
 
 /// Reads a peer's credentials from the socket: `SO_PEERCRED` and `SO_PEERGROUPS`, both as
@@ -401,6 +403,9 @@ impl Server {
                         tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %e.message, "request refused");
                     }
                     (response, Vec::new())
+                }
+                request if crate::admin::is_admin(&request) => {
+                    (self.admin.handle(client, request), Vec::new())
                 }
                 request => lock(&self.state).handle(client, request, fds),
             };

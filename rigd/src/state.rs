@@ -249,6 +249,8 @@ impl State {
                 .gpus
                 .iter()
                 .map(|g| GpuSeen {
+                    bus: g.info.bus.clone(),
+                    simulated: g.info.simulated,
                     index: g.info.index,
                     name: g.info.name.clone(),
                     arch: g.info.arch.clone(),
@@ -932,6 +934,43 @@ impl State {
         self.clients.get(&client).is_some_and(|c| c.inspector)
     }
 
+    /// Whether `client` may inspect others (and administer: [`crate::admin`]).
+    pub fn is_inspector(&self, client: ClientId) -> bool {
+        self.inspector(client)
+    }
+
+    /// Loses `id` for `why`, whoever owns it ([`crate::admin`]); an unknown or already lost
+    /// device is the error answer.
+    pub fn admin_stop(&mut self, id: DeviceId, why: &str) -> Result<(), ErrorReply> {
+        match self.devices.get(&id) {
+            None => Err(ErrorReply::new(
+                ErrorCode::NoSuchDevice,
+                format!("no device {}; `rigctl devices` lists them", id.0),
+            )),
+            Some((_, d)) if d.lost.is_some() => Err(ErrorReply::new(
+                ErrorCode::Lost,
+                format!(
+                    "device {} is already lost: {}",
+                    id.0,
+                    d.lost.as_deref().unwrap_or_default()
+                ),
+            )),
+            Some(_) => {
+                self.fault(id, why.to_owned());
+                Ok(())
+            }
+        }
+    }
+
+    /// The devices the connections of process `pid` hold.
+    pub fn devices_of_pid(&self, pid: i32) -> Vec<DeviceId> {
+        self.devices
+            .iter()
+            .filter(|(_, (owner, _))| self.clients.get(owner).is_some_and(|c| c.peer.pid == pid))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     fn denied() -> Response {
         err(
             ErrorCode::PermissionDenied,
@@ -1224,6 +1263,15 @@ impl Handler for State {
                 ),
             }),
             Request::MapPeerWord { device, peer } => none(self.map_peer_word(client, device, peer)),
+            // Answered by crate::admin before the state is asked (server.rs).
+            r @ (Request::DaemonStatus
+            | Request::GpuStatus
+            | Request::ListProcesses
+            | Request::AdminStop { .. }
+            | Request::Evict { .. }) => none(err(
+                ErrorCode::BadRequest,
+                format!("{} is answered by rigd's server, not its state", r.name()),
+            )),
         };
         if let Some(id) = self.serving.take() {
             self.recharge(id);
