@@ -453,9 +453,13 @@ impl Metrics {
             f.gpu_submissions
                 .with_label_values(l)
                 .inc_by(d.submitted.saturating_sub(before.submitted));
-            f.gpu_values_completed
-                .with_label_values(l)
-                .inc_by(d.reached.saturating_sub(before.reached));
+            // A loss writes the last submitted value into the timeline so waiters wake:
+            // those values were not completed.
+            if d.lost.is_none() {
+                f.gpu_values_completed
+                    .with_label_values(l)
+                    .inc_by(d.reached.saturating_sub(before.reached));
+            }
             f.gpu_queue_growths
                 .with_label_values(l)
                 .inc_by(d.generations.saturating_sub(before.generations));
