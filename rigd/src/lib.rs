@@ -26,6 +26,12 @@
 //!   [`state::Budget`]); memory given back is reused only once no work that may touch it
 //!   can run ([`device::Device::give_back`]).
 //!
+//! - **Operations.** [`metrics`] keeps the figures (request latencies counted where they
+//!   happen, GPU and device figures sampled from the state) and serves them to Prometheus;
+//!   [`admin`] answers `rigctl status`, `gpus`, `top`, `stop` and `evict`; [`reload`] puts a
+//!   SIGHUP's `[access]` and `[limits]` in force; [`logging`] picks journald or plain lines;
+//!   [`notify`] speaks systemd's readiness and watchdog protocol.
+//!
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
 
