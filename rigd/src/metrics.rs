@@ -705,6 +705,8 @@ where
     let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_millis(SCRAPE_HEADER_MS))
+        // One scrape per connection: an idle keep-alive connection would hold a slot.
+        .keep_alive(false)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await;
     if let Err(e) = served {
