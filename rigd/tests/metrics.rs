@@ -173,7 +173,11 @@ fn figures_move_while_clients_work() {
     assert_eq!(value(&b, "rig_gpu_queue_growths_total", &gpu), 1.0, "{b}");
     // The loss woke waiters with value 4; it was submitted, never completed.
     assert_eq!(value(&b, "rig_gpu_submissions_total", &gpu), 4.0, "{b}");
-    assert_eq!(value(&b, "rig_gpu_values_completed_total", &gpu), 3.0, "{b}");
+    assert_eq!(
+        value(&b, "rig_gpu_values_completed_total", &gpu),
+        3.0,
+        "{b}"
+    );
     assert!(value(&b, "rig_gpu_busy_seconds_total", &gpu) > 0.1, "{b}");
     assert!(
         eventually(Duration::from_secs(10), || {
