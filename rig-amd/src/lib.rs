@@ -26,6 +26,7 @@ pub mod dispatch;
 pub mod gpu;
 pub mod hal;
 pub mod kernarg;
+pub mod pci_ids;
 pub mod pm4;
 pub mod regs;
 pub mod sdma;

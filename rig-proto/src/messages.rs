@@ -241,6 +241,28 @@ pub enum Request {
         /// The device whose timeline word it waits on.
         peer: DeviceId,
     },
+    /// Needs a peer allowed to inspect; answered with [`Response::Daemon`]: rigd's version,
+    /// uptime, configuration and socket.
+    DaemonStatus,
+    /// Needs a peer allowed to inspect; answered with [`Response::GpuStatus`]: each GPU's
+    /// product, firmware, memory used and free, and busy fraction.
+    GpuStatus,
+    /// Needs a peer allowed to inspect; answered with [`Response::Processes`]: one row per
+    /// client process (its connections together), its program as `/proc` names it.
+    ListProcesses,
+    /// Needs a peer allowed to inspect (an administrator): stops `device`, whoever owns it;
+    /// its client finds it lost, "stopped by the administrator". Answered with
+    /// [`Response::Done`].
+    AdminStop {
+        /// The device, as `ListDevices` lists it.
+        device: DeviceId,
+    },
+    /// Needs a peer allowed to inspect: stops every device of process `pid` as
+    /// [`Request::AdminStop`] does. Answered with [`Response::Evicted`].
+    Evict {
+        /// The client process.
+        pid: u32,
+    },
 }
 
 impl Request {
@@ -266,6 +288,11 @@ impl Request {
             Request::ListDevices => "list-devices",
             Request::ShowDevice { .. } => "show-device",
             Request::MapPeerWord { .. } => "map-peer-word",
+            Request::DaemonStatus => "daemon-status",
+            Request::GpuStatus => "gpu-status",
+            Request::ListProcesses => "list-processes",
+            Request::AdminStop { .. } => "admin-stop",
+            Request::Evict { .. } => "evict",
         }
     }
 
@@ -368,6 +395,83 @@ pub enum Response {
         /// 8-byte timeline word.
         gpu_address: u64,
     },
+    /// rigd itself, for [`Request::DaemonStatus`].
+    Daemon(DaemonStatus),
+    /// Each GPU's figures, for [`Request::GpuStatus`], in index order.
+    GpuStatus(Vec<GpuStatus>),
+    /// The client processes, for [`Request::ListProcesses`].
+    Processes(Vec<ProcessInfo>),
+    /// The devices [`Request::Evict`] stopped.
+    Evicted {
+        /// The devices stopped.
+        devices: Vec<DeviceId>,
+    },
+}
+
+/// rigd itself, as `rigctl status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// rigd's name and version, such as `rigd 0.1.0`.
+    pub version: String,
+    /// rigd's process id.
+    pub pid: u32,
+    /// Milliseconds since rigd started.
+    pub uptime_ms: u64,
+    /// The configuration file it read; `None` for the embedded default.
+    pub config: Option<String>,
+    /// The socket it serves (the one systemd passed, when socket-activated).
+    pub socket: Option<String>,
+    /// How many GPUs it serves.
+    pub gpus: u32,
+    /// Connections it serves now.
+    pub connections: u32,
+    /// Devices open now.
+    pub devices: u32,
+}
+
+/// One GPU's figures, as `rigctl gpus` and `rigctl top` show them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// Its index, [`GpuInfo::index`].
+    pub index: u32,
+    /// Its marketing name, such as `AMD Radeon RX 7900 XTX`, from rig-amd's PCI-id table
+    /// (`simulated gfx1100` for the simulator); `None` when the table does not know it.
+    pub product: Option<String>,
+    /// Its PCI vendor, device and revision ids; `None` for the simulated GPU.
+    pub pci_id: Option<(u16, u16, u8)>,
+    /// Its firmware versions as the driver reports them, such as `mec 0x1c2`; `None` when
+    /// unknown.
+    pub firmware: Option<String>,
+    /// Bytes of its own memory.
+    pub total_bytes: u64,
+    /// Bytes of it devices hold.
+    pub used_bytes: u64,
+    /// Devices open on it.
+    pub devices: u32,
+    /// Processes holding a device on it.
+    pub clients: u32,
+    /// Thousandths of the last second during which it had work on its queues.
+    pub busy_permille: u32,
+}
+
+/// One client process: its connections together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Its process id.
+    pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+    /// Its program as `/proc/PID/comm` names it (the name its hello gave, if `/proc` does
+    /// not say).
+    pub program: String,
+    /// The program names its connections' hellos gave (what it says it is), each once.
+    pub hello: Vec<String>,
+    /// Its connections to rigd.
+    pub connections: u32,
+    /// The devices it holds open.
+    pub devices: Vec<DeviceId>,
+    /// Bytes of memory its devices hold.
+    pub bytes: u64,
 }
 
 impl Response {

@@ -696,6 +696,13 @@ fn every_variant_has_a_name_and_round_trips() {
             device: DeviceId(1),
             peer: DeviceId(2),
         },
+        Request::DaemonStatus,
+        Request::GpuStatus,
+        Request::ListProcesses,
+        Request::AdminStop {
+            device: DeviceId(1),
+        },
+        Request::Evict { pid: 7 },
     ];
     let mut names = std::collections::BTreeSet::new();
     for r in &requests {
@@ -717,7 +724,12 @@ fn every_variant_has_a_name_and_round_trips() {
             | Request::ListClients
             | Request::ListDevices
             | Request::ShowDevice { .. }
-            | Request::MapPeerWord { .. } => 0,
+            | Request::MapPeerWord { .. }
+            | Request::DaemonStatus
+            | Request::GpuStatus
+            | Request::ListProcesses
+            | Request::AdminStop { .. }
+            | Request::Evict { .. } => 0,
             Request::MapHost { .. } => 1,
         };
         assert_eq!(r.fds_needed(), seen, "{}", r.name());

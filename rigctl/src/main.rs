@@ -1,8 +1,11 @@
-//! `rigctl`: inspect a running rigd (its GPUs, clients, devices) and code objects.
+//! `rigctl`: inspect and administer a running rigd (its status, GPUs, clients, devices),
+//! and inspect code objects.
 //!
 //! It finds rigd as every client does, through `RIG_SOCKET` or the default socket path,
-//! and prints tables for people or JSON (`--json`) for scripts. `rigctl image` needs no
-//! daemon: it parses the code object locally with `rig_amd::code_object`.
+//! and prints tables for people, JSON (`--json`) or CSV (`--csv`) for scripts; under
+//! `--json` errors are JSON too. `rigctl image` needs no daemon: it parses the code object
+//! locally with `rig_amd::code_object`. `stop` and `evict` need what inspecting others
+//! needs: root, rigd's user, or membership in rigd's group.
 #![forbid(unsafe_code)]
 
 mod image;
@@ -10,12 +13,13 @@ mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rig_proto::messages::{DeviceId, Request, Response};
+use rig_proto::messages::{DeviceId, ErrorCode, GpuInfo, GpuStatus, Request, Response};
 use rig_proto::{Connection, Error as ProtoError};
 
-/// Inspect a running rigd and AMDGPU code objects.
+/// Inspect and administer a running rigd, and inspect AMDGPU code objects.
 #[derive(Debug, Parser)]
 #[command(
     version,
@@ -23,9 +27,12 @@ use rig_proto::{Connection, Error as ProtoError};
     after_help = "rigd is found through RIG_SOCKET, else /run/rig/rigd.sock."
 )]
 struct Cli {
-    /// Print JSON instead of tables.
-    #[arg(long, global = true)]
+    /// Print JSON instead of tables (errors too).
+    #[arg(long, global = true, conflicts_with = "csv")]
     json: bool,
+    /// Print CSV instead of tables.
+    #[arg(long, global = true)]
+    csv: bool,
     /// The socket of rigd (default: $RIG_SOCKET, else /run/rig/rigd.sock).
     #[arg(long, global = true, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -35,9 +42,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The GPUs rigd serves (and AMD GPUs it found but cannot drive yet).
+    /// rigd itself: version, uptime, configuration, socket.
+    Status,
+    /// The GPUs rigd serves: product, path, firmware, memory used and free, busy.
     Gpus,
-    /// The connected clients: process, user, program, devices and memory.
+    /// The client processes: user, program (as /proc names it), devices and memory.
     Clients,
     /// The open devices: GPU, owner, memory held, whether lost.
     Devices,
@@ -45,6 +54,26 @@ enum Command {
     Show {
         /// The device id, as `rigctl devices` lists it.
         device: u64,
+    },
+    /// GPUs and processes, refreshed (like `nvidia-smi -l`); Ctrl-C ends it.
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+        interval: f64,
+        /// Refreshes before exiting (0: until interrupted).
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        count: u64,
+    },
+    /// Stop a device, whoever owns it: its client finds it lost, "stopped by the
+    /// administrator".
+    Stop {
+        /// The device id, as `rigctl devices` lists it.
+        device: u64,
+    },
+    /// Stop every device of a client process.
+    Evict {
+        /// The process id, as `rigctl clients` lists it.
+        pid: u32,
     },
     /// A code object's kernels, arguments and segment sizes (parsed here, no rigd needed).
     Image {
@@ -56,11 +85,40 @@ enum Command {
 /// rigctl's errors.
 #[derive(Debug, thiserror::Error)]
 enum CtlError {
-    /// rigd is not reachable.
+    /// Nothing listens at the socket.
     #[error(
-        "cannot reach rigd at {path}; is rigd running? start it with `systemctl start rigd` (or run `rigd` yourself), \
-         or point RIG_SOCKET at its socket"
+        "rigd is not running at {path} (nothing listens there); is rigd running? start it with \
+         `systemctl start rigd` (or run `rigd` yourself), or point RIG_SOCKET (or --socket) at its socket"
     )]
+    NotRunning {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The socket's permissions keep this user out.
+    #[error(
+        "permission denied on rigd's socket {path}: this user may not open it; join rigd's group \
+         (`sudo usermod -aG rig $USER`, then log in again) or run rigctl as root"
+    )]
+    SocketDenied {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// rigd's `[access]` refused this user.
+    #[error(
+        "rigd at {path} refused this user by its access rules ([access] in rigd.toml): {message}"
+    )]
+    AccessRefused { path: PathBuf, message: String },
+    /// The socket could not be connected for another reason.
+    #[error("cannot connect to rigd at {path}")]
+    Unreachable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// rigd could not be reached for another reason.
+    #[error("cannot talk to rigd at {path}")]
     Connect {
         path: PathBuf,
         #[source]
@@ -69,9 +127,9 @@ enum CtlError {
     /// The connection failed after it was made.
     #[error("talking to rigd failed")]
     Proto(#[from] ProtoError),
-    /// rigd refused the request.
-    #[error("rigd refused: {0}")]
-    Refused(String),
+    /// rigd refused the request, with its protocol error code.
+    #[error("rigd refused ({code:?}): {message}")]
+    Refused { code: ErrorCode, message: String },
     /// rigd answered something unexpected.
     #[error(
         "rigd answered {0} where rigctl expected another answer; are rigd and rigctl of the same release?"
@@ -80,17 +138,68 @@ enum CtlError {
     /// The code object could not be read or parsed.
     #[error("{0}")]
     Image(String),
+    /// The output could not be written.
+    #[error("cannot write the output: {0}")]
+    Output(String),
+    /// `--csv` for a verb without rows.
+    #[error("`{0}` has no CSV form; use --json")]
+    NoCsv(&'static str),
 }
 
-fn connect(socket: Option<PathBuf>) -> Result<Connection, CtlError> {
-    let path = socket.unwrap_or_else(rig_proto::socket_path);
-    Connection::connect(&path, "rigctl").map_err(|source| CtlError::Connect { path, source })
+impl CtlError {
+    /// A stable name for scripts (`--json` errors).
+    fn kind(&self) -> &'static str {
+        match self {
+            CtlError::NotRunning { .. } => "not-running",
+            CtlError::SocketDenied { .. } => "permission-denied",
+            CtlError::AccessRefused { .. } => "refused-by-access-rules",
+            CtlError::Connect { .. } | CtlError::Unreachable { .. } | CtlError::Proto(_) => {
+                "connection"
+            }
+            CtlError::Refused { .. } => "refused",
+            CtlError::Unexpected(_) => "unexpected-answer",
+            CtlError::Image(_) => "image",
+            CtlError::Output(_) | CtlError::NoCsv(_) => "usage",
+        }
+    }
+
+    /// The protocol's error code, when rigd gave one.
+    fn code(&self) -> Option<ErrorCode> {
+        match self {
+            CtlError::Refused { code, .. } => Some(*code),
+            CtlError::AccessRefused { .. } => Some(ErrorCode::PermissionDenied),
+            _ => None,
+        }
+    }
+}
+
+fn connect(socket: &Option<PathBuf>) -> Result<Connection, CtlError> {
+    let path = socket.clone().unwrap_or_else(rig_proto::socket_path);
+    Connection::connect(&path, "rigctl").map_err(|source| match source {
+        ProtoError::Connect { source, .. } => match source.kind() {
+            std::io::ErrorKind::PermissionDenied => CtlError::SocketDenied { path, source },
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                CtlError::NotRunning { path, source }
+            }
+            _ => CtlError::Unreachable { path, source },
+        },
+        ProtoError::Refused(e) if e.code == ErrorCode::PermissionDenied => {
+            CtlError::AccessRefused {
+                path,
+                message: e.message,
+            }
+        }
+        source => CtlError::Connect { path, source },
+    })
 }
 
 fn call(conn: &mut Connection, request: Request) -> Result<Response, CtlError> {
     let (response, _fds) = conn.call(&request, &[])?;
     match response {
-        Response::Error(e) => Err(CtlError::Refused(e.message)),
+        Response::Error(e) => Err(CtlError::Refused {
+            code: e.code,
+            message: e.message,
+        }),
         r => Ok(r),
     }
 }
@@ -102,92 +211,240 @@ fn unexpected(r: &Response) -> CtlError {
         Response::Clients(_) => "a client list",
         Response::Devices(_) => "a device list",
         Response::Device(_) => "a device report",
+        Response::Daemon(_) => "a daemon status",
+        Response::GpuStatus(_) => "gpu figures",
+        Response::Processes(_) => "a process list",
         _ => "another answer",
     })
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> Result<(), CtlError> {
-    let s = serde_json::to_string_pretty(v).map_err(|e| CtlError::Image(e.to_string()))?;
-    println!("{s}");
-    Ok(())
+/// How answers are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, CtlError> {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .map_err(|e| CtlError::Output(e.to_string()))
+}
+
+fn csv(grid: &table::Grid) -> Result<String, CtlError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let out = |e: csv::Error| CtlError::Output(e.to_string());
+    w.write_record(&grid.header).map_err(out)?;
+    for r in &grid.rows {
+        w.write_record(r).map_err(out)?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| CtlError::Output(e.to_string()))?;
+    String::from_utf8(bytes).map_err(|e| CtlError::Output(e.to_string()))
+}
+
+/// Prints `value` as JSON, or `grid` as a table or CSV.
+fn emit<T: serde::Serialize>(f: Format, value: &T, grid: &table::Grid) -> Result<String, CtlError> {
+    match f {
+        Format::Json => json(value),
+        Format::Csv => csv(grid),
+        Format::Table => Ok(table::render_grid(grid)),
+    }
+}
+
+/// The GPU list with each GPU's figures, when this user may read them.
+fn gpus(c: &mut Connection) -> Result<Vec<table::Gpu>, CtlError> {
+    let list = match call(c, Request::ListGpus)? {
+        Response::Gpus(g) => g,
+        r => return Err(unexpected(&r)),
+    };
+    // Figures need an inspector; others still see the list.
+    let figures: Vec<GpuStatus> = match call(c, Request::GpuStatus) {
+        Ok(Response::GpuStatus(s)) => s,
+        Ok(r) => return Err(unexpected(&r)),
+        Err(CtlError::Refused {
+            code: ErrorCode::PermissionDenied,
+            ..
+        }) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(list
+        .into_iter()
+        .map(|info: GpuInfo| {
+            let status = figures.iter().find(|s| s.index == info.index).cloned();
+            table::Gpu { info, status }
+        })
+        .collect())
+}
+
+fn top_screen(c: &mut Connection, f: Format) -> Result<String, CtlError> {
+    let g = gpus(c)?;
+    let p = match call(c, Request::ListProcesses)? {
+        Response::Processes(p) => p,
+        r => return Err(unexpected(&r)),
+    };
+    match f {
+        Format::Json => {
+            let v = serde_json::json!({ "gpus": g, "processes": p });
+            serde_json::to_string(&v)
+                .map(|s| s + "\n")
+                .map_err(|e| CtlError::Output(e.to_string()))
+        }
+        Format::Csv => Err(CtlError::NoCsv("top")),
+        Format::Table => Ok(format!(
+            "{}\n{}",
+            table::render_grid(&table::gpus(&g)),
+            table::render_grid(&table::processes(&p))
+        )),
+    }
 }
 
 fn run(cli: Cli) -> Result<(), CtlError> {
-    match cli.command {
+    let f = if cli.json {
+        Format::Json
+    } else if cli.csv {
+        Format::Csv
+    } else {
+        Format::Table
+    };
+    let out = match cli.command {
         Command::Image { file } => {
             let report = image::inspect(&file).map_err(CtlError::Image)?;
-            if cli.json {
-                print_json(&report)
-            } else {
-                print!("{}", image::render_report(&report));
-                Ok(())
+            match f {
+                Format::Json => json(&report)?,
+                Format::Csv => return Err(CtlError::NoCsv("image")),
+                Format::Table => image::render_report(&report),
+            }
+        }
+        Command::Status => {
+            let mut c = connect(&cli.socket)?;
+            match call(&mut c, Request::DaemonStatus)? {
+                Response::Daemon(s) => emit(f, &s, &table::status(&s))?,
+                r => return Err(unexpected(&r)),
             }
         }
         Command::Gpus => {
-            let mut c = connect(cli.socket)?;
-            match call(&mut c, Request::ListGpus)? {
-                Response::Gpus(g) if cli.json => print_json(&g),
-                Response::Gpus(g) => {
-                    print!("{}", table::gpus(&g));
-                    Ok(())
-                }
-                r => Err(unexpected(&r)),
-            }
+            let mut c = connect(&cli.socket)?;
+            let g = gpus(&mut c)?;
+            emit(f, &g, &table::gpus(&g))?
         }
         Command::Clients => {
-            let mut c = connect(cli.socket)?;
-            match call(&mut c, Request::ListClients)? {
-                Response::Clients(v) if cli.json => print_json(&v),
-                Response::Clients(v) => {
-                    print!("{}", table::clients(&v));
-                    Ok(())
-                }
-                r => Err(unexpected(&r)),
+            let mut c = connect(&cli.socket)?;
+            match call(&mut c, Request::ListProcesses)? {
+                Response::Processes(p) => emit(f, &p, &table::processes(&p))?,
+                r => return Err(unexpected(&r)),
             }
         }
         Command::Devices => {
-            let mut c = connect(cli.socket)?;
+            let mut c = connect(&cli.socket)?;
             match call(&mut c, Request::ListDevices)? {
-                Response::Devices(v) if cli.json => print_json(&v),
-                Response::Devices(v) => {
-                    print!("{}", table::devices(&v));
-                    Ok(())
-                }
-                r => Err(unexpected(&r)),
+                Response::Devices(v) => emit(f, &v, &table::devices(&v))?,
+                r => return Err(unexpected(&r)),
             }
         }
         Command::Show { device } => {
-            let mut c = connect(cli.socket)?;
+            let mut c = connect(&cli.socket)?;
             match call(
                 &mut c,
                 Request::ShowDevice {
                     device: DeviceId(device),
                 },
             )? {
-                Response::Device(d) if cli.json => print_json(&d),
-                Response::Device(d) => {
-                    print!("{}", table::device(&d));
-                    Ok(())
-                }
-                r => Err(unexpected(&r)),
+                Response::Device(d) => match f {
+                    Format::Json => json(&d)?,
+                    Format::Csv => return Err(CtlError::NoCsv("show")),
+                    Format::Table => table::device(&d),
+                },
+                r => return Err(unexpected(&r)),
             }
         }
+        Command::Stop { device } => {
+            let mut c = connect(&cli.socket)?;
+            match call(
+                &mut c,
+                Request::AdminStop {
+                    device: DeviceId(device),
+                },
+            )? {
+                Response::Done if f == Format::Json => {
+                    json(&serde_json::json!({ "stopped": [device] }))?
+                }
+                Response::Done => format!("device {device} stopped\n"),
+                r => return Err(unexpected(&r)),
+            }
+        }
+        Command::Evict { pid } => {
+            let mut c = connect(&cli.socket)?;
+            match call(&mut c, Request::Evict { pid })? {
+                Response::Evicted { devices } => {
+                    let ids: Vec<u64> = devices.iter().map(|d| d.0).collect();
+                    if f == Format::Json {
+                        json(&serde_json::json!({ "pid": pid, "stopped": ids }))?
+                    } else {
+                        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                        format!("process {pid}: devices {} stopped\n", ids.join(", "))
+                    }
+                }
+                r => return Err(unexpected(&r)),
+            }
+        }
+        Command::Top { interval, count } => {
+            let mut c = connect(&cli.socket)?;
+            let every = Duration::from_secs_f64(interval.clamp(0.05, 3600.0));
+            let clear = f == Format::Table && std::io::IsTerminal::is_terminal(&std::io::stdout());
+            let mut n = 0;
+            loop {
+                let screen = top_screen(&mut c, f)?;
+                if clear {
+                    // Home and clear, as watch(1) does.
+                    print!("\x1b[H\x1b[2J");
+                }
+                print!("{screen}");
+                std::io::Write::flush(&mut std::io::stdout())
+                    .map_err(|e| CtlError::Output(e.to_string()))?;
+                n += 1;
+                if count != 0 && n >= count {
+                    return Ok(());
+                }
+                std::thread::sleep(every);
+            }
+        }
+    };
+    print!("{out}");
+    Ok(())
+}
+
+/// The error and its sources, outermost first.
+fn chain(e: &CtlError) -> String {
+    let mut msg = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(s) = cur {
+        msg.push_str(&format!(": {s}"));
+        cur = s.source();
     }
+    msg
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let as_json = cli.json;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if as_json => {
+            let v = serde_json::json!({
+                "error": {
+                    "kind": e.kind(),
+                    "code": e.code(),
+                    "message": chain(&e),
+                }
+            });
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::FAILURE
+        }
         Err(e) => {
-            // The chain once, outermost first.
-            let mut msg = format!("rigctl: {e}");
-            let mut cur = std::error::Error::source(&e);
-            while let Some(s) = cur {
-                msg.push_str(&format!(": {s}"));
-                cur = s.source();
-            }
-            eprintln!("{msg}");
+            eprintln!("rigctl: {}", chain(&e));
             ExitCode::FAILURE
         }
     }

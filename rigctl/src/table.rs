@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use rig_proto::messages::{ClientInfo, DeviceInfo, DeviceReport, GpuInfo, PathKind};
+use rig_proto::messages::{
+    DaemonStatus, DeviceInfo, DeviceReport, GpuInfo, GpuStatus, PathKind, ProcessInfo,
+};
 
 /// A table: a header row and rows, columns padded to their widest cell.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -59,28 +61,67 @@ fn path(p: PathKind) -> &'static str {
     }
 }
 
-/// `rigctl gpus`.
-pub fn gpus(g: &[GpuInfo]) -> String {
-    if g.is_empty() {
-        return "rigd serves no GPUs\n".into();
+/// Rows under a header: printed as a table ([`render_grid`]) or CSV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grid {
+    /// Column names.
+    pub header: Vec<&'static str>,
+    /// One row per thing, as many cells as the header.
+    pub rows: Vec<Vec<String>>,
+    /// Printed instead of an empty table.
+    pub empty: &'static str,
+}
+
+/// A grid as a padded table, or its `empty` line when it has no rows.
+pub fn render_grid(g: &Grid) -> String {
+    if g.rows.is_empty() && !g.empty.is_empty() {
+        return format!("{}\n", g.empty);
     }
-    let rows: Vec<Vec<String>> = g
+    render(&g.header, &g.rows)
+}
+
+/// A GPU as `rigctl gpus` shows it: what `ListGpus` says, and its figures when this user
+/// may read them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Gpu {
+    /// The list's entry.
+    #[serde(flatten)]
+    pub info: GpuInfo,
+    /// Its figures (`None` for users who may not inspect).
+    pub status: Option<GpuStatus>,
+}
+
+fn dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
+/// `rigctl gpus` (and the top half of `rigctl top`).
+pub fn gpus(g: &[Gpu]) -> Grid {
+    let rows = g
         .iter()
         .map(|g| {
+            let s = g.status.as_ref();
+            let i = &g.info;
             vec![
-                g.index.to_string(),
-                g.name.clone(),
-                g.arch.clone(),
-                path(g.path).into(),
-                g.bus.clone().unwrap_or_else(|| "-".into()),
-                if g.budget == 0 {
+                i.index.to_string(),
+                i.name.clone(),
+                dash(s.and_then(|s| s.product.clone())),
+                i.arch.clone(),
+                path(i.path).into(),
+                dash(i.bus.clone()),
+                dash(s.and_then(|s| s.firmware.clone())),
+                if i.budget == 0 {
                     "-".into()
                 } else {
-                    bytes(g.budget)
+                    bytes(i.budget)
                 },
-                if g.simulated {
+                dash(s.map(|s| bytes(s.used_bytes))),
+                dash(s.map(|s| bytes(s.total_bytes.saturating_sub(s.used_bytes)))),
+                dash(s.map(|s| format!("{:.1}%", f64::from(s.busy_permille) / 10.0))),
+                dash(s.map(|s| s.devices.to_string())),
+                if i.simulated {
                     "simulated".into()
-                } else if let Some(why) = &g.unavailable {
+                } else if let Some(why) = &i.unavailable {
                     format!("not drivable: {why}")
                 } else {
                     "hardware".into()
@@ -88,44 +129,104 @@ pub fn gpus(g: &[GpuInfo]) -> String {
             ]
         })
         .collect();
-    render(
-        &["INDEX", "NAME", "ARCH", "PATH", "BUS", "MEMORY", "KIND"],
-        &rows,
-    )
+    Grid {
+        header: vec![
+            "INDEX", "NAME", "PRODUCT", "ARCH", "PATH", "BUS", "FIRMWARE", "MEMORY", "USED",
+            "FREE", "BUSY", "DEVICES", "KIND",
+        ],
+        rows,
+        empty: "rigd serves no GPUs",
+    }
 }
 
-/// `rigctl clients`.
-pub fn clients(c: &[ClientInfo]) -> String {
-    let rows: Vec<Vec<String>> = c
+/// `rigctl clients` (and the bottom half of `rigctl top`): one row per process.
+pub fn processes(p: &[ProcessInfo]) -> Grid {
+    let rows = p
         .iter()
-        .map(|c| {
-            let devices: Vec<String> = c.devices.iter().map(|d| d.0.to_string()).collect();
+        .map(|p| {
+            let devices: Vec<String> = p.devices.iter().map(|d| d.0.to_string()).collect();
+            // What it says it is, when that is not what /proc says.
+            let says: Vec<&str> = p
+                .hello
+                .iter()
+                .map(String::as_str)
+                .filter(|h| *h != p.program)
+                .collect();
             vec![
-                c.pid.to_string(),
-                c.uid.to_string(),
-                c.gid.to_string(),
-                c.program.clone(),
+                p.pid.to_string(),
+                p.uid.to_string(),
+                p.program.clone(),
+                if says.is_empty() {
+                    "-".into()
+                } else {
+                    says.join(",")
+                },
+                p.connections.to_string(),
                 if devices.is_empty() {
                     "-".into()
                 } else {
                     devices.join(",")
                 },
-                bytes(c.bytes),
+                bytes(p.bytes),
             ]
         })
         .collect();
-    render(
-        &["PID", "UID", "GID", "PROGRAM", "DEVICES", "MEMORY"],
-        &rows,
-    )
+    Grid {
+        header: vec![
+            "PID",
+            "UID",
+            "PROGRAM",
+            "SAYS",
+            "CONNECTIONS",
+            "DEVICES",
+            "MEMORY",
+        ],
+        rows,
+        empty: "no clients",
+    }
+}
+
+/// Milliseconds as days, hours, minutes and seconds.
+pub fn uptime(ms: u64) -> String {
+    let s = ms / 1000;
+    let (d, h, m, s) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}d {h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// `rigctl status`.
+pub fn status(s: &DaemonStatus) -> Grid {
+    let rows = [
+        ("version", s.version.clone()),
+        ("pid", s.pid.to_string()),
+        ("uptime", uptime(s.uptime_ms)),
+        (
+            "config",
+            s.config
+                .clone()
+                .unwrap_or_else(|| "the embedded default".into()),
+        ),
+        ("socket", dash(s.socket.clone())),
+        ("gpus", s.gpus.to_string()),
+        ("connections", s.connections.to_string()),
+        ("devices", s.devices.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| vec![k.to_owned(), v])
+    .collect();
+    Grid {
+        header: vec!["KEY", "VALUE"],
+        rows,
+        empty: "",
+    }
 }
 
 /// `rigctl devices`.
-pub fn devices(d: &[DeviceInfo]) -> String {
-    if d.is_empty() {
-        return "no open devices\n".into();
-    }
-    let rows: Vec<Vec<String>> = d
+pub fn devices(d: &[DeviceInfo]) -> Grid {
+    let rows = d
         .iter()
         .map(|d| {
             vec![
@@ -142,8 +243,8 @@ pub fn devices(d: &[DeviceInfo]) -> String {
             ]
         })
         .collect();
-    render(
-        &[
+    Grid {
+        header: vec![
             "DEVICE",
             "GPU",
             "OWNER",
@@ -153,8 +254,9 @@ pub fn devices(d: &[DeviceInfo]) -> String {
             "HOST-MAPPED",
             "STATE",
         ],
-        &rows,
-    )
+        rows,
+        empty: "no open devices",
+    }
 }
 
 /// `rigctl show DEVICE`.

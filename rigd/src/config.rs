@@ -69,6 +69,9 @@ pub struct Config {
     /// Code objects.
     #[serde(default)]
     pub images: Images,
+    /// The metrics endpoint.
+    #[serde(default)]
+    pub metrics: Metrics,
     /// Where the configuration came from (`None`: the embedded default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -117,7 +120,7 @@ pub struct Access {
 /// `[limits]`: what clients may hold, per user (uid) across all its connections, and what
 /// all clients together may make rigd hold. A value of 0 where the comment says so means
 /// "sized at start" (see [`Limits`] fields and `config/rigd.toml`).
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Bytes of memory one user may hold: allocations of every kind, host mappings, images,
@@ -156,7 +159,7 @@ impl Default for Limits {
 }
 
 /// One `[[sim]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimGpuConfig {
     /// The processor, such as `gfx1100`.
@@ -237,6 +240,9 @@ impl Config {
         if self.daemon.max_connections == 0 {
             return Err(invalid("daemon.max_connections must be at least 1".into()));
         }
+        if let Err(e) = crate::logging::parse_filter(&self.daemon.log) {
+            return Err(invalid(format!("{e}: {}", error_chain(&e))));
+        }
         if self.daemon.socket.as_os_str().is_empty() {
             return Err(invalid("daemon.socket must not be empty".into()));
         }
@@ -273,8 +279,20 @@ impl Config {
         }
         self.connections.validate().map_err(invalid)?;
         self.images.validate().map_err(invalid)?;
+        self.metrics.endpoint().map_err(invalid)?;
         Ok(())
     }
+}
+
+/// The sources of `e`, outermost first, joined by ": ".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
 }
 
 /// A connecting peer's identity, from `SO_PEERCRED` and `SO_PEERGROUPS`.
@@ -290,9 +308,16 @@ pub struct Peer {
     pub groups: Vec<u32>,
 }
 
-/// The access rule made from `[access]` with names resolved to numbers.
-#[derive(Debug, Clone)]
+/// The access rule made from `[access]` with names resolved to numbers. SIGHUP may
+/// replace it while rigd serves ([`AccessRule::replace`]); a connection is judged by the
+/// rule in force when it is accepted.
+#[derive(Debug)]
 pub struct AccessRule {
+    rules: std::sync::RwLock<Rules>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rules {
     any: bool,
     users: Vec<u32>,
     groups: Vec<u32>,
@@ -331,21 +356,37 @@ impl AccessRule {
             })
             .collect();
         Self {
-            any: access.any,
-            users,
-            groups,
-            own_uid,
+            rules: std::sync::RwLock::new(Rules {
+                any: access.any,
+                users,
+                groups,
+                own_uid,
+            }),
         }
+    }
+
+    fn rules(&self) -> std::sync::RwLockReadGuard<'_, Rules> {
+        self.rules.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `peer` may use rigd.
     pub fn allows(&self, peer: &Peer) -> bool {
-        self.any
+        let r = self.rules();
+        r.any
             || peer.uid == 0
-            || peer.uid == self.own_uid
-            || self.users.contains(&peer.uid)
-            || self.groups.contains(&peer.gid)
-            || peer.groups.iter().any(|g| self.groups.contains(g))
+            || peer.uid == r.own_uid
+            || r.users.contains(&peer.uid)
+            || r.groups.contains(&peer.gid)
+            || peer.groups.iter().any(|g| r.groups.contains(g))
+    }
+
+    /// Puts `other`'s rules in force (a reload); says whether they differ from the old ones.
+    pub fn replace(&self, other: AccessRule) -> bool {
+        let new = other.rules.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        let changed = *r != new;
+        *r = new;
+        changed
     }
 }
 
@@ -363,7 +404,7 @@ pub fn resolve_group(g: &str) -> Option<u32> {
 /// take to say hello, to finish a frame it started, or to sit idle holding nothing.
 /// `daemon.max_connections` is the cap over all users, which keeps rigd's descriptors
 /// bounded.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Connections {
     /// The most connections one uid may hold at once (root and rigd's own user included).
@@ -407,7 +448,7 @@ impl Connections {
 }
 
 /// `[images]`: code objects clients load.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Images {
     /// The most bytes of GPU memory one image may take once loaded (the span of its
@@ -431,6 +472,48 @@ impl Images {
             ));
         }
         Ok(())
+    }
+}
+
+/// `[metrics]`: the OpenMetrics endpoint (`GET /metrics` over HTTP), off unless `listen`
+/// names an address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Metrics {
+    /// Where to serve: a unix socket path (beginning with `/`), a TCP `address:port`
+    /// (`127.0.0.1:9464`, `[::1]:9464`), or empty for no endpoint.
+    pub listen: String,
+    /// The group owning a unix metrics socket, by name or number (mode 0660); left out,
+    /// rigd's own group.
+    pub group: Option<String>,
+}
+
+/// Where the metrics endpoint listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsEndpoint {
+    /// A unix socket path.
+    Unix(PathBuf),
+    /// A TCP address.
+    Tcp(std::net::SocketAddr),
+}
+
+impl Metrics {
+    /// The configured endpoint, `None` when metrics are off; an error names the key.
+    pub fn endpoint(&self) -> Result<Option<MetricsEndpoint>, String> {
+        let l = self.listen.trim();
+        if l.is_empty() {
+            return Ok(None);
+        }
+        if l.starts_with('/') {
+            return Ok(Some(MetricsEndpoint::Unix(PathBuf::from(l))));
+        }
+        l.parse::<std::net::SocketAddr>()
+            .map(|a| Some(MetricsEndpoint::Tcp(a)))
+            .map_err(|e| {
+                format!(
+                    "metrics.listen {l:?} is neither a unix socket path (beginning with /) nor a TCP address such as 127.0.0.1:9464 ({e})"
+                )
+            })
     }
 }
 
@@ -482,6 +565,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sockt"), "{e}");
+    }
+
+    #[test]
+    fn metrics_endpoints() {
+        let p = Path::new("t.toml");
+        assert_eq!(Config::embedded().metrics.endpoint(), Ok(None));
+        let c = Config::parse("[metrics]\nlisten = \"/run/rig/metrics.sock\"\n", p).unwrap();
+        assert_eq!(
+            c.metrics.endpoint(),
+            Ok(Some(MetricsEndpoint::Unix("/run/rig/metrics.sock".into())))
+        );
+        let c = Config::parse("[metrics]\nlisten = \"[::1]:9464\"\n", p).unwrap();
+        assert!(
+            matches!(c.metrics.endpoint(), Ok(Some(MetricsEndpoint::Tcp(a))) if a.port() == 9464)
+        );
+        let e = Config::parse("[metrics]\nlisten = \"localhost\"\n", p).unwrap_err();
+        assert!(e.to_string().contains("metrics.listen"), "{e}");
     }
 
     #[test]

@@ -59,7 +59,12 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
         info: GpuInfo {
             index,
             name: format!("AMD:{index}"),
-            arch: format!("unknown (pci 1002:{:04x})", pci.device),
+            // The processor rig-amd's PCI-id table names (revision aside: every row of a
+            // device id names one processor).
+            arch: rig_amd::pci_ids::product(pci.device, 0).map_or_else(
+                || format!("unknown (pci 1002:{:04x})", pci.device),
+                |p| p.processor.to_owned(),
+            ),
             path,
             bus: Some(pci.bus.clone()),
             budget: 0,

@@ -29,17 +29,27 @@
 //!   [`state::Budget`]); memory given back is reused only once no work that may touch it
 //!   can run ([`device::Device::free`]).
 //!
+//! - **Operations.** [`metrics`] keeps the figures (request latencies counted where they
+//!   happen, GPU and device figures sampled from the state) and serves them to Prometheus;
+//!   [`admin`] answers `rigctl status`, `gpus`, `top`, `stop` and `evict`; [`reload`] puts a
+//!   SIGHUP's `[access]` and `[limits]` in force; [`logging`] picks journald or plain lines;
+//!   [`notify`] speaks systemd's readiness and watchdog protocol.
+//!
 //! The binary (`src/main.rs`) is a thin shell over [`Daemon`].
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod config;
 pub mod device;
 pub mod discover;
 pub mod gpus;
 pub mod image;
 pub mod listen;
+pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod path;
+pub mod reload;
 pub mod server;
 pub mod state;
 
@@ -77,6 +87,7 @@ pub enum ServeError {
 pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), ServeError> {
     let (listener, file) = listen::bind(socket, None, config.daemon.mode)?;
     let daemon = Daemon::start(config, Path::new("/sys"))?;
+    daemon.serving(socket);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(ServeError::Signal)?;
     daemon
@@ -111,6 +122,13 @@ pub struct Daemon {
     watch: std::thread::JoinHandle<()>,
     watch_tx: std::sync::mpsc::Sender<state::Msg>,
     gpus: usize,
+    reloader: reload::Reloader,
+    metrics: Arc<metrics::Metrics>,
+    admin: Arc<admin::Admin>,
+    sampler: Option<(
+        std::thread::JoinHandle<()>,
+        Arc<std::sync::atomic::AtomicBool>,
+    )>,
 }
 
 impl Daemon {
@@ -118,13 +136,19 @@ impl Daemon {
     pub fn start(config: &Config, sysfs: &Path) -> Result<Self, StartError> {
         raise_nofile();
         let gpus = gpus::find(config, sysfs)?;
-        Ok(Self::with_gpus(config, gpus))
+        Ok(Self::serving_gpus(config, gpus, sysfs))
     }
 
     /// Starts the state owner over `gpus` as given (a program embedding rigd with paths of
     /// its own), with `config`'s limits, access and connections; `config`'s `[[sim]]` and
     /// GPU scan are not used.
     pub fn with_gpus(config: &Config, gpus: Vec<gpus::GpuEntry>) -> Self {
+        Self::serving_gpus(config, gpus, Path::new("/sys"))
+    }
+
+    /// Starts the state owner over `gpus`; `sysfs` is where `rigctl gpus` reads products and
+    /// firmware of real GPUs.
+    fn serving_gpus(config: &Config, gpus: Vec<gpus::GpuEntry>, sysfs: &Path) -> Self {
         let n = gpus.len();
         let (tx, rx) = std::sync::mpsc::channel();
         let inspect_gid = config
@@ -136,19 +160,64 @@ impl Daemon {
         st.max_image_bytes = config.images.max_bytes;
         let shared: state::Shared = Arc::new(st);
         let watch = state::spawn_watch(shared.clone(), rx);
-        let access = AccessRule::new(&config.access, nix::unistd::geteuid().as_raw());
+        let access = Arc::new(AccessRule::new(
+            &config.access,
+            nix::unistd::geteuid().as_raw(),
+        ));
+        let metrics = Arc::new(metrics::Metrics::new());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = match metrics::spawn_sampler(metrics.clone(), shared.clone(), stop.clone()) {
+            Ok(t) => Some((t, stop)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the metrics sampler; GPU figures stay at zero");
+                None
+            }
+        };
+        let admin = Arc::new(admin::Admin {
+            state: shared.clone(),
+            metrics: metrics.clone(),
+            sysfs: sysfs.to_owned(),
+            config: config.source.clone(),
+            socket: std::sync::Mutex::new(None),
+        });
+        let reloader = reload::Reloader {
+            access: access.clone(),
+            state: shared.clone(),
+            running: Arc::new(config.clone()),
+        };
         Self {
+            reloader,
+            metrics: metrics.clone(),
+            admin: admin.clone(),
+            sampler,
             watch,
             watch_tx: tx,
             server: server::Server {
                 state: shared,
-                access: Arc::new(access),
+                access,
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
                 max_image_bytes: config.images.max_bytes,
+                metrics: metrics.clone(),
+                admin: admin.clone(),
             },
             gpus: n,
         }
+    }
+
+    /// What SIGHUP reloads ([`reload::Reloader::apply`]), usable while [`Daemon::run`] serves.
+    pub fn reloader(&self) -> reload::Reloader {
+        self.reloader.clone()
+    }
+
+    /// Records the socket it serves, for `rigctl status`.
+    pub fn serving(&self, socket: &Path) {
+        self.admin.serving(socket.to_owned());
+    }
+
+    /// Its figures, for the metrics endpoint.
+    pub fn metrics(&self) -> Arc<metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// How many GPUs it lists.
@@ -163,9 +232,14 @@ impl Daemon {
             server,
             watch,
             watch_tx,
+            sampler,
             ..
         } = self;
         server.run(listener, shutdown).await;
+        if let Some((thread, stop)) = sampler {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         let _ = watch_tx.send(state::Msg::Shutdown);
         drop(watch_tx);
         let _ = tokio::task::spawn_blocking(move || watch.join()).await;

@@ -134,23 +134,61 @@ pub fn bind(
 }
 
 /// The listening socket systemd passed (socket activation), if any: `LISTEN_PID` names this
-/// process and `LISTEN_FDS` is 1, so descriptor 3 is a listening unix socket that systemd
-/// owns (rigd must not remove its file).
-pub fn from_systemd() -> Option<std::os::unix::net::UnixListener> {
+/// process and `LISTEN_FDS` is 1 (read by `sd-notify`), so descriptor 3 is the listening
+/// socket that systemd owns (rigd must not remove its file). Anything but one listening
+/// AF_UNIX stream socket is an error: rigd would otherwise serve nothing while systemd
+/// queues clients on a socket nobody accepts.
+pub fn from_systemd() -> Result<Option<std::os::unix::net::UnixListener>, ActivationError> {
     use std::os::fd::FromRawFd;
-    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
-    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
-    if pid != std::process::id() || fds != 1 {
-        return None;
+    let mut fds = sd_notify::listen_fds().map_err(ActivationError::Environment)?;
+    let n = fds.len();
+    let Some(fd) = fds.next() else {
+        return Ok(None);
+    };
+    if n != 1 {
+        return Err(ActivationError::Count(n));
     }
-    // Only an AF_UNIX stream socket will do; anything else at fd 3 is left alone.
-    nix::sys::socket::getsockname::<nix::sys::socket::UnixAddr>(3).ok()?;
+    use nix::sys::socket::{SockType, getsockopt, sockopt};
+    // SAFETY: borrowed only for the two checks below; `fd` is the descriptor systemd passed
+    // (sd_listen_fds(3)), open for this process's life.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let unix = nix::sys::socket::getsockname::<nix::sys::socket::UnixAddr>(fd).is_ok();
+    let stream = getsockopt(&borrowed, sockopt::SockType).is_ok_and(|t| t == SockType::Stream);
+    let listening = getsockopt(&borrowed, sockopt::AcceptConn).unwrap_or(false);
+    if !(unix && stream && listening) {
+        return Err(ActivationError::NotAUnixListener);
+    }
     // SAFETY: systemd's socket-activation contract (sd_listen_fds(3)) gives this process
-    // descriptor 3 as its listening socket when LISTEN_PID is our pid and LISTEN_FDS is 1,
-    // checked above; nothing else in rigd opens or owns descriptor 3 before this runs at
-    // start-up, so the new owner is its only one.
-    let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(3) };
-    Some(listener)
+    // descriptor `fd` as its listening socket when LISTEN_PID is our pid, checked by
+    // `listen_fds`; nothing else in rigd opens or owns it before this runs at start-up, so
+    // the new owner is its only one.
+    let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+    Ok(Some(listener))
+}
+
+/// Errors of taking the socket systemd passed.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    /// `LISTEN_PID` or `LISTEN_FDS` is malformed.
+    #[error("the socket-activation environment (LISTEN_PID, LISTEN_FDS) is malformed")]
+    Environment(#[source] io::Error),
+    /// More than one descriptor was passed.
+    #[error("systemd passed {0} sockets; rigd serves one: give rigd.socket a single ListenStream=")]
+    Count(usize),
+    /// The descriptor is not what rigd serves.
+    #[error(
+        "the socket systemd passed is not a listening unix stream socket; give rigd.socket a ListenStream= path"
+    )]
+    NotAUnixListener,
+}
+
+/// The path `listener` is bound to, as the kernel says: the one clients reach, whoever bound
+/// it. `None` for an unnamed or abstract socket.
+pub fn served_path(listener: &tokio::net::UnixListener) -> Option<PathBuf> {
+    listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(Path::to_path_buf))
 }
 
 /// Sets how many connections may wait in the kernel's queue for rigd to accept them

@@ -1,11 +1,17 @@
-//! The `rigd` binary: command line, logging, signals and systemd readiness around
+//! The `rigd` binary: command line, logging, signals and systemd's protocol around
 //! [`rigd::Daemon`].
+//!
+//! Signals: SIGTERM and SIGINT stop rigd cleanly (its socket removed, unless systemd owns
+//! it); SIGHUP rereads the configuration and puts its log filter, `[access]` and `[limits]`
+//! in force. The handlers are installed before the socket exists, so no signal ever ends
+//! rigd with its socket left behind.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use rigd::config::Config;
+use rigd::logging::Logging;
 
 /// rigd: the daemon that owns this machine's AMD GPUs (or a simulated one) and serves them
 /// to rig clients over a unix socket.
@@ -19,6 +25,9 @@ struct Cli {
     /// The control socket, overriding the configuration's daemon.socket.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Check the configuration and exit: 0 when it is valid, 2 (with the key named) when not.
+    #[arg(long)]
+    check: bool,
     /// The sysfs root scanned for AMD GPUs (for tests).
     #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     sysfs: PathBuf,
@@ -37,14 +46,19 @@ enum Exit {
     Start = 4,
 }
 
-fn print_chain(e: &dyn std::error::Error) {
+/// `e` and its sources, outermost first: the OS's reason included.
+fn chain(e: &dyn std::error::Error) -> String {
     let mut msg = format!("rigd: {e}");
     let mut cur = e.source();
     while let Some(s) = cur {
         msg.push_str(&format!(": {s}"));
         cur = s.source();
     }
-    tracing::error!("{msg}");
+    msg
+}
+
+fn print_chain(e: &dyn std::error::Error) {
+    tracing::error!("{}", chain(e));
 }
 
 fn main() -> ExitCode {
@@ -52,20 +66,31 @@ fn main() -> ExitCode {
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("rigd: {e}");
+            eprintln!("{}", chain(&e));
             return ExitCode::from(Exit::Config as u8);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.daemon.log));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if cli.check {
+        match &config.source {
+            Some(p) => println!("rigd: the configuration {} is valid", p.display()),
+            None => println!("rigd: no configuration file; the embedded default is valid"),
+        }
+        return ExitCode::from(Exit::Ok as u8);
+    }
+    let logging = match Logging::init(&config.daemon.log) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("{}", chain(&e));
+            return ExitCode::from(Exit::Config as u8);
+        }
+    };
     match &config.source {
-        Some(p) => tracing::info!(config = %p.display(), "configuration read"),
-        None => tracing::info!("no configuration file: using the embedded default"),
+        Some(p) => {
+            tracing::info!(config = %p.display(), log = ?logging.sink(), "configuration read")
+        }
+        None => {
+            tracing::info!(log = ?logging.sink(), "no configuration file: using the embedded default")
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -78,44 +103,101 @@ fn main() -> ExitCode {
             return ExitCode::from(Exit::Start as u8);
         }
     };
-    let code = runtime.block_on(serve(cli, config));
+    let code = runtime.block_on(serve(cli, config, logging));
     ExitCode::from(code as u8)
 }
 
-async fn serve(cli: Cli, config: Config) -> Exit {
+/// The listening socket: the one systemd passed, else one rigd binds (and removes at exit).
+fn take_socket(
+    socket: &Path,
+    config: &Config,
+) -> Result<(tokio::net::UnixListener, Option<rigd::listen::SocketFile>), Exit> {
+    match rigd::listen::from_systemd() {
+        Ok(Some(l)) => {
+            let l = l
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixListener::from_std(l))
+                .map_err(|e| {
+                    print_chain(&e);
+                    Exit::Socket
+                })?;
+            tracing::info!("using the socket systemd passed (socket activation)");
+            Ok((l, None))
+        }
+        Ok(None) => rigd::listen::bind(socket, config.daemon.group.as_deref(), config.daemon.mode)
+            .map(|(l, f)| (l, Some(f)))
+            .map_err(|e| {
+                print_chain(&e);
+                Exit::Socket
+            }),
+        Err(e) => {
+            print_chain(&e);
+            Err(Exit::Socket)
+        }
+    }
+}
+
+/// SIGHUP: rereads the configuration rigd was started with and puts in force what may
+/// change while it serves. An invalid file changes nothing.
+fn reload(cli: &Cli, logging: &mut Logging, reloader: &rigd::reload::Reloader) {
+    let _ = rigd::notify::reloading();
+    let new = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(
+                "SIGHUP: {}; keeping the configuration in force",
+                chain(&e).trim_start_matches("rigd: ")
+            );
+            let _ = rigd::notify::reloaded("reload refused: the configuration is invalid");
+            return;
+        }
+    };
+    let source = new
+        .source
+        .as_ref()
+        .map_or("the embedded default".to_owned(), |p| {
+            p.display().to_string()
+        });
+    let mut changed = Vec::new();
+    match logging.reload(&new.daemon.log) {
+        Ok(Some(c)) => changed.push(c),
+        Ok(None) => {}
+        Err(e) => tracing::error!("SIGHUP: {}", chain(&e)),
+    }
+    changed.extend(reloader.apply(&new));
+    if changed.is_empty() {
+        tracing::info!(config = %source, "SIGHUP: configuration reread; nothing changed");
+    } else {
+        tracing::info!(config = %source, changed = %changed.join("; "), "SIGHUP: configuration reloaded");
+    }
+    let _ = rigd::notify::reloaded(&format!("reloaded {source}"));
+}
+
+async fn serve(cli: Cli, config: Config, mut logging: Logging) -> Exit {
     // The handlers exist before the socket does, so a signal at any point after it is
-    // taken stops rigd cleanly (and none right after READY=1 is lost).
+    // taken stops (or reloads) rigd cleanly, and none right after READY=1 is lost.
     use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (
+    let (mut term, mut int, mut hup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => {
+        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             print_chain(&e);
             return Exit::Start;
         }
     };
-    let socket = cli.socket.unwrap_or_else(|| config.daemon.socket.clone());
-    let activated = rigd::listen::from_systemd().and_then(|l| {
-        l.set_nonblocking(true).ok()?;
-        tokio::net::UnixListener::from_std(l).ok()
-    });
-    let (listener, file) = match activated {
-        Some(l) => {
-            tracing::info!("using the socket systemd passed (socket activation)");
-            (l, None)
-        }
-        None => {
-            match rigd::listen::bind(&socket, config.daemon.group.as_deref(), config.daemon.mode) {
-                Ok((l, f)) => (l, Some(f)),
-                Err(e) => {
-                    print_chain(&e);
-                    return Exit::Socket;
-                }
-            }
-        }
+    let socket = cli
+        .socket
+        .clone()
+        .unwrap_or_else(|| config.daemon.socket.clone());
+    let (listener, file) = match take_socket(&socket, &config) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
+    // The path clients reach: systemd's ListenStream= when activated, whatever rigd was told.
+    let served = rigd::listen::served_path(&listener).unwrap_or_else(|| socket.clone());
     if let Err(e) = rigd::listen::set_backlog(&listener, config.connections.backlog) {
         tracing::warn!(error = %e, "cannot set the socket's backlog; keeping the kernel's");
     }
@@ -126,21 +208,59 @@ async fn serve(cli: Cli, config: Config) -> Exit {
             return Exit::Start;
         }
     };
-    tracing::info!(socket = %socket.display(), gpus = daemon.gpus(), pid = std::process::id(), "rigd ready");
-    if let Err(e) = rigd::notify::notify("READY=1") {
+    // PANIC-free: validated when the configuration was read.
+    let metrics_at = config.metrics.endpoint().unwrap_or_default();
+    let metrics = match &metrics_at {
+        Some(at) => {
+            match rigd::metrics::Endpoint::bind(at, config.metrics.group.as_deref()).await {
+                Ok(e) => {
+                    tracing::info!(metrics = %e.describe(), "serving metrics at /metrics");
+                    Some(tokio::spawn(rigd::metrics::serve(e, daemon.metrics())))
+                }
+                Err(e) => {
+                    print_chain(&e);
+                    return Exit::Socket;
+                }
+            }
+        }
+        None => None,
+    };
+    tracing::info!(socket = %served.display(), gpus = daemon.gpus(), pid = std::process::id(), "rigd ready");
+    if let Err(e) = rigd::notify::ready(&served, daemon.gpus()) {
         tracing::warn!(error = %e, "cannot tell systemd rigd is ready");
     }
-    let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    daemon.serving(&served);
+    let reloader = daemon.reloader();
+    let mut watchdog = rigd::notify::watchdog_interval().map(tokio::time::interval);
+    if let Some(w) = &watchdog {
+        tracing::debug!(
+            every_ms = w.period().as_millis() as u64,
+            "pinging systemd's watchdog"
+        );
+    }
+    // Polled by the server's accept loop: the watchdog pings prove that loop runs.
+    let until_stopped = async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break }
+                _ = int.recv() => { tracing::info!("SIGINT: stopping"); break }
+                _ = hup.recv() => reload(&cli, &mut logging, &reloader),
+                _ = async { watchdog.as_mut()?.tick().await; Some(()) }, if watchdog.is_some() => {
+                    let _ = rigd::notify::watchdog();
+                }
+            }
         }
-        let _ = rigd::notify::notify("STOPPING=1");
+        let _ = rigd::notify::stopping();
     };
-    daemon.run(listener, shutdown).await;
+    daemon.run(listener, until_stopped).await;
+    if let Some(m) = metrics {
+        // Dropping the endpoint removes a unix metrics socket.
+        m.abort();
+        let _ = m.await;
+    }
     if let Some(file) = file {
         drop(file);
-        tracing::info!(socket = %socket.display(), "socket removed; rigd stopped");
+        tracing::info!(socket = %served.display(), "socket removed; rigd stopped");
     } else {
         tracing::info!("rigd stopped; systemd keeps the socket");
     }

@@ -1,42 +1,45 @@
-//! systemd readiness (`Type=notify`): one datagram to `$NOTIFY_SOCKET`.
+//! systemd's service-manager protocol (`Type=notify`): readiness, reloading, stopping and the
+//! watchdog, sent with the `sd-notify` crate. Outside systemd (`$NOTIFY_SOCKET` unset) every
+//! call does nothing.
 //!
-//! Written directly over a unix datagram socket (the protocol is a text line), so rigd needs no
-//! libsystemd. Outside systemd `$NOTIFY_SOCKET` is unset and this does nothing.
+//! This module owns what rigd tells systemd; the serving loop decides when (see `main.rs`).
 
 use std::io;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::Path;
+use std::time::Duration;
 
-/// Sends `state` (such as `READY=1` or `STOPPING=1`) to the service manager, if any.
-pub fn notify(state: &str) -> io::Result<()> {
-    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
-        return Ok(());
-    };
-    send_to(&target.to_string_lossy(), state)
+use sd_notify::NotifyState;
+
+/// Tells systemd rigd serves `socket` (the path of the listening socket rigd actually holds,
+/// the one systemd passed when socket-activated), with `gpus` GPUs.
+pub fn ready(socket: &Path, gpus: usize) -> io::Result<()> {
+    let status = format!("serving {} GPU(s) on {}", gpus, socket.display());
+    sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)])
 }
 
-/// Sends `state` to the notify socket `target` (a path, or `@name` for an abstract socket).
-pub fn send_to(target: &str, state: &str) -> io::Result<()> {
-    let sock = UnixDatagram::unbound()?;
-    if let Some(abstract_name) = target.strip_prefix('@') {
-        use std::os::linux::net::SocketAddrExt;
-        let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
-        sock.send_to_addr(state.as_bytes(), &addr)?;
-    } else {
-        sock.send_to(state.as_bytes(), target)?;
-    }
-    Ok(())
+/// Tells systemd rigd is reloading its configuration (SIGHUP).
+pub fn reloading() -> io::Result<()> {
+    let now = sd_notify::NotifyState::monotonic_usec_now()?;
+    sd_notify::notify(&[NotifyState::Reloading, now])
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sends_ready_to_the_socket() {
-        let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("notify");
-        let rx = std::os::unix::net::UnixDatagram::bind(&p).unwrap();
-        super::send_to(&p.to_string_lossy(), "READY=1").unwrap();
-        let mut buf = [0u8; 64];
-        let n = rx.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"READY=1");
-    }
+/// Tells systemd a reload is over and what it changed.
+pub fn reloaded(status: &str) -> io::Result<()> {
+    sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(status)])
+}
+
+/// Tells systemd rigd is stopping.
+pub fn stopping() -> io::Result<()> {
+    sd_notify::notify(&[NotifyState::Stopping])
+}
+
+/// How often to ping the watchdog: half of `WatchdogSec=` (systemd's advice), or `None` when
+/// systemd watches nothing for rigd.
+pub fn watchdog_interval() -> Option<Duration> {
+    sd_notify::watchdog_enabled().map(|d| (d / 2).max(Duration::from_millis(1)))
+}
+
+/// Pings the watchdog (`WATCHDOG=1`): the serving loop is alive.
+pub fn watchdog() -> io::Result<()> {
+    sd_notify::notify(&[NotifyState::Watchdog])
 }

@@ -85,6 +85,10 @@ pub struct Server {
     pub connections: Connections,
     /// The most bytes an image may take once loaded (`images.max_bytes`).
     pub max_image_bytes: u64,
+    /// The figures requests and connections count into.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Administrators' requests.
+    pub admin: Arc<crate::admin::Admin>,
 }
 
 /// Reads a peer's credentials from the socket: `SO_PEERCRED` and `SO_PEERGROUPS`, both as
@@ -228,8 +232,10 @@ impl Server {
             let server = self.clone();
             let mut stop = notify.subscribe();
             let done = done_tx.clone();
+            let counted = self.metrics.connection();
             tokio::spawn(async move {
                 server.connection(stream, peer, &mut stop).await;
+                drop(counted);
                 drop(slot);
                 drop(done);
             });
@@ -257,6 +263,7 @@ impl Server {
             }
         };
         let refusal = if !self.access.allows(&peer) {
+            self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
                     pid = peer.pid,
@@ -277,6 +284,7 @@ impl Server {
             match slots.take(peer.uid) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
+                    self.metrics.refused("slots");
                     if let Some(unlogged) = refusals.note("slots") {
                         tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
                     }
@@ -319,7 +327,9 @@ impl Server {
         }
         let program = hello.program.clone();
         let client = self.state.connect(peer.clone(), program.clone());
-        tracing::info!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
+        // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
+        // journal; a client's first device open is logged at info with its pid.
+        tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
         self.serve(client, &mut conn, stop).await;
         // Closing its devices joins their queues' threads: off the async workers.
         let state = self.state.clone();
@@ -421,9 +431,24 @@ impl Server {
                 }
             };
             let closing = matches!(request, Request::CloseDevice { .. });
-            let Some((response, fds)) = self.answer(client, request, fds).await else {
-                return;
+            let (kind, began) = (request.name(), std::time::Instant::now());
+            let (response, fds) = if crate::admin::is_admin(&request) {
+                // An administrator's stop or eviction stops devices: off the async workers.
+                let admin = self.admin.clone();
+                match tokio::task::spawn_blocking(move || admin.handle(client, request)).await {
+                    Ok(response) => (response, Vec::new()),
+                    Err(e) => {
+                        tracing::error!(client = client.0, request = kind, error = %e, "a request panicked");
+                        return;
+                    }
+                }
+            } else {
+                let Some(reply) = self.answer(client, request, fds).await else {
+                    return;
+                };
+                reply
             };
+            self.metrics.request(kind, began.elapsed());
             match &response {
                 Response::DeviceOpened(_) => devices += 1,
                 Response::Done if closing => devices = devices.saturating_sub(1),

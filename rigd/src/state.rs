@@ -150,8 +150,6 @@ const MAP_RESERVE: u64 = 1024;
 #[derive(Debug)]
 pub struct State {
     gpus: Vec<GpuEntry>,
-    limits: Limits,
-    budget: Budget,
     inspect_gid: Option<u32>,
     own_uid: u32,
     /// What is global: clients, charges, the device table.
@@ -166,8 +164,11 @@ pub struct State {
 }
 
 /// The global part of the state, under [`State`]'s one small lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Book {
+    /// The limits in force (SIGHUP replaces them: [`State::set_limits`]) and as sized.
+    limits: Limits,
+    budget: Budget,
     clients: BTreeMap<ClientId, Client>,
     /// What each user holds, across its connections, reservations included.
     tenants: BTreeMap<u32, Tenant>,
@@ -383,11 +384,16 @@ impl State {
         );
         Self {
             gpus,
-            limits,
-            budget,
             inspect_gid,
             own_uid: nix::unistd::geteuid().as_raw(),
-            book: Mutex::new(Book::default()),
+            book: Mutex::new(Book {
+                limits,
+                budget,
+                clients: BTreeMap::new(),
+                tenants: BTreeMap::new(),
+                total: Footprint::default(),
+                devices: BTreeMap::new(),
+            }),
             next_client: AtomicU64::new(1),
             next_device: AtomicU64::new(1),
             next_object: AtomicU64::new(1),
@@ -409,9 +415,95 @@ impl State {
         self.gpus.iter().map(|g| g.info.clone()).collect()
     }
 
-    /// The limits as sized at start.
-    pub fn budget(&self) -> &Budget {
-        &self.budget
+    /// The limits in force, as sized.
+    pub fn budget(&self) -> Budget {
+        self.book().budget
+    }
+
+    /// Puts reloaded `[limits]` in force (SIGHUP): later requests are admitted against them;
+    /// what clients already hold stays. Says whether they changed.
+    pub fn set_limits(&self, limits: Limits) -> bool {
+        let mut book = self.book();
+        let changed = limits != book.limits;
+        book.budget = Budget::new(&limits);
+        book.limits = limits;
+        changed
+    }
+
+    /// One look at everything for [`crate::metrics`] (the sampler and rigctl's figures):
+    /// the book briefly, then each device under its own lock.
+    pub fn observe(&self) -> crate::metrics::Observed {
+        use crate::metrics::{ClientSeen, DeviceSeen, GpuSeen, Observed};
+        // Each growth makes a queue of the next generation; retired ones may linger.
+        let generations = |d: &Device| {
+            let (mut copy, mut compute) = (0u64, 0u64);
+            for r in d.rings() {
+                let g = if r.kind == rig_proto::messages::QueueKind::Sdma {
+                    &mut copy
+                } else {
+                    &mut compute
+                };
+                *g = (*g).max(u64::from(r.generation));
+            }
+            copy + compute
+        };
+        let (slots, clients) = {
+            let book = self.book();
+            let slots: Vec<(DeviceId, Arc<Slot>, i32)> = book
+                .devices
+                .iter()
+                .map(|(id, slot)| {
+                    let pid = book.clients.get(&slot.owner).map_or(0, |c| c.peer.pid);
+                    (*id, slot.clone(), pid)
+                })
+                .collect();
+            let clients: Vec<ClientSeen> = book
+                .clients
+                .values()
+                .map(|c| ClientSeen {
+                    pid: c.peer.pid,
+                    uid: c.peer.uid,
+                    program: c.program.clone(),
+                    devices: c.devices.len(),
+                    bytes: c.held.bytes,
+                })
+                .collect();
+            (slots, clients)
+        };
+        let devices = slots
+            .into_iter()
+            .map(|(id, slot, pid)| {
+                let d = slot.wait();
+                DeviceSeen {
+                    id: id.0,
+                    gpu: slot.gpu,
+                    pid,
+                    uid: slot.uid,
+                    held: d.held(),
+                    submitted: d.submitted(),
+                    reached: d.reached(),
+                    generations: generations(&d),
+                    faults: d.faults().len(),
+                    lost: d.lost().cloned(),
+                }
+            })
+            .collect();
+        Observed {
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| GpuSeen {
+                    bus: g.info.bus.clone(),
+                    simulated: g.info.simulated,
+                    index: g.info.index,
+                    name: g.info.name.clone(),
+                    arch: g.info.arch.clone(),
+                    total_bytes: g.info.budget,
+                })
+                .collect(),
+            devices,
+            clients,
+        }
     }
 
     /// Reserves `need` (and a device more, if `device`) for `client` on `gpu`: checked
@@ -490,8 +582,8 @@ impl State {
         let none = Tenant::default();
         let t = book.tenants.get(&uid).unwrap_or(&none);
         let total = &book.total;
-        let l = &self.limits;
-        let b = &self.budget;
+        let l = &book.limits;
+        let b = &book.budget;
         let refuse = |message: String| {
             tracing::info!(
                 uid,
@@ -677,6 +769,8 @@ impl State {
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,
+                uid = c.peer.uid,
+                program = %c.program,
                 device = id.0,
                 gpu,
                 "device opened"
@@ -970,6 +1064,46 @@ impl State {
             .is_some_and(|c| c.inspector)
     }
 
+    /// Whether `client` may inspect others (and administer: [`crate::admin`]).
+    pub fn is_inspector(&self, client: ClientId) -> bool {
+        self.inspector(client)
+    }
+
+    /// Loses `id` as stopped by the administrator, whoever owns it ([`crate::admin`]); an
+    /// unknown or already lost device is the error answer.
+    pub fn admin_stop(&self, id: DeviceId) -> Result<(), ErrorReply> {
+        let Some(slot) = self.book().devices.get(&id).cloned() else {
+            return Err(ErrorReply::new(
+                ErrorCode::NoSuchDevice,
+                format!("no device {}; `rigctl devices` lists them", id.0),
+            ));
+        };
+        let mut h = Held::waited(&slot);
+        if let Some(why) = h.d.lost() {
+            return Err(ErrorReply::new(
+                ErrorCode::Lost,
+                format!("device {} is already lost: {why}", id.0),
+            ));
+        }
+        h.d.lose(rig_proto::Fault::new(
+            rig_proto::FaultKind::StoppedByAdministrator,
+            String::new(),
+        ));
+        // The stop gave back its queues' threads and what it had quarantined.
+        self.settle(&mut h);
+        Ok(())
+    }
+
+    /// The devices the connections of process `pid` hold.
+    pub fn devices_of_pid(&self, pid: i32) -> Vec<DeviceId> {
+        let book = self.book();
+        book.devices
+            .iter()
+            .filter(|(_, slot)| book.clients.get(&slot.owner).is_some_and(|c| c.peer.pid == pid))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     fn denied() -> Response {
         err(
             ErrorCode::PermissionDenied,
@@ -1117,7 +1251,7 @@ impl State {
             // rigd stops only when its administrator (or the system) tells it to.
             d.lose(rig_proto::Fault::new(
                 rig_proto::FaultKind::StoppedByAdministrator,
-                "rigd is shutting down",
+                SHUTTING_DOWN,
             ));
             d.close();
         }
@@ -1418,14 +1552,23 @@ impl Handler for State {
         for id in &c.devices {
             self.remove_device(*id);
         }
-        tracing::info!(
-            client = client.0,
-            pid = c.peer.pid,
-            devices = n,
-            "client gone; everything it held given back"
-        );
+        // A connection that held nothing (inspection, such as rigctl) leaves at debug.
+        if n > 0 {
+            tracing::info!(
+                client = client.0,
+                pid = c.peer.pid,
+                uid = c.peer.uid,
+                devices = n,
+                "client gone; everything it held given back"
+            );
+        } else {
+            tracing::debug!(client = client.0, pid = c.peer.pid, "client gone");
+        }
     }
 }
+
+/// The detail of the loss of every device still open when rigd stops.
+pub const SHUTTING_DOWN: &str = "rigd is shutting down";
 
 /// The most bytes of a reason a client gives with its stop that rigd keeps: the reason is
 /// held (and shown by rigctl) as long as the device, charged to no quota, so a frame's

@@ -512,9 +512,20 @@ fn tells_systemd_it_is_ready() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 512];
+    // sd_notify(3) datagrams: newline-separated assignments (sd-notify ends each with one).
+    let lines = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
     let n = rx.recv(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"READY=1");
+    assert!(
+        lines(&buf[..n]).iter().any(|l| l == "READY=1"),
+        "{:?}",
+        lines(&buf[..n])
+    );
     // By READY=1 the socket answers.
     assert!(std::os::unix::net::UnixStream::connect(dir.path().join("rigd.sock")).is_ok());
     nix::sys::signal::kill(
@@ -523,7 +534,7 @@ fn tells_systemd_it_is_ready() {
     )
     .unwrap();
     let n = rx.recv(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert_eq!(lines(&buf[..n]), ["STOPPING=1"]);
     assert!(child.wait().unwrap().success());
     assert!(!dir.path().join("rigd.sock").exists());
 }

@@ -1,0 +1,215 @@
+//! What administrators ask of rigd beyond the per-device inspection of [`crate::state`]:
+//! its status, each GPU's figures, the client processes, and stopping a device or every
+//! device of a process.
+//!
+//! Only peers allowed to inspect (root, rigd's user, members of `daemon.group`) may ask.
+//! The answers come from the state ([`crate::state::State::observe`]), the sampler's view
+//! ([`crate::metrics`]) and sysfs (product and firmware of real GPUs). A stopped device is
+//! lost with [`STOPPED_BY_ADMIN`] as its reason, which its client reads as it reads any
+//! loss.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rig_proto::messages::{
+    DaemonStatus, DeviceId, ErrorCode, ErrorReply, GpuStatus, ProcessInfo, Request, Response,
+};
+
+use crate::metrics::Metrics;
+use crate::state::{ClientId, Shared};
+
+/// The reason a device stopped by an administrator is lost with; its client reads it.
+pub const STOPPED_BY_ADMIN: &str = "stopped by the administrator";
+
+/// Whether `r` is one of the requests this module answers.
+pub fn is_admin(r: &Request) -> bool {
+    matches!(
+        r,
+        Request::DaemonStatus
+            | Request::GpuStatus
+            | Request::ListProcesses
+            | Request::AdminStop { .. }
+            | Request::Evict { .. }
+    )
+}
+
+/// What the administrators' requests read.
+#[derive(Debug)]
+pub struct Admin {
+    pub(crate) state: Shared,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) sysfs: PathBuf,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) socket: Mutex<Option<PathBuf>>,
+}
+
+fn refuse(code: ErrorCode, message: String) -> Response {
+    Response::Error(ErrorReply::new(code, message))
+}
+
+/// Reads a sysfs attribute of PCI function `bus`, trimmed.
+fn pci_attr(sysfs: &std::path::Path, bus: &str, name: &str) -> Option<String> {
+    let p = sysfs.join("bus/pci/devices").join(bus).join(name);
+    Some(std::fs::read_to_string(p).ok()?.trim().to_owned())
+}
+
+fn hex(s: &str) -> Option<u32> {
+    u32::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
+}
+
+impl Admin {
+    /// Records the socket rigd serves (for `rigctl status`).
+    pub fn serving(&self, socket: PathBuf) {
+        *self.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket);
+    }
+
+    /// Answers one administrator's request of `client`.
+    pub fn handle(&self, client: ClientId, request: Request) -> Response {
+        if !self.state.is_inspector(client) {
+            return refuse(
+                ErrorCode::PermissionDenied,
+                "only root, rigd's user and members of rigd's socket group (daemon.group) may ask this; run it as one of them (sudo, or `usermod -aG GROUP USER`)".into(),
+            );
+        }
+        match request {
+            Request::DaemonStatus => Response::Daemon(self.status()),
+            Request::GpuStatus => Response::GpuStatus(self.gpus()),
+            Request::ListProcesses => Response::Processes(self.processes()),
+            Request::AdminStop { device } => self.stop(device),
+            Request::Evict { pid } => self.evict(pid),
+            other => refuse(
+                ErrorCode::BadRequest,
+                format!("{} is not an administrator's request", other.name()),
+            ),
+        }
+    }
+
+    fn status(&self) -> DaemonStatus {
+        let o = self.state.observe();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        DaemonStatus {
+            version: crate::server::DAEMON_NAME.into(),
+            pid: std::process::id(),
+            uptime_ms: u64::try_from(self.metrics.uptime().as_millis()).unwrap_or(u64::MAX),
+            config: self.config.as_ref().map(|p| p.display().to_string()),
+            socket: self
+                .socket
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            gpus: count(o.gpus.len()),
+            connections: count(o.clients.len()),
+            devices: count(o.devices.len()),
+        }
+    }
+
+    fn gpus(&self) -> Vec<GpuStatus> {
+        let o = self.state.observe();
+        let view = self.metrics.view();
+        o.gpus
+            .iter()
+            .map(|g| {
+                // Memory and devices as they are now; busy from the sampler's window.
+                let busy = view.gpus.get(&g.index).map_or(0.0, |v| v.busy);
+                let on: Vec<_> = o.devices.iter().filter(|d| d.gpu == g.index).collect();
+                let mut pids: Vec<i32> = on.iter().map(|d| d.pid).collect();
+                pids.sort_unstable();
+                pids.dedup();
+                let used_bytes: u64 = on.iter().map(|d| d.held.device + d.held.mapped).sum();
+                let pci = g.bus.as_deref().and_then(|bus| {
+                    let vendor = hex(&pci_attr(&self.sysfs, bus, "vendor")?)?;
+                    let device = hex(&pci_attr(&self.sysfs, bus, "device")?)?;
+                    let revision = pci_attr(&self.sysfs, bus, "revision")
+                        .and_then(|r| hex(&r))
+                        .unwrap_or(0);
+                    Some((
+                        u16::try_from(vendor).ok()?,
+                        u16::try_from(device).ok()?,
+                        u8::try_from(revision).ok()?,
+                    ))
+                });
+                let product = if g.simulated {
+                    Some(format!("simulated {}", g.arch))
+                } else {
+                    pci.and_then(|(_, d, r)| rig_amd::pci_ids::product(d, r))
+                        .map(|p| p.name.to_owned())
+                };
+                // amdgpu's fw_version/ files, such as mec_fw_version: the compute firmware.
+                let firmware = g.bus.as_deref().and_then(|bus| {
+                    let mec = pci_attr(&self.sysfs, bus, "fw_version/mec_fw_version")?;
+                    Some(format!("mec {mec}"))
+                });
+                GpuStatus {
+                    index: g.index,
+                    product,
+                    pci_id: pci,
+                    firmware,
+                    total_bytes: g.total_bytes,
+                    used_bytes,
+                    devices: u32::try_from(on.len()).unwrap_or(u32::MAX),
+                    clients: u32::try_from(pids.len()).unwrap_or(u32::MAX),
+                    busy_permille: (busy.clamp(0.0, 1.0) * 1000.0).round() as u32,
+                }
+            })
+            .collect()
+    }
+
+    fn processes(&self) -> Vec<ProcessInfo> {
+        let o = self.state.observe();
+        let mut by_pid: std::collections::BTreeMap<i32, ProcessInfo> = Default::default();
+        for c in &o.clients {
+            let p = by_pid.entry(c.pid).or_insert_with(|| ProcessInfo {
+                pid: u32::try_from(c.pid).unwrap_or(0),
+                uid: c.uid,
+                program: crate::metrics::program_of(c.pid).unwrap_or_else(|| c.program.clone()),
+                hello: Vec::new(),
+                connections: 0,
+                devices: Vec::new(),
+                bytes: 0,
+            });
+            p.connections += 1;
+            p.bytes += c.bytes;
+            if !p.hello.contains(&c.program) {
+                p.hello.push(c.program.clone());
+            }
+        }
+        for d in &o.devices {
+            if let Some(p) = by_pid.get_mut(&d.pid) {
+                p.devices.push(DeviceId(d.id));
+            }
+        }
+        by_pid.into_values().collect()
+    }
+
+    fn stop(&self, device: DeviceId) -> Response {
+        match self.state.admin_stop(device) {
+            Ok(()) => {
+                tracing::warn!(device = device.0, "device stopped by the administrator");
+                Response::Done
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    fn evict(&self, pid: u32) -> Response {
+        let st = &self.state;
+        let ids = st.devices_of_pid(i32::try_from(pid).unwrap_or(-1));
+        if ids.is_empty() {
+            return refuse(
+                ErrorCode::NoSuchDevice,
+                format!(
+                    "process {pid} holds no device of rigd; `rigctl clients` lists those that do"
+                ),
+            );
+        }
+        let mut stopped = Vec::new();
+        for id in ids {
+            if st.admin_stop(id).is_ok() {
+                stopped.push(id);
+            }
+        }
+        tracing::warn!(pid, devices = ?stopped, "process evicted by the administrator");
+        Response::Evicted { devices: stopped }
+    }
+}

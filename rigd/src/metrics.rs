@@ -1,0 +1,749 @@
+//! rigd's figures: what each GPU, client and request costs, kept for the OpenMetrics
+//! endpoint ([`serve`]) and for `rigctl gpus`/`top`.
+//!
+//! Two sources. Request latencies and connections are counted where they happen (the
+//! server calls [`Metrics::request`], [`Metrics::connection`], [`Metrics::refused`]).
+//! Everything about GPUs and devices is observed: a sampler thread ([`spawn_sampler`])
+//! reads the state every [`SAMPLE_MS`] ms ([`crate::state::State::observe`]) and turns what
+//! changed since the last look into counters: submissions and completions from each
+//! device's published and reached timeline values, queue growths from ring generations,
+//! faults and losses from each device's record, and busy time (a GPU is busy while any of
+//! its live devices has submitted beyond what it reached). A device that opens and closes
+//! between two looks is not seen. The sampler also keeps the latest view
+//! ([`Metrics::view`]) that gauges and rigctl read. This module owns the figures and their
+//! exposition; it changes nothing in the state.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+use rig_proto::messages::MemoryHeld;
+
+/// How often the sampler looks at the state, in milliseconds.
+pub const SAMPLE_MS: u64 = 10;
+
+/// The window over which a GPU's busy fraction is reported, in milliseconds.
+pub const BUSY_WINDOW_MS: u64 = 1000;
+
+/// A GPU as the state shows it.
+#[derive(Debug, Clone)]
+pub struct GpuSeen {
+    /// Its index.
+    pub index: u32,
+    /// Its name, such as `AMD:0`.
+    pub name: String,
+    /// Its processor.
+    pub arch: String,
+    /// Bytes of its own memory.
+    pub total_bytes: u64,
+    /// Its PCI function; `None` for the simulated GPU.
+    pub bus: Option<String>,
+    /// Whether it is the simulated GPU.
+    pub simulated: bool,
+}
+
+/// A device as the state shows it.
+#[derive(Debug, Clone)]
+pub struct DeviceSeen {
+    /// Its id.
+    pub id: u64,
+    /// Its GPU's index.
+    pub gpu: u32,
+    /// Its owner's pid and uid.
+    pub pid: i32,
+    /// Its owner's uid.
+    pub uid: u32,
+    /// What it holds.
+    pub held: MemoryHeld,
+    /// The last value its client published as submitted.
+    pub submitted: u64,
+    /// The value its timeline reached.
+    pub reached: u64,
+    /// Sum of its queues' generations (each growth makes a new one).
+    pub generations: u64,
+    /// Faults recorded for it.
+    pub faults: usize,
+    /// Why it was lost, if it was.
+    pub lost: Option<rig_proto::Fault>,
+}
+
+/// A connection as the state shows it.
+#[derive(Debug, Clone)]
+pub struct ClientSeen {
+    /// Its pid.
+    pub pid: i32,
+    /// Its uid.
+    pub uid: u32,
+    /// The program its hello named.
+    pub program: String,
+    /// Devices it holds.
+    pub devices: usize,
+    /// Bytes it holds.
+    pub bytes: u64,
+}
+
+/// One look at the state.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The GPUs.
+    pub gpus: Vec<GpuSeen>,
+    /// Every open device.
+    pub devices: Vec<DeviceSeen>,
+    /// Every connection past its hello.
+    pub clients: Vec<ClientSeen>,
+}
+
+/// The latest figures of one GPU.
+#[derive(Debug, Clone, Default)]
+pub struct GpuView {
+    /// Bytes of its own memory.
+    pub total_bytes: u64,
+    /// Bytes of it its devices hold (Device and Mapped memory).
+    pub used_bytes: u64,
+    /// Open devices.
+    pub devices: u64,
+    /// Processes holding a device on it.
+    pub clients: u64,
+    /// Busy fraction over the last [`BUSY_WINDOW_MS`] window, 0 to 1.
+    pub busy: f64,
+}
+
+/// The latest figures of one process (its connections together).
+#[derive(Debug, Clone)]
+pub struct ProcessView {
+    /// Its pid.
+    pub pid: i32,
+    /// Its uid.
+    pub uid: u32,
+    /// Its program, as `/proc/PID/comm` says (what it said in its hello if that is gone).
+    pub program: String,
+    /// Its connections.
+    pub connections: u64,
+    /// Devices it holds.
+    pub devices: u64,
+    /// Bytes it holds.
+    pub bytes: u64,
+}
+
+/// What rigctl and the gauges read: the sampler's latest view.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// By GPU index.
+    pub gpus: BTreeMap<u32, GpuView>,
+    /// By pid.
+    pub processes: BTreeMap<i32, ProcessView>,
+}
+
+/// A GPU's labels: index, name, processor.
+#[derive(Debug, Clone)]
+struct GpuLabels([String; 3]);
+
+impl GpuLabels {
+    fn get(&self) -> [&str; 3] {
+        [&self.0[0], &self.0[1], &self.0[2]]
+    }
+}
+
+const GPU_LABELS: [&str; 3] = ["gpu", "name", "arch"];
+
+/// Every family rigd exposes.
+#[derive(Debug)]
+struct Families {
+    gpu_memory_total: IntGaugeVec,
+    gpu_memory_used: IntGaugeVec,
+    gpu_devices: IntGaugeVec,
+    gpu_clients: IntGaugeVec,
+    gpu_busy_ratio: GaugeVec,
+    gpu_busy_seconds: CounterVec,
+    gpu_values_completed: IntCounterVec,
+    gpu_submissions: IntCounterVec,
+    gpu_faults: IntCounterVec,
+    gpu_losses: IntCounterVec,
+    gpu_queue_growths: IntCounterVec,
+    process_memory: IntGaugeVec,
+    process_devices: IntGaugeVec,
+    requests: HistogramVec,
+    connections: IntGauge,
+    connections_total: IntCounter,
+    refused: IntCounterVec,
+    start_time: IntGauge,
+}
+
+/// Makes and registers every family. Names and labels are constants, so only a programming
+/// error could make this fail.
+fn families(r: &Registry) -> prometheus::Result<Families> {
+    fn reg<M: prometheus::core::Collector + Clone + 'static>(
+        r: &Registry,
+        m: M,
+    ) -> prometheus::Result<M> {
+        r.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+    let ig = |name: &str, help: &str, labels: &[&str]| {
+        reg(r, IntGaugeVec::new(Opts::new(name, help), labels)?)
+    };
+    let ic = |name: &str, help: &str, labels: &[&str]| {
+        reg(r, IntCounterVec::new(Opts::new(name, help), labels)?)
+    };
+    Ok(Families {
+        gpu_memory_total: ig(
+            "gpu_memory_total_bytes",
+            "Bytes of the GPU's own memory",
+            &GPU_LABELS,
+        )?,
+        gpu_memory_used: ig(
+            "gpu_memory_used_bytes",
+            "Bytes of the GPU's own memory its devices hold (Device and Mapped memory)",
+            &GPU_LABELS,
+        )?,
+        gpu_devices: ig("gpu_devices", "Devices open on the GPU", &GPU_LABELS)?,
+        gpu_clients: ig(
+            "gpu_clients",
+            "Processes holding a device on the GPU",
+            &GPU_LABELS,
+        )?,
+        gpu_busy_ratio: reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    "gpu_busy_ratio",
+                    "Fraction of the last second during which the GPU had work on its queues",
+                ),
+                &GPU_LABELS,
+            )?,
+        )?,
+        gpu_busy_seconds: reg(
+            r,
+            CounterVec::new(
+                Opts::new(
+                    "gpu_busy_seconds_total",
+                    "Time the GPU had work on its queues",
+                ),
+                &GPU_LABELS,
+            )?,
+        )?,
+        gpu_values_completed: ic(
+            "gpu_values_completed_total",
+            "Timeline values the GPU's devices reached",
+            &GPU_LABELS,
+        )?,
+        gpu_submissions: ic(
+            "gpu_submissions_total",
+            "Timeline values clients published as submitted on the GPU",
+            &GPU_LABELS,
+        )?,
+        gpu_faults: ic(
+            "gpu_faults_total",
+            "Faults reported for work on the GPU",
+            &GPU_LABELS,
+        )?,
+        gpu_losses: ic(
+            "gpu_losses_total",
+            "Devices lost on the GPU, by reason",
+            &["gpu", "name", "arch", "reason"],
+        )?,
+        gpu_queue_growths: ic(
+            "gpu_queue_growths_total",
+            "Queues replaced by larger ones on the GPU",
+            &GPU_LABELS,
+        )?,
+        process_memory: ig(
+            "process_memory_bytes",
+            "Bytes a client process holds through its devices",
+            &["pid", "uid", "program"],
+        )?,
+        process_devices: ig(
+            "process_devices",
+            "Devices a client process holds",
+            &["pid", "uid", "program"],
+        )?,
+        requests: reg(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "request_duration_seconds",
+                    "Time rigd took to answer a request, by kind",
+                )
+                // 10 µs to about 2.6 s.
+                .buckets(prometheus::exponential_buckets(0.000_01, 4.0, 10)?),
+                &["kind"],
+            )?,
+        )?,
+        connections: reg(
+            r,
+            IntGauge::new("connections", "Connections rigd serves now")?,
+        )?,
+        connections_total: reg(
+            r,
+            IntCounter::new("connections_accepted_total", "Connections rigd accepted")?,
+        )?,
+        refused: ic(
+            "connections_refused_total",
+            "Connections refused at accept, by reason",
+            &["reason"],
+        )?,
+        start_time: reg(
+            r,
+            IntGauge::new(
+                "start_time_seconds",
+                "When rigd started, in seconds since the Unix epoch",
+            )?,
+        )?,
+    })
+}
+
+/// What the sampler remembers of each device between looks.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    submitted: u64,
+    reached: u64,
+    generations: u64,
+    faults: usize,
+    lost: bool,
+}
+
+#[derive(Debug, Default)]
+struct Sampling {
+    last: HashMap<u64, Last>,
+    at: Option<Instant>,
+    /// Busy and total time in the current window, by GPU.
+    window: HashMap<u32, (Duration, Duration)>,
+    view: View,
+}
+
+/// rigd's figures.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    f: Families,
+    sampling: Mutex<Sampling>,
+    started: Instant,
+}
+
+/// Why a loss happened, as a label: the reason's first words, as rigd words them.
+pub fn loss_reason(why: &rig_proto::Fault) -> &'static str {
+    use rig_proto::FaultKind as K;
+    match why.kind {
+        K::MemoryFault => "memory_fault",
+        K::IllegalInstruction => "illegal_instruction",
+        K::UnsupportedInstruction => "unsupported_instruction",
+        K::Trap => "trap",
+        K::BadPacket => "bad_packet",
+        K::Hang => "hang",
+        K::Reset => "reset",
+        K::StoppedByClient => "client",
+        K::StoppedByAdministrator if why.detail == crate::state::SHUTTING_DOWN => "shutdown",
+        K::StoppedByAdministrator => "administrator",
+        K::Internal => "internal",
+        K::Producer => "producer",
+        K::Disconnected => "disconnected",
+    }
+}
+
+/// The program of process `pid` as the kernel names it (`/proc/PID/comm`), if it lives.
+pub fn program_of(pid: i32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_owned())
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, all at zero.
+    pub fn new() -> Self {
+        let registry =
+            Registry::new_custom(Some("rig".into()), None).unwrap_or_else(|_| Registry::new());
+        // PANIC: the names, help texts and labels are constants checked by every test.
+        let f = families(&registry).expect("metric families are well-formed");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        f.start_time.set(i64::try_from(now).unwrap_or(i64::MAX));
+        Self {
+            registry,
+            f,
+            sampling: Mutex::new(Sampling::default()),
+            started: Instant::now(),
+        }
+    }
+
+    /// How long rigd has run.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A request of `kind` took `took`.
+    pub fn request(&self, kind: &'static str, took: Duration) {
+        self.f
+            .requests
+            .with_label_values(&[kind])
+            .observe(took.as_secs_f64());
+    }
+
+    /// A connection was accepted; the guard counts it until dropped.
+    pub fn connection(self: &Arc<Self>) -> ConnectionGuard {
+        self.f.connections.inc();
+        self.f.connections_total.inc();
+        ConnectionGuard(self.clone())
+    }
+
+    /// A connection was refused at accept for `reason` (`access`, `slots`).
+    pub fn refused(&self, reason: &'static str) {
+        self.f.refused.with_label_values(&[reason]).inc();
+    }
+
+    /// The latest view.
+    pub fn view(&self) -> View {
+        self.lock().view.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sampling> {
+        self.sampling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes one look at the state's observation `o`, made at `now`.
+    pub fn sample(&self, o: &Observed, now: Instant) {
+        let mut s = self.lock();
+        let dt =
+            s.at.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        s.at = Some(now);
+        let labels: HashMap<u32, GpuLabels> = o
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.index,
+                    GpuLabels([g.index.to_string(), g.name.clone(), g.arch.clone()]),
+                )
+            })
+            .collect();
+        let mut gpus: BTreeMap<u32, GpuView> = o
+            .gpus
+            .iter()
+            .map(|g| {
+                (
+                    g.index,
+                    GpuView {
+                        total_bytes: g.total_bytes,
+                        ..GpuView::default()
+                    },
+                )
+            })
+            .collect();
+        let mut busy: HashMap<u32, bool> = HashMap::new();
+        let mut pids_on: HashMap<u32, std::collections::BTreeSet<i32>> = HashMap::new();
+        let mut seen = HashMap::with_capacity(o.devices.len());
+        for d in &o.devices {
+            let Some(l) = labels.get(&d.gpu) else {
+                continue;
+            };
+            let l = &l.get();
+            let before = s.last.get(&d.id).copied().unwrap_or(Last {
+                submitted: 0,
+                reached: 0,
+                generations: d.generations,
+                faults: 0,
+                lost: false,
+            });
+            let f = &self.f;
+            f.gpu_submissions
+                .with_label_values(l)
+                .inc_by(d.submitted.saturating_sub(before.submitted));
+            // A loss writes the last submitted value into the timeline so waiters wake:
+            // those values were not completed.
+            if d.lost.is_none() {
+                f.gpu_values_completed
+                    .with_label_values(l)
+                    .inc_by(d.reached.saturating_sub(before.reached));
+            }
+            f.gpu_queue_growths
+                .with_label_values(l)
+                .inc_by(d.generations.saturating_sub(before.generations));
+            f.gpu_faults
+                .with_label_values(l)
+                .inc_by(d.faults.saturating_sub(before.faults) as u64);
+            if let (Some(why), false) = (&d.lost, before.lost) {
+                f.gpu_losses
+                    .with_label_values(&[l[0], l[1], l[2], loss_reason(why)])
+                    .inc();
+            }
+            seen.insert(
+                d.id,
+                Last {
+                    submitted: d.submitted,
+                    reached: d.reached,
+                    generations: d.generations,
+                    faults: d.faults,
+                    lost: d.lost.is_some(),
+                },
+            );
+            if let Some(g) = gpus.get_mut(&d.gpu) {
+                g.used_bytes += d.held.device + d.held.mapped;
+                g.devices += 1;
+            }
+            pids_on.entry(d.gpu).or_default().insert(d.pid);
+            if d.lost.is_none() && d.submitted > d.reached {
+                busy.insert(d.gpu, true);
+            }
+        }
+        s.last = seen;
+        for (index, g) in gpus.iter_mut() {
+            g.clients = pids_on.get(index).map_or(0, |p| p.len() as u64);
+            let is_busy = busy.contains_key(index);
+            let l = &labels[index].get();
+            if is_busy {
+                self.f
+                    .gpu_busy_seconds
+                    .with_label_values(l)
+                    .inc_by(dt.as_secs_f64());
+            }
+            let w = s.window.entry(*index).or_default();
+            w.1 += dt;
+            if is_busy {
+                w.0 += dt;
+            }
+            let (b, t) = *w;
+            let previous = s.view.gpus.get(index).map_or(0.0, |v| v.busy);
+            g.busy = previous;
+            if t >= Duration::from_millis(BUSY_WINDOW_MS) {
+                g.busy = b.as_secs_f64() / t.as_secs_f64();
+                s.window.insert(*index, (Duration::ZERO, Duration::ZERO));
+            }
+            let f = &self.f;
+            f.gpu_memory_total
+                .with_label_values(l)
+                .set(g.total_bytes as i64);
+            f.gpu_memory_used
+                .with_label_values(l)
+                .set(g.used_bytes as i64);
+            f.gpu_devices.with_label_values(l).set(g.devices as i64);
+            f.gpu_clients.with_label_values(l).set(g.clients as i64);
+            f.gpu_busy_ratio.with_label_values(l).set(g.busy);
+        }
+        let mut processes: BTreeMap<i32, ProcessView> = BTreeMap::new();
+        for c in &o.clients {
+            let p = processes.entry(c.pid).or_insert_with(|| ProcessView {
+                pid: c.pid,
+                uid: c.uid,
+                program: s
+                    .view
+                    .processes
+                    .get(&c.pid)
+                    .map(|p| p.program.clone())
+                    .or_else(|| program_of(c.pid))
+                    .unwrap_or_else(|| c.program.clone()),
+                connections: 0,
+                devices: 0,
+                bytes: 0,
+            });
+            p.connections += 1;
+            p.devices += c.devices as u64;
+            p.bytes += c.bytes;
+        }
+        self.f.process_memory.reset();
+        self.f.process_devices.reset();
+        for p in processes.values().filter(|p| p.devices > 0) {
+            let (pid, uid) = (p.pid.to_string(), p.uid.to_string());
+            let l = [pid.as_str(), uid.as_str(), p.program.as_str()];
+            let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.f
+                .process_memory
+                .with_label_values(&l)
+                .set(int(p.bytes));
+            self.f
+                .process_devices
+                .with_label_values(&l)
+                .set(int(p.devices));
+        }
+        s.view = View { gpus, processes };
+    }
+
+    /// The exposition, Prometheus text format 0.0.4 (what `promtool check metrics` reads).
+    pub fn encode(&self) -> String {
+        // The sampler's lock: no scrape sees a family half updated.
+        let _s = self.lock();
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# rigd cannot encode its metrics: {e}\n"))
+    }
+}
+
+/// Counts a connection while it lives.
+#[derive(Debug)]
+pub struct ConnectionGuard(Arc<Metrics>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.f.connections.dec();
+    }
+}
+
+/// The sampler thread: looks at `state` every [`SAMPLE_MS`] until `stop` is raised.
+pub fn spawn_sampler(
+    metrics: Arc<Metrics>,
+    state: crate::state::Shared,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("rigd-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let o = state.observe();
+                metrics.sample(&o, Instant::now());
+                std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+            }
+        })
+}
+
+/// The most scrapes served at once; more connections wait in the kernel's backlog.
+pub const MOST_SCRAPES: usize = 16;
+
+/// The time a scraper has to send its request's headers.
+pub const SCRAPE_HEADER_MS: u64 = 5000;
+
+/// Errors of the metrics endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The TCP address could not be bound.
+    #[error(
+        "cannot listen on metrics.listen {addr}; choose a free address, or leave metrics.listen empty"
+    )]
+    Tcp {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The unix socket could not be taken.
+    #[error("cannot take the metrics socket (metrics.listen)")]
+    Unix(#[source] crate::listen::ListenError),
+}
+
+/// A bound metrics endpoint.
+#[derive(Debug)]
+pub enum Endpoint {
+    /// A unix socket, removed when dropped.
+    Unix(tokio::net::UnixListener, crate::listen::SocketFile),
+    /// A TCP socket.
+    Tcp(tokio::net::TcpListener),
+}
+
+impl Endpoint {
+    /// Binds `at` (a unix socket gets mode 0660 and `group`). Must run inside a tokio runtime.
+    pub async fn bind(
+        at: &crate::config::MetricsEndpoint,
+        group: Option<&str>,
+    ) -> Result<Endpoint, EndpointError> {
+        match at {
+            crate::config::MetricsEndpoint::Unix(p) => crate::listen::bind(p, group, 0o660)
+                .map(|(l, f)| Endpoint::Unix(l, f))
+                .map_err(EndpointError::Unix),
+            crate::config::MetricsEndpoint::Tcp(addr) => tokio::net::TcpListener::bind(addr)
+                .await
+                .map(Endpoint::Tcp)
+                .map_err(|source| EndpointError::Tcp {
+                    addr: *addr,
+                    source,
+                }),
+        }
+    }
+
+    /// Where it listens, for the log.
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Unix(_, f) => f.path().display().to_string(),
+            Endpoint::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
+        }
+    }
+}
+
+/// Answers one HTTP request: `GET /metrics` is the exposition, anything else an error.
+fn respond(
+    metrics: &Metrics,
+    req: &hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+    use hyper::{Method, StatusCode, header};
+    let reply = |status: StatusCode, kind: &'static str, body: String| {
+        let mut r = hyper::Response::new(http_body_util::Full::new(hyper::body::Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(kind));
+        r
+    };
+    if req.uri().path() != "/metrics" {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "rigd serves its metrics at /metrics\n".into(),
+        );
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "GET /metrics\n".into(),
+        );
+    }
+    reply(StatusCode::OK, prometheus::TEXT_FORMAT, metrics.encode())
+}
+
+async fn serve_one<I>(io: I, metrics: Arc<Metrics>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let m = metrics.clone();
+        async move { Ok::<_, std::convert::Infallible>(respond(&m, &req)) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(SCRAPE_HEADER_MS))
+        // One scrape per connection: an idle keep-alive connection would hold a slot.
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "a metrics connection failed");
+    }
+}
+
+/// Serves `endpoint` until dropped (abort the task to stop it).
+pub async fn serve(endpoint: Endpoint, metrics: Arc<Metrics>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MOST_SCRAPES));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let m = metrics.clone();
+        let accepted = match &endpoint {
+            Endpoint::Unix(l, _) => l.accept().await.map(|(s, _)| {
+                tokio::spawn(async move {
+                    serve_one(s, m).await;
+                    drop(slot);
+                });
+            }),
+            Endpoint::Tcp(l) => l.accept().await.map(|(s, _)| {
+                tokio::spawn(async move {
+                    serve_one(s, m).await;
+                    drop(slot);
+                });
+            }),
+        };
+        if let Err(e) = accepted {
+            tracing::warn!(error = %e, "metrics: accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
