@@ -80,8 +80,8 @@
 //! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
 //! `loss` (reached before a loss; consumers of lost producers), `submission` (the builder
 //! and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
-//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `ring`
-//! (ring arithmetic), `profile` (clock stamps, traces).
+//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `profile`
+//! (clock stamps, traces). The rings themselves are `rig_shm::ring`'s.
 //!
 //! The crate has no features and links neither rigd nor tokio: a program adds
 //! `rig-client = { path = "../rig/rig-client" }` (or a git dependency) and nothing else.
@@ -98,7 +98,6 @@ mod loss;
 mod place;
 mod point;
 mod profile;
-mod ring;
 mod submission;
 mod types;
 

@@ -17,6 +17,10 @@
 //! - [`doorbell`] is the doorbell protocol that clients and queue processors share: a ring
 //!   costs one store, plus a wake only when the processor sleeps.
 //!
+//! - [`ring`] is a queue's ring as its two sides use it: the client's [`ring::Producer`]
+//!   (reserve, store, publish the write position, ring) and the queue's [`ring::Consumer`]
+//!   (check the write position, fetch words across the end, publish the read position),
+//!   with positions in the one unit its [`ring::Geometry`] states.
 //! - [`layout`] is where each word of the shared pages lies (control page, a queue's
 //!   positions, doorbell slots, the smallest ring and segment), checked at compile time;
 //!   rigd, the client, rig-proto and the simulator all take it from there.
@@ -31,6 +35,7 @@ pub mod doorbell;
 pub mod futex;
 pub mod layout;
 mod region;
+pub mod ring;
 
 pub use doorbell::Doorbell;
 pub use layout::{

@@ -36,7 +36,7 @@ struct State {
 impl Pm4 {
     pub(crate) fn new(desc: &QueueDesc, model: &'static Gpu) -> Pm4 {
         Pm4 {
-            ring: DwordRing::new(desc, rig_shm::layout::PM4_POSITION_UNIT),
+            ring: DwordRing::new(desc, rig_shm::ring::Unit::Dword),
             state: State {
                 model,
                 regs: Box::new([0; SH_WINDOW]),

@@ -25,7 +25,7 @@ pub(crate) struct Sdma {
 impl Sdma {
     pub(crate) fn new(desc: &QueueDesc, model: &'static Gpu) -> Sdma {
         Sdma {
-            ring: DwordRing::new(desc, rig_shm::layout::SDMA_POSITION_UNIT),
+            ring: DwordRing::new(desc, rig_shm::ring::Unit::Byte),
             layout: Layout::for_gpu(model),
         }
     }

@@ -87,6 +87,8 @@ impl DeviceShared {
         opened: rig_proto::DeviceOpened,
         mut maps: Maps,
     ) -> Result<DeviceShared> {
+        // Nothing is mapped before the answer's layout is known good.
+        opened.check()?;
         let (word, word_offset) = maps.gpu_share(opened.word.memory)?;
         if word_offset % 8 != 0 {
             return Err(Error::Protocol(
