@@ -102,7 +102,7 @@ mod submission;
 mod types;
 
 pub use buffer::{Buffer, f32s, put_f32s};
-pub use device::{DEFAULT_SPIN, Device, Rig};
+pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, WaitPolicy};
 pub use error::{Error, Never, Result};
 pub use image::{Image, Kernel};
 pub use point::Point;

@@ -151,6 +151,8 @@ impl Processor for Aql {
                 if mailbox != 0 {
                     let id = vm.load_u32(completion + SIGNAL_EVENT_ID, Ordering::Acquire)?;
                     vm.store_u64(mailbox, u64::from(id), Ordering::Release)?;
+                    // The interrupt's handler wakes the sleepers of the signal's value.
+                    vm.wake(completion + SIGNAL_VALUE + rig_shm::layout::LOW_HALF_OFFSET);
                     ctx.interrupt(InterruptSource::Signal, id);
                 }
             }

@@ -22,7 +22,7 @@ mod waits;
 
 pub(crate) use control::Maps;
 pub use control::Rig;
-pub use waits::DEFAULT_SPIN;
+pub use waits::{DEFAULT_HINTS, DEFAULT_SPIN, WaitPolicy};
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
