@@ -259,15 +259,14 @@ impl Placer {
     fn place(&mut self, c: &Compiled, v: u64, seg: Spot, cspot: Spot, kspot: Spot) {
         let low = v as u32;
         let base = self.args.offset + seg.offset(self.args.pos.size) as usize;
+        // Every part's arguments in one write, then the words parts signal through.
+        self.args.region.write(base, &c.image);
         for (i, p) in c.pieces.iter().enumerate() {
             if p.signals || Some(i) == c.last_copy {
                 // Anything but the value's low word, so a waiter waits for this value's write.
                 self.args
                     .region
                     .store_u64(base + 8 * i, u64::from(!low), Ordering::Relaxed);
-            }
-            if !p.args.is_empty() {
-                self.args.region.write(base + p.args_at as usize, &p.args);
             }
         }
         if let Some(n) = c.wait_slot {
