@@ -63,7 +63,8 @@ pub enum WaitAny {
     Changed,
     /// The timeout passed, or a signal or a spurious wake ended the sleep.
     Elapsed,
-    /// The kernel has no `futex_waitv`: the caller sleeps on one word with [`wait`].
+    /// The kernel has no `futex_waitv` (or refuses it): the caller sleeps on one word with
+    /// [`wait`].
     Unsupported,
 }
 
@@ -123,12 +124,13 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> WaitA
     }
     match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::EAGAIN) => WaitAny::Changed,
-        Some(libc::ENOSYS) => {
+        Some(libc::ETIMEDOUT | libc::EINTR) => WaitAny::Elapsed,
+        // ENOSYS (before Linux 5.16), EPERM (a seccomp filter that does not know it), or
+        // anything else that returns without sleeping: never again, or a wait would spin.
+        _ => {
             NO_WAITV.store(true, Ordering::Relaxed);
             WaitAny::Unsupported
         }
-        // ETIMEDOUT, EINTR.
-        _ => WaitAny::Elapsed,
     }
 }
 
