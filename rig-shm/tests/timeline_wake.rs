@@ -71,6 +71,12 @@ fn no_release_is_missed_by_a_sleeping_waiter() {
 
 #[test]
 fn a_loss_wakes_a_sleeping_waiter() {
+    let probe = std::sync::atomic::AtomicU32::new(1);
+    if futex::wait_any(&[(&probe, 0)], Some(SLEEP)) == futex::WaitAny::Unsupported {
+        // Without futex_waitv a wait sleeps on the word alone and sees a loss after a slice.
+        eprintln!("skipped: the kernel has no futex_waitv");
+        return;
+    }
     for round in 0..50 {
         let (client, rigd) = pages();
         let done = Arc::new(AtomicBool::new(false));
