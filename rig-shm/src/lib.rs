@@ -13,7 +13,8 @@
 //!   copies ([`SharedRegion::read`], [`SharedRegion::write`]), atomic loads and stores
 //!   ([`SharedRegion::load_u64`], ...) and references to *atomics*
 //!   ([`SharedRegion::atomic_u64`]), whose interior mutability makes concurrent writers sound.
-//! - [`futex`] waits on and wakes a 32-bit word, across processes (never `FUTEX_PRIVATE`).
+//! - [`futex`] waits on and wakes a 32-bit word, or sleeps on several at once, across
+//!   processes (never `FUTEX_PRIVATE`).
 //! - [`doorbell`] is the doorbell protocol that clients and queue processors share: a ring
 //!   costs one store, plus a wake only when the processor sleeps.
 //!
