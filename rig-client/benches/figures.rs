@@ -1,11 +1,13 @@
 //! Figures of the submission path, against a rigd of its own on the simulated GPU:
 //!
-//! - CPU per queued launch of an empty kernel (the goal is under 0.2 us);
+//! - CPU per queued launch of an empty kernel (the goal is at most 0.1 us), and per launch
+//!   of a submission of 100 launches (the goal is at most 25 ns);
 //! - submit-to-completion of an empty kernel, with a spinning and with a sleeping wait
 //!   (p50, p99);
 //! - submissions per second from one process and from 8 processes at once.
 //!
-//! `cargo bench -p rig-client --bench figures`. The empty kernel is compiled with clang-19
+//! `cargo bench -p rig-client --bench figures` (`RIG_BENCH_ONLY=submit` for the CPU
+//! figures alone). The empty kernel is compiled with clang-19
 //! when LLVM 19 is installed; otherwise the `add` kernel of one work-group stands in, and
 //! the figures say so.
 
@@ -101,13 +103,17 @@ fn empty_code() -> Option<Vec<u8>> {
 
 /// The launch measured: the empty kernel, or `add` over one group.
 fn launch(dev: &Device) -> (Submission, &'static str, Vec<rig_client::Buffer>) {
+    launches(dev, 1)
+}
+
+/// A submission of `n` of the launches measured.
+fn launches(dev: &Device, n: usize) -> (Submission, &'static str, Vec<rig_client::Buffer>) {
     if let Some(code) = empty_code() {
         let k: Kernel = dev.load_image(&code).unwrap().resolve("empty").unwrap();
-        return (
-            Submission::new().launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0),
-            "empty kernel",
-            vec![],
-        );
+        let s = (0..n).fold(Submission::new(), |s, _| {
+            s.launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0)
+        });
+        return (s, "empty kernel", vec![]);
     }
     let code =
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co"))
@@ -115,14 +121,16 @@ fn launch(dev: &Device) -> (Submission, &'static str, Vec<rig_client::Buffer>) {
     let k = dev.load_image(&code).unwrap().resolve("add").unwrap();
     let x = dev.buffer(1024, Memory::Pinned).unwrap();
     let y = dev.buffer(1024, Memory::Pinned).unwrap();
-    let s = Submission::new().launch(
-        &k,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
-    );
+    let s = (0..n).fold(Submission::new(), |s, _| {
+        s.launch(
+            &k,
+            &[0; 16],
+            &[Ref::read(&x, 0), Ref::write(&y, 8)],
+            [1, 1, 1],
+            [256, 1, 1],
+            0,
+        )
+    });
     (
         s,
         "add over 256 items (no LLVM 19 for an empty kernel)",
@@ -177,6 +185,7 @@ fn main() {
     let mut best = f64::MAX;
     let mut total = Duration::ZERO;
     let mut count = 0u32;
+    let mut batches = Vec::with_capacity(200);
     for _ in 0..200 {
         let t = Instant::now();
         let mut last = None;
@@ -187,6 +196,7 @@ fn main() {
         total += e;
         count += batch;
         best = best.min(e.as_secs_f64() / f64::from(batch));
+        batches.push(e / batch);
         last.unwrap().wait().unwrap();
     }
     // Each submit timed alone: the first of a batch wakes the sleeping queue (a futex
@@ -202,12 +212,35 @@ fn main() {
         last.unwrap().wait().unwrap();
     }
     println!(
-        "  CPU per queued launch: mean {:.3} us, best batch {:.3} us, each alone p50 {:.3} us p99 {:.3} us (goal: under 0.2 us)",
+        "  CPU per queued launch: mean {:.3} us, batches of {batch} p50 {:.3} us p99 {:.3} us, best batch {:.3} us, each alone p50 {:.3} us p99 {:.3} us (goal: at most 0.1 us)",
         total.as_secs_f64() * 1e6 / f64::from(count),
+        pct(&mut batches, 0.5),
+        pct(&mut batches, 0.99),
         best * 1e6,
         pct(&mut each, 0.5),
         pct(&mut each, 0.99)
     );
+
+    // A submission of 100 launches: its submit's CPU, per launch.
+    let (hundred, _, _keep100) = launches(&dev, 100);
+    dev.submit(&hundred).unwrap().wait().unwrap();
+    let mut per = Vec::with_capacity(500);
+    for _ in 0..500 {
+        let t = Instant::now();
+        let p = dev.submit(&hundred).unwrap();
+        per.push(t.elapsed() / 100);
+        p.wait().unwrap();
+    }
+    println!(
+        "  CPU per launch in a submission of 100: p50 {:.1} ns, p99 {:.1} ns (goal: at most 25 ns)",
+        pct(&mut per, 0.5) * 1e3,
+        pct(&mut per, 0.99) * 1e3
+    );
+
+    if std::env::var("RIG_BENCH_ONLY").is_ok_and(|v| v == "submit") {
+        dev.close().unwrap();
+        return;
+    }
 
     for (name, sleeping) in [("spinning", false), ("sleeping", true)] {
         let mut v = Vec::with_capacity(2000);

@@ -31,6 +31,10 @@ pub enum Error {
     /// a descriptor it did not pass, a layout out of step).
     #[error("the connection to rigd failed: {0}")]
     Protocol(String),
+    /// rigd shared memory whose layout the client cannot use (a ring that is not a power of
+    /// two, an unaligned word, a share past its descriptor): rigd and rig-client disagree.
+    #[error("rigd's answer is unusable: {0}")]
+    Layout(#[from] rig_proto::LayoutError),
     /// rigd refused a request, with the protocol's code and its reason.
     #[error("rigd refused: {message}")]
     Refused {

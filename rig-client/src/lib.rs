@@ -91,10 +91,9 @@
 //! The public types live at the crate's root. Inside: `device` (devices: `control`, every
 //! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
 //! `loss` (reached before a loss; consumers of lost producers), `args` (a kernel's
-//! parameters from its metadata, typed arguments), `submission` (the builder and its
-//! checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
-//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `ring`
-//! (ring arithmetic), `profile` (clock stamps, traces).
+//! parameters from its metadata, typed arguments), `submission` (the builder and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
+//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `profile`
+//! (clock stamps, traces). The rings themselves are `rig_shm::ring`'s.
 //!
 //! The crate has no features and links neither rigd nor tokio: a program adds
 //! `rig-client = { path = "../rig/rig-client" }` (or a git dependency) and nothing else.
@@ -112,13 +111,12 @@ mod loss;
 mod place;
 mod point;
 mod profile;
-mod ring;
 mod submission;
 mod types;
 
 pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Registers};
 pub use buffer::{Buffer, f32s, put_f32s};
-pub use device::{DEFAULT_SPIN, Device, Rig};
+pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, WaitPolicy};
 pub use error::{Error, Never, Result};
 pub use image::{Image, Kernel};
 pub use point::Point;

@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rig_proto::{DeviceId, ErrorCode, Fault, FaultKind, Request, Response};
@@ -99,6 +99,16 @@ impl Liveness {
     /// The value in the timeline word (acquire).
     pub(crate) fn signaled(&self) -> u64 {
         self.word.load_u64(self.word_offset, Ordering::Acquire)
+    }
+
+    /// The futex words a wait sleeps on: the timeline word's low half, which the queues'
+    /// releases wake, and the lost flag, which rigd wakes when it raises it.
+    pub(crate) fn futex_words(&self) -> (&AtomicU32, &AtomicU32) {
+        let low = self.word_offset + rig_shm::layout::LOW_HALF_OFFSET as usize;
+        (
+            self.word.atomic_u32(low),
+            self.flag.atomic_u32(self.flag_offset),
+        )
     }
 
     /// True once rigd raised the lost flag.

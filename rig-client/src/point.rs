@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::device::DeviceShared;
+use crate::device::{DeviceShared, WaitPolicy};
 use crate::error::Result;
 
 /// A device and one value of its timeline: the value a submission releases once its work
@@ -41,8 +41,15 @@ impl Point {
         self.device.reached(self.value)
     }
 
-    /// Waits until the value is reached: spins briefly, then sleeps on the device's
-    /// interrupt. Returns [`crate::Error::Lost`] with rigd's reason if the device is lost
+    /// Whether the value is reached, without waiting: [`Point::signaled`]. It never sleeps
+    /// or spins; the first call that finds the value's work lost with a producer tells rigd
+    /// to stop the device.
+    pub fn is_reached(&self) -> bool {
+        self.signaled()
+    }
+
+    /// Waits until the value is reached: spins briefly ([`WaitPolicy::default`]), then
+    /// sleeps until the release of a later value or a loss wakes it. Returns [`crate::Error::Lost`] with rigd's reason if the device is lost
     /// first. A value the device reached before a loss is reached.
     ///
     /// Where the value's work (or an earlier value's) waited on the GPU for a point of
@@ -54,7 +61,7 @@ impl Point {
         self.device.wait(self.value, None)
     }
 
-    /// Waits as [`Point::wait`] but never spins: it sleeps on the interrupt at once.
+    /// Waits as [`Point::wait`] but never spins: it sleeps at once.
     pub fn wait_sleeping(&self) -> Result<()> {
         self.device.wait(self.value, Some(Duration::ZERO))
     }
@@ -62,5 +69,18 @@ impl Point {
     /// Waits as [`Point::wait`], spinning for at most `spin` before it sleeps.
     pub fn wait_spinning(&self, spin: Duration) -> Result<()> {
         self.device.wait(self.value, Some(spin))
+    }
+
+    /// Waits as [`Point::wait`] for at most `timeout`: `Ok(true)` once the value is
+    /// reached, `Ok(false)` if the timeout passed first (the work goes on), `Err(Lost)` as
+    /// [`Point::wait`] says.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.wait_with(WaitPolicy::default().with_timeout(timeout))
+    }
+
+    /// Waits as `policy` says: how long it spins, how politely, and for how long in all.
+    /// `Ok(false)` if its timeout passed before the value was reached.
+    pub fn wait_with(&self, policy: WaitPolicy) -> Result<bool> {
+        self.device.wait_with(self.value, policy)
     }
 }

@@ -16,6 +16,12 @@
 //! The timeline word has a cache line of its own, as the GPU writes it while the client
 //! writes the submitted value.
 //!
+//! A waiting client sleeps on two futex words of the page ([`crate::futex::wait_any`]): the
+//! timeline word's low half ([`TIMELINE_FUTEX_OFFSET`]), which a release that interrupts
+//! wakes (the simulator wakes it as it writes the release, as a driver's interrupt handler
+//! would), and the lost flag, which rigd wakes when it raises it. rigd also wakes the
+//! timeline word when its stop writes it.
+//!
 //! # A queue's memory
 //!
 //! A queue's memfd holds its ring, then one [`POSITIONS_PAGE_BYTES`] page of positions:
@@ -53,6 +59,12 @@ pub const CONTROL_PAGE_BYTES: u64 = 4096;
 pub const TIMELINE_WORD_OFFSET: u64 = 0;
 /// Bytes of the timeline word.
 pub const TIMELINE_WORD_BYTES: u64 = 8;
+/// Offset of the 32-bit half of the timeline word that holds its low bits: the futex word
+/// a waiter sleeps on, which every release changes (successive values differ in their low
+/// 32 bits) and whose writer wakes it ([`crate::futex`]).
+pub const TIMELINE_FUTEX_OFFSET: u64 = TIMELINE_WORD_OFFSET + LOW_HALF_OFFSET;
+/// Offset of the low 32 bits in a 64-bit word of this host's byte order.
+pub const LOW_HALF_OFFSET: u64 = if cfg!(target_endian = "little") { 0 } else { 4 };
 /// Offset of the client's last submitted value (8 bytes) in the control page.
 pub const SUBMITTED_OFFSET: u64 = 64;
 /// Bytes of the submitted value.
@@ -64,6 +76,8 @@ pub const LOST_BYTES: u64 = 4;
 
 const _: () = assert!(TIMELINE_WORD_OFFSET.is_multiple_of(CACHE_LINE_BYTES));
 const _: () = assert!(TIMELINE_WORD_BYTES <= CACHE_LINE_BYTES);
+const _: () = assert!(TIMELINE_FUTEX_OFFSET.is_multiple_of(4));
+const _: () = assert!(TIMELINE_FUTEX_OFFSET + 4 <= TIMELINE_WORD_OFFSET + TIMELINE_WORD_BYTES);
 // The word's line is its own: the client's submitted value starts the next line.
 const _: () = assert!(SUBMITTED_OFFSET >= TIMELINE_WORD_OFFSET + CACHE_LINE_BYTES);
 const _: () = assert!(SUBMITTED_OFFSET.is_multiple_of(8));

@@ -13,10 +13,15 @@
 //!   copies ([`SharedRegion::read`], [`SharedRegion::write`]), atomic loads and stores
 //!   ([`SharedRegion::load_u64`], ...) and references to *atomics*
 //!   ([`SharedRegion::atomic_u64`]), whose interior mutability makes concurrent writers sound.
-//! - [`futex`] waits on and wakes a 32-bit word, across processes (never `FUTEX_PRIVATE`).
+//! - [`futex`] waits on and wakes a 32-bit word, or sleeps on several at once, across
+//!   processes (never `FUTEX_PRIVATE`).
 //! - [`doorbell`] is the doorbell protocol that clients and queue processors share: a ring
 //!   costs one store, plus a wake only when the processor sleeps.
 //!
+//! - [`ring`] is a queue's ring as its two sides use it: the client's [`ring::Producer`]
+//!   (reserve, store, publish the write position, ring) and the queue's [`ring::Consumer`]
+//!   (check the write position, fetch words across the end, publish the read position),
+//!   with positions in the one unit its [`ring::Geometry`] states.
 //! - [`layout`] is where each word of the shared pages lies (control page, a queue's
 //!   positions, doorbell slots, the smallest ring and segment), checked at compile time;
 //!   rigd, the client, rig-proto and the simulator all take it from there.
@@ -31,6 +36,7 @@ pub mod doorbell;
 pub mod futex;
 pub mod layout;
 mod region;
+pub mod ring;
 
 pub use doorbell::Doorbell;
 pub use layout::{

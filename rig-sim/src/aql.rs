@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 
 use rig_amd::aql::{self, Packet};
 use rig_amd::gpu::Gpu;
+use rig_shm::ring::{Geometry, Unit};
 
 use crate::dispatch::{self, AqlLaunch};
 use crate::queue::{Ctx, FaultReason, InterruptSource, Processor, QueueDesc};
@@ -39,7 +40,8 @@ const _: () = assert!(aql::BYTES as u64 == rig_shm::layout::AQL_POSITION_UNIT);
 pub(crate) struct Aql {
     model: &'static Gpu,
     ring_va: u64,
-    slots: u64,
+    /// The ring's size, its positions counting packets.
+    geometry: Geometry,
     rptr_va: u64,
     queue_va: u64,
     scratch: (u64, u64),
@@ -52,7 +54,8 @@ impl Aql {
         Aql {
             model,
             ring_va: desc.ring_va,
-            slots: desc.ring_bytes / aql::BYTES as u64,
+            // PANIC: `queue::start` checked the ring's size against the same bound.
+            geometry: Geometry::new(desc.ring_bytes, Unit::AqlPacket).expect("a checked ring size"),
             rptr_va: desc.rptr_va,
             queue_va: desc.queue_va,
             scratch: desc.scratch,
@@ -75,7 +78,7 @@ impl Processor for Aql {
             if ctx.stopped() {
                 return Ok(());
             }
-            let slot_va = self.ring_va + (self.pos % self.slots) * aql::BYTES as u64;
+            let slot_va = self.ring_va + self.geometry.offset(self.pos);
             // The header's acquire load orders the reads of the packet's other words after it.
             let word0 = vm.load_u32(slot_va, Ordering::Acquire)?;
             if word0 as u8 == aql::TYPE_INVALID {
@@ -148,6 +151,8 @@ impl Processor for Aql {
                 if mailbox != 0 {
                     let id = vm.load_u32(completion + SIGNAL_EVENT_ID, Ordering::Acquire)?;
                     vm.store_u64(mailbox, u64::from(id), Ordering::Release)?;
+                    // The interrupt's handler wakes the sleepers of the signal's value.
+                    vm.wake(completion + SIGNAL_VALUE + rig_shm::layout::LOW_HALF_OFFSET);
                     ctx.interrupt(InterruptSource::Signal, id);
                 }
             }

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use rig_amd::gpu::Gpu;
 use rig_amd::pm4::{self, CopyDst, CopySrc, DataSel, DecodeError, IntSel, Packet};
+use rig_shm::layout::LOW_HALF_OFFSET;
 
 use crate::dispatch::{self, SH_WINDOW};
 use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, QueueDesc};
@@ -36,7 +37,7 @@ struct State {
 impl Pm4 {
     pub(crate) fn new(desc: &QueueDesc, model: &'static Gpu) -> Pm4 {
         Pm4 {
-            ring: DwordRing::new(desc, rig_shm::layout::PM4_POSITION_UNIT),
+            ring: DwordRing::new(desc, rig_shm::ring::Unit::Dword),
             state: State {
                 model,
                 regs: Box::new([0; SH_WINDOW]),
@@ -113,16 +114,29 @@ impl State {
                         format!("RELEASE_MEM: DST_SEL {} is not memory", p.dst_sel),
                     ));
                 }
-                match p.data_sel {
-                    DataSel::None => {}
-                    DataSel::Low32 => vm.store_u32(p.address, p.data as u32, Ordering::Release)?,
-                    DataSel::Data64 => vm.store_u64(p.address, p.data, Ordering::Release)?,
-                    DataSel::GpuClock | DataSel::SysClock => {
-                        vm.store_u64(p.address, ctx.gpu.clock_ticks(), Ordering::Release)?
+                // The 32-bit word that holds the low bits of what was written.
+                let low = match p.data_sel {
+                    DataSel::None => None,
+                    DataSel::Low32 => {
+                        vm.store_u32(p.address, p.data as u32, Ordering::Release)?;
+                        Some(p.address)
                     }
-                }
+                    DataSel::Data64 => {
+                        vm.store_u64(p.address, p.data, Ordering::Release)?;
+                        Some(p.address + LOW_HALF_OFFSET)
+                    }
+                    DataSel::GpuClock | DataSel::SysClock => {
+                        vm.store_u64(p.address, ctx.gpu.clock_ticks(), Ordering::Release)?;
+                        Some(p.address + LOW_HALF_OFFSET)
+                    }
+                };
                 ctx.notify();
                 if matches!(p.int_sel, IntSel::Interrupt | IntSel::AfterWrite) {
+                    // The interrupt's handler wakes the sleepers of the word first: they
+                    // need nothing else to see the value.
+                    if let Some(word) = low {
+                        vm.wake(word);
+                    }
                     ctx.interrupt(InterruptSource::ReleaseMem, p.int_ctxid);
                 }
             }

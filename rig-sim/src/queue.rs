@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use rig_amd::gpu::QueueKind;
 use rig_shm::Doorbell;
 use rig_shm::layout::{MIN_RING_BYTES, RING_BASE_ALIGN};
+use rig_shm::ring::{Consumer, Geometry, ReadError, RingMemory, Unit};
 
 use crate::memory::{PageFault, Vm};
 use crate::{Result, SimError, SimGpu};
@@ -517,37 +518,58 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
     }
 }
 
-/// A ring of dwords (PM4 or SDMA) between a read and a write position.
+/// A ring of dwords (PM4 or SDMA) between a read and a write position: `rig_shm`'s
+/// [`Consumer`], reading through the queue's page tables.
 #[derive(Debug)]
 pub(crate) struct DwordRing {
-    ring_va: u64,
-    ring_bytes: u64,
-    rptr_va: u64,
-    wptr_va: u64,
-    /// Bytes per position unit: `rig_shm::layout`'s PM4 (dwords) or SDMA (bytes) unit.
-    unit: u64,
-    /// The read position, in units.
-    pub(crate) pos: u64,
+    ring: Consumer,
+    /// The words fetched last, kept so that a fetch allocates only when the ring grew.
+    words: Vec<u32>,
 }
 
 /// Most dwords fetched from a ring at once.
 const FETCH_DWORDS: u64 = 1 << 16;
 
+/// The queue's memory as its ring's consumer reads it.
+impl RingMemory for Vm {
+    type Fault = PageFault;
+
+    fn load_position(&self, at: u64) -> std::result::Result<u64, PageFault> {
+        self.load_u64(at, Ordering::Acquire)
+    }
+
+    fn store_position(&self, at: u64, value: u64) -> std::result::Result<(), PageFault> {
+        self.store_u64(at, value, Ordering::Release)
+    }
+
+    fn read_dwords(&self, at: u64, out: &mut [u32]) -> std::result::Result<(), PageFault> {
+        // Through a small buffer on the stack: packets are little-endian dwords.
+        let mut bytes = [0u8; 1024];
+        for (i, chunk) in out.chunks_mut(bytes.len() / 4).enumerate() {
+            let b = &mut bytes[..4 * chunk.len()];
+            self.read(at + (i * 1024) as u64, b)?;
+            for (w, c) in chunk.iter_mut().zip(b.chunks_exact(4)) {
+                *w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl DwordRing {
-    pub(crate) fn new(desc: &QueueDesc, unit: u64) -> DwordRing {
+    /// The ring of `desc`, whose positions count `unit`s (PM4 or SDMA).
+    pub(crate) fn new(desc: &QueueDesc, unit: Unit) -> DwordRing {
+        // PANIC: `start` checked the ring's size against the same bound.
+        let geometry = Geometry::new(desc.ring_bytes, unit).expect("a checked ring size");
         DwordRing {
-            ring_va: desc.ring_va,
-            ring_bytes: desc.ring_bytes,
-            rptr_va: desc.rptr_va,
-            wptr_va: desc.wptr_va,
-            unit,
-            pos: 0,
+            ring: Consumer::new(geometry, desc.ring_va, desc.rptr_va, desc.wptr_va),
+            words: Vec::new(),
         }
     }
 
     fn bad(&self, reason: String) -> FaultReason {
         FaultReason::BadPacket {
-            position: self.pos,
+            position: self.ring.position(),
             reason,
         }
     }
@@ -560,72 +582,59 @@ impl DwordRing {
         ctx: &Ctx,
         mut step: impl FnMut(&Ctx, &[u32], u64) -> std::result::Result<Option<usize>, FaultReason>,
     ) -> std::result::Result<(), FaultReason> {
+        let vm = &*ctx.vm;
         loop {
             if ctx.stopped() {
                 return Ok(());
             }
-            let wptr = ctx.vm.load_u64(self.wptr_va, Ordering::Acquire)?;
-            if wptr == self.pos {
+            let avail = match self.ring.available(vm) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(ReadError::Fault(f)) => return Err(f.into()),
+                Err(ReadError::Hostile(h)) => return Err(self.bad(h.to_string())),
+            };
+            let n = avail.min(FETCH_DWORDS);
+            let mut words = std::mem::take(&mut self.words);
+            let ran = self.run_words(ctx, &mut words, n, avail, &mut step);
+            self.words = words;
+            if !ran? {
                 return Ok(());
             }
-            if wptr < self.pos {
-                return Err(self.bad(format!(
-                    "the write position moved back from {:#x} to {wptr:#x}",
-                    self.pos
-                )));
-            }
-            let bytes = (wptr - self.pos).saturating_mul(self.unit);
-            if bytes > self.ring_bytes {
-                return Err(self.bad(format!(
-                    "the write position {wptr:#x} is more than the ring's {} bytes ahead",
-                    self.ring_bytes
-                )));
-            }
-            if !bytes.is_multiple_of(4) {
-                return Err(self.bad(format!(
-                    "the write position {wptr:#x} does not end a whole dword"
-                )));
-            }
-            let avail = bytes / 4;
-            let n = avail.min(FETCH_DWORDS);
-            let words = self.fetch(ctx, n)?;
-            let mut i = 0usize;
-            while i < words.len() {
-                if ctx.stopped() {
-                    return Ok(());
-                }
-                let at = self.pos;
-                match step(ctx, &words[i..], at)? {
-                    // A packet cut short by a stop is not consumed.
-                    Some(_) if ctx.stopped() => return Ok(()),
-                    Some(took) => {
-                        i += took;
-                        self.advance(ctx, took as u64)?;
-                    }
-                    None if n < avail && i > 0 => break,
-                    None => {
-                        return Err(self.bad("the packet runs past the write position".to_string()));
-                    }
-                }
-            }
         }
     }
 
-    /// Reads `n` dwords from the read position, across the ring's end.
-    fn fetch(&self, ctx: &Ctx, n: u64) -> std::result::Result<Vec<u32>, FaultReason> {
-        let start = (self.pos * self.unit) % self.ring_bytes;
-        let first = n.min((self.ring_bytes - start) / 4);
-        let mut words = ctx.vm.read_dwords(self.ring_va + start, first as usize)?;
-        if first < n {
-            words.extend(ctx.vm.read_dwords(self.ring_va, (n - first) as usize)?);
+    /// Fetches `n` of the `avail` dwords into `words` and runs their packets; false once the
+    /// queue stopped.
+    fn run_words(
+        &mut self,
+        ctx: &Ctx,
+        words: &mut Vec<u32>,
+        n: u64,
+        avail: u64,
+        step: &mut impl FnMut(&Ctx, &[u32], u64) -> std::result::Result<Option<usize>, FaultReason>,
+    ) -> std::result::Result<bool, FaultReason> {
+        let vm = &*ctx.vm;
+        self.ring.fetch(vm, n, words)?;
+        let mut i = 0usize;
+        while i < words.len() {
+            if ctx.stopped() {
+                return Ok(false);
+            }
+            let at = self.ring.position();
+            match step(ctx, &words[i..], at)? {
+                // A packet cut short by a stop is not consumed.
+                Some(_) if ctx.stopped() => return Ok(false),
+                Some(took) => {
+                    i += took;
+                    self.ring.advance(vm, took as u64)?;
+                }
+                None if n < avail && i > 0 => break,
+                None => {
+                    return Err(self.bad("the packet runs past the write position".to_string()));
+                }
+            }
         }
-        Ok(words)
-    }
-
-    /// Moves the read position past `dwords` and publishes it.
-    fn advance(&mut self, ctx: &Ctx, dwords: u64) -> std::result::Result<(), PageFault> {
-        self.pos += dwords * 4 / self.unit;
-        ctx.vm.store_u64(self.rptr_va, self.pos, Ordering::Release)
+        Ok(true)
     }
 }
 

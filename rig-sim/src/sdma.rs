@@ -20,13 +20,16 @@ use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, Queu
 pub(crate) struct Sdma {
     ring: DwordRing,
     layout: Layout,
+    /// The address the last FENCE wrote, whose sleepers a TRAP wakes.
+    fenced: Option<u64>,
 }
 
 impl Sdma {
     pub(crate) fn new(desc: &QueueDesc, model: &'static Gpu) -> Sdma {
         Sdma {
-            ring: DwordRing::new(desc, rig_shm::layout::SDMA_POSITION_UNIT),
+            ring: DwordRing::new(desc, rig_shm::ring::Unit::Byte),
             layout: Layout::for_gpu(model),
+            fenced: None,
         }
     }
 }
@@ -38,10 +41,11 @@ fn bad(position: u64, reason: String) -> FaultReason {
 impl Processor for Sdma {
     fn poll(&mut self, ctx: &Ctx) -> Result<(), FaultReason> {
         let layout = self.layout;
+        let fenced = &mut self.fenced;
         self.ring.run(ctx, |ctx, words, pos| {
             match sdma::decode_with(layout, words) {
                 Ok((packet, n)) => {
-                    exec(ctx, packet, pos)?;
+                    exec(ctx, packet, pos, fenced)?;
                     Ok(Some(n))
                 }
                 Err(DecodeError::Truncated { .. }) => Ok(None),
@@ -51,7 +55,8 @@ impl Processor for Sdma {
     }
 }
 
-fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
+/// Runs one packet; `fenced` is the address the last FENCE wrote.
+fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result<(), FaultReason> {
     let vm = &ctx.vm;
     let stop = &ctx.shared.stop;
     match packet {
@@ -89,9 +94,17 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
         }
         Packet::Fence(p) => {
             vm.store_u32(p.address, p.value, Ordering::Release)?;
+            *fenced = Some(p.address);
             ctx.notify();
         }
-        Packet::Trap(p) => ctx.interrupt(InterruptSource::SdmaTrap, p.context),
+        Packet::Trap(p) => {
+            // A fence and a trap are how SDMA releases: the trap's handler wakes the
+            // sleepers of the word the fence wrote.
+            if let Some(word) = fenced.take() {
+                vm.wake(word);
+            }
+            ctx.interrupt(InterruptSource::SdmaTrap, p.context)
+        }
         Packet::PollRegMem(p) => {
             if p.hdp_flush {
                 return Ok(());

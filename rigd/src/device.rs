@@ -1108,6 +1108,10 @@ impl Device {
         if s == Stopped::Stopped {
             if let Some(h) = self.control_host() {
                 h.store_u64(TIMELINE_WORD_OFFSET as usize, last, Ordering::Release);
+                // Clients sleep on the word's futex (rig_shm::layout's control page).
+                rig_shm::futex::wake_all(
+                    h.atomic_u32(rig_shm::layout::TIMELINE_FUTEX_OFFSET as usize),
+                );
             }
             // Nothing of the device runs any more: what it gave back is free to reuse.
             self.halted = true;
@@ -1140,6 +1144,8 @@ impl Device {
         // that sees the word reach its value and then reads the flag knows it was a loss.
         if let Some(h) = self.control_host() {
             h.store_u32(LOST_OFFSET as usize, 1, Ordering::Release);
+            // Clients sleep on the flag's futex too, so the loss wakes them at once.
+            rig_shm::futex::wake_all(h.atomic_u32(LOST_OFFSET as usize));
         }
         if !self.stopped {
             let _ = self.stop(last, Some(&why));

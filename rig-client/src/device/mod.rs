@@ -22,7 +22,7 @@ mod waits;
 
 pub(crate) use control::Maps;
 pub use control::Rig;
-pub use waits::DEFAULT_SPIN;
+pub use waits::{DEFAULT_HINTS, DEFAULT_SPIN, WaitPolicy};
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
@@ -87,6 +87,8 @@ impl DeviceShared {
         opened: rig_proto::DeviceOpened,
         mut maps: Maps,
     ) -> Result<DeviceShared> {
+        // Nothing is mapped before the answer's layout is known good.
+        opened.check()?;
         let (word, word_offset) = maps.gpu_share(opened.word.memory)?;
         if word_offset % 8 != 0 {
             return Err(Error::Protocol(
@@ -165,10 +167,9 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
 /// The device's interrupt eventfd, for a program's event loop (epoll, mio, tokio's
 /// `AsyncFd`): it turns readable when the device's word may have advanced (the GPU's
 /// end-of-work interrupt). A loss raises no interrupt of its own: a loop that must notice
-/// one sleeps in slices and asks [`Device::lost`]. It is nonblocking and shared with the device's own waits: after
-/// it turns readable, read its 8 bytes (or leave them to a wait) and ask
-/// [`Device::signaled`] or [`Device::lost`]; a wait that finds it drained still notices
-/// its value within its sleep slice.
+/// one sleeps in slices and asks [`Device::lost`]. It is nonblocking; the crate's own waits
+/// do not read it (they sleep on the timeline word's futex), so after it turns readable,
+/// read its 8 bytes to reset it and ask [`Device::signaled`] or [`Device::lost`].
 impl std::os::fd::AsFd for Device {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.0.interrupt.as_fd()

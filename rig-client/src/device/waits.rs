@@ -1,22 +1,95 @@
-//! Waits on a device's timeline word: spinning, then sleeping on its interrupt in slices,
-//! noticing a lost device (its flag, rigd's status, a rigd that no longer answers) and work
-//! that waited on the GPU for a lost producer.
+//! Waits on a device's timeline word: spinning politely (spin-loop hints, then yields),
+//! then sleeping on the word's futex and the lost flag's at once, in slices, noticing a
+//! lost device (its flag, rigd's status, a rigd that no longer answers) and work that
+//! waited on the GPU for a lost producer. [`WaitPolicy`] says how long each phase lasts.
+//!
+//! The sleep is race-free: a wait reads the word, checks it, then sleeps only while the
+//! word's low half still holds what it read (the kernel compares atomically), and the
+//! queue that releases a value writes the word before it wakes its sleepers. rigd wakes
+//! the lost flag's sleepers when it raises it, and the word's when its stop writes it. The
+//! device's eventfd is still signalled on every interrupt, for programs with an event loop
+//! (`Device`'s `AsFd`).
 
-use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rig_proto::Request;
+use rig_shm::futex;
 
 use super::{DeviceShared, poisoned};
 use crate::error::{Error, Result};
 
-/// How long a wait spins on the word before it sleeps on the interrupt, by default.
+/// How long a wait spins on the word before it sleeps, by default.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// How long a spinning wait issues spin-loop hints before it yields its core instead, by
+/// default: as long as the default spin, so that a default wait never yields. Yielding
+/// from the start was measured (docs/performance.md): on a 2-core host the scheduler then
+/// ran the queue's thread on the waiter's core, and every later doorbell's wake preempted
+/// the submitting thread (7.5 us per queued launch instead of 0.12 us). A longer spin
+/// yields after this.
+pub const DEFAULT_HINTS: Duration = DEFAULT_SPIN;
 /// How often a wait whose word stands still asks rigd whether it still serves the device.
 const CHECK_DAEMON: Duration = Duration::from_millis(500);
-/// The longest a sleeping wait blocks before it reads the word and the lost flag again.
+/// The longest a sleeping wait blocks before it reads the word and the lost flag again: a
+/// backstop (a rigd that died wakes no one), not the way a wait learns of its value.
 const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
+/// How a wait spends its time until its value is reached: it spins for
+/// [`WaitPolicy::spin`] (issuing spin-loop hints for the first [`WaitPolicy::hints`] of
+/// it, then yielding the core between reads, so that the queue's own thread can run on a
+/// busy host), then sleeps until a release or a loss wakes it; it gives up after
+/// [`WaitPolicy::timeout`], if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// How long it reads the word before it sleeps.
+    pub spin: Duration,
+    /// How long, of the spin, it issues spin-loop hints before it yields instead.
+    pub hints: Duration,
+    /// How long it waits in all before it answers "not reached"; `None` for ever.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for WaitPolicy {
+    /// Spins [`DEFAULT_SPIN`] (hints for [`DEFAULT_HINTS`]), then sleeps; no timeout.
+    fn default() -> WaitPolicy {
+        WaitPolicy {
+            spin: DEFAULT_SPIN,
+            hints: DEFAULT_HINTS,
+            timeout: None,
+        }
+    }
+}
+
+impl WaitPolicy {
+    /// Sleeps at once.
+    pub fn sleeping() -> WaitPolicy {
+        WaitPolicy {
+            spin: Duration::ZERO,
+            ..WaitPolicy::default()
+        }
+    }
+
+    /// Spins for `spin` before it sleeps.
+    pub fn spinning(spin: Duration) -> WaitPolicy {
+        WaitPolicy {
+            spin,
+            ..WaitPolicy::default()
+        }
+    }
+
+    /// This policy, issuing spin-loop hints for `hints` of its spin before it yields.
+    pub fn with_hints(self, hints: Duration) -> WaitPolicy {
+        WaitPolicy { hints, ..self }
+    }
+
+    /// This policy, giving up after `timeout`.
+    pub fn with_timeout(self, timeout: Duration) -> WaitPolicy {
+        WaitPolicy {
+            timeout: Some(timeout),
+            ..self
+        }
+    }
+}
 
 /// The device was lost; its reason is asked of rigd where no lock is held.
 #[derive(Debug, Clone, Copy)]
@@ -62,35 +135,56 @@ impl DeviceShared {
         self.live.reached(value) && self.check_producers(value).is_ok()
     }
 
-    /// Waits until the word reaches `value`: spins for `spin` (default [`DEFAULT_SPIN`]),
-    /// then sleeps on the interrupt eventfd in slices, reading the word and the lost flag
-    /// after each, so that a lost device is noticed. A value reached before a loss is
-    /// reached; work that waited on the GPU for a point of a lost producer is lost too.
+    /// Waits until the word reaches `value`, spinning for `spin` (default [`DEFAULT_SPIN`])
+    /// before it sleeps, with no timeout.
     pub(crate) fn wait(&self, value: u64, spin: Option<Duration>) -> Result<()> {
+        let policy = spin.map_or_else(WaitPolicy::default, WaitPolicy::spinning);
+        self.wait_with(value, policy).map(drop)
+    }
+
+    /// Waits until the word reaches `value` as `policy` says; `Ok(false)` once its timeout
+    /// passed first. A value reached before a loss is reached; a lost device answers
+    /// `Err(Lost)`, and so does work that waited on the GPU for a point of a lost producer.
+    pub(crate) fn wait_with(&self, value: u64, policy: WaitPolicy) -> Result<bool> {
         // 0 is no value: what a buffer no work used waits for, also on a lost device.
         if value == 0 {
-            return Ok(());
+            return Ok(true);
         }
         if self.live.reached(value) {
-            return self.check_producers(value);
+            self.check_producers(value)?;
+            return Ok(true);
         }
-        let spin = spin.unwrap_or(DEFAULT_SPIN);
         let start = Instant::now();
+        let deadline = policy.timeout.map(|t| start + t);
         let mut asked = start;
         loop {
+            // Read before the check: the sleep below lasts only while the word holds it.
+            let seen = self.signaled();
             if self.live.reached(value) {
                 break;
             }
             if self.lost_flag() {
                 return Err(self.lost_error());
             }
-            if start.elapsed() < spin {
-                std::hint::spin_loop();
+            let waited = start.elapsed();
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                self.check_producers(value)?;
+                return Ok(false);
+            }
+            if waited < policy.spin {
+                if waited < policy.hints {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             // Work held back by a lost producer is lost before it runs, if ever.
             self.check_producers(value)?;
-            self.sleep();
+            let slice = deadline.map_or(SLEEP_SLICE, |d| {
+                SLEEP_SLICE.min(d.saturating_duration_since(Instant::now()))
+            });
+            self.sleep(seen, slice);
             // A rigd that died raises no flag: ask it now and then while the word stands.
             if asked.elapsed() >= CHECK_DAEMON {
                 asked = Instant::now();
@@ -99,7 +193,7 @@ impl DeviceShared {
         }
         self.check_producers(value)?;
         self.settle();
-        Ok(())
+        Ok(true)
     }
 
     /// `Err(Lost)` if work up to `value` waited on the GPU for a point its producer did not
@@ -165,30 +259,28 @@ impl DeviceShared {
     /// placer's lock): a loss answers [`LostNow`], whose reason the caller asks later.
     pub(crate) fn await_move(&self, seen: u64) -> std::result::Result<(), LostNow> {
         let start = Instant::now();
-        while self.signaled() <= seen {
+        loop {
+            let now = self.signaled();
+            if now > seen {
+                return Ok(());
+            }
             if self.lost_flag() {
                 return Err(LostNow);
             }
             if start.elapsed() < DEFAULT_SPIN {
                 std::thread::yield_now();
             } else {
-                self.sleep();
+                self.sleep(now, SLEEP_SLICE);
                 return Ok(());
             }
         }
-        Ok(())
     }
 
-    /// Blocks on the interrupt eventfd for at most one slice, and drains it.
-    pub(super) fn sleep(&self) {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let slice = PollTimeout::try_from(SLEEP_SLICE).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(self.interrupt.as_fd(), PollFlags::POLLIN)];
-        if poll(&mut fds, slice).is_ok_and(|n| n > 0) {
-            // The eventfd is nonblocking: a count another thread drained first answers
-            // EAGAIN instead of blocking, which is as good as a read here.
-            let mut buf = [0u8; 8];
-            let _ = nix::unistd::read(self.interrupt.as_raw_fd(), &mut buf);
-        }
+    /// Sleeps for at most `slice` while the word holds `seen` and the lost flag is down:
+    /// a release of a later value, a loss, or rigd's stop wakes it.
+    pub(super) fn sleep(&self, seen: u64, slice: Duration) {
+        let (word, lost) = self.live.futex_words();
+        // The word's low half: successive values differ there.
+        futex::wait_word_or_flag(word, seen as u32, lost, slice);
     }
 }

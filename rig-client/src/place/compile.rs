@@ -151,6 +151,49 @@ pub(crate) struct Compiled {
     /// COPY:0 that the waits for other devices' points passed; `Some` iff the submission
     /// waits for any point.
     pub(super) wait_slot: Option<usize>,
+    /// COMPUTE:0's words for the parts, made once where they depend on no value (no part
+    /// of it waits for or signals the other queue): framing copies them and patches the
+    /// kernel-argument addresses.
+    pub(super) body: Option<Body>,
+    /// The value's block as placed, `block` bytes: every part's argument bytes at its
+    /// offset, zeros elsewhere; placing copies it in one write.
+    pub(super) image: Vec<u8>,
+}
+
+/// COMPUTE:0's words for a submission's parts, the same for every value but for the
+/// kernel-argument addresses.
+#[derive(Debug, Clone)]
+pub(super) struct Body {
+    pub(super) words: Vec<u32>,
+    /// (index in `words` of an address's low word, offset of the arguments in the block).
+    pub(super) kernargs: Vec<(usize, u64)>,
+}
+
+impl Body {
+    /// The words of `pieces` on COMPUTE:0, if none waits for or signals the other queue:
+    /// an acquire before each launch (of every cache before the first), then its words.
+    fn of(t: &Target, pieces: &[Piece]) -> Option<Body> {
+        let compute = || pieces.iter().filter(|p| p.queue == Queue::Compute);
+        if compute().any(|p| !p.after.is_empty() || p.signals) {
+            return None;
+        }
+        let mut words = Vec::new();
+        let mut kernargs = Vec::new();
+        let mut first = true;
+        for p in compute() {
+            if p.launch {
+                let mut a = [0u32; 8];
+                let n = t.acquire(first).encode(&mut a).ok()?;
+                words.extend_from_slice(&a[..n]);
+                first = false;
+            }
+            if let Some(k) = p.kernarg_at {
+                kernargs.push((words.len() + k, p.args_at));
+            }
+            words.extend_from_slice(&p.words);
+        }
+        Some(Body { words, kernargs })
+    }
 }
 
 pub(super) fn align(x: u64, a: u64) -> u64 {
@@ -174,14 +217,23 @@ impl Compiled {
                 pieces[a].signals = true;
             }
         }
+        let block = align(args_end.max(8), ARG_ALIGN);
+        let mut image = vec![0u8; block as usize];
+        for p in &pieces {
+            let at = p.args_at as usize;
+            image[at..at + p.args.len()].copy_from_slice(&p.args);
+        }
+        let body = Body::of(t, &pieces);
         Ok(Compiled {
             device,
             pieces,
-            block: align(args_end.max(8), ARG_ALIGN),
+            block,
             has_compute,
             has_copy,
             last_copy,
             wait_slot,
+            body,
+            image,
         })
     }
 }

@@ -126,9 +126,19 @@ pub(super) fn frame(
         if let Some(st) = stamp {
             push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
         }
+        if let Some(b) = &c.body {
+            // The parts' words as compiled, with this block's argument addresses.
+            let at = cs.len();
+            cs.extend_from_slice(&b.words);
+            for &(k, args_at) in &b.kernargs {
+                let a = block + args_at;
+                cs[at + k] = a as u32;
+                cs[at + k + 1] = (a >> 32) as u32;
+            }
+        }
         let mut first = true;
         for (i, p) in c.pieces.iter().enumerate() {
-            if p.queue != Queue::Compute {
+            if p.queue != Queue::Compute || c.body.is_some() {
                 continue;
             }
             for &a in &p.after {

@@ -16,7 +16,7 @@ use super::framing::{Frame, frame};
 use super::rings::{QueueRing, Segment};
 use crate::device::Maps;
 use crate::error::{Error, Never, Result};
-use crate::ring::{Ring, Spot};
+use rig_shm::ring::{Cursor, Spot};
 
 /// Values whose segment blocks the placer tracks at once; more wait for the oldest.
 const RECORDS: usize = 4096;
@@ -32,6 +32,7 @@ pub(crate) struct Pending {
 impl Pending {
     /// The rings and segment rigd grew, mapped (with no lock held: mapping is system calls).
     pub(crate) fn map(grown: &Grown, fds: Vec<OwnedFd>) -> Result<Pending> {
+        grown.check()?;
         let mut maps = Maps::new(fds)?;
         Ok(Pending {
             compute: grown
@@ -119,6 +120,7 @@ impl Placer {
         maps: &mut Maps,
         submitted: (SharedRegion, usize),
     ) -> Result<Placer> {
+        opened.check()?;
         if target.compute != QueueKind::Pm4 {
             return Err(Error::Invalid(format!(
                 "rig-client places PM4 packets only; {} reads {:?} packets on COMPUTE:0",
@@ -220,9 +222,9 @@ impl Placer {
         {
             return Err(e);
         }
-        if !Ring::holds(self.compute.pos.size, compute, true)
-            || !Ring::holds(self.copy.pos.size, copy, false)
-            || !Ring::holds(self.args.pos.size, c.block, false)
+        if !Cursor::holds(self.compute.ring.cursor.size, compute, true)
+            || !Cursor::holds(self.copy.ring.cursor.size, copy, false)
+            || !Cursor::holds(self.args.pos.size, c.block, false)
         {
             return Ok(Step::Grow {
                 compute: 4 * compute,
@@ -244,9 +246,9 @@ impl Placer {
                 return Ok(Step::Later);
             }
         }
-        let cspot = self.compute.pos.spot(compute);
-        let kspot = self.copy.pos.spot(copy);
-        if !self.compute.fits(cspot, compute) || !self.copy.fits(kspot, copy) {
+        let cspot = self.compute.ring.cursor.spot(compute);
+        let kspot = self.copy.ring.cursor.spot(copy);
+        if !self.compute.ring.fits(cspot, compute) || !self.copy.ring.fits(kspot, copy) {
             return Ok(Step::Later);
         }
         self.place(c, v, seg_spot, cspot, kspot);
@@ -257,6 +259,8 @@ impl Placer {
     fn place(&mut self, c: &Compiled, v: u64, seg: Spot, cspot: Spot, kspot: Spot) {
         let low = v as u32;
         let base = self.args.offset + seg.offset(self.args.pos.size) as usize;
+        // Every part's arguments in one write, then the words parts signal through.
+        self.args.region.write(base, &c.image);
         for (i, p) in c.pieces.iter().enumerate() {
             if p.signals || Some(i) == c.last_copy {
                 // Anything but the value's low word, so a waiter waits for this value's write.
@@ -264,23 +268,22 @@ impl Placer {
                     .region
                     .store_u64(base + 8 * i, u64::from(!low), Ordering::Relaxed);
             }
-            if !p.args.is_empty() {
-                self.args.region.write(base + p.args_at as usize, &p.args);
-            }
         }
         if let Some(n) = c.wait_slot {
             self.args
                 .region
                 .store_u64(base + 8 * n, u64::from(!low), Ordering::Relaxed);
         }
-        self.args.pos.write = Ring::end(seg, c.block);
+        self.args.pos.write = seg.end(c.block);
         self.records.push_back((v, self.args.pos.write));
 
         let compute = self.staging[0].len() as u64;
         if compute > 0 {
-            self.compute
-                .store(cspot.offset(self.compute.pos.size), &self.staging[0]);
-            self.compute.pos.write = Ring::end(cspot, compute);
+            self.compute.ring.store(
+                cspot.offset(self.compute.ring.cursor.size),
+                &self.staging[0],
+            );
+            self.compute.ring.cursor.write = cspot.end(compute);
         }
         let copy = self.staging[1].len() as u64;
         if copy > 0 {
@@ -288,8 +291,9 @@ impl Placer {
                 self.copy.pad_sdma(kspot.pad);
             }
             self.copy
-                .store(kspot.offset(self.copy.pos.size), &self.staging[1]);
-            self.copy.pos.write = Ring::end(kspot, copy);
+                .ring
+                .store(kspot.offset(self.copy.ring.cursor.size), &self.staging[1]);
+            self.copy.ring.cursor.write = kspot.end(copy);
         }
         self.last = v;
         // For rigd's watchdog and rigctl: the last value given to submit.
@@ -297,10 +301,10 @@ impl Placer {
             .0
             .store_u64(self.submitted.1, v, Ordering::Release);
         if compute > 0 {
-            self.compute.publish();
+            self.compute.ring.publish();
         }
         if copy > 0 {
-            self.copy.publish();
+            self.copy.ring.publish();
         }
     }
 
@@ -336,12 +340,12 @@ impl Placer {
     ) -> Request {
         Request::Grow {
             device,
-            compute_bytes: if compute < 4 * self.compute.pos.size {
+            compute_bytes: if compute < 4 * self.compute.ring.cursor.size {
                 0
             } else {
                 compute
             },
-            copy_bytes: if 2 * copy <= 4 * self.copy.pos.size {
+            copy_bytes: if 2 * copy <= 4 * self.copy.ring.cursor.size {
                 0
             } else {
                 copy

@@ -113,11 +113,16 @@ fn queue(kind: QueueKind, fd: u32, gpu: u64, slot: u64) -> QueueShare {
 
 impl Fake {
     pub(crate) fn new() -> Fake {
+        Fake::with(|_| {}).unwrap()
+    }
+
+    /// A placer over an answer that `edit` changed first.
+    fn with(edit: impl FnOnce(&mut DeviceOpened)) -> Result<Fake> {
         let make = |n: u64| SharedRegion::create("rig-client-test", n as usize).unwrap();
         let (compute, copy, args) = (make(RING + 4096), make(RING + 4096), make(SEG));
         let (control, bells) = (make(CONTROL_PAGE_BYTES), make(DOORBELL_PAGE_BYTES as u64));
         let fds = [&compute, &copy, &args, &control, &bells].map(|r| r.dup_fd().unwrap());
-        let opened = DeviceOpened {
+        let mut opened = DeviceOpened {
             device: rig_proto::DeviceId(1),
             facts: facts(),
             compute: queue(QueueKind::Pm4, 0, COMPUTE, 0),
@@ -156,16 +161,17 @@ impl Fake {
                 bytes: LOST_BYTES,
             },
         };
+        edit(&mut opened);
         let mut maps = Maps::new(fds.into()).unwrap();
         let target = super::Target::of(&opened.facts).unwrap();
-        let placer = Placer::new(&opened, target, &mut maps, (control.clone(), 64)).unwrap();
-        Fake {
+        let placer = Placer::new(&opened, target, &mut maps, (control.clone(), 64))?;
+        Ok(Fake {
             placer,
             compute,
             copy,
             args,
             seen: [0, 0],
-        }
+        })
     }
 
     /// Places `s` as the next value, the device having reached `reached`.
@@ -184,10 +190,10 @@ impl Fake {
         .into_iter()
         .enumerate()
         {
-            let end = ring.pos.write;
+            let end = ring.ring.cursor.write;
             // The queue publishes its write position in its units.
             let published = region.load_u64((RING + WRITE_AFTER_RING) as usize, Ordering::Acquire)
-                * ring.unit
+                * ring.ring.geometry().unit().bytes()
                 / 4;
             assert_eq!(published, end, "write position published");
             for p in self.seen[q]..end {
@@ -208,7 +214,7 @@ impl Fake {
         ] {
             region.store_u64(
                 RING as usize,
-                ring.pos.write * 4 / ring.unit,
+                ring.ring.cursor.write * 4 / ring.ring.geometry().unit().bytes(),
                 Ordering::Release,
             );
         }
@@ -492,7 +498,7 @@ fn copies_never_wrap_and_the_ring_waits_for_its_reader() {
     let mut placed = 0u64;
     let mut words = 0u64;
     while placed < 40 {
-        let before = f.placer.copy.pos.write;
+        let before = f.placer.copy.ring.cursor.write;
         match f.place(&s, placed).unwrap() {
             Step::Placed(v) => placed = v,
             Step::Later => {
@@ -506,7 +512,7 @@ fn copies_never_wrap_and_the_ring_waits_for_its_reader() {
         words += f.placer.staging[1].len() as u64;
         // The value's words start where the ring's end padding left off, and decode
         // whole: no packet crosses the ring's end.
-        let start = f.placer.copy.pos.write - f.placer.staging[1].len() as u64;
+        let start = f.placer.copy.ring.cursor.write - f.placer.staging[1].len() as u64;
         assert!(start % 1024 + f.placer.staging[1].len() as u64 <= 1024);
         let p = sdma(&k[(start - before) as usize..]);
         assert!(
@@ -521,7 +527,7 @@ fn copies_never_wrap_and_the_ring_waits_for_its_reader() {
         f.drain();
     }
     assert!(
-        f.placer.copy.pos.write > words,
+        f.placer.copy.ring.cursor.write > words,
         "the ring was padded at least once"
     );
 }
@@ -624,4 +630,31 @@ fn sdma_nops_decode() {
         assert_eq!(p.len(), 1);
         assert!(matches!(p[0], S::Nop(x) if x.words == n));
     }
+}
+
+#[test]
+fn an_answer_with_a_bad_layout_is_refused_with_its_error() {
+    let layout = |edit: fn(&mut DeviceOpened)| match Fake::with(edit) {
+        Err(Error::Layout(e)) => e,
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a bad answer was taken"),
+    };
+    // A ring that is not a power of two.
+    let e = layout(|o| o.compute.ring.host.bytes = 3 * 512);
+    assert_eq!(e.what, "a ring");
+    // A doorbell inside another queue's slot.
+    let e = layout(|o| o.copy.doorbell.offset += 8);
+    assert_eq!(e.what, "a doorbell");
+    // An unaligned write position.
+    let e = layout(|o| o.copy.write.host.offset += 4);
+    assert_eq!(e.what, "a write position");
+    // An unaligned lost flag, which no ring names.
+    let e = layout(|o| o.lost.offset += 2);
+    assert_eq!(e.what, "the lost flag");
+    let shown = Error::Layout(e).to_string();
+    assert!(
+        shown.contains("rigd and rig-client are out of step"),
+        "{shown}"
+    );
+    assert!(Fake::with(|_| {}).is_ok());
 }

@@ -1,0 +1,86 @@
+//! Waits with a timeout, a non-blocking check, and sleeping waits that a release or a loss
+//! wakes (the timeline word's futex and the lost flag's), through a real rigd.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Daemon, code, spin_kernel};
+use rig_client::{Error, Memory, Ref, Submission, WaitPolicy};
+
+#[test]
+fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() {
+    let Some(spin) = spin_kernel() else {
+        eprintln!("skipped: LLVM 19 is needed to build the spinning kernel");
+        return;
+    };
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
+    let flag = dev.buffer(4, Memory::Pinned).unwrap();
+    flag.write(|b| b.fill(0)).unwrap();
+    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let point = dev.submit(&s).unwrap();
+    assert!(!point.is_reached());
+    let t = Instant::now();
+    assert!(!point.wait_timeout(Duration::from_millis(30)).unwrap());
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(30), "returned after {took:?}");
+    assert!(took < Duration::from_secs(10), "returned after {took:?}");
+    // A spinning wait with a timeout gives up too.
+    let policy =
+        WaitPolicy::spinning(Duration::from_secs(1)).with_timeout(Duration::from_millis(5));
+    assert!(!point.wait_with(policy).unwrap());
+    // A sleeping wait on another thread ends with the abort's loss.
+    let p2 = point.clone();
+    let waiter = std::thread::spawn(move || p2.wait_with(WaitPolicy::sleeping()));
+    std::thread::sleep(Duration::from_millis(20));
+    dev.clone().abort().unwrap();
+    match waiter.join().unwrap() {
+        Err(e @ Error::Lost { .. }) => assert!(e.to_string().contains("aborted"), "{e}"),
+        r => panic!("a sleeping wait on aborted work returned {r:?}"),
+    }
+    assert!(matches!(
+        point.wait_timeout(Duration::from_secs(1)),
+        Err(Error::Lost { .. })
+    ));
+    assert!(!point.is_reached());
+}
+
+#[test]
+fn sleeping_waits_end_with_their_release() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let add = dev
+        .load_image(&code("add"))
+        .unwrap()
+        .resolve("add")
+        .unwrap();
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Pinned).unwrap();
+    let s = Submission::new().launch(
+        &add,
+        &[0; 16],
+        &[Ref::read(&x, 0), Ref::write(&y, 8)],
+        [1, 1, 1],
+        [64, 1, 1],
+        0,
+    );
+    // Each wait sleeps at once; the release of its value wakes it (a slice is 10 ms, so
+    // 300 waits woken only by their slices would take 3 s at least).
+    let t = Instant::now();
+    for _ in 0..300 {
+        let p = dev.submit(&s).unwrap();
+        assert!(p.wait_with(WaitPolicy::sleeping()).unwrap());
+        assert!(p.is_reached());
+    }
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "300 sleeping waits took {took:?}"
+    );
+    // With a timeout that is long enough, the answer is "reached".
+    let p = dev.submit(&s).unwrap();
+    assert!(p.wait_timeout(Duration::from_secs(20)).unwrap());
+    dev.close().unwrap();
+}
