@@ -1,0 +1,16 @@
+//! The KFD interface of rig: how the amdgpu path talks to Linux's `/dev/kfd`.
+//!
+//! KFD (the Kernel Fusion Driver, part of amdgpu) gives each process that opens `/dev/kfd`
+//! one GPU address space per GPU, user-mode queues whose rings and doorbells the process
+//! writes itself, memory allocations mapped at addresses the process picks, and events that
+//! the GPU's interrupts (and its faults) signal.
+//!
+//! - [`abi`]: the ioctls rig uses, their request numbers and `#[repr(C)]` argument blocks,
+//!   pinned to the system's `linux/kfd_ioctl.h` by `tests/header.rs`;
+//! - [`version`]: GET_VERSION's answer, the oldest version rig drives and what later ones add;
+//! - [`sys`]: the one module with `unsafe`: `ioctl(2)` and shared mappings.
+#![deny(missing_docs)]
+
+pub mod abi;
+pub mod sys;
+pub mod version;
