@@ -8,9 +8,11 @@
 //! - [`abi`]: the ioctls rig uses, their request numbers and `#[repr(C)]` argument blocks,
 //!   pinned to the system's `linux/kfd_ioctl.h` by `tests/header.rs`;
 //! - [`version`]: GET_VERSION's answer, the oldest version rig drives and what later ones add;
+//! - [`topology`]: the GPUs KFD lists in sysfs, typed, and matched to rig-amd's table;
 //! - [`sys`]: the one module with `unsafe`: `ioctl(2)` and shared mappings.
 #![deny(missing_docs)]
 
 pub mod abi;
 pub mod sys;
+pub mod topology;
 pub mod version;
