@@ -9,10 +9,17 @@
 //!   pinned to the system's `linux/kfd_ioctl.h` by `tests/header.rs`;
 //! - [`version`]: GET_VERSION's answer, the oldest version rig drives and what later ones add;
 //! - [`topology`]: the GPUs KFD lists in sysfs, typed, and matched to rig-amd's table;
+//! - [`kfd`]: an open `/dev/kfd` (one KFD process), a method per ioctl;
+//! - [`queue`]: the end-of-pipe and context-save sizes KFD asks of a compute queue;
+//! - [`seam`]: the system calls the path makes, against the machine's kernel or the
+//!   emulated KFD;
 //! - [`sys`]: the one module with `unsafe`: `ioctl(2)` and shared mappings.
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod kfd;
+pub mod queue;
+pub mod seam;
 pub mod sys;
 pub mod topology;
 pub mod version;

@@ -4,7 +4,7 @@
 //! A mapping is written by the GPU and by other processes while it is mapped, so it hands
 //! out no Rust references to its bytes: only atomics and copies, as `rig-shm` does.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -35,6 +35,21 @@ pub fn ioctl(fd: BorrowedFd<'_>, request: u64, arg: &mut [u8]) -> Result<i32, Er
     // encodes, so the kernel's copy in and out stays inside it; the fd is borrowed open.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as libc::c_ulong, arg.as_mut_ptr()) };
     if rc < 0 { Err(Errno::last()) } else { Ok(rc) }
+}
+
+/// Owns `raw`, an fd the kernel just installed in this process for the caller (one that
+/// `recvmsg` received, or that an ioctl such as EXPORT_DMABUF answered with) and that
+/// nothing else owns.
+pub fn own_received_fd(raw: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed `raw` for this call alone; no other owner exists, so
+    // taking ownership closes it exactly once.
+    unsafe { OwnedFd::from_raw_fd(raw) }
+}
+
+/// Leaves `fd` open under its number, for a caller that reads the number from an argument
+/// block and owns it from there ([`own_received_fd`]).
+pub fn install_fd(fd: OwnedFd) -> u32 {
+    u32::try_from(fd.into_raw_fd()).unwrap_or(u32::MAX)
 }
 
 /// One `MAP_SHARED` mapping of a device fd or memfd; unmapped on drop.

@@ -249,3 +249,20 @@ fn too_many_nodes_is_refused_with_the_limit() {
         "{e}"
     );
 }
+
+#[test]
+fn context_save_sizes_follow_the_node() {
+    let t = tempfile::tempdir().unwrap();
+    gfx1100(t.path(), 1);
+    let n = &topology::read(t.path()).unwrap()[0];
+    let c = rig_kfd::queue::ContextSave::of(n);
+    // 96 CUs x 32 waves x 12 bytes + 8, with the 40-byte header, in pages.
+    assert_eq!(c.ctl_stack_bytes, 40960);
+    // Plus 96 CUs x (384 KiB VGPRs + 16 KiB SGPRs + 64 KiB LDS + 4 KiB registers).
+    assert_eq!(c.cwsr_bytes, 40960 + 96 * 0x75000);
+    assert_eq!(c.debug_bytes, 96 * 32 * 32);
+    assert_eq!(
+        c.total_bytes(),
+        (c.cwsr_bytes + c.debug_bytes).div_ceil(4096) * 4096
+    );
+}
