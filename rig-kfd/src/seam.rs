@@ -349,6 +349,10 @@ pub struct Emulated {
     /// Render-node fds this process opened, to their tokens in the emulation: the kernel's
     /// own fd table, which resolves ACQUIRE_VM's `drm_fd`.
     renders: Mutex<HashMap<RawFd, u64>>,
+    /// KFD fds this process opened, to their process's token and idle channels: each call
+    /// takes a channel of its own, so threads can be in calls at once (a wait and a
+    /// queue's creation), as they can in the kernel.
+    channels: Mutex<HashMap<RawFd, (u64, Vec<OwnedFd>)>>,
 }
 
 impl Emulated {
@@ -358,7 +362,60 @@ impl Emulated {
             socket: socket.into(),
             topology: topology.into(),
             renders: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn connect(&self, a: u64, b: u64) -> Result<(OwnedFd, u64), Errno> {
+        let sock = socket::socket(
+            socket::AddressFamily::Unix,
+            socket::SockType::SeqPacket,
+            socket::SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|e| Errno(e as i32))?;
+        let addr = UnixAddr::new(&self.socket).map_err(|e| Errno(e as i32))?;
+        // An emulation that is not running is a machine without the device.
+        socket::connect(sock.as_raw_fd(), &addr).map_err(|_| Errno(libc::ENOENT))?;
+        let head = wire::Header {
+            code: wire::OP_OPEN,
+            a,
+            b,
+            ..Default::default()
+        };
+        let (h, _, _) = self.exchange(sock.as_fd(), head, &[], &[], &[])?;
+        Ok((sock, h.a))
+    }
+
+    /// Runs `f` on a channel of the KFD file `fd` (or on `fd` itself for a render node).
+    fn on_channel<T>(
+        &self,
+        fd: BorrowedFd<'_>,
+        f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let taken = {
+            let mut ch = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            ch.get_mut(&fd.as_raw_fd())
+                .map(|(token, idle)| (*token, idle.pop()))
+        };
+        let Some((token, idle)) = taken else {
+            return f(fd);
+        };
+        let channel = match idle {
+            Some(c) => c,
+            None => self.connect(2, token)?.0,
+        };
+        let out = f(channel.as_fd());
+        if let Some((t, idle)) = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&fd.as_raw_fd())
+            && *t == token
+        {
+            idle.push(channel);
+        }
+        out
     }
 
     fn exchange(
@@ -388,32 +445,24 @@ impl Emulated {
 
 impl Kernel for Emulated {
     fn open(&self, file: File) -> Result<OwnedFd, Errno> {
-        let sock = socket::socket(
-            socket::AddressFamily::Unix,
-            socket::SockType::SeqPacket,
-            socket::SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(|e| Errno(e as i32))?;
-        let addr = UnixAddr::new(&self.socket).map_err(|e| Errno(e as i32))?;
-        // An emulation that is not running is a machine without the device.
-        socket::connect(sock.as_raw_fd(), &addr).map_err(|_| Errno(libc::ENOENT))?;
         let (a, b) = match file {
             File::Kfd => (0, 0),
             File::Render(minor) => (1, u64::from(minor)),
         };
-        let head = wire::Header {
-            code: wire::OP_OPEN,
-            a,
-            b,
-            ..Default::default()
-        };
-        let (h, _, _) = self.exchange(sock.as_fd(), head, &[], &[], &[])?;
-        if let File::Render(_) = file {
-            self.renders
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(sock.as_raw_fd(), h.a);
+        let (sock, token) = self.connect(a, b)?;
+        match file {
+            File::Render(_) => {
+                self.renders
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(sock.as_raw_fd(), token);
+            }
+            File::Kfd => {
+                self.channels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(sock.as_raw_fd(), (token, Vec::new()));
+            }
         }
         Ok(sock)
     }
@@ -451,7 +500,8 @@ impl Kernel for Emulated {
             }
         };
         head.array_len = u32::try_from(array.len()).map_err(|_| Errno(libc::EINVAL))?;
-        let (h, buf, mut got) = self.exchange(fd, head, &sent, array, &fds)?;
+        let (h, buf, mut got) =
+            self.on_channel(fd, |ch| self.exchange(ch, head, &sent, array, &fds))?;
         let (_, back, back_array) = wire::Header::decode(&buf).ok_or(Errno(libc::EIO))?;
         if back.len() != args.len() || back_array.len() != array.len() {
             return Err(Errno(libc::EIO));
@@ -480,7 +530,7 @@ impl Kernel for Emulated {
             b: len as u64,
             ..Default::default()
         };
-        let (h, _, mut fds) = self.exchange(fd, head, &[], &[], &[])?;
+        let (h, _, mut fds) = self.on_channel(fd, |ch| self.exchange(ch, head, &[], &[], &[]))?;
         let memfd = fds.pop().ok_or(Errno(libc::EIO))?;
         let region = SharedRegion::from_fd(memfd).map_err(|_| Errno(libc::ENOMEM))?;
         // The answer's value is where in the memfd the mapped range starts; the emulation
