@@ -1,7 +1,10 @@
 //! The GPUs rigd serves: what discovery found, matched with a path that drives it.
 //!
-//! AMD GPUs on the PCI bus come first, in bus order, then the configured simulated GPUs.
-//! A real GPU that no implemented path drives yet (kfd and vfio are not written) is listed
+//! KFD's GPUs come first, in KFD's node order, then AMD GPUs on the PCI bus that KFD does
+//! not list, in bus order, then the configured simulated GPUs. A KFD GPU is described from
+//! its topology node (processor, bus, VRAM, firmware), with rig-amd's reason where rig does
+//! not drive its processor. A real GPU that no implemented path drives yet (the kfd path's
+//! interface and emulation are written, its `Path` is not; vfio is not written) is listed
 //! and logged as not drivable, never silently replaced by the simulator. With no AMD GPU
 //! and no `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default,
 //! and says so in its log. This module also builds a device's facts from its GPU.
@@ -15,7 +18,7 @@ use rig_proto::messages::{
 
 use crate::config::{Config, SimGpuConfig};
 use crate::device::Device;
-use crate::discover::{PciGpu, scan_pci};
+use crate::discover::{KfdFound, PciGpu, scan_kfd, scan_pci};
 use crate::path::{Backend, GpuDescription};
 use rig_shm::layout::TIMELINE_WORD_OFFSET;
 
@@ -33,6 +36,9 @@ pub struct GpuEntry {
 /// Errors of making the GPU list.
 #[derive(Debug, thiserror::Error)]
 pub enum GpusError {
+    /// KFD's topology could not be read.
+    #[error("reading KFD's GPUs")]
+    Kfd(#[source] rig_kfd::topology::TopologyError),
     /// A simulated GPU could not be made.
     #[error("cannot make the simulated {processor}: {reason}")]
     Sim {
@@ -74,10 +80,56 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
     }
 }
 
-/// Finds the GPUs to serve: `sysfs` is scanned for AMD GPUs, `config` adds simulated ones.
+/// Why rigd does not serve a GPU KFD lists: rig-amd's reason for a processor rig does not
+/// drive, else that the kfd path is not written yet.
+fn kfd_reason(node: &rig_kfd::topology::Node) -> String {
+    match node.gpu() {
+        Err(why) => why.to_string(),
+        Ok(_) => "rigd's kfd path is not implemented yet (its KFD interface, rig-kfd, and the \
+                  emulated KFD, rig-kfd-emu, are; see docs/kfd.md)"
+            .into(),
+    }
+}
+
+fn kfd_entries(found: &KfdFound, out: &mut Vec<GpuEntry>) {
+    for node in &found.nodes {
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let why = kfd_reason(node);
+        tracing::warn!(
+            gpu = index, arch = %node.processor_name(), bus = %node.bus(), gpu_id = node.gpu_id,
+            mec = node.mec_firmware(), sdma = node.sdma_firmware(),
+            "found a GPU through KFD that rigd does not serve: {why}"
+        );
+        out.push(GpuEntry {
+            info: GpuInfo {
+                index,
+                name: format!("AMD:{index}"),
+                arch: node.processor_name(),
+                path: PathKind::Kfd,
+                bus: Some(node.bus()),
+                budget: node.vram_bytes(),
+                simulated: false,
+                unavailable: Some(why.clone()),
+            },
+            backend: None,
+            why_not: Some(why),
+        });
+    }
+}
+
+/// Finds the GPUs to serve: KFD's GPUs (`config.kfd`), `sysfs` scanned for AMD GPUs KFD
+/// does not list, and `config`'s simulated ones.
 pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError> {
     let mut out = Vec::new();
-    let pci = scan_pci(sysfs);
+    let kfd = scan_kfd(&config.kfd, sysfs).map_err(GpusError::Kfd)?;
+    if let Some(found) = &kfd {
+        kfd_entries(found, &mut out);
+    }
+    let listed: Vec<String> = out.iter().filter_map(|e| e.info.bus.clone()).collect();
+    let pci: Vec<PciGpu> = scan_pci(sysfs)
+        .into_iter()
+        .filter(|p| !listed.contains(&p.bus))
+        .collect();
     for p in &pci {
         let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let e = not_drivable(index, p);
@@ -88,7 +140,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
         );
         out.push(e);
     }
-    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && pci.is_empty() {
+    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && out.is_empty() {
         tracing::info!(
             "no AMD GPU found and no [[sim]] configured: serving the embedded default, one simulated gfx1100"
         );
