@@ -169,6 +169,9 @@ pub struct KfdConfig {
     /// The emulated KFD's topology tree (`rig-kfd-emu --topology`); the machine's is
     /// `<sysfs>/class/kfd/kfd/topology`.
     pub topology: Option<PathBuf>,
+    /// Serve KFD's GPUs through the kfd path (off until the client's end-to-end tests run on
+    /// it; off, they are listed with that reason).
+    pub serve: bool,
 }
 
 impl Default for KfdConfig {
@@ -177,6 +180,7 @@ impl Default for KfdConfig {
             device: PathBuf::from("/dev/kfd"),
             emulated: None,
             topology: None,
+            serve: false,
         }
     }
 }

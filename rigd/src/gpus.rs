@@ -3,9 +3,9 @@
 //! KFD's GPUs come first, in KFD's node order, then AMD GPUs on the PCI bus that KFD does
 //! not list, in bus order, then the configured simulated GPUs. A KFD GPU is described from
 //! its topology node (processor, bus, VRAM, firmware), with rig-amd's reason where rig does
-//! not drive its processor. A real GPU that no implemented path drives yet (the kfd path's
-//! interface and emulation are written, its `Path` is not; vfio is not written) is listed
-//! and logged as not drivable, never silently replaced by the simulator. With no AMD GPU
+//! not drive its processor; rigd serves it through [`crate::path::kfd`] when `[kfd] serve`
+//! is set. A real GPU that no path drives (vfio is not written) is listed and logged as not
+//! drivable, never silently replaced by the simulator. With no AMD GPU
 //! and no `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default,
 //! and says so in its log. This module also builds a device's facts from its GPU.
 
@@ -80,26 +80,38 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
     }
 }
 
-/// Why rigd does not serve a GPU KFD lists: rig-amd's reason for a processor rig does not
-/// drive, else that the kfd path is not written yet.
-fn kfd_reason(node: &rig_kfd::topology::Node) -> String {
-    match node.gpu() {
-        Err(why) => why.to_string(),
-        Ok(_) => "rigd's kfd path is not implemented yet (its KFD interface, rig-kfd, and the \
-                  emulated KFD, rig-kfd-emu, are; see docs/kfd.md)"
-            .into(),
-    }
-}
-
-fn kfd_entries(found: &KfdFound, out: &mut Vec<GpuEntry>) {
+fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
     for node in &found.nodes {
         let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        let why = kfd_reason(node);
-        tracing::warn!(
-            gpu = index, arch = %node.processor_name(), bus = %node.bus(), gpu_id = node.gpu_id,
-            mec = node.mec_firmware(), sdma = node.sdma_firmware(),
-            "found a GPU through KFD that rigd does not serve: {why}"
-        );
+        let backend = match node.gpu() {
+            Err(why) => Err(why.to_string()),
+            Ok(_) if !serve => Err(
+                "rigd serves KFD's GPUs only with `[kfd] serve = true` until \
+                                    the client's end-to-end tests run on the kfd path \
+                                    (docs/kfd.md)"
+                    .to_string(),
+            ),
+            Ok(_) => crate::path::kfd::KfdBackend::new(found.kernel.clone(), node.clone())
+                .map_err(|e| format!("the kfd path could not open it: {e}")),
+        };
+        let (backend, why): (Option<Arc<dyn Backend>>, Option<String>) = match backend {
+            Ok(b) => {
+                tracing::info!(
+                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
+                    mec = node.mec_firmware(), sdma = node.sdma_firmware(),
+                    "serving a GPU through KFD"
+                );
+                (Some(Arc::new(b)), None)
+            }
+            Err(why) => {
+                tracing::warn!(
+                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
+                    gpu_id = node.gpu_id, mec = node.mec_firmware(), sdma = node.sdma_firmware(),
+                    "found a GPU through KFD that rigd does not serve: {why}"
+                );
+                (None, Some(why))
+            }
+        };
         out.push(GpuEntry {
             info: GpuInfo {
                 index,
@@ -109,10 +121,10 @@ fn kfd_entries(found: &KfdFound, out: &mut Vec<GpuEntry>) {
                 bus: Some(node.bus()),
                 budget: node.vram_bytes(),
                 simulated: false,
-                unavailable: Some(why.clone()),
+                unavailable: why.clone(),
             },
-            backend: None,
-            why_not: Some(why),
+            backend,
+            why_not: why,
         });
     }
 }
@@ -123,7 +135,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
     let mut out = Vec::new();
     let kfd = scan_kfd(&config.kfd, sysfs).map_err(GpusError::Kfd)?;
     if let Some(found) = &kfd {
-        kfd_entries(found, &mut out);
+        kfd_entries(found, config.kfd.serve, &mut out);
     }
     let listed: Vec<String> = out.iter().filter_map(|e| e.info.bus.clone()).collect();
     let pci: Vec<PciGpu> = scan_pci(sysfs)

@@ -42,7 +42,13 @@ fn an_emulated_kfds_gpus_are_listed_from_its_topology() {
         assert_eq!(g.info.path, PathKind::Kfd);
         assert_eq!(g.info.budget, 4 << 30);
         assert!(g.info.bus.as_deref().unwrap().starts_with("0000:0"));
-        assert!(g.info.unavailable.as_deref().unwrap().contains("kfd path"));
+        assert!(
+            g.info
+                .unavailable
+                .as_deref()
+                .unwrap()
+                .contains("[kfd] serve")
+        );
         assert!(g.backend.is_none());
     }
 }
@@ -93,4 +99,27 @@ fn an_unreadable_topology_is_an_error_naming_the_file() {
     let e = rigd::gpus::find(&c, Path::new("/nonexistent-sysfs")).unwrap_err();
     let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
     assert!(chain.contains("gpu_id"), "{chain}");
+}
+
+#[test]
+fn with_serve_an_emulated_kfds_gpus_are_served_through_the_kfd_path() {
+    let t = tempfile::tempdir().unwrap();
+    let sock = t.path().join("kfd.sock");
+    let topo = t.path().join("topology");
+    let _emu = rig_kfd_emu::start(rig_kfd_emu::kernel::Config::default(), &sock, &topo).unwrap();
+    let c = config(KfdConfig {
+        emulated: Some(sock),
+        topology: Some(topo),
+        serve: true,
+        ..KfdConfig::default()
+    });
+    let gpus = rigd::gpus::find(&c, Path::new("/nonexistent-sysfs")).unwrap();
+    assert_eq!(gpus.len(), 3);
+    for g in &gpus {
+        assert!(g.info.unavailable.is_none(), "{:?}", g.info.unavailable);
+        let d = g.backend.as_ref().unwrap().description();
+        assert_eq!(d.kind, PathKind::Kfd);
+        assert_eq!(d.gpu.name(), g.info.arch);
+        assert_eq!(d.clock_hz, 100_000_000);
+    }
 }
