@@ -81,6 +81,8 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
 }
 
 fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
+    // rigd's one KFD process, opened for the first GPU it serves and shared by the rest.
+    let mut process: Option<Result<Arc<crate::path::kfd::KfdProcess>, String>> = None;
     for node in &found.nodes {
         let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let backend = match node.gpu() {
@@ -91,7 +93,10 @@ fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
                                     (docs/kfd.md)"
                     .to_string(),
             ),
-            Ok(_) => crate::path::kfd::KfdBackend::new(found.kernel.clone(), node.clone())
+            Ok(_) => process
+                .get_or_insert_with(|| crate::path::kfd::KfdProcess::open(found.kernel.clone()))
+                .clone()
+                .and_then(|p| crate::path::kfd::KfdBackend::new(p, node.clone()))
                 .map_err(|e| format!("the kfd path could not open it: {e}")),
         };
         let (backend, why): (Option<Arc<dyn Backend>>, Option<String>) = match backend {

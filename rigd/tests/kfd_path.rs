@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rig_kfd::seam::{Emulated, Kernel};
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
-use rigd::path::kfd::KfdBackend;
+use rigd::path::kfd::{KfdBackend, KfdProcess};
 use rigd::path::{Backend, Events, Path, QueueSpec, Stopped};
 
 struct Setup {
@@ -30,7 +30,7 @@ fn setup(processor: &str) -> Setup {
         .into_iter()
         .find(|n| n.is_gpu() && n.processor_name() == processor)
         .unwrap();
-    let backend = KfdBackend::new(kernel, node).unwrap();
+    let backend = KfdBackend::new(KfdProcess::open(kernel).unwrap(), node).unwrap();
     Setup {
         _dir: dir,
         server,
@@ -168,4 +168,35 @@ fn a_gpu_page_fault_reaches_the_device_with_its_address() {
     // Reported once: the exception event resets when the path's wait takes it.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(seen.faults.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn two_gpus_of_one_kfd_process_each_wake_their_own_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, topo) = (dir.path().join("kfd.sock"), dir.path().join("topology"));
+    let server = rig_kfd_emu::start(rig_kfd_emu::kernel::Config::default(), &sock, &topo).unwrap();
+    let process = KfdProcess::open(Arc::new(Emulated::new(&sock, &topo))).unwrap();
+    let nodes: Vec<_> = rig_kfd::topology::read(&topo)
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.is_gpu() && n.processor_name() != "gfx942")
+        .collect();
+    let backends: Vec<KfdBackend> = nodes
+        .into_iter()
+        .map(|n| KfdBackend::new(process.clone(), n).unwrap())
+        .collect();
+    assert_eq!(
+        server.processes().len(),
+        1,
+        "one KFD process, as the kernel keeps"
+    );
+    // A release on the second GPU, whose interrupt names event 0 like every release.
+    let seen = Arc::new(Seen::default());
+    let mut path = backends[1].open(events(&seen)).unwrap();
+    let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
+    submit(&ring, &pos, &bell, pos_va + 128, 42);
+    until("the release", || pos.load_u64(128, Ordering::Acquire) == 42);
+    until("the interrupt", || {
+        seen.interrupts.load(Ordering::Relaxed) > 0
+    });
 }

@@ -58,16 +58,50 @@ struct Listener {
     interrupts: AtomicU64,
 }
 
+/// rigd's one KFD process (the kernel makes one per address space): the open KFD and the
+/// event thread every GPU's devices share.
+#[derive(Debug)]
+pub struct KfdProcess {
+    kfd: Kfd,
+    /// Every device's listener, with its GPU's id.
+    listeners: Mutex<Vec<(u32, Weak<Listener>)>>,
+}
+
+impl KfdProcess {
+    /// Opens KFD through `kernel`, negotiates its version, announces the runtime and starts
+    /// the event thread.
+    pub fn open(kernel: Arc<dyn Kernel>) -> Result<Arc<KfdProcess>, String> {
+        let kfd = Kfd::open(kernel).map_err(|e| e.to_string())?;
+        kfd.runtime_enable().map_err(|e| e.to_string())?;
+        let process = Arc::new(KfdProcess {
+            kfd,
+            listeners: Mutex::new(Vec::new()),
+        });
+        start_events(&process)?;
+        Ok(process)
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
-    kfd: Kfd,
+    process: Arc<KfdProcess>,
+    kfd: KfdRef,
     gpu_id: u32,
     node: Node,
     _render: OwnedFd,
     next_va: Mutex<(u64, u64)>,
-    listeners: Mutex<Vec<Weak<Listener>>>,
     doorbells: Mutex<Option<Arc<Pages>>>,
-    stop: AtomicBool,
+}
+
+/// The process's KFD, reached from a GPU's shared state.
+#[derive(Debug)]
+struct KfdRef(Arc<KfdProcess>);
+
+impl std::ops::Deref for KfdRef {
+    type Target = Kfd;
+    fn deref(&self) -> &Kfd {
+        &self.0.kfd
+    }
 }
 
 /// A GPU reached through KFD.
@@ -86,17 +120,16 @@ fn refused(e: KfdError) -> Refusal {
 }
 
 impl KfdBackend {
-    /// Opens KFD through `kernel` for the GPU of topology node `node`.
-    pub fn new(kernel: Arc<dyn Kernel>, node: Node) -> Result<KfdBackend, String> {
+    /// The GPU of topology node `node`, in rigd's KFD process `process`.
+    pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
         let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
-        let kfd = Kfd::open(kernel).map_err(|e| e.to_string())?;
+        let kfd = &process.kfd;
         let minor = node
             .drm_render_minor()
             .ok_or_else(|| format!("KFD node {} has no render node", node.index))?;
         let render = kfd
             .acquire_vm(node.gpu_id, minor)
             .map_err(|e| e.to_string())?;
-        kfd.runtime_enable().map_err(|e| e.to_string())?;
         let ap = kfd
             .apertures()
             .map_err(|e| e.to_string())?
@@ -104,7 +137,7 @@ impl KfdBackend {
             .find(|a| a.gpu_id == node.gpu_id)
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
         let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
-        let clock_hz = measure_clock_hz(&kfd, node.gpu_id)?;
+        let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
         let desc = GpuDescription {
             gpu,
             kind: PathKind::Kfd,
@@ -118,23 +151,15 @@ impl KfdBackend {
             maps_host: true,
         };
         let shared = Arc::new(Shared {
-            kfd,
+            kfd: KfdRef(process.clone()),
+            process,
             gpu_id: node.gpu_id,
             node,
             _render: render,
             next_va: Mutex::new((base, ap.gpuvm_limit)),
-            listeners: Mutex::new(Vec::new()),
             doorbells: Mutex::new(None),
-            stop: AtomicBool::new(false),
         });
-        start_events(&shared)?;
         Ok(KfdBackend { shared, desc })
-    }
-}
-
-impl Drop for KfdBackend {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
     }
 }
 
@@ -155,8 +180,8 @@ fn measure_clock_hz(kfd: &Kfd, gpu_id: u32) -> Result<u64, String> {
     Ok(mhz * 1_000_000)
 }
 
-fn start_events(shared: &Arc<Shared>) -> Result<(), String> {
-    let kfd = &shared.kfd;
+fn start_events(process: &Arc<KfdProcess>) -> Result<(), String> {
+    let kfd = &process.kfd;
     let signal = kfd
         .create_event(abi::EVENT_SIGNAL, true, 0, 0)
         .map_err(|e| e.to_string())?;
@@ -176,7 +201,7 @@ fn start_events(shared: &Arc<Shared>) -> Result<(), String> {
     // Armed before any queue runs: an interrupt naming event 0 signals it only then.
     page.atomic_u64(signal.event_slot_index as usize * 8)
         .store(1, Ordering::Release);
-    let weak = Arc::downgrade(shared);
+    let weak = Arc::downgrade(process);
     std::thread::Builder::new()
         .name("rigd-kfd-events".into())
         .spawn(move || {
@@ -191,27 +216,25 @@ fn start_events(shared: &Arc<Shared>) -> Result<(), String> {
     Ok(())
 }
 
-fn event_loop(shared: Weak<Shared>, page: Pages, slot: u32, ids: [u32; 3]) {
+fn event_loop(process: Weak<KfdProcess>, page: Pages, slot: u32, ids: [u32; 3]) {
     let slot = slot as usize * 8;
-    while let Some(s) = shared.upgrade() {
-        if s.stop.load(Ordering::Acquire) {
-            return;
-        }
+    // Ends once rigd no longer holds the process (every backend dropped).
+    while let Some(s) = process.upgrade() {
         let mut wait = ids.map(abi::EventData::waiting_for);
         let result = s.kfd.wait_events(&mut wait, EVENT_WAIT_MS);
         // The devices open now, after the wait: one opened during it gets its wake too.
-        let listeners: Vec<Arc<Listener>> = s
+        let listeners: Vec<(u32, Arc<Listener>)> = s
             .listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .filter_map(Weak::upgrade)
+            .filter_map(|(g, l)| l.upgrade().map(|l| (*g, l)))
             .collect();
         match result {
             Ok(abi::WAIT_RESULT_COMPLETE) => {}
             Ok(_) => continue,
             Err(e) => {
-                for l in &listeners {
+                for (_, l) in &listeners {
                     (l.events.fault)(format!("waiting for KFD's events failed: {e}"));
                 }
                 return;
@@ -222,7 +245,7 @@ fn event_loop(shared: Weak<Shared>, page: Pages, slot: u32, ids: [u32; 3]) {
         // so before this store, so before the devices' checks below.
         page.atomic_u64(slot).store(1, Ordering::Release);
         // Every device checks its own word; an interrupt of one wakes all of them.
-        for l in &listeners {
+        for (_, l) in &listeners {
             l.interrupts.fetch_add(1, Ordering::Relaxed);
             (l.events.interrupt)();
         }
@@ -237,8 +260,14 @@ fn event_loop(shared: Weak<Shared>, page: Pages, slot: u32, ids: [u32; 3]) {
                     "page not present"
                 }
             );
-            let owner: Vec<&Arc<Listener>> = listeners
+            let of_gpu: Vec<&Arc<Listener>> = listeners
                 .iter()
+                .filter(|(g, _)| *g == m.gpu_id)
+                .map(|(_, l)| l)
+                .collect();
+            let owner: Vec<&Arc<Listener>> = of_gpu
+                .iter()
+                .copied()
                 .filter(|l| {
                     l.ranges
                         .lock()
@@ -247,18 +276,14 @@ fn event_loop(shared: Weak<Shared>, page: Pages, slot: u32, ids: [u32; 3]) {
                         .any(|(a, b)| m.va >= *a && m.va < *b)
                 })
                 .collect();
-            let to = if owner.is_empty() {
-                listeners.iter().collect()
-            } else {
-                owner
-            };
+            let to = if owner.is_empty() { of_gpu } else { owner };
             for l in to {
                 (l.events.fault)(why.clone());
             }
         }
         let h = wait[2].hw_exception();
         if h.gpu_id != 0 {
-            for l in &listeners {
+            for (_, l) in listeners.iter().filter(|(g, _)| *g == h.gpu_id) {
                 (l.events.fault)(format!(
                     "the GPU was reset ({})",
                     if h.reset_cause == abi::HW_EXCEPTION_ECC {
@@ -285,11 +310,12 @@ impl Backend for KfdBackend {
         });
         let mut ls = self
             .shared
+            .process
             .listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        ls.retain(|l| l.strong_count() > 0);
-        ls.push(Arc::downgrade(&listener));
+        ls.retain(|(_, l)| l.strong_count() > 0);
+        ls.push((self.shared.gpu_id, Arc::downgrade(&listener)));
         Ok(Box::new(KfdPath {
             shared: self.shared.clone(),
             listener,
