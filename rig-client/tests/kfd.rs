@@ -135,3 +135,31 @@ fn a_launch_on_a_kfd_gpu_computes_what_the_host_does() {
     drop(dev);
     drop(rig);
 }
+
+#[test]
+fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
+    let (d, _emu) = rigd_on_emulated_kfd();
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:1").unwrap();
+    let n = 16 * 1024u64;
+    let src = dev.buffer(n, Memory::Pinned).unwrap();
+    let mid = dev.buffer(n, Memory::Device).unwrap();
+    let mapped = dev.buffer(n, Memory::Mapped).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+    src.write(|b| b.copy_from_slice(&data)).unwrap();
+    let s = Submission::new()
+        .fill(&mid, 0, n, 0)
+        .copy(&src, 1, &mid, 5, 10_000)
+        .fill(&mid, 12_000, 33, 0xee)
+        .copy(&mid, 0, &mapped, 0, n);
+    dev.submit(&s).unwrap();
+    let mut want = vec![0u8; n as usize];
+    want[5..10_005].copy_from_slice(&data[1..10_001]);
+    want[12_000..12_033].fill(0xee);
+    let got = mapped.read(|b| b.to_vec()).unwrap();
+    assert!(
+        got == want,
+        "first difference at {:?}",
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+}
