@@ -72,6 +72,9 @@ pub struct Config {
     /// The metrics endpoint.
     #[serde(default)]
     pub metrics: Metrics,
+    /// The kfd path: where KFD is found (the machine's, or an emulated one).
+    #[serde(default)]
+    pub kfd: KfdConfig,
     /// Where the configuration came from (`None`: the embedded default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -154,6 +157,33 @@ impl Default for Limits {
             host_memory_bytes: 0,
             fds: 0,
             mappings: 0,
+        }
+    }
+}
+
+/// The `[kfd]` section: where rigd looks for KFD.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KfdConfig {
+    /// The KFD device; rigd lists KFD's GPUs when it exists.
+    pub device: PathBuf,
+    /// An emulated KFD's socket (`rig-kfd-emu --socket`), used instead of the machine's.
+    pub emulated: Option<PathBuf>,
+    /// The emulated KFD's topology tree (`rig-kfd-emu --topology`); the machine's is
+    /// `<sysfs>/class/kfd/kfd/topology`.
+    pub topology: Option<PathBuf>,
+    /// Serve KFD's GPUs through the kfd path (off until the client's end-to-end tests run on
+    /// it; off, they are listed with that reason).
+    pub serve: bool,
+}
+
+impl Default for KfdConfig {
+    fn default() -> Self {
+        Self {
+            device: PathBuf::from("/dev/kfd"),
+            emulated: None,
+            topology: None,
+            serve: false,
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The GPUs rigd serves: what discovery found, matched with a path that drives it.
 //!
-//! AMD GPUs on the PCI bus come first, in bus order, then the configured simulated GPUs.
-//! A real GPU that no implemented path drives yet (kfd and vfio are not written) is listed
-//! and logged as not drivable, never silently replaced by the simulator. With no AMD GPU
+//! KFD's GPUs come first, in KFD's node order, then AMD GPUs on the PCI bus that KFD does
+//! not list, in bus order, then the configured simulated GPUs. A KFD GPU is described from
+//! its topology node (processor, bus, VRAM, firmware), with rig-amd's reason where rig does
+//! not drive its processor; rigd serves it through [`crate::path::kfd`] when `[kfd] serve`
+//! is set. A real GPU that no path drives (vfio is not written) is listed and logged as not
+//! drivable, never silently replaced by the simulator. With no AMD GPU
 //! and no `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default,
 //! and says so in its log. This module also builds a device's facts from its GPU.
 
@@ -13,7 +16,7 @@ use rig_proto::messages::{Completion, Facts, GpuInfo, PathKind, QueueKind, RingL
 
 use crate::config::{Config, SimGpuConfig};
 use crate::device::Device;
-use crate::discover::{PciGpu, scan_pci};
+use crate::discover::{KfdFound, PciGpu, scan_kfd, scan_pci};
 use crate::path::{Backend, GpuDescription};
 
 /// One GPU rigd lists.
@@ -30,6 +33,9 @@ pub struct GpuEntry {
 /// Errors of making the GPU list.
 #[derive(Debug, thiserror::Error)]
 pub enum GpusError {
+    /// KFD's topology could not be read.
+    #[error("reading KFD's GPUs")]
+    Kfd(#[source] rig_kfd::topology::TopologyError),
     /// A simulated GPU could not be made.
     #[error("cannot make the simulated {processor}: {reason}")]
     Sim {
@@ -76,10 +82,73 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
     }
 }
 
-/// Finds the GPUs to serve: `sysfs` is scanned for AMD GPUs, `config` adds simulated ones.
+fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
+    // rigd's one KFD process, opened for the first GPU it serves and shared by the rest.
+    let mut process: Option<Result<Arc<crate::path::kfd::KfdProcess>, String>> = None;
+    for node in &found.nodes {
+        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let backend = match node.gpu() {
+            Err(why) => Err(why.to_string()),
+            Ok(_) if !serve => Err(
+                "rigd serves KFD's GPUs only with `[kfd] serve = true` until \
+                                    the client's end-to-end tests run on the kfd path \
+                                    (docs/kfd.md)"
+                    .to_string(),
+            ),
+            Ok(_) => process
+                .get_or_insert_with(|| crate::path::kfd::KfdProcess::open(found.kernel.clone()))
+                .clone()
+                .and_then(|p| crate::path::kfd::KfdBackend::new(p, node.clone()))
+                .map_err(|e| format!("the kfd path could not open it: {e}")),
+        };
+        let (backend, why): (Option<Arc<dyn Backend>>, Option<String>) = match backend {
+            Ok(b) => {
+                tracing::info!(
+                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
+                    mec = node.mec_firmware(), sdma = node.sdma_firmware(),
+                    "serving a GPU through KFD"
+                );
+                (Some(Arc::new(b)), None)
+            }
+            Err(why) => {
+                tracing::warn!(
+                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
+                    gpu_id = node.gpu_id, mec = node.mec_firmware(), sdma = node.sdma_firmware(),
+                    "found a GPU through KFD that rigd does not serve: {why}"
+                );
+                (None, Some(why))
+            }
+        };
+        out.push(GpuEntry {
+            info: GpuInfo {
+                index,
+                name: format!("AMD:{index}"),
+                arch: node.processor_name(),
+                path: PathKind::Kfd,
+                bus: Some(node.bus()),
+                budget: node.vram_bytes(),
+                simulated: false,
+                unavailable: why.clone(),
+            },
+            backend,
+            why_not: why,
+        });
+    }
+}
+
+/// Finds the GPUs to serve: KFD's GPUs (`config.kfd`), `sysfs` scanned for AMD GPUs KFD
+/// does not list, and `config`'s simulated ones.
 pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError> {
     let mut out = Vec::new();
-    let pci = scan_pci(sysfs);
+    let kfd = scan_kfd(&config.kfd, sysfs).map_err(GpusError::Kfd)?;
+    if let Some(found) = &kfd {
+        kfd_entries(found, config.kfd.serve, &mut out);
+    }
+    let listed: Vec<String> = out.iter().filter_map(|e| e.info.bus.clone()).collect();
+    let pci: Vec<PciGpu> = scan_pci(sysfs)
+        .into_iter()
+        .filter(|p| !listed.contains(&p.bus))
+        .collect();
     for p in &pci {
         let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let e = not_drivable(index, p);
@@ -90,7 +159,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
         );
         out.push(e);
     }
-    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && pci.is_empty() {
+    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && out.is_empty() {
         tracing::info!(
             "no AMD GPU found and no [[sim]] configured: serving the embedded default, one simulated gfx1100"
         );

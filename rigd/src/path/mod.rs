@@ -13,6 +13,7 @@
 //! This module owns the contract only; the rings, segment and word a device is made of are
 //! [`crate::device`]'s.
 
+pub mod kfd;
 pub mod sim;
 
 use std::fmt;

@@ -1,0 +1,1049 @@
+//! The emulated kernel: KFD's ioctls with the kernel's validation and errnos, over rig-sim.
+//!
+//! One [`Kernel`] holds the emulated GPUs (each a [`rig_sim::SimGpu`] shared by every process
+//! that opens it). A [`Process`] is one open of `/dev/kfd`: per GPU one GPU VM (a rig-sim
+//! address space, made by ACQUIRE_VM), its allocations, queues and doorbell page, and the
+//! process's events. Closing the process's file tears all of it down, as the kernel's
+//! `kfd_process_notifier_release` does.
+//!
+//! The errnos are amdgpu's (`kfd_chardev.c`, `kfd_events.c`, `kfd_queue.c`,
+//! `amdgpu_amdkfd_gpuvm.c`): EINVAL for malformed arguments, unknown GPUs and handles,
+//! unaligned or overlapping addresses and buffers KFD does not accept; ENOMEM when memory,
+//! event slots or the process's queue slots run out; EPERM when the device holds its most
+//! queues; EBUSY for freeing memory still mapped or acquiring a second VM; EEXIST for
+//! RUNTIME_ENABLE after queues exist; EFAULT for user memory the kernel could not read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rig_kfd::abi::{self, Command};
+use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
+use rig_kfd::version::Version;
+use rig_shm::{Doorbell, SharedRegion};
+use rig_sim::{AddressSpace, SimConfig, SimGpu};
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::tree::NodeFacts;
+
+/// An errno the emulated kernel answers.
+pub type Errno = i32;
+
+/// Bytes of a process's doorbell page on one GPU (KFD's per-process doorbell slice).
+pub const DOORBELL_SLICE_BYTES: u64 = 8192;
+/// Bytes between two queues' doorbells: rig-shm's doorbell slots, so the emulated queue
+/// processors can sleep until rung.
+pub const DOORBELL_STRIDE: u64 = rig_shm::layout::DOORBELL_SLOT_BYTES as u64;
+/// Bytes of the kernel's signal-event page (8 bytes per signal event).
+pub const EVENT_PAGE_BYTES: u64 = abi::SIGNAL_EVENT_LIMIT as u64 * 8;
+/// The mmap offset of the kernel's event page on `/dev/kfd`.
+pub const EVENT_PAGE_OFFSET: u64 = 1 << 35;
+/// The value of a signal slot no one signalled.
+pub const UNSIGNALED: u64 = u64::MAX;
+/// The first id of events other than signal events.
+pub const FIRST_NONSIGNAL_EVENT: u32 = abi::SIGNAL_EVENT_LIMIT;
+/// The lowest GPU address a process may allocate at.
+pub const GPUVM_BASE: u64 = 1 << 32;
+/// The highest (47 bits).
+pub const GPUVM_LIMIT: u64 = (1 << 47) - 1;
+const PAGE: u64 = 4096;
+
+/// What to emulate.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Processors, one GPU each (gfx1100, gfx1201, gfx942 by default).
+    pub models: Vec<String>,
+    /// VRAM bytes of each GPU.
+    pub vram_bytes: u64,
+    /// The KFD interface version GET_VERSION answers.
+    pub version: Version,
+    /// Queues one process may hold on one GPU (the doorbell page's slots).
+    pub max_queues_per_process: usize,
+    /// Queues one GPU holds across processes (`max_num_of_queues_per_device`).
+    pub max_queues_per_device: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            models: vec!["gfx1100".into(), "gfx1201".into(), "gfx942".into()],
+            vram_bytes: 4 << 30,
+            version: Version {
+                major: 1,
+                minor: 14,
+            },
+            max_queues_per_process: (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize,
+            max_queues_per_device: 4096,
+        }
+    }
+}
+
+/// One emulated GPU.
+#[derive(Debug)]
+pub struct Gpu {
+    /// What the topology says of it.
+    pub facts: NodeFacts,
+    /// Its topology node.
+    pub node: rig_kfd::topology::Node,
+    /// The simulated GPU every process shares.
+    pub sim: Arc<SimGpu>,
+    queues: AtomicUsize,
+}
+
+/// The emulated kernel.
+#[derive(Debug)]
+pub struct Kernel {
+    config: Config,
+    gpus: Vec<Gpu>,
+    /// Render-node files open: token -> GPU index, and the process that acquired it.
+    renders: Mutex<HashMap<u64, Render>>,
+    next_token: AtomicUsize,
+}
+
+/// An open render node: its GPU's index, and the process whose VM it was bound to.
+type Render = (usize, Option<Arc<Process>>);
+
+/// The GPU ids the emulation gives (KFD derives them from a hash; any nonzero id works).
+fn gpu_id_of(index: usize) -> u32 {
+    0x1000 + 0x111 * index as u32
+}
+
+impl Kernel {
+    /// The kernel emulating `config`'s GPUs.
+    pub fn new(config: Config) -> Result<Arc<Kernel>, rig_sim::SimError> {
+        let mut gpus = Vec::new();
+        for (i, model) in config.models.iter().enumerate() {
+            let sim = SimGpu::new(SimConfig {
+                model: model.clone(),
+                vram_bytes: config.vram_bytes,
+                exec_threads: 2,
+                ..SimConfig::default()
+            })?;
+            let facts = NodeFacts {
+                gpu: sim.model(),
+                gpu_id: gpu_id_of(i),
+                render_minor: 128 + i as u32,
+                bus: 3 + i as u32,
+                vram_bytes: config.vram_bytes,
+            };
+            gpus.push(Gpu {
+                node: crate::tree::node(&facts, i as u32 + 1),
+                facts,
+                sim,
+                queues: AtomicUsize::new(0),
+            });
+        }
+        Ok(Arc::new(Kernel {
+            config,
+            gpus,
+            renders: Mutex::new(HashMap::new()),
+            next_token: AtomicUsize::new(1),
+        }))
+    }
+
+    /// The emulated GPUs.
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
+    }
+
+    /// What the topology tree holds.
+    pub fn facts(&self) -> Vec<NodeFacts> {
+        self.gpus.iter().map(|g| g.facts.clone()).collect()
+    }
+
+    fn gpu_index(&self, gpu_id: u32) -> Option<usize> {
+        self.gpus.iter().position(|g| g.facts.gpu_id == gpu_id)
+    }
+
+    /// Opens `/dev/kfd`: a new process.
+    pub fn open_kfd(self: &Arc<Self>) -> Arc<Process> {
+        Arc::new(Process {
+            kernel: self.clone(),
+            state: Mutex::new(State {
+                devices: (0..self.gpus.len()).map(|_| Device::default()).collect(),
+                runtime_enabled: false,
+                gone: false,
+            }),
+            events: Arc::new(EventTable::default()),
+        })
+    }
+
+    /// Opens render node `minor`: its token, or ENOENT.
+    pub fn open_render(&self, minor: u32) -> Result<u64, Errno> {
+        let index = self
+            .gpus
+            .iter()
+            .position(|g| g.facts.render_minor == minor)
+            .ok_or(libc::ENOENT)?;
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed) as u64;
+        lock(&self.renders).insert(token, (index, None));
+        Ok(token)
+    }
+
+    /// Closes a render node.
+    pub fn close_render(&self, token: u64) {
+        lock(&self.renders).remove(&token);
+    }
+
+    /// An mmap of a render node: the memfd of the allocation at `offset`.
+    pub fn mmap_render(&self, token: u64, offset: u64, len: u64) -> Result<SharedRegion, Errno> {
+        let (index, process) = lock(&self.renders)
+            .get(&token)
+            .cloned()
+            .ok_or(libc::EBADF)?;
+        let process = process.ok_or(libc::EINVAL)?;
+        let state = lock(&process.state);
+        let bo = state.devices[index]
+            .bos
+            .values()
+            .find(|b| b.mmap_offset == offset)
+            .ok_or(libc::EINVAL)?;
+        match &bo.pages {
+            Pages::Host(region, 0) if bo.size == len && region.len() as u64 == len => {
+                Ok(region.clone())
+            }
+            _ => Err(libc::EINVAL),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Where an allocation's bytes are.
+#[derive(Debug)]
+enum Pages {
+    /// Simulated VRAM (mapped into the VM at map time).
+    Vram,
+    /// Host pages: a memfd and the offset of the allocation in it.
+    Host(SharedRegion, u64),
+    /// The process's doorbell page.
+    Doorbells,
+}
+
+#[derive(Debug)]
+struct Bo {
+    va: u64,
+    size: u64,
+    flags: u32,
+    pages: Pages,
+    mmap_offset: u64,
+    mapped: bool,
+}
+
+#[derive(Debug)]
+struct EmuQueue {
+    sim: rig_sim::Queue,
+    slot: usize,
+}
+
+#[derive(Debug, Default)]
+struct Device {
+    /// The GPU VM, once ACQUIRE_VM bound a render node.
+    space: Option<AddressSpace>,
+    render: Option<u64>,
+    bos: BTreeMap<u32, Bo>,
+    next_bo: u32,
+    doorbells: Option<SharedRegion>,
+    slots: Vec<bool>,
+    queues: BTreeMap<u32, EmuQueue>,
+}
+
+#[derive(Debug)]
+struct State {
+    devices: Vec<Device>,
+    runtime_enabled: bool,
+    gone: bool,
+}
+
+/// One open `/dev/kfd`.
+#[derive(Debug)]
+pub struct Process {
+    kernel: Arc<Kernel>,
+    state: Mutex<State>,
+    events: Arc<EventTable>,
+}
+
+#[derive(Debug)]
+struct Event {
+    kind: u32,
+    auto_reset: bool,
+    signaled: bool,
+    data: abi::EventData,
+}
+
+#[derive(Debug, Default)]
+struct Events {
+    map: BTreeMap<u32, Event>,
+    /// The signal page: the kernel's own, or a GTT allocation the process gave.
+    page: Option<SharedRegion>,
+    page_is_kernels: bool,
+    gone: bool,
+}
+
+/// A process's events, signalled from the simulated GPU's threads.
+#[derive(Debug, Default)]
+struct EventTable {
+    inner: Mutex<Events>,
+    changed: Condvar,
+}
+
+impl EventTable {
+    /// A release's interrupt with `context`: KFD signals the event whose id it names if that
+    /// event's slot was written, else every signal event whose slot was written; it
+    /// acknowledges (resets) each slot it acts on.
+    fn interrupt(&self, context: u32) {
+        let mut e = lock(&self.inner);
+        let Some(page) = e.page.clone() else { return };
+        let slot = |id: u32| page.atomic_u64(id as usize * 8);
+        let hit = context < abi::SIGNAL_EVENT_LIMIT
+            && e.map
+                .get(&context)
+                .is_some_and(|ev| ev.kind == abi::EVENT_SIGNAL)
+            && slot(context).load(Ordering::Acquire) != UNSIGNALED;
+        let ids: Vec<u32> = if hit {
+            vec![context]
+        } else {
+            e.map
+                .iter()
+                .filter(|(id, ev)| {
+                    ev.kind == abi::EVENT_SIGNAL && slot(**id).load(Ordering::Acquire) != UNSIGNALED
+                })
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        for id in ids {
+            slot(id).store(UNSIGNALED, Ordering::Release);
+            if let Some(ev) = e.map.get_mut(&id) {
+                ev.signaled = true;
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Signals every event of `kind` with `data`.
+    fn exception(&self, kind: u32, data: abi::EventData) {
+        let mut e = lock(&self.inner);
+        for ev in e.map.values_mut().filter(|ev| ev.kind == kind) {
+            ev.signaled = true;
+            ev.data.payload = data.payload;
+        }
+        self.changed.notify_all();
+    }
+}
+
+fn read_args<C: Command>(args: &[u8]) -> C {
+    // The kernel zero-extends a smaller block (an older header's) to its own size.
+    let mut block = C::default();
+    let n = args.len().min(std::mem::size_of::<C>());
+    block.as_mut_bytes()[..n].copy_from_slice(&args[..n]);
+    block
+}
+
+fn write_args<C: Command>(args: &mut [u8], block: &C) {
+    let n = args.len().min(std::mem::size_of::<C>());
+    args[..n].copy_from_slice(&block.as_bytes()[..n]);
+}
+
+/// What an ioctl answers besides its block: an fd to install, at `field` of the block.
+#[derive(Debug)]
+pub struct NewFd {
+    /// The block offset of the u32 that gets the fd's number.
+    pub field: usize,
+    /// The memfd.
+    pub region: SharedRegion,
+}
+
+fn page_aligned(x: u64) -> bool {
+    x % PAGE == 0
+}
+
+fn handle(gpu_id: u32, idr: u32) -> u64 {
+    (u64::from(gpu_id) << 32) | u64::from(idr)
+}
+
+impl Process {
+    /// Handles one ioctl: `args` in and out, `array` the memory a pointer in it names,
+    /// `userptr` the memfd and offset of a USERPTR allocation's pages.
+    pub fn ioctl(
+        self: &Arc<Self>,
+        request: u64,
+        args: &mut [u8],
+        array: &mut [u8],
+        userptr: Option<(SharedRegion, u64)>,
+    ) -> Result<Option<NewFd>, Errno> {
+        let nr = ((request & 0xff) as u8, (request >> 8) & 0xff);
+        if nr.1 != u64::from(abi::IOCTL_BASE) {
+            return Err(libc::ENOTTY);
+        }
+        let ioctl = abi::Ioctl::from_nr(nr.0).ok_or(libc::EINVAL)?;
+        if self.kernel.config.version < ioctl.since {
+            // A number past this kernel's AMDKFD_COMMAND_END.
+            return Err(libc::EINVAL);
+        }
+        match ioctl.nr {
+            n if n == abi::GET_VERSION.nr => {
+                let v = abi::GetVersionArgs {
+                    major_version: self.kernel.config.version.major,
+                    minor_version: self.kernel.config.version.minor,
+                };
+                write_args(args, &v);
+                Ok(None)
+            }
+            n if n == abi::ACQUIRE_VM.nr => self.acquire_vm(read_args(args)).map(|()| None),
+            n if n == abi::RUNTIME_ENABLE.nr => {
+                let mut s = lock(&self.state);
+                if s.devices.iter().any(|d| !d.queues.is_empty()) {
+                    return Err(libc::EEXIST);
+                }
+                s.runtime_enabled = true;
+                Ok(None)
+            }
+            n if n == abi::GET_PROCESS_APERTURES_NEW.nr => {
+                let mut a: abi::GetProcessAperturesNewArgs = read_args(args);
+                let count = self.kernel.gpus.len() as u32;
+                if a.num_of_nodes == 0 {
+                    a.num_of_nodes = count;
+                    write_args(args, &a);
+                    return Ok(None);
+                }
+                let n = a.num_of_nodes.min(count) as usize;
+                let entry = std::mem::size_of::<abi::ProcessDeviceApertures>();
+                if array.len() < n * entry {
+                    return Err(libc::EFAULT);
+                }
+                for (i, g) in self.kernel.gpus.iter().take(n).enumerate() {
+                    let ap = abi::ProcessDeviceApertures {
+                        lds_base: 0x1_0000_0000_0000 * (i as u64 + 1),
+                        lds_limit: 0x1_0000_0000_0000 * (i as u64 + 1) + 0xffff_ffff,
+                        scratch_base: 0x2_0000_0000_0000 * (i as u64 + 1),
+                        scratch_limit: 0x2_0000_0000_0000 * (i as u64 + 1) + 0xffff_ffff,
+                        gpuvm_base: GPUVM_BASE,
+                        gpuvm_limit: GPUVM_LIMIT,
+                        gpu_id: g.facts.gpu_id,
+                        pad: 0,
+                    };
+                    array[i * entry..(i + 1) * entry].copy_from_slice(ap.as_bytes());
+                }
+                a.num_of_nodes = n as u32;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::ALLOC_MEMORY_OF_GPU.nr => {
+                let mut a: abi::AllocMemoryOfGpuArgs = read_args(args);
+                self.alloc(&mut a, userptr)?;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::FREE_MEMORY_OF_GPU.nr => {
+                let a: abi::FreeMemoryOfGpuArgs = read_args(args);
+                self.free(a.handle).map(|()| None)
+            }
+            n if n == abi::MAP_MEMORY_TO_GPU.nr || n == abi::UNMAP_MEMORY_FROM_GPU.nr => {
+                let mut a: abi::MapMemoryToGpuArgs = read_args(args);
+                self.map(&mut a, array, n == abi::MAP_MEMORY_TO_GPU.nr)?;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::AVAILABLE_MEMORY.nr => {
+                let mut a: abi::GetAvailableMemoryArgs = read_args(args);
+                let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+                a.available = self.kernel.gpus[i].sim.vram_free();
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::EXPORT_DMABUF.nr => {
+                let a: abi::ExportDmabufArgs = read_args(args);
+                let s = lock(&self.state);
+                let i = self
+                    .kernel
+                    .gpu_index((a.handle >> 32) as u32)
+                    .ok_or(libc::EINVAL)?;
+                let bo = s.devices[i]
+                    .bos
+                    .get(&(a.handle as u32))
+                    .ok_or(libc::EINVAL)?;
+                match &bo.pages {
+                    Pages::Host(region, 0) if region.len() as u64 == bo.size => Ok(Some(NewFd {
+                        field: std::mem::offset_of!(abi::ExportDmabufArgs, dmabuf_fd),
+                        region: region.clone(),
+                    })),
+                    _ => Err(libc::EINVAL),
+                }
+            }
+            n if n == abi::CREATE_QUEUE.nr => {
+                let mut a: abi::CreateQueueArgs = read_args(args);
+                self.create_queue(&mut a)?;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::DESTROY_QUEUE.nr => {
+                let a: abi::DestroyQueueArgs = read_args(args);
+                self.destroy_queue(a.queue_id).map(|()| None)
+            }
+            n if n == abi::CREATE_EVENT.nr => {
+                let mut a: abi::CreateEventArgs = read_args(args);
+                self.create_event(&mut a)?;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::DESTROY_EVENT.nr => {
+                let a: abi::DestroyEventArgs = read_args(args);
+                let mut e = lock(&self.events.inner);
+                e.map.remove(&a.event_id).ok_or(libc::EINVAL)?;
+                Ok(None)
+            }
+            n if n == abi::SET_EVENT.nr => {
+                let a: abi::SetEventArgs = read_args(args);
+                let mut e = lock(&self.events.inner);
+                let ev = e.map.get_mut(&a.event_id).ok_or(libc::EINVAL)?;
+                if ev.kind != abi::EVENT_SIGNAL {
+                    return Err(libc::EINVAL);
+                }
+                ev.signaled = true;
+                self.events.changed.notify_all();
+                Ok(None)
+            }
+            n if n == abi::WAIT_EVENTS.nr => {
+                let mut a: abi::WaitEventsArgs = read_args(args);
+                a.wait_result = self.wait_events(&a, array)?;
+                write_args(args, &a);
+                Ok(None)
+            }
+            n if n == abi::GET_CLOCK_COUNTERS.nr => {
+                let mut a: abi::GetClockCountersArgs = read_args(args);
+                let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+                // KFD reads the GPU's counter first, then the host's clocks.
+                a.gpu_clock_counter = self.kernel.gpus[i].sim.clock_ticks();
+                a.cpu_clock_counter = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC_RAW);
+                a.system_clock_counter = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
+                a.system_clock_freq = 1_000_000_000;
+                write_args(args, &a);
+                Ok(None)
+            }
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    fn acquire_vm(self: &Arc<Self>, a: abi::AcquireVmArgs) -> Result<(), Errno> {
+        let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+        let token = u64::from(a.drm_fd);
+        let mut renders = lock(&self.kernel.renders);
+        let entry = renders.get_mut(&token).ok_or(libc::EINVAL)?;
+        if entry.0 != i {
+            return Err(libc::EINVAL);
+        }
+        let mut s = lock(&self.state);
+        let dev = &mut s.devices[i];
+        if let Some(bound) = dev.render {
+            return if bound == token {
+                Ok(())
+            } else {
+                Err(libc::EBUSY)
+            };
+        }
+        let region = SharedRegion::create("kfd-emu-doorbells", DOORBELL_SLICE_BYTES as usize)
+            .map_err(|_| libc::ENOMEM)?;
+        dev.space = Some(self.kernel.gpus[i].sim.create_address_space());
+        dev.render = Some(token);
+        dev.doorbells = Some(region);
+        dev.slots = vec![false; self.kernel.config.max_queues_per_process];
+        dev.next_bo = 1;
+        // The process reaches its allocations' pages through this render node.
+        entry.1 = Some(self.clone());
+        Ok(())
+    }
+
+    fn alloc(
+        &self,
+        a: &mut abi::AllocMemoryOfGpuArgs,
+        userptr: Option<(SharedRegion, u64)>,
+    ) -> Result<(), Errno> {
+        let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+        let kinds = a.flags
+            & (abi::ALLOC_MEM_FLAGS_VRAM
+                | abi::ALLOC_MEM_FLAGS_GTT
+                | abi::ALLOC_MEM_FLAGS_USERPTR
+                | abi::ALLOC_MEM_FLAGS_DOORBELL
+                | abi::ALLOC_MEM_FLAGS_MMIO_REMAP);
+        if kinds.count_ones() != 1 || kinds == abi::ALLOC_MEM_FLAGS_MMIO_REMAP {
+            return Err(libc::EINVAL);
+        }
+        if a.size == 0 || !page_aligned(a.size) || !page_aligned(a.va_addr) {
+            return Err(libc::EINVAL);
+        }
+        let end = a.va_addr.checked_add(a.size).ok_or(libc::EINVAL)?;
+        if a.va_addr < GPUVM_BASE || end - 1 > GPUVM_LIMIT {
+            return Err(libc::EINVAL);
+        }
+        let mut s = lock(&self.state);
+        let dev = &mut s.devices[i];
+        if dev.space.is_none() {
+            return Err(libc::EINVAL);
+        }
+        if dev
+            .bos
+            .values()
+            .any(|b| a.va_addr < b.va + b.size && b.va < end)
+        {
+            return Err(libc::EINVAL);
+        }
+        let pages = match kinds {
+            abi::ALLOC_MEM_FLAGS_VRAM if a.flags & abi::ALLOC_MEM_FLAGS_PUBLIC == 0 => {
+                if self.kernel.gpus[i].sim.vram_free() < a.size {
+                    return Err(libc::ENOMEM);
+                }
+                Pages::Vram
+            }
+            abi::ALLOC_MEM_FLAGS_VRAM | abi::ALLOC_MEM_FLAGS_GTT => {
+                let len = usize::try_from(a.size).map_err(|_| libc::ENOMEM)?;
+                Pages::Host(
+                    SharedRegion::create("kfd-emu-bo", len).map_err(|_| libc::ENOMEM)?,
+                    0,
+                )
+            }
+            abi::ALLOC_MEM_FLAGS_USERPTR => {
+                if !page_aligned(a.mmap_offset) {
+                    return Err(libc::EINVAL);
+                }
+                let (region, offset) = userptr.ok_or(libc::EFAULT)?;
+                if !page_aligned(offset) || !region.contains(offset, a.size) {
+                    return Err(libc::EFAULT);
+                }
+                Pages::Host(region, offset)
+            }
+            abi::ALLOC_MEM_FLAGS_DOORBELL => {
+                if a.size != DOORBELL_SLICE_BYTES {
+                    return Err(libc::EINVAL);
+                }
+                Pages::Doorbells
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        let idr = dev.next_bo;
+        dev.next_bo = dev.next_bo.checked_add(1).ok_or(libc::ENOMEM)?;
+        let mmap_offset = ((i as u64 + 1) << 52) | (u64::from(idr) << 12);
+        dev.bos.insert(
+            idr,
+            Bo {
+                va: a.va_addr,
+                size: a.size,
+                flags: a.flags,
+                pages,
+                mmap_offset,
+                mapped: false,
+            },
+        );
+        a.handle = handle(a.gpu_id, idr);
+        if kinds != abi::ALLOC_MEM_FLAGS_USERPTR {
+            a.mmap_offset = mmap_offset;
+        }
+        Ok(())
+    }
+
+    fn free(&self, h: u64) -> Result<(), Errno> {
+        let i = self
+            .kernel
+            .gpu_index((h >> 32) as u32)
+            .ok_or(libc::EINVAL)?;
+        let mut s = lock(&self.state);
+        let dev = &mut s.devices[i];
+        let bo = dev.bos.get(&(h as u32)).ok_or(libc::EINVAL)?;
+        if bo.mapped {
+            return Err(libc::EBUSY);
+        }
+        dev.bos.remove(&(h as u32));
+        Ok(())
+    }
+
+    fn map(&self, a: &mut abi::MapMemoryToGpuArgs, array: &[u8], map: bool) -> Result<(), Errno> {
+        let n = a.n_devices as usize;
+        if n == 0 || n > self.kernel.gpus.len() || a.n_success as usize > n {
+            return Err(libc::EINVAL);
+        }
+        if array.len() < n * 4 {
+            return Err(libc::EFAULT);
+        }
+        let ids: Vec<u32> = array[..n * 4]
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let owner = self
+            .kernel
+            .gpu_index((a.handle >> 32) as u32)
+            .ok_or(libc::EINVAL)?;
+        let mut s = lock(&self.state);
+        for &id in &ids[a.n_success as usize..] {
+            let i = self.kernel.gpu_index(id).ok_or(libc::EINVAL)?;
+            // This emulation has no peer mappings: memory maps only on its own GPU.
+            if i != owner {
+                return Err(libc::EINVAL);
+            }
+            let dev = &mut s.devices[i];
+            let space = dev.space.clone().ok_or(libc::EINVAL)?;
+            let doorbells = dev.doorbells.clone();
+            let bo = dev.bos.get_mut(&(a.handle as u32)).ok_or(libc::EINVAL)?;
+            if bo.mapped == map {
+                a.n_success += 1;
+                continue;
+            }
+            if map {
+                let writable = bo.flags & abi::ALLOC_MEM_FLAGS_WRITABLE != 0;
+                let r = match &bo.pages {
+                    Pages::Vram => space.alloc_vram(bo.va, bo.size),
+                    Pages::Host(region, offset) => {
+                        space.map_host(bo.va, region, *offset, bo.size, writable)
+                    }
+                    Pages::Doorbells => match &doorbells {
+                        Some(region) => space.map_host(bo.va, region, 0, bo.size, true),
+                        None => return Err(libc::EINVAL),
+                    },
+                };
+                r.map_err(|e| match e {
+                    rig_sim::SimError::Map(rig_sim::MapError::OutOfVram { .. }) => libc::ENOMEM,
+                    _ => libc::EINVAL,
+                })?;
+            } else {
+                space.unmap(bo.va, bo.size).map_err(|_| libc::EINVAL)?;
+            }
+            bo.mapped = map;
+            a.n_success += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether `[va, va + bytes)` lies in one allocation mapped on device `i`.
+    fn in_mapped(dev: &Device, va: u64, bytes: u64) -> bool {
+        dev.bos
+            .values()
+            .any(|b| b.mapped && va >= b.va && va.saturating_add(bytes) <= b.va + b.size)
+    }
+
+    fn create_queue(self: &Arc<Self>, a: &mut abi::CreateQueueArgs) -> Result<(), Errno> {
+        let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+        let kind = match a.queue_type {
+            abi::QUEUE_TYPE_COMPUTE => rig_amd::gpu::QueueKind::Pm4,
+            abi::QUEUE_TYPE_COMPUTE_AQL => rig_amd::gpu::QueueKind::Aql,
+            abi::QUEUE_TYPE_SDMA => rig_amd::gpu::QueueKind::Sdma,
+            _ => return Err(libc::EINVAL),
+        };
+        if a.queue_percentage > abi::MAX_QUEUE_PERCENTAGE
+            || a.queue_priority > abi::MAX_QUEUE_PRIORITY
+            || a.ring_base_address == 0
+            || !a.ring_size.is_power_of_two()
+        {
+            return Err(libc::EINVAL);
+        }
+        let ring_bytes = u64::from(a.ring_size.max(abi::MIN_QUEUE_RING_SIZE));
+        let gpu = &self.kernel.gpus[i];
+        let mut s = lock(&self.state);
+        let dev = &mut s.devices[i];
+        if dev.space.is_none() {
+            return Err(libc::EINVAL);
+        }
+        // KFD takes a reference on every buffer the queue uses; each must be mapped.
+        let buffers_ok = Self::in_mapped(dev, a.ring_base_address, ring_bytes)
+            && Self::in_mapped(dev, a.read_pointer_address, 8)
+            && Self::in_mapped(dev, a.write_pointer_address, 8);
+        if !buffers_ok {
+            return Err(libc::EINVAL);
+        }
+        if kind != rig_amd::gpu::QueueKind::Sdma {
+            let want = ContextSave::of(&gpu.node);
+            if a.eop_buffer_size != EOP_BUFFER_BYTES
+                || !Self::in_mapped(dev, a.eop_buffer_address, a.eop_buffer_size)
+                || u64::from(a.ctx_save_restore_size) != want.cwsr_bytes
+                || u64::from(a.ctl_stack_size) != want.ctl_stack_bytes
+                || !Self::in_mapped(dev, a.ctx_save_restore_address, want.total_bytes())
+            {
+                return Err(libc::EINVAL);
+            }
+        }
+        let slot = dev
+            .slots
+            .iter()
+            .position(|used| !used)
+            .ok_or(libc::ENOMEM)?;
+        if gpu.queues.fetch_add(1, Ordering::AcqRel) >= self.kernel.config.max_queues_per_device {
+            gpu.queues.fetch_sub(1, Ordering::AcqRel);
+            return Err(libc::EPERM);
+        }
+        let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
+        let bell =
+            Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
+        let space = dev.space.clone().ok_or(libc::EINVAL)?;
+        let events = self.events.clone();
+        let faults = self.events.clone();
+        let gpu_id = a.gpu_id;
+        let q = space.create_queue(
+            rig_sim::QueueDesc {
+                kind,
+                ring_va: a.ring_base_address,
+                ring_bytes,
+                rptr_va: a.read_pointer_address,
+                wptr_va: a.write_pointer_address,
+                doorbell: bell,
+                queue_va: 0,
+                scratch: (0, 0),
+            },
+            Arc::new(move |irq| events.interrupt(irq.context)),
+            Arc::new(move |f| {
+                let mut data = abi::EventData::default();
+                match &f.reason {
+                    rig_sim::FaultReason::Page(p) => {
+                        data.set_memory_exception(&abi::MemoryExceptionData {
+                            failure: abi::MemoryExceptionFailure {
+                                not_present: u32::from(!p.read_only),
+                                read_only: u32::from(p.read_only),
+                                ..Default::default()
+                            },
+                            va: p.address,
+                            gpu_id,
+                            error_type: abi::MEM_ERR_NO_RAS,
+                        });
+                        faults.exception(abi::EVENT_MEMORY, data);
+                    }
+                    _ => {
+                        data.set_hw_exception(&abi::HwExceptionData {
+                            reset_type: abi::HW_EXCEPTION_PER_ENGINE_RESET,
+                            reset_cause: abi::HW_EXCEPTION_GPU_HANG,
+                            memory_lost: 0,
+                            gpu_id,
+                        });
+                        faults.exception(abi::EVENT_HW_EXCEPTION, data);
+                    }
+                }
+            }),
+        );
+        let q = match q {
+            Ok(q) => q,
+            Err(_) => {
+                gpu.queues.fetch_sub(1, Ordering::AcqRel);
+                return Err(libc::ENOMEM);
+            }
+        };
+        let id = (0..u32::MAX)
+            .find(|id| !dev.queues.contains_key(id))
+            .ok_or(libc::ENOMEM)?;
+        dev.slots[slot] = true;
+        dev.queues.insert(id, EmuQueue { sim: q, slot });
+        a.queue_id = id;
+        a.doorbell_offset = doorbell_mmap_offset(i) + slot as u64 * DOORBELL_STRIDE;
+        Ok(())
+    }
+
+    fn destroy_queue(&self, id: u32) -> Result<(), Errno> {
+        let mut s = lock(&self.state);
+        for (i, dev) in s.devices.iter_mut().enumerate() {
+            if let Some(q) = dev.queues.remove(&id) {
+                q.sim.stop();
+                dev.slots[q.slot] = false;
+                self.kernel.gpus[i].queues.fetch_sub(1, Ordering::AcqRel);
+                return Ok(());
+            }
+        }
+        Err(libc::EINVAL)
+    }
+
+    fn create_event(&self, a: &mut abi::CreateEventArgs) -> Result<(), Errno> {
+        let mut e = lock(&self.events.inner);
+        match a.event_type {
+            abi::EVENT_SIGNAL => {
+                if e.page.is_none() {
+                    if a.event_page_offset != 0 {
+                        let h = a.event_page_offset;
+                        let i = self
+                            .kernel
+                            .gpu_index((h >> 32) as u32)
+                            .ok_or(libc::EINVAL)?;
+                        let s = lock(&self.state);
+                        let bo = s.devices[i].bos.get(&(h as u32)).ok_or(libc::EINVAL)?;
+                        match &bo.pages {
+                            Pages::Host(region, 0)
+                                if bo.flags & abi::ALLOC_MEM_FLAGS_GTT != 0
+                                    && region.len() as u64 >= EVENT_PAGE_BYTES =>
+                            {
+                                e.page = Some(region.clone());
+                            }
+                            _ => return Err(libc::EINVAL),
+                        }
+                        e.page_is_kernels = false;
+                    } else {
+                        e.page = Some(
+                            SharedRegion::create("kfd-emu-events", EVENT_PAGE_BYTES as usize)
+                                .map_err(|_| libc::ENOMEM)?,
+                        );
+                        e.page_is_kernels = true;
+                    }
+                }
+                let id = (0..abi::SIGNAL_EVENT_LIMIT)
+                    .find(|id| !e.map.contains_key(id))
+                    .ok_or(libc::ENOMEM)?;
+                if let Some(page) = &e.page {
+                    page.atomic_u64(id as usize * 8)
+                        .store(UNSIGNALED, Ordering::Release);
+                }
+                a.event_id = id;
+                a.event_slot_index = id;
+                a.event_trigger_data = id;
+                a.event_page_offset = if e.page_is_kernels {
+                    EVENT_PAGE_OFFSET
+                } else {
+                    0
+                };
+            }
+            abi::EVENT_MEMORY | abi::EVENT_HW_EXCEPTION => {
+                let id = (FIRST_NONSIGNAL_EVENT..u32::MAX)
+                    .find(|id| !e.map.contains_key(id))
+                    .ok_or(libc::ENOMEM)?;
+                a.event_id = id;
+            }
+            _ => return Err(libc::EINVAL),
+        }
+        e.map.insert(
+            a.event_id,
+            Event {
+                kind: a.event_type,
+                auto_reset: a.auto_reset != 0,
+                signaled: false,
+                data: abi::EventData::default(),
+            },
+        );
+        Ok(())
+    }
+
+    fn wait_events(&self, a: &abi::WaitEventsArgs, array: &mut [u8]) -> Result<u32, Errno> {
+        let entry = std::mem::size_of::<abi::EventData>();
+        let n = a.num_events as usize;
+        if n == 0 || n > abi::SIGNAL_EVENT_LIMIT as usize {
+            return Err(libc::EINVAL);
+        }
+        if array.len() < n * entry {
+            return Err(libc::EFAULT);
+        }
+        let mut entries: Vec<abi::EventData> = array[..n * entry]
+            .chunks_exact(entry)
+            .map(|c| abi::EventData::read_from_bytes(c).unwrap_or_default())
+            .collect();
+        let deadline = Instant::now() + Duration::from_millis(u64::from(a.timeout));
+        let mut e = lock(&self.events.inner);
+        if entries.iter().any(|en| !e.map.contains_key(&en.event_id)) {
+            return Err(libc::EINVAL);
+        }
+        let result = loop {
+            if e.gone {
+                break abi::WAIT_RESULT_FAIL;
+            }
+            let signaled: Vec<bool> = entries
+                .iter()
+                .map(|en| e.map.get(&en.event_id).is_some_and(|ev| ev.signaled))
+                .collect();
+            let done = if a.wait_for_all != 0 {
+                signaled.iter().all(|s| *s)
+            } else {
+                signaled.iter().any(|s| *s)
+            };
+            if done {
+                for (en, was) in entries.iter_mut().zip(signaled) {
+                    if !was {
+                        continue;
+                    }
+                    if let Some(ev) = e.map.get_mut(&en.event_id) {
+                        en.payload = ev.data.payload;
+                        if ev.auto_reset {
+                            ev.signaled = false;
+                        }
+                    }
+                }
+                break abi::WAIT_RESULT_COMPLETE;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break abi::WAIT_RESULT_TIMEOUT;
+            }
+            e = self
+                .events
+                .changed
+                .wait_timeout(e, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        };
+        for (i, en) in entries.iter().enumerate() {
+            array[i * entry..(i + 1) * entry].copy_from_slice(en.as_bytes());
+        }
+        Ok(result)
+    }
+
+    /// An mmap of the process's `/dev/kfd`: a GPU's doorbell page or the kernel's event page.
+    pub fn mmap(&self, offset: u64, len: u64) -> Result<SharedRegion, Errno> {
+        if offset == EVENT_PAGE_OFFSET {
+            let e = lock(&self.events.inner);
+            return match &e.page {
+                Some(p) if e.page_is_kernels && len == EVENT_PAGE_BYTES => Ok(p.clone()),
+                _ => Err(libc::EINVAL),
+            };
+        }
+        let s = lock(&self.state);
+        for (i, dev) in s.devices.iter().enumerate() {
+            if offset == doorbell_mmap_offset(i) {
+                return match &dev.doorbells {
+                    Some(r) if len == DOORBELL_SLICE_BYTES => Ok(r.clone()),
+                    _ => Err(libc::EINVAL),
+                };
+            }
+        }
+        Err(libc::EINVAL)
+    }
+
+    /// What the process holds: (queues, allocations, events), for tests of teardown.
+    pub fn holdings(&self) -> (usize, usize, usize) {
+        let s = lock(&self.state);
+        let queues = s.devices.iter().map(|d| d.queues.len()).sum();
+        let bos = s.devices.iter().map(|d| d.bos.len()).sum();
+        (queues, bos, lock(&self.events.inner).map.len())
+    }
+
+    /// The process's file closed: stop its queues, drop its memory and events, and fail
+    /// its waits.
+    pub fn release(&self) {
+        let mut s = lock(&self.state);
+        s.gone = true;
+        for (i, dev) in s.devices.iter_mut().enumerate() {
+            for (_, q) in std::mem::take(&mut dev.queues) {
+                q.sim.stop();
+                self.kernel.gpus[i].queues.fetch_sub(1, Ordering::AcqRel);
+            }
+            for (_, bo) in std::mem::take(&mut dev.bos) {
+                if bo.mapped
+                    && let Some(space) = &dev.space
+                {
+                    let _ = space.unmap(bo.va, bo.size);
+                }
+            }
+            dev.space = None;
+            if let Some(token) = dev.render.take()
+                && let Some(entry) = lock(&self.kernel.renders).get_mut(&token)
+            {
+                entry.1 = None;
+            }
+        }
+        drop(s);
+        let mut e = lock(&self.events.inner);
+        e.map.clear();
+        e.gone = true;
+        self.events.changed.notify_all();
+    }
+}
+
+/// The mmap offset of device `index`'s doorbell page on `/dev/kfd`.
+pub fn doorbell_mmap_offset(index: usize) -> u64 {
+    (8 | index as u64) << 36
+}
+
+fn clock_ns(id: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(id).map_or(0, |t| {
+        (t.tv_sec() as u64).saturating_mul(1_000_000_000) + t.tv_nsec() as u64
+    })
+}

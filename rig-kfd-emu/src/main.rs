@@ -1,0 +1,49 @@
+//! `rig-kfd-emu`: serves an emulated KFD on a Unix socket until killed.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// An emulated /dev/kfd backed by rig's simulated GPU.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The socket to serve.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Where to write the sysfs topology tree.
+    #[arg(long)]
+    topology: PathBuf,
+    /// Processors to emulate, one GPU each.
+    #[arg(long, value_delimiter = ',', default_value = "gfx1100,gfx1201,gfx942")]
+    gpus: Vec<String>,
+    /// VRAM of each GPU, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    vram_mib: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let config = rig_kfd_emu::kernel::Config {
+        models: args.gpus,
+        vram_bytes: args.vram_mib << 20,
+        ..Default::default()
+    };
+    match rig_kfd_emu::start(config, &args.socket, &args.topology) {
+        Ok(_server) => loop {
+            std::thread::park();
+        },
+        Err(e) => {
+            let mut msg = format!("rig-kfd-emu: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg += &format!(": {s}");
+                src = s.source();
+            }
+            eprintln!("{msg}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! The emulated KFD through rig-kfd's seam, as the amdgpu path reaches it: topology, memory,
+//! queues that run packets on the simulated GPU, events, faults, teardown, and every errno
+//! the emulation answers reaching the program as a clear error.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rig_kfd::abi::{self, EventData};
+use rig_kfd::kfd::{Kfd, KfdError};
+use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
+use rig_kfd::seam::{Emulated, Kernel, Pages};
+use rig_kfd::sys::Errno;
+use rig_kfd::topology::{self, Node};
+use rig_kfd::version::{Version, VersionError};
+use rig_kfd_emu::kernel::{Config, DOORBELL_SLICE_BYTES, EVENT_PAGE_BYTES, GPUVM_BASE};
+use rig_kfd_emu::server::Server;
+
+struct Emu {
+    _dir: tempfile::TempDir,
+    server: Arc<Server>,
+    kernel: Arc<dyn Kernel>,
+}
+
+fn emulate(config: Config) -> Emu {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfd.sock");
+    let topo = dir.path().join("topology");
+    let server = rig_kfd_emu::start(config, &sock, &topo).unwrap();
+    let kernel: Arc<dyn Kernel> = Arc::new(Emulated::new(&sock, &topo));
+    Emu {
+        _dir: dir,
+        server,
+        kernel,
+    }
+}
+
+/// One process bound to one GPU, with a bump allocator of GPU addresses.
+struct Proc {
+    kfd: Kfd,
+    node: Node,
+    _render: OwnedFd,
+    render_raw: OwnedFd,
+    next_va: u64,
+}
+
+fn errno(e: &KfdError) -> i32 {
+    match e {
+        KfdError::Ioctl {
+            errno: Errno(n), ..
+        } => *n,
+        other => panic!("not an ioctl error: {other}"),
+    }
+}
+
+impl Proc {
+    fn open(emu: &Emu, processor: &str) -> Proc {
+        let kfd = Kfd::open(emu.kernel.clone()).unwrap();
+        let node = topology::read(emu.kernel.topology())
+            .unwrap()
+            .into_iter()
+            .find(|n| n.is_gpu() && n.processor_name() == processor)
+            .unwrap();
+        let render = kfd
+            .acquire_vm(node.gpu_id, node.drm_render_minor().unwrap())
+            .unwrap();
+        kfd.runtime_enable().unwrap();
+        let render_raw = render.try_clone().unwrap();
+        Proc {
+            kfd,
+            node,
+            _render: render,
+            render_raw,
+            next_va: GPUVM_BASE,
+        }
+    }
+
+    fn va(&mut self, bytes: u64) -> u64 {
+        let va = self.next_va;
+        self.next_va += bytes.div_ceil(4096) * 4096 + 4096;
+        va
+    }
+
+    /// Allocates and maps `bytes` of `flags` memory; returns (va, handle, mmap offset).
+    fn mem(&mut self, bytes: u64, flags: u32) -> (u64, u64, u64) {
+        let va = self.va(bytes);
+        let (h, off) = self
+            .kfd
+            .alloc(
+                self.node.gpu_id,
+                va,
+                bytes,
+                flags | abi::ALLOC_MEM_FLAGS_WRITABLE,
+            )
+            .unwrap();
+        self.kfd.map(h, self.node.gpu_id).unwrap();
+        (va, h, off)
+    }
+
+    fn host(&self, off: u64, bytes: usize) -> Pages {
+        self.kfd
+            .kernel()
+            .mmap(self.render_raw.as_fd(), off, bytes)
+            .unwrap()
+    }
+}
+
+/// A PM4 queue with every buffer KFD asks for.
+struct Pm4 {
+    ring: Pages,
+    pos: Pages,
+    pos_va: u64,
+    args: abi::CreateQueueArgs,
+    bells: Option<Pages>,
+}
+
+fn pm4_queue_args(p: &mut Proc) -> Pm4 {
+    let (ring_va, _, ring_off) = p.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let (pos_va, _, pos_off) = p.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let (eop_va, _, _) = p.mem(EOP_BUFFER_BYTES, abi::ALLOC_MEM_FLAGS_VRAM);
+    let cs = ContextSave::of(&p.node);
+    let (ctx_va, _, _) = p.mem(cs.total_bytes(), abi::ALLOC_MEM_FLAGS_VRAM);
+    let args = abi::CreateQueueArgs {
+        ring_base_address: ring_va,
+        write_pointer_address: pos_va + 64,
+        read_pointer_address: pos_va,
+        ring_size: 4096,
+        gpu_id: p.node.gpu_id,
+        queue_type: abi::QUEUE_TYPE_COMPUTE,
+        queue_percentage: 100,
+        queue_priority: 7,
+        eop_buffer_address: eop_va,
+        eop_buffer_size: EOP_BUFFER_BYTES,
+        ctx_save_restore_address: ctx_va,
+        ctx_save_restore_size: cs.cwsr_bytes as u32,
+        ctl_stack_size: cs.ctl_stack_bytes as u32,
+        ..Default::default()
+    };
+    Pm4 {
+        ring: p.host(ring_off, 4096),
+        pos: p.host(pos_off, 4096),
+        pos_va,
+        args,
+        bells: None,
+    }
+}
+
+impl Pm4 {
+    fn create(&mut self, p: &Proc) {
+        p.kfd.create_queue(&mut self.args).unwrap();
+        let base = self.args.doorbell_offset & !(DOORBELL_SLICE_BYTES - 1);
+        self.bells = Some(
+            p.kfd
+                .mmap("doorbells", base, DOORBELL_SLICE_BYTES as usize)
+                .unwrap(),
+        );
+    }
+
+    /// Writes `words` at the ring's start and rings the doorbell.
+    fn submit(&self, p: &Proc, words: &[u32]) {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.ring.write(0, &bytes);
+        let wptr = words.len() as u64;
+        self.pos.atomic_u64(64).store(wptr, Ordering::Release);
+        let at = (self.args.doorbell_offset & (DOORBELL_SLICE_BYTES - 1)) as usize;
+        p.kfd.kernel().ring(self.bells.as_ref().unwrap(), at, wptr);
+    }
+}
+
+fn release(p: &Proc, address: u64, value: u64, ctx: u32) -> Vec<u32> {
+    let mut out = [0u32; 8];
+    let r = rig_amd::pm4::ReleaseMem {
+        int_ctxid: ctx,
+        ..rig_amd::pm4::ReleaseMem::timeline(
+            rig_amd::pm4::ReleaseMem::write_back(p.node.gpu().unwrap().generation),
+            address,
+            value,
+        )
+    };
+    let n = r.encode(&mut out).unwrap();
+    out[..n].to_vec()
+}
+
+#[test]
+fn the_topology_presents_the_three_gpus_and_rig_drives_each() {
+    let emu = emulate(Config::default());
+    let nodes = topology::read(emu.kernel.topology()).unwrap();
+    let gpus: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.is_gpu())
+        .map(|n| n.gpu().unwrap().name())
+        .collect();
+    assert_eq!(gpus, ["gfx1100", "gfx1201", "gfx942"]);
+    let mi300 = nodes
+        .iter()
+        .find(|n| n.processor_name() == "gfx942")
+        .unwrap();
+    assert_eq!(mi300.dies(), 8);
+    assert_eq!(mi300.compute_units(), 304);
+    assert!(mi300.cache_bytes().unwrap() > 256 << 20);
+    let kfd = Kfd::open(emu.kernel.clone()).unwrap();
+    let ap = kfd.apertures().unwrap();
+    assert_eq!(ap.len(), 3);
+    assert_eq!(ap[0].gpuvm_base, GPUVM_BASE);
+    let clock = kfd.clock_counters(ap[1].gpu_id).unwrap();
+    assert_eq!(clock.system_clock_freq, 1_000_000_000);
+    assert!(clock.cpu_clock_counter > 0);
+}
+
+#[test]
+fn a_pm4_queue_runs_a_release_whose_interrupt_signals_the_event() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let ev = p.kfd.create_event(abi::EVENT_SIGNAL, true, 0, 0).unwrap();
+    assert_eq!(ev.event_id, 0, "KFD numbers signal events from 0");
+    let page = p
+        .kfd
+        .mmap("events", ev.event_page_offset, EVENT_PAGE_BYTES as usize)
+        .unwrap();
+    let mut q = pm4_queue_args(&mut p);
+    q.create(&p);
+    // Armed slot: KFD signals an event from an interrupt only if its slot was written.
+    page.atomic_u64(ev.event_slot_index as usize * 8)
+        .store(1, Ordering::Release);
+    let words = release(&p, q.pos_va + 128, 0x1234_5678_9abc, ev.event_id);
+    q.submit(&p, &words);
+    let mut wait = [EventData::waiting_for(ev.event_id)];
+    let r = p.kfd.wait_events(&mut wait, 10_000).unwrap();
+    assert_eq!(r, abi::WAIT_RESULT_COMPLETE);
+    assert_eq!(
+        q.pos.atomic_u64(128).load(Ordering::Acquire),
+        0x1234_5678_9abc
+    );
+    // The kernel acknowledged the slot; the auto-reset event waits again.
+    assert_eq!(page.atomic_u64(0).load(Ordering::Acquire), u64::MAX);
+    let r = p.kfd.wait_events(&mut wait, 10).unwrap();
+    assert_eq!(r, abi::WAIT_RESULT_TIMEOUT);
+    p.kfd.destroy_queue(q.args.queue_id).unwrap();
+}
+
+#[test]
+fn a_page_fault_reaches_the_memory_exception_event_with_its_address() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1201");
+    let ev = p.kfd.create_event(abi::EVENT_MEMORY, false, 0, 0).unwrap();
+    let mut q = pm4_queue_args(&mut p);
+    q.create(&p);
+    let bad = 0x7000_0000_0000u64;
+    q.submit(&p, &release(&p, bad, 1, 0));
+    let mut wait = [EventData::waiting_for(ev.event_id)];
+    assert_eq!(
+        p.kfd.wait_events(&mut wait, 10_000).unwrap(),
+        abi::WAIT_RESULT_COMPLETE
+    );
+    let m = wait[0].memory_exception();
+    assert_eq!(m.va, bad);
+    assert_eq!(m.gpu_id, p.node.gpu_id);
+    assert_eq!(m.failure.not_present, 1);
+}
+
+#[test]
+fn memory_errnos_are_the_kernels() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let g = p.node.gpu_id;
+    let vram = abi::ALLOC_MEM_FLAGS_VRAM | abi::ALLOC_MEM_FLAGS_WRITABLE;
+    let va = p.va(1 << 20);
+    // Unaligned address, unaligned or zero size, outside the aperture, no type, two types.
+    for (at, size, flags) in [
+        (va + 8, 4096, vram),
+        (va, 4000, vram),
+        (va, 0, vram),
+        (0x1000, 4096, vram),
+        (va, 4096, abi::ALLOC_MEM_FLAGS_WRITABLE),
+        (va, 4096, vram | abi::ALLOC_MEM_FLAGS_GTT),
+    ] {
+        let e = p.kfd.alloc(g, at, size, flags).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "{at:#x} {size} {flags:#x}: {e}");
+    }
+    let (h, _) = p.kfd.alloc(g, va, 1 << 20, vram).unwrap();
+    // Overlapping addresses.
+    let e = p.kfd.alloc(g, va + 4096, 4096, vram).unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL);
+    // An unknown GPU, an unknown handle.
+    assert_eq!(
+        errno(&p.kfd.alloc(0xdead, va, 4096, vram).unwrap_err()),
+        libc::EINVAL
+    );
+    assert_eq!(errno(&p.kfd.free(h + 77).unwrap_err()), libc::EINVAL);
+    assert_eq!(errno(&p.kfd.map(h + 77, g).unwrap_err()), libc::EINVAL);
+    // Freeing memory still mapped.
+    p.kfd.map(h, g).unwrap();
+    let e = p.kfd.free(h).unwrap_err();
+    assert_eq!(errno(&e), libc::EBUSY);
+    assert!(e.to_string().contains("FREE_MEMORY_OF_GPU"), "{e}");
+    p.kfd.unmap(h, g).unwrap();
+    p.kfd.free(h).unwrap();
+    // More VRAM than the GPU has.
+    let big = p.va(8 << 30);
+    let e = p.kfd.alloc(g, big, 8 << 30, vram).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM);
+    // A USERPTR whose pages the kernel cannot reach.
+    let mut a = abi::AllocMemoryOfGpuArgs {
+        va_addr: p.va(4096),
+        size: 4096,
+        gpu_id: g,
+        mmap_offset: 0x10_0000,
+        flags: abi::ALLOC_MEM_FLAGS_USERPTR,
+        ..Default::default()
+    };
+    let e = rig_kfd::seam::call(&*emu.kernel, p.kfd.fd(), &mut a, rig_kfd::seam::Extra::None);
+    assert_eq!(e, Err(Errno(libc::EFAULT)));
+    // A second render node for the same GPU's VM.
+    let minor = p.node.drm_render_minor().unwrap();
+    let e = p.kfd.acquire_vm(g, minor).unwrap_err();
+    assert_eq!(errno(&e), libc::EBUSY);
+    // Memory on a GPU whose VM the process never acquired.
+    let other = topology::read(emu.kernel.topology()).unwrap()[2].gpu_id;
+    assert_eq!(
+        errno(&p.kfd.alloc(other, va, 4096, vram).unwrap_err()),
+        libc::EINVAL
+    );
+}
+
+#[test]
+fn queue_errnos_are_the_kernels() {
+    let emu = emulate(Config {
+        max_queues_per_process: 2,
+        max_queues_per_device: 3,
+        ..Config::default()
+    });
+    let mut p = Proc::open(&emu, "gfx1100");
+    let q = pm4_queue_args(&mut p);
+    type Change = Box<dyn Fn(&mut abi::CreateQueueArgs)>;
+    let bad: Vec<(&str, Change)> = vec![
+        ("ring not a power of two", Box::new(|a| a.ring_size = 3000)),
+        ("priority past 15", Box::new(|a| a.queue_priority = 16)),
+        (
+            "percentage past 100",
+            Box::new(|a| a.queue_percentage = 101),
+        ),
+        ("unknown type", Box::new(|a| a.queue_type = 9)),
+        ("unknown gpu", Box::new(|a| a.gpu_id = 1)),
+        (
+            "ring not mapped",
+            Box::new(|a| a.ring_base_address = 0x6000_0000_0000),
+        ),
+        ("eop size", Box::new(|a| a.eop_buffer_size = 2048)),
+        (
+            "context-save area too small",
+            Box::new(|a| a.ctx_save_restore_size -= 4096),
+        ),
+        ("control stack size", Box::new(|a| a.ctl_stack_size += 4096)),
+        (
+            "context-save area unmapped",
+            Box::new(|a| a.ctx_save_restore_address += 1 << 30),
+        ),
+    ];
+    for (what, change) in bad {
+        let mut a = q.args;
+        change(&mut a);
+        let e = p.kfd.create_queue(&mut a).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
+    }
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let mut a = q.args;
+        p.kfd.create_queue(&mut a).unwrap();
+        ids.push(a.queue_id);
+    }
+    // The process's queue slots are full.
+    let e = p.kfd.create_queue(&mut q.args.clone()).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM);
+    // Another process fills the device's last slot, then the device refuses.
+    let mut p2 = Proc::open(&emu, "gfx1100");
+    let q2 = pm4_queue_args(&mut p2);
+    p2.kfd.create_queue(&mut q2.args.clone()).unwrap();
+    let e = p2.kfd.create_queue(&mut q2.args.clone()).unwrap_err();
+    assert_eq!(errno(&e), libc::EPERM);
+    assert!(e.to_string().contains("CREATE_QUEUE"), "{e}");
+    // RUNTIME_ENABLE once queues exist.
+    let e = p.kfd.runtime_enable().unwrap_err();
+    assert_eq!(errno(&e), libc::EEXIST);
+    assert_eq!(errno(&p.kfd.destroy_queue(999).unwrap_err()), libc::EINVAL);
+    for id in ids {
+        p.kfd.destroy_queue(id).unwrap();
+    }
+    p.kfd.create_queue(&mut q.args.clone()).unwrap();
+}
+
+#[test]
+fn event_errnos_are_the_kernels() {
+    let emu = emulate(Config::default());
+    let p = Proc::open(&emu, "gfx942");
+    assert_eq!(
+        errno(&p.kfd.create_event(77, false, 0, 0).unwrap_err()),
+        libc::EINVAL
+    );
+    assert_eq!(errno(&p.kfd.destroy_event(5).unwrap_err()), libc::EINVAL);
+    let mem = p.kfd.create_event(abi::EVENT_MEMORY, false, 0, 0).unwrap();
+    assert_eq!(
+        errno(&p.kfd.set_event(mem.event_id).unwrap_err()),
+        libc::EINVAL
+    );
+    let mut wait = [EventData::waiting_for(4242)];
+    assert_eq!(
+        errno(&p.kfd.wait_events(&mut wait, 0).unwrap_err()),
+        libc::EINVAL
+    );
+    let sig = p.kfd.create_event(abi::EVENT_SIGNAL, false, 0, 0).unwrap();
+    p.kfd.set_event(sig.event_id).unwrap();
+    let mut wait = [
+        EventData::waiting_for(sig.event_id),
+        EventData::waiting_for(mem.event_id),
+    ];
+    assert_eq!(
+        p.kfd.wait_events(&mut wait, 0).unwrap(),
+        abi::WAIT_RESULT_COMPLETE
+    );
+    // One wait takes at most 64 events (rig-kfd's bound, before any call).
+    let e = p
+        .kfd
+        .wait_events(&mut [EventData::waiting_for(4242); 65], 0)
+        .unwrap_err();
+    assert!(matches!(e, KfdError::TooMany { limit: 64, .. }), "{e}");
+}
+
+#[test]
+fn below_the_minimum_version_opening_fails_clearly() {
+    let emu = emulate(Config {
+        version: Version {
+            major: 1,
+            minor: 10,
+        },
+        ..Config::default()
+    });
+    let e = Kfd::open(emu.kernel.clone()).unwrap_err();
+    assert!(
+        matches!(e, KfdError::Version(VersionError::TooOld { .. })),
+        "{e}"
+    );
+    assert!(e.to_string().contains("1.10"), "{e}");
+}
+
+#[test]
+fn export_needs_the_version_that_has_it() {
+    let emu = emulate(Config {
+        version: Version {
+            major: 1,
+            minor: 11,
+        },
+        ..Config::default()
+    });
+    let mut p = Proc::open(&emu, "gfx1100");
+    let (_, h, _) = p.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let e = p.kfd.export_dmabuf(h).unwrap_err();
+    assert!(matches!(e, KfdError::Lacks { .. }), "{e}");
+}
+
+#[test]
+fn a_dmabuf_of_mapped_vram_shares_its_pages() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let (_, h, off) = p.mem(
+        8192,
+        abi::ALLOC_MEM_FLAGS_VRAM | abi::ALLOC_MEM_FLAGS_PUBLIC,
+    );
+    let fd = p.kfd.export_dmabuf(h).unwrap();
+    let seen = rig_shm::SharedRegion::from_fd(fd).unwrap();
+    let host = p.host(off, 8192);
+    host.write(4100, b"through the BAR");
+    let mut out = [0u8; 15];
+    seen.read(4100, &mut out);
+    assert_eq!(&out, b"through the BAR");
+    // Private VRAM has no host pages to export.
+    let (_, private, _) = p.mem(4096, abi::ALLOC_MEM_FLAGS_VRAM);
+    assert_eq!(
+        errno(&p.kfd.export_dmabuf(private).unwrap_err()),
+        libc::EINVAL
+    );
+}
+
+#[test]
+fn a_closed_process_leaves_no_queue_memory_or_event_behind() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let mut q = pm4_queue_args(&mut p);
+    q.create(&p);
+    p.kfd.create_event(abi::EVENT_SIGNAL, false, 0, 0).unwrap();
+    let procs = emu.server.processes();
+    assert_eq!(procs.len(), 1);
+    let held = procs[0].holdings();
+    assert_eq!((held.0, held.2), (1, 1));
+    assert!(held.1 >= 4);
+    drop(q);
+    drop(p);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !emu.server.processes().is_empty() {
+        assert!(Instant::now() < deadline, "the process outlived its file");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(procs[0].holdings(), (0, 0, 0));
+    assert_eq!(emu.server.kernel().gpus()[0].sim.vram_free(), 4 << 30);
+}
+
+#[test]
+fn two_processes_have_separate_gpu_vms_on_one_gpu() {
+    let emu = emulate(Config::default());
+    let mut a = Proc::open(&emu, "gfx1100");
+    let mut b = Proc::open(&emu, "gfx1100");
+    // The same GPU address in both: two allocations, no overlap error.
+    let (va_a, _, off_a) = a.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let (va_b, _, off_b) = b.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    assert_eq!(va_a, va_b);
+    a.host(off_a, 4096).write(0, b"a");
+    b.host(off_b, 4096).write(0, b"b");
+    let mut x = [0u8; 1];
+    a.host(off_a, 4096).read(0, &mut x);
+    assert_eq!(&x, b"a");
+}
+
+#[test]
+fn the_emulation_runs_as_a_process_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfd.sock");
+    let topo = dir.path().join("topology");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rig-kfd-emu"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--topology")
+        .arg(&topo)
+        .arg("--gpus")
+        .arg("gfx1201")
+        .spawn()
+        .unwrap();
+    let kernel: Arc<dyn Kernel> = Arc::new(Emulated::new(&sock, &topo));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kfd = loop {
+        match Kfd::open(kernel.clone()) {
+            Ok(k) => break k,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the emulation did not come up: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    let nodes = topology::read(kernel.topology()).unwrap();
+    let gpu = nodes.iter().find(|n| n.is_gpu()).unwrap();
+    assert_eq!(gpu.gpu().unwrap().name(), "gfx1201");
+    assert!(kfd.available_memory(gpu.gpu_id).unwrap() > 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A kernel that went away: the call fails, naming the ioctl.
+    let e = kfd.clock_counters(gpu.gpu_id).unwrap_err();
+    assert!(e.to_string().contains("GET_CLOCK_COUNTERS"), "{e}");
+}

@@ -1,0 +1,821 @@
+//! The `kfd` path: a GPU reached through Linux's amdgpu driver (`/dev/kfd`), through
+//! rig-kfd's system-call seam, so the same code runs on the machine's KFD and on the
+//! emulated one (`rig-kfd-emu`).
+//!
+//! One [`KfdBackend`] per KFD GPU node holds one open of KFD (the kernel makes one KFD
+//! process per address space, so every device rigd opens on the GPU shares that process's
+//! GPU VM until devices run in worker processes of their own; GPU addresses are therefore
+//! handed out by the backend). It binds the render node's VM (ACQUIRE_VM), announces the
+//! runtime (RUNTIME_ENABLE), and runs one event thread over three events: signal event 0,
+//! which rig's releases name with their interrupt context 0 and whose slot the thread arms
+//! before each wait (KFD signals an event from an interrupt only if its slot was written);
+//! the memory-exception event, whose faulting address picks the device it reaches; and the
+//! hardware-exception event, which reaches every device.
+//!
+//! Memory kinds map as design.md says: Device is VRAM (allocated host-visible, PUBLIC, so
+//! the path can place images; the client never gets a mapping of it), Pinned is rigd's
+//! memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a dma-buf (KFD 1.12), and
+//! map_host registers the client's memfd as USERPTR. A queue gets its EOP buffer and
+//! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
+//! memory) is forwarded to the KFD doorbell by a thread per queue, which sleeps on the
+//! client's doorbell until it is rung. amdgpu does not bound how long a user queue's work
+//! runs, so rigd's hang watchdog does ([`HANG_MS`]).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rig_kfd::abi;
+use rig_kfd::kfd::{HostPages, Kfd, KfdError};
+use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
+use rig_kfd::seam::{Kernel, Pages};
+use rig_kfd::topology::Node;
+use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
+use rig_shm::SharedRegion;
+
+use super::{
+    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
+    Refusal, Stopped,
+};
+
+/// The hang bound of KFD devices, in milliseconds: amdgpu bounds no user queue's work.
+pub const HANG_MS: u64 = 2000;
+/// The most bytes of a ring through KFD (its `ring_size` is 32 bits; the seed's 2 GiB).
+pub const MOST_RING: u64 = 1 << 31;
+/// Bytes of KFD's per-process doorbell page (its doorbell slice).
+const DOORBELL_SLICE: u64 = 8192;
+/// How long the event thread's wait lasts before it re-checks that its backend lives.
+const EVENT_WAIT_MS: u32 = 100;
+const PAGE: u64 = 4096;
+
+/// A path's listener of the backend's events: its device's callbacks and address ranges.
+#[derive(Debug)]
+struct Listener {
+    events: Events,
+    ranges: Mutex<Vec<(u64, u64)>>,
+    interrupts: AtomicU64,
+}
+
+/// rigd's one KFD process (the kernel makes one per address space): the open KFD and the
+/// event thread every GPU's devices share.
+#[derive(Debug)]
+pub struct KfdProcess {
+    kfd: Kfd,
+    /// Every device's listener, with its GPU's id.
+    listeners: Mutex<Vec<(u32, Weak<Listener>)>>,
+}
+
+impl KfdProcess {
+    /// Opens KFD through `kernel`, negotiates its version, announces the runtime and starts
+    /// the event thread.
+    pub fn open(kernel: Arc<dyn Kernel>) -> Result<Arc<KfdProcess>, String> {
+        let kfd = Kfd::open(kernel).map_err(|e| e.to_string())?;
+        kfd.runtime_enable().map_err(|e| e.to_string())?;
+        let process = Arc::new(KfdProcess {
+            kfd,
+            listeners: Mutex::new(Vec::new()),
+        });
+        start_events(&process)?;
+        Ok(process)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    process: Arc<KfdProcess>,
+    kfd: KfdRef,
+    gpu_id: u32,
+    node: Node,
+    _render: OwnedFd,
+    next_va: Mutex<(u64, u64)>,
+    doorbells: Mutex<Option<Arc<Pages>>>,
+}
+
+/// The process's KFD, reached from a GPU's shared state.
+#[derive(Debug)]
+struct KfdRef(Arc<KfdProcess>);
+
+impl std::ops::Deref for KfdRef {
+    type Target = Kfd;
+    fn deref(&self) -> &Kfd {
+        &self.0.kfd
+    }
+}
+
+/// A GPU reached through KFD.
+#[derive(Debug)]
+pub struct KfdBackend {
+    shared: Arc<Shared>,
+    desc: GpuDescription,
+}
+
+fn refused(e: KfdError) -> Refusal {
+    match &e {
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Lacking(e.to_string()),
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(e.to_string()),
+        _ => Refusal::Refused(e.to_string()),
+    }
+}
+
+impl KfdBackend {
+    /// The GPU of topology node `node`, in rigd's KFD process `process`.
+    pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
+        let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+        let kfd = &process.kfd;
+        let minor = node
+            .drm_render_minor()
+            .ok_or_else(|| format!("KFD node {} has no render node", node.index))?;
+        let render = kfd
+            .acquire_vm(node.gpu_id, minor)
+            .map_err(|e| e.to_string())?;
+        let ap = kfd
+            .apertures()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|a| a.gpu_id == node.gpu_id)
+            .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
+        let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
+        let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
+        let desc = GpuDescription {
+            gpu,
+            kind: PathKind::Kfd,
+            budget: node.vram_bytes(),
+            bus: Some(node.bus()),
+            clock_hz,
+            mec: node.mec_firmware(),
+            wgps: node.wgps(),
+            cache_bytes: node.cache_bytes(),
+            hang_ms: Some(HANG_MS),
+            maps_host: true,
+        };
+        let shared = Arc::new(Shared {
+            kfd: KfdRef(process.clone()),
+            process,
+            gpu_id: node.gpu_id,
+            node,
+            _render: render,
+            next_va: Mutex::new((base, ap.gpuvm_limit)),
+            doorbells: Mutex::new(None),
+        });
+        Ok(KfdBackend { shared, desc })
+    }
+}
+
+/// The GPU counter's rate, from two GET_CLOCK_COUNTERS 20 ms apart, to the nearest MHz.
+fn measure_clock_hz(kfd: &Kfd, gpu_id: u32) -> Result<u64, String> {
+    let a = kfd.clock_counters(gpu_id).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(20));
+    let b = kfd.clock_counters(gpu_id).map_err(|e| e.to_string())?;
+    let ticks = b.gpu_clock_counter.saturating_sub(a.gpu_clock_counter) as f64;
+    let ns = b
+        .cpu_clock_counter
+        .saturating_sub(a.cpu_clock_counter)
+        .max(1) as f64;
+    let mhz = (ticks * 1e3 / ns).round() as u64;
+    if mhz == 0 {
+        return Err("the GPU's clock counter did not move over 20 ms".into());
+    }
+    Ok(mhz * 1_000_000)
+}
+
+fn start_events(process: &Arc<KfdProcess>) -> Result<(), String> {
+    let kfd = &process.kfd;
+    let signal = kfd
+        .create_event(abi::EVENT_SIGNAL, true, 0, 0)
+        .map_err(|e| e.to_string())?;
+    let page = kfd
+        .mmap(
+            "the event page",
+            signal.event_page_offset,
+            abi::SIGNAL_EVENT_LIMIT as usize * 8,
+        )
+        .map_err(|e| e.to_string())?;
+    let memory = kfd
+        .create_event(abi::EVENT_MEMORY, true, 0, 0)
+        .map_err(|e| e.to_string())?;
+    let hw = kfd
+        .create_event(abi::EVENT_HW_EXCEPTION, true, 0, 0)
+        .map_err(|e| e.to_string())?;
+    // Armed before any queue runs: an interrupt naming event 0 signals it only then.
+    page.atomic_u64(signal.event_slot_index as usize * 8)
+        .store(1, Ordering::Release);
+    let weak = Arc::downgrade(process);
+    std::thread::Builder::new()
+        .name("rigd-kfd-events".into())
+        .spawn(move || {
+            event_loop(
+                weak,
+                page,
+                signal.event_slot_index,
+                [signal.event_id, memory.event_id, hw.event_id],
+            )
+        })
+        .map_err(|e| format!("no thread for KFD's events: {e}"))?;
+    Ok(())
+}
+
+fn event_loop(process: Weak<KfdProcess>, page: Pages, slot: u32, ids: [u32; 3]) {
+    let slot = slot as usize * 8;
+    // Ends once rigd no longer holds the process (every backend dropped).
+    while let Some(s) = process.upgrade() {
+        let mut wait = ids.map(abi::EventData::waiting_for);
+        let result = s.kfd.wait_events(&mut wait, EVENT_WAIT_MS);
+        // The devices open now, after the wait: one opened during it gets its wake too.
+        let listeners: Vec<(u32, Arc<Listener>)> = s
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(g, l)| l.upgrade().map(|l| (*g, l)))
+            .collect();
+        match result {
+            Ok(abi::WAIT_RESULT_COMPLETE) => {}
+            Ok(_) => continue,
+            Err(e) => {
+                for (_, l) in &listeners {
+                    (l.events.fault)(rig_proto::Fault::new(
+                        rig_proto::FaultKind::Internal,
+                        format!("waiting for KFD's events failed: {e}"),
+                    ));
+                }
+                return;
+            }
+        }
+        // Re-armed before the devices look at their words: a release whose interrupt KFD
+        // dropped while the slot was acknowledged wrote its word before that interrupt,
+        // so before this store, so before the devices' checks below.
+        page.atomic_u64(slot).store(1, Ordering::Release);
+        // Every device checks its own word; an interrupt of one wakes all of them.
+        for (_, l) in &listeners {
+            l.interrupts.fetch_add(1, Ordering::Relaxed);
+            (l.events.interrupt)();
+        }
+        let m = wait[1].memory_exception();
+        if m.gpu_id != 0 {
+            let read_only = m.failure.read_only != 0;
+            let why = rig_proto::Fault {
+                address: Some(m.va),
+                // A read-only page refuses only writes; KFD does not say which access
+                // found a page not present.
+                write: read_only.then_some(true),
+                ..rig_proto::Fault::new(
+                    rig_proto::FaultKind::MemoryFault,
+                    if read_only {
+                        "write to a read-only page"
+                    } else {
+                        "page not present"
+                    },
+                )
+            };
+            let of_gpu: Vec<&Arc<Listener>> = listeners
+                .iter()
+                .filter(|(g, _)| *g == m.gpu_id)
+                .map(|(_, l)| l)
+                .collect();
+            let owner: Vec<&Arc<Listener>> = of_gpu
+                .iter()
+                .copied()
+                .filter(|l| {
+                    l.ranges
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .any(|(a, b)| m.va >= *a && m.va < *b)
+                })
+                .collect();
+            let to = if owner.is_empty() { of_gpu } else { owner };
+            for l in to {
+                (l.events.fault)(why.clone());
+            }
+        }
+        let h = wait[2].hw_exception();
+        if h.gpu_id != 0 {
+            for (_, l) in listeners.iter().filter(|(g, _)| *g == h.gpu_id) {
+                (l.events.fault)(rig_proto::Fault::new(
+                    rig_proto::FaultKind::Reset,
+                    if h.reset_cause == abi::HW_EXCEPTION_ECC {
+                        "after an ECC error"
+                    } else {
+                        "after a hang"
+                    },
+                ));
+            }
+        }
+    }
+}
+
+impl Backend for KfdBackend {
+    fn description(&self) -> &GpuDescription {
+        &self.desc
+    }
+
+    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal> {
+        let listener = Arc::new(Listener {
+            events,
+            ranges: Mutex::new(Vec::new()),
+            interrupts: AtomicU64::new(0),
+        });
+        let mut ls = self
+            .shared
+            .process
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        ls.retain(|(_, l)| l.strong_count() > 0);
+        ls.push((self.shared.gpu_id, Arc::downgrade(&listener)));
+        Ok(Box::new(KfdPath {
+            shared: self.shared.clone(),
+            listener,
+            held: HashMap::new(),
+            queues: HashMap::new(),
+            next_token: 1,
+            last_ring: Arc::new(Mutex::new(None)),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    handle: u64,
+    va: u64,
+    bytes: u64,
+    /// A host mapping of Device memory, for uploads.
+    host: Option<Pages>,
+}
+
+#[derive(Debug)]
+struct KfdQueue {
+    id: u32,
+    stop: Arc<AtomicBool>,
+    doorbell: rig_shm::Doorbell,
+    forwarder: Option<std::thread::JoinHandle<()>>,
+    buffers: Vec<PathMemory>,
+}
+
+/// One device's share of a KFD GPU.
+#[derive(Debug)]
+pub struct KfdPath {
+    shared: Arc<Shared>,
+    listener: Arc<Listener>,
+    held: HashMap<u64, Held>,
+    queues: HashMap<u64, KfdQueue>,
+    next_token: u64,
+    /// When the last doorbell was forwarded: the path's answer to "since when busy".
+    last_ring: Arc<Mutex<Option<Instant>>>,
+}
+
+impl KfdPath {
+    fn va(&self, bytes: u64) -> Result<u64, Refusal> {
+        let mut v = self
+            .shared
+            .next_va
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let va = v.0;
+        let end = va
+            .checked_add(bytes)
+            .and_then(|e| e.checked_add(PAGE))
+            .filter(|e| *e <= v.1)
+            .ok_or_else(|| Refusal::Lacking("the GPU's address space is full".into()))?;
+        v.0 = end;
+        Ok(va)
+    }
+
+    fn keep(
+        &mut self,
+        held: Held,
+        kind: Option<MemoryKind>,
+        host: Option<SharedRegion>,
+    ) -> PathMemory {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.listener
+            .ranges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((held.va, held.va + held.bytes));
+        let m = PathMemory {
+            address: held.va,
+            bytes: held.bytes,
+            kind,
+            host,
+            token,
+        };
+        self.held.insert(token, held);
+        m
+    }
+
+    fn alloc_mapped(&mut self, bytes: u64, flags: u32) -> Result<(u64, u64, u64), Refusal> {
+        let va = self.va(bytes)?;
+        let kfd = &self.shared.kfd;
+        let (handle, offset) = kfd
+            .alloc(self.shared.gpu_id, va, bytes, flags)
+            .map_err(refused)?;
+        if let Err(e) = kfd.map(handle, self.shared.gpu_id) {
+            let _ = kfd.free(handle);
+            return Err(refused(e));
+        }
+        Ok((va, handle, offset))
+    }
+
+    fn register(
+        &mut self,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+        writable: bool,
+    ) -> Result<Held, Refusal> {
+        let va = self.va(bytes)?;
+        let kfd = &self.shared.kfd;
+        let flags = if writable {
+            abi::ALLOC_MEM_FLAGS_WRITABLE
+        } else {
+            0
+        };
+        let handle = kfd
+            .alloc_userptr(
+                self.shared.gpu_id,
+                va,
+                bytes,
+                HostPages {
+                    host: region.as_ptr() as u64,
+                    fd: region.fd(),
+                    offset,
+                },
+                flags,
+            )
+            .map_err(refused)?;
+        if let Err(e) = kfd.map(handle, self.shared.gpu_id) {
+            let _ = kfd.free(handle);
+            return Err(refused(e));
+        }
+        Ok(Held {
+            handle,
+            va,
+            bytes,
+            host: None,
+        })
+    }
+
+    fn release(&self, held: &Held) {
+        let kfd = &self.shared.kfd;
+        if let Err(e) = kfd.unmap(held.handle, self.shared.gpu_id) {
+            tracing::warn!(error = %e, "unmapping freed KFD memory failed");
+        }
+        if let Err(e) = kfd.free(held.handle) {
+            tracing::warn!(error = %e, "freeing KFD memory failed");
+        }
+        self.listener
+            .ranges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(a, _)| *a != held.va);
+    }
+}
+
+fn page_round(bytes: u64) -> Option<u64> {
+    bytes
+        .checked_add(PAGE - 1)
+        .map(|b| b / PAGE * PAGE)
+        .filter(|b| *b > 0)
+}
+
+impl Path for KfdPath {
+    fn alloc(&mut self, kind: MemoryKind, bytes: u64) -> Result<PathMemory, Refusal> {
+        let bytes = page_round(bytes)
+            .ok_or_else(|| Refusal::Refused(format!("cannot allocate {bytes} bytes")))?;
+        let vram = abi::ALLOC_MEM_FLAGS_VRAM
+            | abi::ALLOC_MEM_FLAGS_WRITABLE
+            | abi::ALLOC_MEM_FLAGS_EXECUTABLE
+            | abi::ALLOC_MEM_FLAGS_PUBLIC;
+        match kind {
+            MemoryKind::Device => {
+                let (va, handle, offset) = self.alloc_mapped(bytes, vram)?;
+                let host = self
+                    .shared
+                    .kfd
+                    .kernel()
+                    .mmap(self.shared._render.as_fd(), offset, bytes as usize)
+                    .ok();
+                Ok(self.keep(
+                    Held {
+                        handle,
+                        va,
+                        bytes,
+                        host,
+                    },
+                    Some(kind),
+                    None,
+                ))
+            }
+            MemoryKind::Mapped => {
+                let (va, handle, _) = self.alloc_mapped(bytes, vram)?;
+                let held = Held {
+                    handle,
+                    va,
+                    bytes,
+                    host: None,
+                };
+                let region = match self.shared.kfd.export_dmabuf(handle) {
+                    Ok(fd) => SharedRegion::from_fd(fd).map_err(|e| {
+                        Refusal::Refused(format!("mapping the dma-buf of Mapped memory: {e}"))
+                    }),
+                    Err(e) => Err(Refusal::Refused(format!("Mapped memory: {e}"))),
+                };
+                match region {
+                    Ok(r) => Ok(self.keep(held, Some(kind), Some(r))),
+                    Err(e) => {
+                        self.release(&held);
+                        Err(e)
+                    }
+                }
+            }
+            MemoryKind::Pinned => {
+                let len = usize::try_from(bytes).map_err(|_| {
+                    Refusal::Lacking(format!("{bytes} bytes exceed the host's address space"))
+                })?;
+                let region = SharedRegion::create("rig-pinned", len)
+                    .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
+                let held = self.register(&region, 0, bytes, true)?;
+                Ok(self.keep(held, Some(kind), Some(region)))
+            }
+        }
+    }
+
+    fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal> {
+        let bytes = page_round(bytes).unwrap_or(u64::MAX);
+        let region = SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| {
+            MapRefusal::Never(format!(
+                "the descriptor is not shared memory rigd can map for writing: {e}"
+            ))
+        })?;
+        let held = self
+            .register(&region, offset, bytes, true)
+            .map_err(|r| match r {
+                Refusal::Lacking(s) => MapRefusal::NoRoom(s),
+                Refusal::Full(s) | Refusal::Refused(s) => MapRefusal::Never(s),
+            })?;
+        Ok(self.keep(held, None, Some(region)))
+    }
+
+    fn map_peer(
+        &mut self,
+        region: &SharedRegion,
+        offset: u64,
+        bytes: u64,
+    ) -> Result<PathMemory, Refusal> {
+        let bytes = page_round(bytes).unwrap_or(u64::MAX);
+        if offset % PAGE != 0 || !region.contains(offset, bytes) {
+            return Err(Refusal::Refused(format!(
+                "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",
+                region.len()
+            )));
+        }
+        let held = self.register(region, offset, bytes, false)?;
+        Ok(self.keep(held, None, Some(region.clone())))
+    }
+
+    fn free(&mut self, memory: PathMemory) {
+        if let Some(h) = self.held.remove(&memory.token) {
+            self.release(&h);
+        }
+    }
+
+    fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault> {
+        let held = self
+            .held
+            .get(&memory.token)
+            .ok_or_else(|| Fault("upload into memory the path did not give".into()))?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= held.bytes);
+        match (&held.host, &memory.host, end) {
+            (_, _, None) => Err(Fault(format!(
+                "{} bytes at {offset} exceed the memory",
+                data.len()
+            ))),
+            (Some(p), _, _) => {
+                p.write(offset as usize, data);
+                Ok(())
+            }
+            (None, Some(r), _) => {
+                r.write(offset as usize, data);
+                Ok(())
+            }
+            (None, None, _) => Err(Fault(
+                "the host cannot reach this Device memory to place it".into(),
+            )),
+        }
+    }
+
+    fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
+        let kind = match spec.kind {
+            QueueKind::Pm4 => abi::QUEUE_TYPE_COMPUTE,
+            QueueKind::Aql => abi::QUEUE_TYPE_COMPUTE_AQL,
+            QueueKind::Sdma => abi::QUEUE_TYPE_SDMA,
+        };
+        let ring_size = u32::try_from(spec.bytes).map_err(|_| {
+            Refusal::Refused(format!(
+                "a ring of {} bytes exceeds KFD's {MOST_RING}",
+                spec.bytes
+            ))
+        })?;
+        let mut args = abi::CreateQueueArgs {
+            ring_base_address: spec.ring,
+            write_pointer_address: spec.write,
+            read_pointer_address: spec.read,
+            ring_size,
+            gpu_id: self.shared.gpu_id,
+            queue_type: kind,
+            queue_percentage: abi::MAX_QUEUE_PERCENTAGE,
+            queue_priority: 7,
+            ..Default::default()
+        };
+        let mut buffers = Vec::new();
+        if spec.kind != QueueKind::Sdma {
+            let cs = ContextSave::of(&self.shared.node);
+            let eop = self.alloc(MemoryKind::Device, EOP_BUFFER_BYTES)?;
+            args.eop_buffer_address = eop.address;
+            args.eop_buffer_size = EOP_BUFFER_BYTES;
+            buffers.push(eop);
+            let ctx = match self.alloc(MemoryKind::Device, cs.total_bytes()) {
+                Ok(m) => m,
+                Err(e) => {
+                    for b in buffers {
+                        self.free(b);
+                    }
+                    return Err(e);
+                }
+            };
+            args.ctx_save_restore_address = ctx.address;
+            args.ctx_save_restore_size = cs.cwsr_bytes as u32;
+            args.ctl_stack_size = cs.ctl_stack_bytes as u32;
+            buffers.push(ctx);
+        }
+        if let Err(e) = self.shared.kfd.create_queue(&mut args) {
+            for b in buffers {
+                self.free(b);
+            }
+            return Err(refused(e));
+        }
+        let bells = {
+            let mut d = self
+                .shared
+                .doorbells
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match &*d {
+                Some(p) => Ok(p.clone()),
+                None => self
+                    .shared
+                    .kfd
+                    .mmap(
+                        "doorbells",
+                        args.doorbell_offset & !(DOORBELL_SLICE - 1),
+                        DOORBELL_SLICE as usize,
+                    )
+                    .map(|p| {
+                        let p = Arc::new(p);
+                        *d = Some(p.clone());
+                        p
+                    }),
+            }
+        };
+        let bells = match bells {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = self.shared.kfd.destroy_queue(args.queue_id);
+                for b in buffers {
+                    self.free(b);
+                }
+                return Err(refused(e));
+            }
+        };
+        let at = (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (client, flag, kernel, last) = (
+            spec.doorbell.clone(),
+            stop.clone(),
+            self.shared.kfd.kernel().clone(),
+            self.last_ring.clone(),
+        );
+        let forwarder = std::thread::Builder::new()
+            .name("rigd-kfd-doorbell".into())
+            .spawn(move || {
+                // A queue's write position starts at 0: any other value, even one rung
+                // before this thread ran, is forwarded.
+                let mut seen = 0;
+                loop {
+                    let v = client.wait(seen, Some(Duration::from_millis(500)), || {
+                        flag.load(Ordering::Acquire)
+                    });
+                    if flag.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if v != seen {
+                        *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                        kernel.ring(&bells, at, v);
+                        seen = v;
+                    }
+                }
+            })
+            .map_err(|e| Refusal::Lacking(format!("no thread for the queue's doorbell: {e}")))?;
+        let token = self.next_token;
+        self.next_token += 1;
+        self.queues.insert(
+            token,
+            KfdQueue {
+                id: args.queue_id,
+                stop,
+                doorbell: spec.doorbell,
+                forwarder: Some(forwarder),
+                buffers,
+            },
+        );
+        Ok(QueueHandle(token))
+    }
+
+    fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault> {
+        let q = self
+            .queues
+            .remove(&queue.0)
+            .ok_or_else(|| Fault(format!("no queue {} to retire", queue.0)))?;
+        self.end_queue(q)
+    }
+
+    fn most_ring(&self, kind: QueueKind) -> u64 {
+        let k = match kind {
+            QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
+            QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
+            QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
+        };
+        self.shared
+            .node
+            .gpu()
+            .map_or(0, |g| g.most_ring(k))
+            .min(MOST_RING)
+    }
+
+    fn clock(&self) -> u64 {
+        self.shared
+            .kfd
+            .clock_counters(self.shared.gpu_id)
+            .map_or(0, |c| c.gpu_clock_counter)
+    }
+
+    fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped {
+        if let Some(why) = fault {
+            tracing::debug!(reason = %why, "stopping a lost KFD device's queues");
+        }
+        let mut all = true;
+        for (_, q) in std::mem::take(&mut self.queues) {
+            all &= self.end_queue(q).is_ok();
+        }
+        if all {
+            Stopped::Stopped
+        } else {
+            Stopped::Unknown
+        }
+    }
+
+    fn busy_since(&self) -> Option<Instant> {
+        if self.queues.is_empty() {
+            return None;
+        }
+        *self.last_ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn progress(&self) -> u64 {
+        self.listener.interrupts.load(Ordering::Relaxed)
+    }
+}
+
+impl KfdPath {
+    fn end_queue(&mut self, mut q: KfdQueue) -> Result<(), Fault> {
+        q.stop.store(true, Ordering::Release);
+        q.doorbell.wake();
+        if let Some(t) = q.forwarder.take() {
+            let _ = t.join();
+        }
+        let r = self
+            .shared
+            .kfd
+            .destroy_queue(q.id)
+            .map_err(|e| Fault(e.to_string()));
+        for b in std::mem::take(&mut q.buffers) {
+            self.free(b);
+        }
+        r
+    }
+}
+
+impl Drop for KfdPath {
+    fn drop(&mut self) {
+        let _ = self.stop(None);
+        for (_, h) in std::mem::take(&mut self.held) {
+            self.release(&h);
+        }
+    }
+}

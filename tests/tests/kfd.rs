@@ -1,0 +1,165 @@
+//! The client through rigd's kfd path: rigd (a child process) serves the GPUs of an
+//! emulated KFD that this test process runs, and a kernel launched on one of them computes
+//! what the host computes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use rig_client::{Memory, Ref, Rig, Submission, f32s, put_f32s};
+
+const SOCKET_ENV: &str = "RIG_CLIENT_KFD_TEST_SERVE";
+const EMU_ENV: &str = "RIG_CLIENT_KFD_TEST_EMU";
+
+/// In the child this test starts: serves rigd on the emulated KFD until SIGTERM.
+#[test]
+#[ignore = "rigd's daemon, run by the kfd tests in a child process"]
+fn serve_rigd_on_kfd() {
+    let (Some(socket), Some(emu)) = (std::env::var_os(SOCKET_ENV), std::env::var_os(EMU_ENV))
+    else {
+        return;
+    };
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+    let emu = PathBuf::from(emu);
+    let mut config = rigd::config::Config::embedded();
+    config.daemon.socket = PathBuf::from(&socket);
+    config.daemon.mode = 0o600;
+    config.kfd.emulated = Some(emu.join("kfd.sock"));
+    config.kfd.topology = Some(emu.join("topology"));
+    config.kfd.serve = true;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = runtime.block_on(rigd::serve_until_sigterm(Path::new(&socket), &config));
+    std::process::exit(if r.is_ok() { 0 } else { 1 });
+}
+
+struct Rigd {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Rigd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rigd_on_emulated_kfd() -> (Rigd, std::sync::Arc<rig_kfd_emu::server::Server>) {
+    let dir = tempfile::tempdir().unwrap();
+    let emu = rig_kfd_emu::start(
+        rig_kfd_emu::kernel::Config::default(),
+        &dir.path().join("kfd.sock"),
+        &dir.path().join("topology"),
+    )
+    .unwrap();
+    let socket = dir.path().join("rigd.sock");
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "serve_rigd_on_kfd",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env(SOCKET_ENV, &socket)
+        .env(EMU_ENV, dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = Rigd {
+        child,
+        socket,
+        _dir: dir,
+    };
+    let start = Instant::now();
+    while Rig::connect_to(&d.socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "rigd did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (d, emu)
+}
+
+fn code(name: &str) -> Vec<u8> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../kernels/out/gfx1100")
+        .join(format!("{name}.co"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn a_launch_on_a_kfd_gpu_computes_what_the_host_does() {
+    let (d, emu) = rigd_on_emulated_kfd();
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let gpus = rig.gpus().unwrap();
+    let names: Vec<&str> = gpus.iter().map(|g| g.arch.as_str()).collect();
+    assert_eq!(names, ["gfx1100", "gfx1201", "gfx942"]);
+    let dev = rig.open_device("AMD:0").unwrap();
+    let n = 1024usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
+    let ys: Vec<f32> = (0..n).map(|i| 7.0 - i as f32).collect();
+    let x = dev.buffer(4 * n as u64, Memory::Pinned).unwrap();
+    x.write(|b| put_f32s(b, xs.iter().copied())).unwrap();
+    let y = dev.buffer(4 * n as u64, Memory::Pinned).unwrap();
+    y.write(|b| put_f32s(b, ys.iter().copied())).unwrap();
+    let add = dev
+        .load_image(&code("add"))
+        .unwrap()
+        .resolve("add")
+        .unwrap();
+    let s = Submission::new().launch(
+        &add,
+        &[0; 16],
+        &[Ref::read(&x, 0), Ref::write(&y, 8)],
+        [4, 1, 1],
+        [256, 1, 1],
+        0,
+    );
+    dev.submit(&s).unwrap();
+    let got: Vec<f32> = y.read(|b| f32s(b).collect()).unwrap();
+    let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
+    assert_eq!(got, want);
+    // rigd holds one KFD process for its three GPUs, as the kernel keeps one per process.
+    assert_eq!(emu.processes().len(), 1);
+    let held: Vec<(usize, usize, usize)> = emu.processes().iter().map(|p| p.holdings()).collect();
+    assert!(
+        held.iter().any(|h| h.0 >= 2),
+        "the device's two queues: {held:?}"
+    );
+    drop(dev);
+    drop(rig);
+}
+
+#[test]
+fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
+    let (d, _emu) = rigd_on_emulated_kfd();
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:1").unwrap();
+    let n = 16 * 1024u64;
+    let src = dev.buffer(n, Memory::Pinned).unwrap();
+    let mid = dev.buffer(n, Memory::Device).unwrap();
+    let mapped = dev.buffer(n, Memory::Mapped).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+    src.write(|b| b.copy_from_slice(&data)).unwrap();
+    let s = Submission::new()
+        .fill(&mid, 0, n, 0)
+        .copy(&src, 1, &mid, 5, 10_000)
+        .fill(&mid, 12_000, 33, 0xee)
+        .copy(&mid, 0, &mapped, 0, n);
+    dev.submit(&s).unwrap();
+    let mut want = vec![0u8; n as usize];
+    want[5..10_005].copy_from_slice(&data[1..10_001]);
+    want[12_000..12_033].fill(0xee);
+    let got = mapped.read(|b| b.to_vec()).unwrap();
+    assert!(
+        got == want,
+        "first difference at {:?}",
+        got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+}
