@@ -1,25 +1,60 @@
-//! Text form of a decoded instruction in LLVM's gfx1100 assembler syntax (wave32), and the
-//! per-opcode operand facts (register widths, which operands exist) that printing and
-//! execution share.
+//! Text form of a decoded instruction in LLVM's assembler syntax of its target (gfx1100 or
+//! gfx1201, wave32), and the per-opcode operand facts (register widths, which operands exist)
+//! that printing and execution share.
 //!
-//! Owns mnemonics, operand widths and `Display`. Special immediates whose LLVM spelling is
+//! Owns mnemonics, operand widths and `Display`. Operand facts are read off the semantic name
+//! (`base_name`, gfx1100's spelling of the operation); what is printed is the encoding's own
+//! name (`Inst::enc` in its generation's table) and, on GFX12, its cache policy (th/scope). Special immediates whose LLVM spelling is
 //! symbolic (`hwreg(...)`, `sendmsg(...)`, `s_delay_alu`, `s_waitcnt_depctr`, DS swizzle
 //! patterns) are printed numerically; the decoding oracle knows this.
 
 use std::fmt::{self, Write};
 
-use crate::decode::{Dpp, Format, Inst, src};
-use crate::opcodes;
+use crate::decode::tables::{self, Class};
+use crate::decode::{Dpp, Format, Inst, Isa, src};
 
-/// The base (unsuffixed) name of a VALU opcode in the unified numbering.
+/// The base (unsuffixed) name of a VALU operation by semantic id (unified numbering).
 pub fn valu_name(op: u16) -> &'static str {
-    let base = |t: &[Option<&'static str>], o: u16| t.get(o as usize).copied().flatten();
-    let n = base(&opcodes::VOP3, op)
-        .or_else(|| op.checked_sub(256).and_then(|o| base(&opcodes::VOP2, o)))
-        .or_else(|| op.checked_sub(384).and_then(|o| base(&opcodes::VOP1, o)))
-        .or_else(|| base(&opcodes::VOPC, op))
-        .unwrap_or("v_unknown");
-    strip(n)
+    strip(tables::sem_name(Class::Valu, op).unwrap_or("v_unknown"))
+}
+
+/// The opcode table class of an encoding format.
+fn class(f: Format) -> Class {
+    match f {
+        Format::Sop2 => Class::Sop2,
+        Format::Sopk => Class::Sopk,
+        Format::Sop1 => Class::Sop1,
+        Format::Sopc => Class::Sopc,
+        Format::Sopp => Class::Sopp,
+        Format::Smem => Class::Smem,
+        Format::Vop1 => Class::Vop1,
+        Format::Vop2 => Class::Vop2,
+        Format::Vopc => Class::Vopc,
+        Format::Vop3 | Format::Vop3sd => Class::Vop3,
+        Format::Vop3p => Class::Vop3p,
+        Format::Vopd => Class::Vopdx,
+        Format::Ds => Class::Ds,
+        Format::Flat => Class::Flat,
+        Format::Global => Class::Global,
+        Format::Scratch => Class::Scratch,
+        Format::Mubuf => Class::Mubuf,
+    }
+}
+
+/// The name the instruction's own generation gives it, as its table spells it (VALU: with
+/// LLVM's `_e32`/`_e64` where the table has one).
+fn enc_printed(i: &Inst) -> Option<&'static str> {
+    let (c, op) = match i.format {
+        Format::Vop1 => (Class::Vop1, i.enc.wrapping_sub(384)),
+        Format::Vop2 => (Class::Vop2, i.enc.wrapping_sub(256)),
+        f => (class(f), i.enc),
+    };
+    tables::names(i.isa, c).get(op as usize).copied().flatten()
+}
+
+/// The unsuffixed name the instruction's own generation gives it.
+pub fn enc_name(i: &Inst) -> &'static str {
+    strip(enc_printed(i).unwrap_or("unknown"))
 }
 
 fn strip(n: &str) -> &str {
@@ -31,37 +66,23 @@ fn strip(n: &str) -> &str {
     n
 }
 
-/// Base name of any instruction.
+/// Semantic base name of any instruction (gfx1100's spelling of the operation).
 pub fn base_name(i: &Inst) -> &'static str {
-    let t: &[Option<&'static str>] = match i.format {
-        Format::Sop2 => &opcodes::SOP2,
-        Format::Sopk => &opcodes::SOPK,
-        Format::Sop1 => &opcodes::SOP1,
-        Format::Sopc => &opcodes::SOPC,
-        Format::Sopp => &opcodes::SOPP,
-        Format::Smem => &opcodes::SMEM,
-        Format::Vop3p => &opcodes::VOP3P,
-        Format::Vopd => &opcodes::VOPDX,
-        Format::Ds => &opcodes::DS,
-        Format::Flat => &opcodes::FLAT,
-        Format::Global => &opcodes::GLOBAL,
-        Format::Scratch => &opcodes::SCRATCH,
-        Format::Mubuf => &opcodes::MUBUF,
+    match i.format {
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
-            return valu_name(i.op);
+            valu_name(i.op)
         }
-    };
-    t.get(i.op as usize).copied().flatten().unwrap_or("unknown")
+        f => tables::sem_name(class(f), i.op).unwrap_or("unknown"),
+    }
 }
 
 /// Mnemonic as LLVM prints it.
 pub fn mnemonic(i: &Inst) -> String {
     let (printed, dpp_base) = match i.format {
-        Format::Vop1 => (opcodes::VOP1[(i.op - 384) as usize], true),
-        Format::Vop2 => (opcodes::VOP2[(i.op - 256) as usize], true),
-        Format::Vopc => (opcodes::VOPC[i.op as usize], true),
-        Format::Vop3 | Format::Vop3sd => (opcodes::VOP3[i.op as usize], true),
-        Format::Vop3p if i.dpp.is_some() => return format!("{}_e64_dpp", base_name(i)),
+        Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
+            (enc_printed(i), true)
+        }
+        Format::Vop3p if i.dpp.is_some() => return format!("{}_e64_dpp", enc_name(i)),
         _ => (None, false),
     };
     match (printed, dpp_base) {
@@ -75,13 +96,14 @@ pub fn mnemonic(i: &Inst) -> String {
             }
         }
         (Some(p), true) => p.to_string(),
-        _ => base_name(i).to_string(),
+        _ => enc_name(i).to_string(),
     }
 }
 
-/// Whether a VOP3-encoded VALU opcode writes an SGPR (compares, readlane).
+/// Whether a VOP3-encoded VALU operation writes an SGPR (compares, readlane, GFX12's
+/// scalar-result transcendentals `v_s_*`).
 pub fn vop3_sgpr_dst(op: u16) -> bool {
-    op < 0x80 || op == 0x182 || op == 0x360
+    op < 0x80 || op == 0x182 || op == 0x360 || (op >= 1024 && valu_name(op).starts_with("v_s_"))
 }
 
 /// Whether the VALU opcode's sources are floating point (so abs/neg modifiers apply).
@@ -169,7 +191,8 @@ fn types(n: &str) -> Vec<u8> {
 
 /// Number of VALU sources by opcode range and name.
 fn valu_nsrc(op: u16, n: &str) -> usize {
-    match op {
+    // Ids of operations new in GFX12 keep their encoding's range below 1024.
+    match op & 0x3ff {
         0..=0xff => 2,
         0x100..=0x17f => {
             if matches!(
@@ -312,7 +335,7 @@ pub fn valu_widths(op: u16) -> Widths {
         }
         _ => {}
     }
-    if op < 0x80 || op == 0x182 || op == 0x360 {
+    if vop3_sgpr_dst(op) {
         // Compare results and readlane land in SGPRs: one dword in wave32.
         if !n.starts_with("v_cmpx") {
             w.dst = 1;
@@ -510,7 +533,7 @@ impl Ctx<'_> {
         self.sep();
         let shown =
             if matches!(self.i.format, Format::Vop3 | Format::Vop3sd) && self.i.dpp.is_none() {
-                opcodes::VOP3_MODS[self.i.op as usize & 1023]
+                tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023]
             } else {
                 0xff
             };
@@ -531,7 +554,7 @@ impl Ctx<'_> {
         let vop3 = matches!(self.i.format, Format::Vop3 | Format::Vop3sd);
         // An integer source of an instruction that takes float modifiers elsewhere spells its
         // neg bit sext(); so do the integer sources of VOP3 DPP forms.
-        let mods = opcodes::VOP3_MODS[self.i.op as usize & 1023];
+        let mods = tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023];
         let int_src = mods != 0 && mods >> (4 + k) & 1 == 0;
         let _ = name;
         let sext = vop3
@@ -655,7 +678,17 @@ fn scalar(c: &mut Ctx) {
         }
         _ => {}
     }
-    if i.format != Format::Sopc {
+    // GFX12's barrier and sleep operations take a source and no destination.
+    let no_dst = matches!(
+        n,
+        "s_barrier_signal"
+            | "s_barrier_signal_isfirst"
+            | "s_barrier_init"
+            | "s_barrier_join"
+            | "s_wakeup_barrier"
+            | "s_sleep_var"
+    );
+    if i.format != Format::Sopc && !no_dst {
         c.op(i.dst, w.dst);
     }
     c.op(i.src[0], w.src[0]);
@@ -780,6 +813,7 @@ fn smem(c: &mut Ctx) {
     }
     let dw = match n {
         _ if n.ends_with("b64") => 2,
+        _ if n.ends_with("b96") => 3,
         _ if n.ends_with("b128") => 4,
         _ if n.ends_with("b256") => 8,
         _ if n.ends_with("b512") => 16,
@@ -788,7 +822,7 @@ fn smem(c: &mut Ctx) {
     if n.starts_with("s_atc_probe") {
         c.out.push_str(&u16_imm(i.dst));
     } else {
-        c.op(if dw >= 4 { i.dst & !3 } else { i.dst }, dw);
+        c.op(if dw >= 3 { i.dst & !3 } else { i.dst }, dw);
     }
     let sb = if n.contains("buffer") {
         i.src[0] & !3
@@ -801,7 +835,7 @@ fn smem(c: &mut Ctx) {
         if i.imm != 0 {
             let _ = write!(c.out, " offset:{}", signed_hex(i.imm));
         }
-    } else if i.imm != 0 {
+    } else if i.imm != 0 || i.isa == Isa::Gfx12 {
         c.sep();
         c.out.push_str(&signed_hex(i.imm));
     } else {
@@ -812,6 +846,9 @@ fn smem(c: &mut Ctx) {
 }
 
 fn cache_bits(c: &mut Ctx, bits: u8) {
+    if c.i.isa == Isa::Gfx12 {
+        return cache_policy(c, bits);
+    }
     if bits & 1 != 0 {
         c.word("glc");
     }
@@ -905,7 +942,7 @@ fn valu(c: &mut Ctx) {
         c.op(src::VCC_LO, 1);
     }
     if e64 {
-        let shown = opcodes::VOP3_OPSEL[i.op as usize & 1023];
+        let shown = tables::vop3_opsel(i.isa)[i.enc as usize & 1023];
         if i.op_sel & shown != 0 {
             let sel = i.op_sel & shown;
             // fmac's tied accumulator takes an op_sel position of its own.
@@ -1086,8 +1123,15 @@ fn vopd(c: &mut Ctx) {
         }
     };
     c.out.clear();
-    let nx = opcodes::VOPDX[i.op as usize].unwrap_or("?");
-    let ny = opcodes::VOPDY[i.opy as usize].unwrap_or("?");
+    let name = |c, op: u8| {
+        tables::names(i.isa, c)
+            .get(op as usize)
+            .copied()
+            .flatten()
+            .unwrap_or("?")
+    };
+    let nx = name(Class::Vopdx, i.enc as u8);
+    let ny = name(Class::Vopdy, i.ency);
     half(c, nx, i.dst, i.src[0], i.src[1]);
     c.out.push_str(" :: ");
     half(c, ny, i.sdst, i.srcy[0], i.srcy[1]);
@@ -1173,6 +1217,10 @@ fn ds(c: &mut Ctx) {
 fn flat(c: &mut Ctx) {
     let i = c.i;
     let n = base_name(i);
+    if matches!(n, "global_inv" | "global_wb" | "global_wbinv") {
+        // GFX12's cache controls: no operands, only the policy.
+        return cache_bits(c, i.cache);
+    }
     let t = types(n);
     let w = *t.last().unwrap_or(&1);
     let load = n.contains("load");
@@ -1265,5 +1313,43 @@ fn mubuf(c: &mut Ctx) {
     cache_bits(c, i.cache);
     if i.op_sel & 1 != 0 {
         c.word("tfe");
+    }
+}
+
+/// GFX12's cache policy, `th | scope << 3`, as LLVM spells it for loads, stores and atomics.
+fn cache_policy(c: &mut Ctx, bits: u8) {
+    let n = enc_name(c.i);
+    let (th, scope) = (bits & 7, bits >> 3 & 3);
+    let kind = if n.contains("store") {
+        "STORE"
+    } else if n.contains("load") || c.i.format == Format::Smem || !n.contains("atomic") {
+        "LOAD"
+    } else {
+        "ATOMIC"
+    };
+    let t = match (kind, th) {
+        (_, 0) => String::new(),
+        ("ATOMIC", 1) => "TH_ATOMIC_RETURN".into(),
+        ("ATOMIC", 2) => "TH_ATOMIC_NT".into(),
+        ("ATOMIC", 3) => "TH_ATOMIC_NT_RETURN".into(),
+        ("ATOMIC", 4 | 5) if scope >= 2 => "TH_ATOMIC_CASCADE_RT".into(),
+        ("ATOMIC", 6 | 7) if scope >= 2 => "TH_ATOMIC_CASCADE_NT".into(),
+        ("ATOMIC", t) => format!("TH_ATOMIC_0x{t:x}"),
+        (k, 1) => format!("TH_{k}_NT"),
+        (k, 2) => format!("TH_{k}_HT"),
+        (k, 3) if scope == 3 => format!("TH_{k}_BYPASS"),
+        ("LOAD", 3) => "TH_LOAD_LU".into(),
+        (_, 3) => "TH_STORE_RT_WB".into(),
+        (k, 4) => format!("TH_{k}_NT_RT"),
+        (k, 5) => format!("TH_{k}_RT_NT"),
+        (k, 6) => format!("TH_{k}_NT_HT"),
+        ("LOAD", _) => "0x7".into(),
+        _ => "TH_STORE_NT_WB".into(),
+    };
+    if !t.is_empty() {
+        c.word(&format!("th:{t}"));
+    }
+    if scope != 0 {
+        c.word(["", "scope:SCOPE_SE", "scope:SCOPE_DEV", "scope:SCOPE_SYS"][scope as usize]);
     }
 }

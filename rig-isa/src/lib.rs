@@ -28,8 +28,11 @@ pub mod disasm;
 // Generated from LLVM's tables: each constant is named by its mnemonic, which says all.
 #[allow(clippy::all, missing_docs)]
 pub mod opcodes;
+// The same for gfx1201, with each opcode's semantic id.
+#[allow(clippy::all, missing_docs)]
+pub mod opcodes_gfx12;
 
-pub use decode::{DecodeError, Format, Inst, decode};
+pub use decode::{DecodeError, Format, Inst, Isa, decode, decode_isa};
 
 /// GPU virtual memory as a dispatch sees it (one VMID's page table). Implemented by rig-sim.
 pub trait Memory: Sync {
