@@ -237,7 +237,7 @@ pub fn execute(
     stop: &std::sync::atomic::AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    exec::execute(d, Workgroups::ALL, mem, stop, threads)
+    exec::execute(Isa::Gfx11, d, Workgroups::ALL, mem, stop, threads)
 }
 
 /// [`execute`] for a share of the workgroups only (one die's, say). Each workgroup keeps its
@@ -251,5 +251,18 @@ pub fn execute_workgroups(
     stop: &std::sync::atomic::AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    exec::execute(d, share, mem, stop, threads)
+    exec::execute(Isa::Gfx11, d, share, mem, stop, threads)
+}
+
+/// [`execute_workgroups`] of code of encoding family `isa` (a GPU of that generation: launch
+/// state as its LLVM target expects it, e.g. GFX12's workgroup ids in TTMP7/TTMP9).
+pub fn execute_isa(
+    isa: Isa,
+    d: &Dispatch,
+    share: Workgroups,
+    mem: &dyn Memory,
+    stop: &std::sync::atomic::AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    exec::execute(isa, d, share, mem, stop, threads)
 }
