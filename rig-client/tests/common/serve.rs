@@ -28,9 +28,14 @@ pub fn main() -> Option<i32> {
     config.daemon.mode = 0o600;
     if let Some(hang_ms) = number(HANG_MS_ENV) {
         config.sim = vec![rigd::config::SimGpuConfig {
-            processor: "gfx1100".into(),
+            processor: super::processor().into(),
             memory_bytes: 2 << 30,
             hang_ms,
+        }];
+    } else if super::processor() != "gfx1100" {
+        config.sim = vec![rigd::config::SimGpuConfig {
+            processor: super::processor().into(),
+            ..rigd::config::SimGpuConfig::embedded_default()
         }];
     }
     if let Some(ms) = number(IDLE_MS_ENV) {
