@@ -115,7 +115,11 @@ pub fn float_src(op: u16) -> bool {
     } else {
         t.last().copied()
     };
-    n.contains("bf16") || src.is_some_and(|t| t.starts_with('f'))
+    // GFX12's conversions to fp8/bf8 take f32 sources.
+    let to_f8 = n.starts_with("v_cvt_sr_")
+        || n.starts_with("v_cvt_pk_fp8")
+        || n.starts_with("v_cvt_pk_bf8");
+    to_f8 || n.contains("bf16") || src.is_some_and(|t| t.starts_with('f'))
 }
 
 /// Whether the opcode accepts DPP (LLVM rejects DPP on 64-bit and a few special ops).
@@ -125,7 +129,7 @@ pub fn dpp_allowed(i: &Inst) -> bool {
         return false;
     }
     let w = valu_widths(i.op);
-    if w.dst > 1 || w.src.iter().any(|&s| s > 1) {
+    if w.dst > 1 || w.src.iter().any(|&s| s > 1) || n.starts_with("v_s_") {
         return false;
     }
     if n.starts_with("v_cmp") && n.ends_with("64") {
@@ -143,6 +147,9 @@ pub fn dpp_allowed(i: &Inst) -> bool {
             | "v_permlane64_b32"
             | "v_permlane16_b32"
             | "v_permlanex16_b32"
+            | "v_permlane16_var_b32"
+            | "v_permlanex16_var_b32"
+            | "v_fma_dx9_zero_f32"
             | "v_fmamk_f32"
             | "v_fmaak_f32"
             | "v_fmamk_f16"
@@ -267,7 +274,20 @@ fn valu_nsrc(op: u16, n: &str) -> usize {
                     | "v_cvt_pk_norm_i16_f16"
                     | "v_cvt_pk_norm_u16_f16"
                     | "v_cvt_pk_norm_i16_f32"
-                    | "v_cvt_pk_norm_u16_f32" => 2,
+                    | "v_cvt_pk_norm_u16_f32"
+                    | "v_minimum_f32"
+                    | "v_maximum_f32"
+                    | "v_minimum_f16"
+                    | "v_maximum_f16"
+                    | "v_minimum_f64"
+                    | "v_maximum_f64"
+                    | "v_cvt_sr_fp8_f32"
+                    | "v_cvt_sr_bf8_f32"
+                    | "v_cvt_pk_fp8_f32"
+                    | "v_cvt_pk_bf8_f32"
+                    | "v_permlane16_var_b32"
+                    | "v_permlanex16_var_b32" => 2,
+                    _ if n.starts_with("v_s_") => 1,
                     _ => 3,
                 }
             }
@@ -327,6 +347,7 @@ pub fn valu_widths(op: u16) -> Widths {
             }
         }
         "v_cvt_pk_rtz_f16_f32" | "v_cvt_pk_u8_f32" => w.dst = 1,
+        "v_cvt_pk_f32_fp8" | "v_cvt_pk_f32_bf8" => w.dst = 2,
         "v_nop" | "v_pipeflush" => {
             w = Widths {
                 dst: 0,
@@ -518,7 +539,16 @@ impl Ctx<'_> {
     }
     fn op(&mut self, s: u16, n: u8) {
         self.sep();
-
+        if s == src::LITERAL
+            && self.i.isa == Isa::Gfx12
+            && self.i.format == Format::Vopc
+            && self.int16
+            && !self.float16
+        {
+            // GFX12 prints a VOPC 16-bit integer literal in hex, inline value or not.
+            let _ = write!(self.out, "0x{:x}", self.i.literal & 0xffff);
+            return;
+        }
         operand_x(
             &mut self.out,
             s,
@@ -531,12 +561,14 @@ impl Ctx<'_> {
     }
     fn vmod(&mut self, s: u16, n: u8, k: usize) {
         self.sep();
-        let shown =
-            if matches!(self.i.format, Format::Vop3 | Format::Vop3sd) && self.i.dpp.is_none() {
-                tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023]
-            } else {
-                0xff
-            };
+        // GFX12 prints VOP3 DPP sources' modifiers where the opcode takes them at all.
+        let shown = if matches!(self.i.format, Format::Vop3 | Format::Vop3sd)
+            && (self.i.dpp.is_none() || self.i.isa == Isa::Gfx12)
+        {
+            tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023]
+        } else {
+            0xff
+        };
         // The 32-bit addend of the 16-bit multiply-adds is not a 16-bit operand.
         let saved16 = self.int16;
         if k == 2 && matches!(valu_name(self.i.op), "v_mad_u32_u16" | "v_mad_i32_i16") {
@@ -557,10 +589,19 @@ impl Ctx<'_> {
         let mods = tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023];
         let int_src = mods != 0 && mods >> (4 + k) & 1 == 0;
         let _ = name;
-        let sext = vop3
-            && self.i.neg >> k & 1 != 0
-            && ((self.i.dpp.is_none() && int_src)
-                || (self.i.dpp.is_some() && !float_src(self.i.op)));
+        let g12dpp = self.i.isa == Isa::Gfx12 && self.i.dpp.is_some();
+        let sext = if g12dpp {
+            // GFX12: an integer source of a DPP form spells neg sext(), VOP3 or not.
+            let int_operand =
+                name == "v_ldexp_f32" || name == "v_ldexp_f16" || name == "v_cvt_pk_u8_f32";
+            let float =
+                name.starts_with("v_cndmask") || (float_src(self.i.op) && !(k > 0 && int_operand));
+            self.i.neg >> k & 1 != 0 && !float
+        } else {
+            vop3 && self.i.neg >> k & 1 != 0
+                && ((self.i.dpp.is_none() && int_src)
+                    || (self.i.dpp.is_some() && !float_src(self.i.op)))
+        };
         if sext {
             self.out.push_str("sext(");
             operand_x(
@@ -575,7 +616,7 @@ impl Ctx<'_> {
             self.out.push(')');
             return;
         }
-        let (neg, abs) = if vop3 && self.i.dpp.is_some() && !float_src(self.i.op) {
+        let (neg, abs) = if vop3 && !g12dpp && self.i.dpp.is_some() && !float_src(self.i.op) {
             (false, false)
         } else {
             (neg, abs)
@@ -622,22 +663,38 @@ impl Ctx<'_> {
 
 impl fmt::Display for Inst {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let int16 = matches!(
-            self.format,
-            Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd
-        ) && {
-            let n = valu_name(self.op);
-            let t: Vec<&str> = n.split('_').filter(|t| ty_width(t).is_some()).collect();
-            t.last()
-                .is_some_and(|t| matches!(*t, "i16" | "u16" | "b16" | "f16"))
-                && !n.starts_with("v_sat_pk")
-                && !n.contains("_pk_")
-                && !n.contains("dot2")
-                && n != "v_sad_u16"
-        };
+        // GFX12's scalar f16 operations print their constants as 16-bit patterns.
+        let salu16 =
+            matches!(self.format, Format::Sop2 | Format::Sopc) && base_name(self).ends_with("_f16");
+        // GFX12 spells the f16 packed-norm conversions' literal as 16 bits too.
+        let norm16 = self.isa == Isa::Gfx12
+            && matches!(
+                valu_name(self.op),
+                "v_cvt_pk_norm_i16_f16" | "v_cvt_pk_norm_u16_f16"
+            );
+        let int16 = salu16
+            || norm16
+            || matches!(
+                self.format,
+                Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd
+            ) && {
+                let n = valu_name(self.op);
+                let t: Vec<&str> = n.split('_').filter(|t| ty_width(t).is_some()).collect();
+                t.last()
+                    .is_some_and(|t| matches!(*t, "i16" | "u16" | "b16" | "f16"))
+                    && !n.starts_with("v_sat_pk")
+                    && !n.contains("_pk_")
+                    && !n.contains("dot2")
+                    && n != "v_sad_u16"
+            };
         // f16 sources, and the 16-bit multiply-adds with 32-bit results, spell inline constants
         // as floats while still printing 16-bit literals.
-        let float16 = int16 && (valu_name(self.op).ends_with("f16"));
+        let float16 = if salu16 {
+            // Compares print them as bit patterns, arithmetic as floats.
+            self.format != Format::Sopc
+        } else {
+            int16 && (valu_name(self.op).ends_with("f16"))
+        };
         let mut c = Ctx {
             out: mnemonic(self),
             i: self,
@@ -690,6 +747,21 @@ fn scalar(c: &mut Ctx) {
     );
     if i.format != Format::Sopc && !no_dst {
         c.op(i.dst, w.dst);
+    }
+    if matches!(n, "s_fmaak_f32" | "s_fmamk_f32") {
+        // GFX12's scalar FMAs with a K constant (the literal dword).
+        let k = format!("0x{:x}", i.literal);
+        c.op(i.src[0], 1);
+        c.sep();
+        if n == "s_fmamk_f32" {
+            c.out.push_str(&k);
+            c.op(i.src[1], 1);
+        } else {
+            c.op(i.src[1], 1);
+            c.sep();
+            c.out.push_str(&k);
+        }
+        return;
     }
     c.op(i.src[0], w.src[0]);
     if i.format != Format::Sop1 {
@@ -772,6 +844,7 @@ fn sopp(c: &mut Ctx) {
         | "s_icache_inv"
         | "s_ttracedata"
         | "s_wait_idle"
+        | "s_barrier_leave"
         | "s_endpgm_ordered_ps_done" => {}
         _ if n.starts_with("s_branch") || n.starts_with("s_cbranch") => {
             let _ = write!(c.out, "{imm}");
@@ -795,7 +868,7 @@ fn sopp(c: &mut Ctx) {
         }
         "s_nop" | "s_sleep" | "s_setprio" | "s_trap" | "s_setkill" | "s_sethalt"
         | "s_denorm_mode" | "s_incperflevel" | "s_decperflevel" | "s_delay_alu"
-        | "s_waitcnt_depctr" => c.out.push_str(&u16_imm(imm)),
+        | "s_waitcnt_depctr" | "s_barrier_wait" => c.out.push_str(&u16_imm(imm)),
         "s_sendmsg" | "s_sendmsghalt" => {
             let _ = write!(c.out, "sendmsg({imm})");
         }
@@ -809,6 +882,22 @@ fn smem(c: &mut Ctx) {
     let i = c.i;
     let n = base_name(i);
     if matches!(n, "s_gl1_inv" | "s_dcache_inv") {
+        return;
+    }
+    if n.contains("prefetch") {
+        // GFX12's prefetches: base (none when PC-relative), offset, soffset, the sdata field
+        // as a count; no cache policy.
+        if !n.ends_with("pc_rel") {
+            let buffer = n.contains("buffer");
+            c.op(
+                if buffer { i.src[0] & !3 } else { i.src[0] },
+                if buffer { 4 } else { 2 },
+            );
+        }
+        c.sep();
+        c.out.push_str(&signed_hex(i.imm));
+        c.op(i.saddr, 1);
+        let _ = write!(c.out, ", {}", i.dst);
         return;
     }
     let dw = match n {
@@ -842,7 +931,9 @@ fn smem(c: &mut Ctx) {
         c.sep();
         c.out.push_str("null");
     }
-    cache_bits(c, i.cache);
+    if !n.starts_with("s_atc_probe") {
+        cache_bits(c, i.cache);
+    }
 }
 
 fn cache_bits(c: &mut Ctx, bits: u8) {
@@ -933,7 +1024,17 @@ fn valu(c: &mut Ctx) {
         c.sep();
         let _ = write!(c.out, "0x{:x}", i.literal);
     }
-    if !e64
+    let abs_vcc = i.isa == Isa::Gfx12
+        && !e64
+        && i.dpp.is_some()
+        && n == "v_cndmask_b32"
+        && i.abs & 2 != 0
+        && c.out.ends_with('|');
+    if abs_vcc {
+        // GFX12's LLVM closes src1's |abs| after the implicit vcc_lo.
+        c.out.pop();
+        c.out.push_str(", vcc_lo|");
+    } else if !e64
         && matches!(
             n,
             "v_cndmask_b32" | "v_add_co_ci_u32" | "v_sub_co_ci_u32" | "v_subrev_co_ci_u32"
@@ -941,9 +1042,21 @@ fn valu(c: &mut Ctx) {
     {
         c.op(src::VCC_LO, 1);
     }
+    // GFX12's fp8/bf8 conversions spell op_sel as the byte they read or write.
+    let byte_sel = match n {
+        "v_cvt_f32_fp8" | "v_cvt_f32_bf8" => Some((i.op_sel & 1) << 1 | (i.op_sel >> 1 & 1)),
+        "v_cvt_sr_fp8_f32" | "v_cvt_sr_bf8_f32" => {
+            Some((i.op_sel >> 3 & 1) << 1 | (i.op_sel >> 2 & 1))
+        }
+        _ => None,
+    };
     if e64 {
         let shown = tables::vop3_opsel(i.isa)[i.enc as usize & 1023];
-        if i.op_sel & shown != 0 {
+        if let Some(b) = byte_sel {
+            if b != 0 {
+                let _ = write!(c.out, " byte_sel:{b}");
+            }
+        } else if i.op_sel & shown != 0 {
             let sel = i.op_sel & shown;
             // fmac's tied accumulator takes an op_sel position of its own.
             let slots = if n.starts_with("v_fmac") { 3 } else { nsrc };
@@ -1222,7 +1335,12 @@ fn flat(c: &mut Ctx) {
         return cache_bits(c, i.cache);
     }
     let t = types(n);
-    let w = *t.last().unwrap_or(&1);
+    // GFX12's block loads and stores move 32 VGPRs.
+    let w = if n.ends_with("_block") {
+        32
+    } else {
+        *t.last().unwrap_or(&1)
+    };
     let load = n.contains("load");
     let store = n.contains("store");
     let atomic = !load && !store;

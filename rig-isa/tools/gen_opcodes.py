@@ -87,7 +87,8 @@ def generate(gfx12):
         tables[name] = (names, samples)
 
     SV0 = 256  # v0 as 9-bit source
-    table("SOP2", 0x60, [lambda op: [0x80000000 | op << 23 | 0 << 16 | 1 << 8 | 2]])
+    # The second form carries a K literal (GFX12's s_fmaak/s_fmamk).
+    table("SOP2", 0x60, [lambda op: [0x80000000 | op << 23 | 0 << 16 | 1 << 8 | 2], lambda op: [0x80000000 | op << 23 | 0 << 16 | 1 << 8 | 2, 0x3f800000]])
     table("SOPK", 0x1D, [lambda op: [0xB0000000 | op << 23 | 0x10], lambda op: [0xB0000000 | op << 23 | 0x1], lambda op: [0xB0000000 | op << 23, 0]])
     table("SOP1", 0x100, [lambda op: [0xBE800000 | op << 8 | 2], lambda op: [0xBE800000 | 124 << 16 | op << 8 | 2], lambda op: [0xBE800000 | 124 << 16 | op << 8 | 124]])
     table("SOPC", 0x80, [lambda op: [0xBF000000 | op << 16 | 1 << 8 | 2], lambda op: [0xBF000000 | op << 16 | 1 << 8 | 0x80]])

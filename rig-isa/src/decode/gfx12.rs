@@ -34,6 +34,7 @@ pub(super) fn smem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
 /// Data dwords of a VMEM opcode by its name's type suffix.
 fn data_dwords(n: &str) -> u16 {
     match n.rsplit('_').next().unwrap_or("") {
+        "block" => 32,
         "b64" | "u64" | "i64" | "f64" => 2,
         "b96" => 3,
         "b128" => 4,
@@ -73,8 +74,12 @@ pub(super) fn vmem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     {
         return Err(DecodeError::Illegal);
     }
+    let cache_control = matches!(n, "global_inv" | "global_wb" | "global_wbinv");
     match format {
         Format::Flat if i.saddr != src::NULL => return Err(DecodeError::Illegal),
+        Format::Global if cache_control && i.saddr != src::NULL => {
+            return Err(DecodeError::Illegal);
+        }
         Format::Global if matches!(i.saddr, 107 | 125 | 127) => return Err(DecodeError::Illegal),
         _ => {}
     }

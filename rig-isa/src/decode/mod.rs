@@ -340,7 +340,9 @@ fn decode_sop2(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     check_ssrc(i.src[0])?;
     check_ssrc(i.src[1])?;
     check_wide(&i)?;
-    let lit = i.src[0] == src::LITERAL || i.src[1] == src::LITERAL;
+    // GFX12's s_fmaak/s_fmamk always carry their K constant.
+    let k = matches!(crate::disasm::base_name(&i), "s_fmaak_f32" | "s_fmamk_f32");
+    let lit = k || i.src[0] == src::LITERAL || i.src[1] == src::LITERAL;
     take_literal(&mut i, words, lit)?;
     Ok(i)
 }
@@ -397,7 +399,10 @@ fn decode_sop1(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
         check_wide(&i)?;
         return Ok(i);
     }
-    check_ssrc(i.src[0])?;
+    // GFX12's barrier operations also take src_lds_direct.
+    if !(i.src[0] == 254 && crate::disasm::base_name(&i).contains("barrier")) {
+        check_ssrc(i.src[0])?;
+    }
     check_wide(&i)?;
     let lit = i.src[0] == src::LITERAL;
     take_literal(&mut i, words, lit)?;
