@@ -1131,12 +1131,16 @@ fn dpp_text(c: &mut Ctx) {
 fn vop3p(c: &mut Ctx) {
     let i = c.i;
     let n = base_name(i);
-    let nsrc =
-        if n.contains("fma") || n.contains("mad") || n.contains("dot") || n.starts_with("v_wmma") {
-            3
-        } else {
-            2
-        };
+    let nsrc = if n.contains("fma")
+        || n.contains("mad")
+        || n.contains("dot")
+        || n.starts_with("v_wmma")
+        || n.starts_with("v_swmmac")
+    {
+        3
+    } else {
+        2
+    };
     let bits = |v: u8| {
         (0..nsrc)
             .map(|k| (v >> k & 1).to_string())
@@ -1179,24 +1183,36 @@ fn vop3p(c: &mut Ctx) {
         dpp_text(c);
         return;
     }
-    let (wd, ws): (u8, [u8; 3]) = if n.starts_with("v_wmma") {
-        let s = if n.ends_with("iu8") {
-            4
-        } else if n.ends_with("iu4") {
-            2
-        } else {
-            8
-        };
-        (8, [s, s, 8])
-    } else {
-        (1, [1, 1, 1])
+    let (wd, ws): (u8, [u8; 3]) = match wmma_widths(i.isa, n) {
+        Some((d, a, b, c)) => (d, [a, b, c]),
+        None => (1, [1, 1, 1]),
     };
     c.op(i.dst, wd);
     for (s, w) in ws.iter().enumerate().take(nsrc) {
         c.sep();
-        operand(&mut c.out, i.src[s], *w, i.literal, *w >= 2);
+        let f16_c = s == 2
+            && i.isa == Isa::Gfx12
+            && (n.starts_with("v_wmma_f16") || n.starts_with("v_wmma_bf16"));
+        if f16_c && i.src[s] == src::LITERAL {
+            // GFX12 prints a 16-bit accumulator's literal as 16 bits.
+            let _ = write!(c.out, "0x{:x}", i.literal & 0xffff);
+            continue;
+        }
+        // GFX11 spells a wide operand's inline constant in f64; GFX12 in f32.
+        operand(
+            &mut c.out,
+            i.src[s],
+            *w,
+            i.literal,
+            *w >= 2 && i.isa == Isa::Gfx11,
+        );
     }
-    if i.op_sel != 0 {
+    if n.starts_with("v_swmmac") {
+        // The sparse index register's key (which of its halves or bytes) lives in op_sel.
+        if i.op_sel & 3 != 0 {
+            let _ = write!(c.out, " index_key:{}", i.op_sel & 3);
+        }
+    } else if i.op_sel != 0 {
         let _ = write!(c.out, " op_sel:[{}]", bits(i.op_sel));
     }
     let full = (1u8 << nsrc) - 1;
@@ -1470,4 +1486,49 @@ fn cache_policy(c: &mut Ctx, bits: u8) {
     if scope != 0 {
         c.word(["", "scope:SCOPE_SE", "scope:SCOPE_DEV", "scope:SCOPE_SYS"][scope as usize]);
     }
+}
+
+/// VGPRs of a (sparse) matrix multiply's operands (D, A, B, C; for SWMMAC C is the index
+/// register), wave32: GFX11 holds A and B twice over (16-bit elements: 8 VGPRs), GFX12 once.
+pub fn wmma_widths(isa: Isa, n: &str) -> Option<(u8, u8, u8, u8)> {
+    if !n.starts_with("v_wmma") && !n.starts_with("v_swmmac") {
+        return None;
+    }
+    if isa == Isa::Gfx11 {
+        let s = if n.ends_with("iu8") {
+            4
+        } else if n.ends_with("iu4") {
+            2
+        } else {
+            8
+        };
+        return Some((8, s, s, 8));
+    }
+    // Output: f16/bf16 results pack two per VGPR.
+    let d = if n.starts_with("v_wmma_f16")
+        || n.starts_with("v_wmma_bf16")
+        || n.starts_with("v_swmmac_f16")
+        || n.starts_with("v_swmmac_bf16")
+    {
+        4
+    } else {
+        8
+    };
+    // A: 16 elements of the K slice per lane (x16) or 32 (x32/x64 sparse halves).
+    let a = if n.ends_with("iu4") {
+        if n.contains("x64") { 2 } else { 1 }
+    } else if n.ends_with("iu8") || n.contains("fp8") || n.contains("bf8") {
+        2
+    } else {
+        4
+    };
+    let a = if n.starts_with("v_wmma_i32_16x16x32_iu4") {
+        2
+    } else {
+        a
+    };
+    if n.starts_with("v_swmmac") {
+        return Some((d, a, 2 * a, 1));
+    }
+    Some((d, a, a, d))
 }

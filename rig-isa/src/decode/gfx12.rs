@@ -68,18 +68,23 @@ pub(super) fn vmem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let store = n.contains("_store");
     let rtn = load || (!store && i.cache & 1 != 0);
     let wide_addr = format == Format::Flat || (format == Format::Global && i.saddr == src::NULL);
+    let cache_control = matches!(n, "global_inv" | "global_wb" | "global_wbinv");
+    if cache_control {
+        // No operands: only saddr must be null.
+        return if i.saddr == src::NULL {
+            Ok(i)
+        } else {
+            Err(DecodeError::Illegal)
+        };
+    }
     if (rtn && i.dst - 256 + dw > 256)
         || (!load && i.src[1] - 256 + data > 256)
         || (wide_addr && i.src[0] == 511)
     {
         return Err(DecodeError::Illegal);
     }
-    let cache_control = matches!(n, "global_inv" | "global_wb" | "global_wbinv");
     match format {
         Format::Flat if i.saddr != src::NULL => return Err(DecodeError::Illegal),
-        Format::Global if cache_control && i.saddr != src::NULL => {
-            return Err(DecodeError::Illegal);
-        }
         Format::Global if matches!(i.saddr, 107 | 125 | 127) => return Err(DecodeError::Illegal),
         _ => {}
     }

@@ -693,20 +693,16 @@ fn decode_vop3p(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
             return Err(DecodeError::Illegal);
         }
     }
-    if n.starts_with("v_wmma") {
+    if let Some((d, a, b, c)) = crate::disasm::wmma_widths(isa, n) {
         // WMMA operands are VGPR tuples that must fit in the register file.
-        let s = if n.ends_with("iu8") {
-            4
-        } else if n.ends_with("iu4") {
-            2
-        } else {
-            8
-        };
+        let (d, a, b, c) = (d as u16, a as u16, b as u16, c as u16);
         // Sources 1 and 2 may also be constants, never SGPR tuples.
         let ok = |r: u16, w: u16| r >= 256 && r - 256 + w <= 256;
         let ok0 = |r: u16, w: u16| ok(r, w) || matches!(r, 124 | 235..=239 | 251..=253);
         let okc = |r: u16, w: u16| ok(r, w) || r == 124 || (128..=253).contains(&r);
-        if !ok(i.dst, 8) || !ok0(i.src[0], s) || !okc(i.src[1], s) || !okc(i.src[2], 8) {
+        // GFX12's C operand may also be a literal.
+        let lit_c = isa == Isa::Gfx12 && i.src[2] == src::LITERAL;
+        if !ok(i.dst, d) || !ok0(i.src[0], a) || !okc(i.src[1], b) || !(lit_c || okc(i.src[2], c)) {
             return Err(DecodeError::Illegal);
         }
     }
