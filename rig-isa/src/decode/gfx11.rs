@@ -58,7 +58,7 @@ pub(super) fn check_smem_regs(i: &Inst) -> Result<(), DecodeError> {
         126 => n <= 2,
         _ => n == 1,
     };
-    if n.starts_with("s_atc_probe") {
+    if n.starts_with("s_atc_probe") || n == "s_buffer_prefetch_data" {
         let sb = if n.contains("buffer") { 4 } else { 2 };
         if !(fits(i.src[0], sb) || matches!(i.src[0], 124 | 126)) {
             return Err(DecodeError::Illegal);

@@ -27,6 +27,11 @@ pub(super) fn smem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     i.cache = (field(w, 23, 2) | field(w, 21, 2) << 3) as u8;
     i.imm = sext24(field(w1, 0, 24));
     i.saddr = field(w1, 25, 7) as u16;
+    let n = crate::disasm::base_name(&i);
+    if (n.contains("prefetch") || n.starts_with("s_atc_probe")) && i.dst >= 32 {
+        // Their sdata field is a 5-bit count or probe mode.
+        return Err(DecodeError::Illegal);
+    }
     check_smem_regs(&i)?;
     Ok(i)
 }

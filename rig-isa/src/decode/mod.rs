@@ -677,7 +677,10 @@ fn decode_vop3p(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let n = crate::disasm::base_name(&i);
     if matches!(i.src[0], src::DPP8 | src::DPP8FI | src::DPP16) {
         // Only the mixed-precision FMAs and the f16 dot product take DPP.
-        let ok = n.starts_with("v_fma_mix") || n == "v_dot2_f32_f16";
+        let ok = n.starts_with("v_fma_mix")
+            || n == "v_dot2_f32_f16"
+            // GFX12's fp8/bf8 dot products too.
+            || (isa == Isa::Gfx12 && n.starts_with("v_dot4_f32_") && n.contains('8'));
         if !ok
             || i.src[1..]
                 .iter()
