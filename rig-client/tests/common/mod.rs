@@ -30,24 +30,7 @@ fn serve_rigd() {
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
-/// in a test binary whose file is named `*_gfx1201.rs` (such a file runs another file's tests,
-/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise. The rigd child is the same
-/// program, so it sees the same.
-pub fn processor() -> &'static str {
-    static P: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    P.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap_or_default();
-        let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // cargo names a test program `<file>-<hash>`.
-        let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
-        if stem.ends_with("_gfx1201") {
-            "gfx1201"
-        } else {
-            "gfx1100"
-        }
-    })
-}
+pub use serve::processor;
 
 /// The test name of the [`serve_rigd`] hook in this program (its module path less the crate).
 fn hook_name() -> &'static str {

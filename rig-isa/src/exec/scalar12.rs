@@ -79,7 +79,7 @@ pub(super) fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
         S_CMP_EQ_F32 => a == b,
         S_CMP_LE_F32 => a <= b,
         S_CMP_GT_F32 => a > b,
-        S_CMP_LG_F32 => a < b || a > b,
+        S_CMP_LG_F32 => !un && a != b,
         S_CMP_GE_F32 => a >= b,
         S_CMP_O_F32 => !un,
         S_CMP_U_F32 => un,
