@@ -1435,6 +1435,10 @@ fn mubuf(c: &mut Ctx) {
     }
     c.op(i.src[1], 4);
     c.op(i.saddr, 1);
+    if i.isa == Isa::Gfx12 && n.starts_with("tbuffer") && i.imm1 != 1 {
+        // GFX12's buffer format (1 is the default); printed by number.
+        let _ = write!(c.out, " format:{}", i.imm1);
+    }
     if idxen {
         c.word("idxen");
     }

@@ -141,6 +141,8 @@ fn llvm_disassemble(isa: Isa, tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
         .collect()
 }
 
+/// Mnemonics whose operands rig prints numerically where LLVM spells them symbolically (GFX12's
+/// tbuffer formats too): only the mnemonic and length are compared.
 const SYMBOLIC: &[&str] = &[
     "s_getreg_b32",
     "s_setreg_b32",
@@ -155,6 +157,22 @@ const SYMBOLIC: &[&str] = &[
     "s_version",
     "s_wait_alu",
     "s_wait_event",
+    "tbuffer_load_format_x",
+    "tbuffer_load_format_xy",
+    "tbuffer_load_format_xyz",
+    "tbuffer_load_format_xyzw",
+    "tbuffer_store_format_x",
+    "tbuffer_store_format_xy",
+    "tbuffer_store_format_xyz",
+    "tbuffer_store_format_xyzw",
+    "tbuffer_load_d16_format_x",
+    "tbuffer_load_d16_format_xy",
+    "tbuffer_load_d16_format_xyz",
+    "tbuffer_load_d16_format_xyzw",
+    "tbuffer_store_d16_format_x",
+    "tbuffer_store_d16_format_xy",
+    "tbuffer_store_d16_format_xyz",
+    "tbuffer_store_d16_format_xyzw",
 ];
 
 fn normalize(t: &str) -> String {
@@ -397,11 +415,10 @@ const CLASSES: [&str; 17] = [
     "vopd", "ds", "flat", "global", "scratch", "mubuf",
 ];
 
-/// GFX12's classes under the oracle. VBUFFER decodes but is not yet checked on random words
-/// (its format operand and MTBUF forms are not printed as LLVM does).
-const CLASSES_GFX12: [&str; 16] = [
+/// GFX12's classes under the oracle (mubuf: VBUFFER, with the tbuffer forms).
+const CLASSES_GFX12: [&str; 17] = [
     "sop2", "sopk", "sop1", "sopc", "sopp", "smem", "vop1", "vop2", "vopc", "vop3", "vop3p",
-    "vopd", "ds", "flat", "global", "scratch",
+    "vopd", "ds", "flat", "global", "scratch", "mubuf",
 ];
 
 fn random_words(isa: Isa, classes: &[&'static str]) {

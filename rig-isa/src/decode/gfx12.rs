@@ -111,8 +111,12 @@ pub(super) fn vbuffer(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     // op_sel carries the addressing bits: 1 tfe, 2 offen, 4 idxen.
     i.op_sel = (field(w, 22, 1) | field(w1, 30, 1) << 1 | field(w1, 31, 1) << 2) as u8;
     i.src[0] = src::VGPR0 + field(w2, 0, 8) as u16;
-    i.imm = field(w2, 8, 24) as i32;
+    i.imm = sext24(field(w2, 8, 24));
     if !n.ends_with("_inv") {
+        // The resource is four SGPRs or TTMPs.
+        if !matches!(i.src[1], 0..=103 | 108..=123 | 124) {
+            return Err(DecodeError::Illegal);
+        }
         let (offen, idxen) = (i.op_sel & 2 != 0, i.op_sel & 4 != 0);
         let addr = if offen && idxen { 2 } else { 1 };
         let data = crate::disasm::mubuf_data_width(n, i.op_sel & 1 != 0) as u16;
