@@ -20,7 +20,7 @@ const PROGRAM: &[u32] = &[
     0xbe866605, // s_cvt_i32_f32 s6, s5
     0xbe876703, // s_cvt_u32_f32 s7, s3
     0xbe886103, // s_floor_f32 s8, s3
-    0xbe896303, // s_rndne_f32 s9, s3
+    0xbe8963f0, // s_rndne_f32 s9, 0.5
     0xbf410203, // s_cmp_lt_f32 s3, s2
     0x980a8081, // s_cselect_b32 s10, 1, 0
     0xbf450202, // s_cmp_lg_f32 s2, s2
@@ -82,7 +82,7 @@ fn gfx12_scalar_float_conversion_compare_and_u64_ops() {
         -4i32 as u32,        // cvt_i32(-4.5) truncates
         0,                   // cvt_u32(-1.5) saturates at 0
         (-2.0f32).to_bits(), // floor(-1.5)
-        (-2.0f32).to_bits(), // rndne(-1.5): ties to even
+        0.0f32.to_bits(),    // rndne(0.5): ties to even
         1,                   // -1.5 < 3
         0,                   // 3 <> 3 is false
         1,                   // NaN is unordered
