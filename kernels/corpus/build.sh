@@ -1,28 +1,34 @@
 #!/bin/sh
-# Builds the corpus code objects for gfx1100 (committed, so `cargo test` needs no LLVM for
-# execution). Every kernel at -O2; the kernels listed in O0 also at -O0, those in W64 also as
-# wave64 code (-O2 -mwavefrontsize64, file suffix .W64.co).
-# Usage: kernels/corpus/build.sh   (needs clang-19 and ld.lld-19)
+# Builds the corpus code objects (committed, so `cargo test` needs no LLVM for execution):
+# for gfx1100 into this directory, for gfx1201 into gfx1201/. Every kernel at -O2; the kernels
+# listed in O0 also at -O0, those in W64 also as wave64 code (-O2 -mwavefrontsize64, file
+# suffix .W64.co).
+# Usage: kernels/corpus/build.sh [target...]   (default: gfx1100 gfx1201; needs clang-19 and
+# ld.lld-19)
 set -eu
 cd "$(dirname "$0")"
 O0="vadd_f32 branch_diverge lds_reduce private_array struct_param generic_atomics"
 W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge"
-build() { # name tag [extra clang flags]
-  n="$1"; tag="$2"; shift 2
+build() { # target outdir name tag [extra clang flags]
+  cpu="$1"; dir="$2"; n="$3"; tag="$4"; shift 4
   opt="-O2"; [ "$tag" = O0 ] && opt="-O0"
-  clang-19 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib \
+  clang-19 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu="$cpu" -nogpulib \
     -cl-fp32-correctly-rounded-divide-sqrt -ffp-contract=off -include gpu_prelude.h "$opt" "$@" \
-    -c "$n.cl" -o "/tmp/rig-corpus-$n-$tag.o"
-  ld.lld-19 -shared "/tmp/rig-corpus-$n-$tag.o" -o "$n.$tag.co"
-  rm -f "/tmp/rig-corpus-$n-$tag.o"
+    -c "$n.cl" -o "/tmp/rig-corpus-$cpu-$n-$tag.o"
+  ld.lld-19 -shared "/tmp/rig-corpus-$cpu-$n-$tag.o" -o "$dir/$n.$tag.co"
+  rm -f "/tmp/rig-corpus-$cpu-$n-$tag.o"
 }
-for f in *.cl; do
-  n="${f%.cl}"
-  build "$n" O2
-done
-for n in $O0; do
-  build "$n" O0
-done
-for n in $W64; do
-  build "$n" W64 -mwavefrontsize64
+for cpu in ${*:-gfx1100 gfx1201}; do
+  dir=.
+  [ "$cpu" = gfx1100 ] || dir="$cpu"
+  mkdir -p "$dir"
+  for f in *.cl; do
+    build "$cpu" "$dir" "${f%.cl}" O2
+  done
+  for n in $O0; do
+    build "$cpu" "$dir" "$n" O0
+  done
+  for n in $W64; do
+    build "$cpu" "$dir" "$n" W64 -mwavefrontsize64
+  done
 done

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::decode::{DecodeError, Inst, decode};
+use crate::decode::{DecodeError, Inst, Isa, decode_isa};
 use crate::{ExecFault, Memory};
 
 /// Bytes read ahead at a time (never across a 4 KiB page).
@@ -32,26 +32,27 @@ pub(crate) struct Cached {
     dense: Vec<Option<Inst>>,
 }
 
-static CACHE: Mutex<Option<HashMap<u64, Cached>>> = Mutex::new(None);
+/// Keyed by encoding family and code address: the same words decode differently per family.
+static CACHE: Mutex<Option<HashMap<(Isa, u64), Cached>>> = Mutex::new(None);
 
 /// Takes the cached decode of the code at `base` if its words are still those in memory.
-pub(crate) fn take(mem: &dyn Memory, base: u64) -> Option<Cached> {
+pub(crate) fn take(mem: &dyn Memory, isa: Isa, base: u64) -> Option<Cached> {
     let c = CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_mut()?
-        .remove(&base)?;
+        .remove(&(isa, base))?;
     still_there(mem, base, &c.words).then_some(c)
 }
 
 /// Offers a decode of the code at `base` for later dispatches.
-pub(crate) fn put(base: u64, c: Cached) {
+pub(crate) fn put(isa: Isa, base: u64, c: Cached) {
     let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let map = g.get_or_insert_with(HashMap::new);
-    if map.len() >= CACHE_ENTRIES && !map.contains_key(&base) {
+    if map.len() >= CACHE_ENTRIES && !map.contains_key(&(isa, base)) {
         map.clear();
     }
-    map.insert(base, c);
+    map.insert((isa, base), c);
 }
 
 /// Whether memory at `base` still holds `words`, read as `Code` reads them.
@@ -85,6 +86,7 @@ fn chunk_len(at: u64) -> usize {
 /// One worker's decoded instructions of a dispatch.
 pub(crate) struct Code<'m> {
     mem: &'m dyn Memory,
+    isa: Isa,
     base: u64,
     /// Code words from `base`.
     words: Vec<u32>,
@@ -97,12 +99,13 @@ pub(crate) struct Code<'m> {
 }
 
 impl<'m> Code<'m> {
-    pub(crate) fn new(mem: &'m dyn Memory, base: u64, seed: Option<&Cached>) -> Self {
+    pub(crate) fn new(mem: &'m dyn Memory, isa: Isa, base: u64, seed: Option<&Cached>) -> Self {
         let (words, dense) = seed.map_or((Vec::new(), Vec::new()), |c| {
             (c.words.clone(), c.dense.clone())
         });
         Code {
             mem,
+            isa,
             base,
             words,
             readable: true,
@@ -190,7 +193,7 @@ impl<'m> Code<'m> {
             self.partial = true;
         }
         let words = &self.words[k..k + n];
-        decode(words).map_err(|e| illegal(e, pc, words))
+        decode_isa(self.isa, words).map_err(|e| illegal(e, pc, words))
     }
 
     fn decode_at(&self, pc: u64) -> Result<Inst, ExecFault> {
@@ -207,7 +210,7 @@ impl<'m> Code<'m> {
                 Err(_) => break,
             }
         }
-        decode(&words[..n]).map_err(|e| illegal(e, pc, &words[..n]))
+        decode_isa(self.isa, &words[..n]).map_err(|e| illegal(e, pc, &words[..n]))
     }
 }
 

@@ -1,25 +1,60 @@
-//! Text form of a decoded instruction in LLVM's gfx1100 assembler syntax (wave32), and the
-//! per-opcode operand facts (register widths, which operands exist) that printing and
-//! execution share.
+//! Text form of a decoded instruction in LLVM's assembler syntax of its target (gfx1100 or
+//! gfx1201, wave32), and the per-opcode operand facts (register widths, which operands exist)
+//! that printing and execution share.
 //!
-//! Owns mnemonics, operand widths and `Display`. Special immediates whose LLVM spelling is
+//! Owns mnemonics, operand widths and `Display`. Operand facts are read off the semantic name
+//! (`base_name`, gfx1100's spelling of the operation); what is printed is the encoding's own
+//! name (`Inst::enc` in its generation's table) and, on GFX12, its cache policy (th/scope). Special immediates whose LLVM spelling is
 //! symbolic (`hwreg(...)`, `sendmsg(...)`, `s_delay_alu`, `s_waitcnt_depctr`, DS swizzle
 //! patterns) are printed numerically; the decoding oracle knows this.
 
 use std::fmt::{self, Write};
 
-use crate::decode::{Dpp, Format, Inst, src};
-use crate::opcodes;
+use crate::decode::tables::{self, Class};
+use crate::decode::{Dpp, Format, Inst, Isa, src};
 
-/// The base (unsuffixed) name of a VALU opcode in the unified numbering.
+/// The base (unsuffixed) name of a VALU operation by semantic id (unified numbering).
 pub fn valu_name(op: u16) -> &'static str {
-    let base = |t: &[Option<&'static str>], o: u16| t.get(o as usize).copied().flatten();
-    let n = base(&opcodes::VOP3, op)
-        .or_else(|| op.checked_sub(256).and_then(|o| base(&opcodes::VOP2, o)))
-        .or_else(|| op.checked_sub(384).and_then(|o| base(&opcodes::VOP1, o)))
-        .or_else(|| base(&opcodes::VOPC, op))
-        .unwrap_or("v_unknown");
-    strip(n)
+    strip(tables::sem_name(Class::Valu, op).unwrap_or("v_unknown"))
+}
+
+/// The opcode table class of an encoding format.
+fn class(f: Format) -> Class {
+    match f {
+        Format::Sop2 => Class::Sop2,
+        Format::Sopk => Class::Sopk,
+        Format::Sop1 => Class::Sop1,
+        Format::Sopc => Class::Sopc,
+        Format::Sopp => Class::Sopp,
+        Format::Smem => Class::Smem,
+        Format::Vop1 => Class::Vop1,
+        Format::Vop2 => Class::Vop2,
+        Format::Vopc => Class::Vopc,
+        Format::Vop3 | Format::Vop3sd => Class::Vop3,
+        Format::Vop3p => Class::Vop3p,
+        Format::Vopd => Class::Vopdx,
+        Format::Ds => Class::Ds,
+        Format::Flat => Class::Flat,
+        Format::Global => Class::Global,
+        Format::Scratch => Class::Scratch,
+        Format::Mubuf => Class::Mubuf,
+    }
+}
+
+/// The name the instruction's own generation gives it, as its table spells it (VALU: with
+/// LLVM's `_e32`/`_e64` where the table has one).
+fn enc_printed(i: &Inst) -> Option<&'static str> {
+    let (c, op) = match i.format {
+        Format::Vop1 => (Class::Vop1, i.enc.wrapping_sub(384)),
+        Format::Vop2 => (Class::Vop2, i.enc.wrapping_sub(256)),
+        f => (class(f), i.enc),
+    };
+    tables::names(i.isa, c).get(op as usize).copied().flatten()
+}
+
+/// The unsuffixed name the instruction's own generation gives it.
+pub fn enc_name(i: &Inst) -> &'static str {
+    strip(enc_printed(i).unwrap_or("unknown"))
 }
 
 fn strip(n: &str) -> &str {
@@ -31,37 +66,23 @@ fn strip(n: &str) -> &str {
     n
 }
 
-/// Base name of any instruction.
+/// Semantic base name of any instruction (gfx1100's spelling of the operation).
 pub fn base_name(i: &Inst) -> &'static str {
-    let t: &[Option<&'static str>] = match i.format {
-        Format::Sop2 => &opcodes::SOP2,
-        Format::Sopk => &opcodes::SOPK,
-        Format::Sop1 => &opcodes::SOP1,
-        Format::Sopc => &opcodes::SOPC,
-        Format::Sopp => &opcodes::SOPP,
-        Format::Smem => &opcodes::SMEM,
-        Format::Vop3p => &opcodes::VOP3P,
-        Format::Vopd => &opcodes::VOPDX,
-        Format::Ds => &opcodes::DS,
-        Format::Flat => &opcodes::FLAT,
-        Format::Global => &opcodes::GLOBAL,
-        Format::Scratch => &opcodes::SCRATCH,
-        Format::Mubuf => &opcodes::MUBUF,
+    match i.format {
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
-            return valu_name(i.op);
+            valu_name(i.op)
         }
-    };
-    t.get(i.op as usize).copied().flatten().unwrap_or("unknown")
+        f => tables::sem_name(class(f), i.op).unwrap_or("unknown"),
+    }
 }
 
 /// Mnemonic as LLVM prints it.
 pub fn mnemonic(i: &Inst) -> String {
     let (printed, dpp_base) = match i.format {
-        Format::Vop1 => (opcodes::VOP1[(i.op - 384) as usize], true),
-        Format::Vop2 => (opcodes::VOP2[(i.op - 256) as usize], true),
-        Format::Vopc => (opcodes::VOPC[i.op as usize], true),
-        Format::Vop3 | Format::Vop3sd => (opcodes::VOP3[i.op as usize], true),
-        Format::Vop3p if i.dpp.is_some() => return format!("{}_e64_dpp", base_name(i)),
+        Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
+            (enc_printed(i), true)
+        }
+        Format::Vop3p if i.dpp.is_some() => return format!("{}_e64_dpp", enc_name(i)),
         _ => (None, false),
     };
     match (printed, dpp_base) {
@@ -75,13 +96,14 @@ pub fn mnemonic(i: &Inst) -> String {
             }
         }
         (Some(p), true) => p.to_string(),
-        _ => base_name(i).to_string(),
+        _ => enc_name(i).to_string(),
     }
 }
 
-/// Whether a VOP3-encoded VALU opcode writes an SGPR (compares, readlane).
+/// Whether a VOP3-encoded VALU operation writes an SGPR (compares, readlane, GFX12's
+/// scalar-result transcendentals `v_s_*`).
 pub fn vop3_sgpr_dst(op: u16) -> bool {
-    op < 0x80 || op == 0x182 || op == 0x360
+    op < 0x80 || op == 0x182 || op == 0x360 || (op >= 1024 && valu_name(op).starts_with("v_s_"))
 }
 
 /// Whether the VALU opcode's sources are floating point (so abs/neg modifiers apply).
@@ -93,7 +115,11 @@ pub fn float_src(op: u16) -> bool {
     } else {
         t.last().copied()
     };
-    n.contains("bf16") || src.is_some_and(|t| t.starts_with('f'))
+    // GFX12's conversions to fp8/bf8 take f32 sources.
+    let to_f8 = n.starts_with("v_cvt_sr_")
+        || n.starts_with("v_cvt_pk_fp8")
+        || n.starts_with("v_cvt_pk_bf8");
+    to_f8 || n.contains("bf16") || src.is_some_and(|t| t.starts_with('f'))
 }
 
 /// Whether the opcode accepts DPP (LLVM rejects DPP on 64-bit and a few special ops).
@@ -103,7 +129,7 @@ pub fn dpp_allowed(i: &Inst) -> bool {
         return false;
     }
     let w = valu_widths(i.op);
-    if w.dst > 1 || w.src.iter().any(|&s| s > 1) {
+    if w.dst > 1 || w.src.iter().any(|&s| s > 1) || n.starts_with("v_s_") {
         return false;
     }
     if n.starts_with("v_cmp") && n.ends_with("64") {
@@ -121,6 +147,9 @@ pub fn dpp_allowed(i: &Inst) -> bool {
             | "v_permlane64_b32"
             | "v_permlane16_b32"
             | "v_permlanex16_b32"
+            | "v_permlane16_var_b32"
+            | "v_permlanex16_var_b32"
+            | "v_fma_dx9_zero_f32"
             | "v_fmamk_f32"
             | "v_fmaak_f32"
             | "v_fmamk_f16"
@@ -169,7 +198,8 @@ fn types(n: &str) -> Vec<u8> {
 
 /// Number of VALU sources by opcode range and name.
 fn valu_nsrc(op: u16, n: &str) -> usize {
-    match op {
+    // Ids of operations new in GFX12 keep their encoding's range below 1024.
+    match op & 0x3ff {
         0..=0xff => 2,
         0x100..=0x17f => {
             if matches!(
@@ -244,7 +274,20 @@ fn valu_nsrc(op: u16, n: &str) -> usize {
                     | "v_cvt_pk_norm_i16_f16"
                     | "v_cvt_pk_norm_u16_f16"
                     | "v_cvt_pk_norm_i16_f32"
-                    | "v_cvt_pk_norm_u16_f32" => 2,
+                    | "v_cvt_pk_norm_u16_f32"
+                    | "v_minimum_f32"
+                    | "v_maximum_f32"
+                    | "v_minimum_f16"
+                    | "v_maximum_f16"
+                    | "v_minimum_f64"
+                    | "v_maximum_f64"
+                    | "v_cvt_sr_fp8_f32"
+                    | "v_cvt_sr_bf8_f32"
+                    | "v_cvt_pk_fp8_f32"
+                    | "v_cvt_pk_bf8_f32"
+                    | "v_permlane16_var_b32"
+                    | "v_permlanex16_var_b32" => 2,
+                    _ if n.starts_with("v_s_") => 1,
                     _ => 3,
                 }
             }
@@ -304,6 +347,7 @@ pub fn valu_widths(op: u16) -> Widths {
             }
         }
         "v_cvt_pk_rtz_f16_f32" | "v_cvt_pk_u8_f32" => w.dst = 1,
+        "v_cvt_pk_f32_fp8" | "v_cvt_pk_f32_bf8" => w.dst = 2,
         "v_nop" | "v_pipeflush" => {
             w = Widths {
                 dst: 0,
@@ -312,7 +356,7 @@ pub fn valu_widths(op: u16) -> Widths {
         }
         _ => {}
     }
-    if op < 0x80 || op == 0x182 || op == 0x360 {
+    if vop3_sgpr_dst(op) {
         // Compare results and readlane land in SGPRs: one dword in wave32.
         if !n.starts_with("v_cmpx") {
             w.dst = 1;
@@ -495,7 +539,16 @@ impl Ctx<'_> {
     }
     fn op(&mut self, s: u16, n: u8) {
         self.sep();
-
+        if s == src::LITERAL
+            && self.i.isa == Isa::Gfx12
+            && self.i.format == Format::Vopc
+            && self.int16
+            && !self.float16
+        {
+            // GFX12 prints a VOPC 16-bit integer literal in hex, inline value or not.
+            let _ = write!(self.out, "0x{:x}", self.i.literal & 0xffff);
+            return;
+        }
         operand_x(
             &mut self.out,
             s,
@@ -508,12 +561,14 @@ impl Ctx<'_> {
     }
     fn vmod(&mut self, s: u16, n: u8, k: usize) {
         self.sep();
-        let shown =
-            if matches!(self.i.format, Format::Vop3 | Format::Vop3sd) && self.i.dpp.is_none() {
-                opcodes::VOP3_MODS[self.i.op as usize & 1023]
-            } else {
-                0xff
-            };
+        // GFX12 prints VOP3 DPP sources' modifiers where the opcode takes them at all.
+        let shown = if matches!(self.i.format, Format::Vop3 | Format::Vop3sd)
+            && (self.i.dpp.is_none() || self.i.isa == Isa::Gfx12)
+        {
+            tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023]
+        } else {
+            0xff
+        };
         // The 32-bit addend of the 16-bit multiply-adds is not a 16-bit operand.
         let saved16 = self.int16;
         if k == 2 && matches!(valu_name(self.i.op), "v_mad_u32_u16" | "v_mad_i32_i16") {
@@ -531,13 +586,22 @@ impl Ctx<'_> {
         let vop3 = matches!(self.i.format, Format::Vop3 | Format::Vop3sd);
         // An integer source of an instruction that takes float modifiers elsewhere spells its
         // neg bit sext(); so do the integer sources of VOP3 DPP forms.
-        let mods = opcodes::VOP3_MODS[self.i.op as usize & 1023];
+        let mods = tables::vop3_mods(self.i.isa)[self.i.enc as usize & 1023];
         let int_src = mods != 0 && mods >> (4 + k) & 1 == 0;
         let _ = name;
-        let sext = vop3
-            && self.i.neg >> k & 1 != 0
-            && ((self.i.dpp.is_none() && int_src)
-                || (self.i.dpp.is_some() && !float_src(self.i.op)));
+        let g12dpp = self.i.isa == Isa::Gfx12 && self.i.dpp.is_some();
+        let sext = if g12dpp {
+            // GFX12: an integer source of a DPP form spells neg sext(), VOP3 or not.
+            let int_operand =
+                name == "v_ldexp_f32" || name == "v_ldexp_f16" || name == "v_cvt_pk_u8_f32";
+            let float =
+                name.starts_with("v_cndmask") || (float_src(self.i.op) && !(k > 0 && int_operand));
+            self.i.neg >> k & 1 != 0 && !float
+        } else {
+            vop3 && self.i.neg >> k & 1 != 0
+                && ((self.i.dpp.is_none() && int_src)
+                    || (self.i.dpp.is_some() && !float_src(self.i.op)))
+        };
         if sext {
             self.out.push_str("sext(");
             operand_x(
@@ -552,7 +616,7 @@ impl Ctx<'_> {
             self.out.push(')');
             return;
         }
-        let (neg, abs) = if vop3 && self.i.dpp.is_some() && !float_src(self.i.op) {
+        let (neg, abs) = if vop3 && !g12dpp && self.i.dpp.is_some() && !float_src(self.i.op) {
             (false, false)
         } else {
             (neg, abs)
@@ -599,22 +663,38 @@ impl Ctx<'_> {
 
 impl fmt::Display for Inst {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let int16 = matches!(
-            self.format,
-            Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd
-        ) && {
-            let n = valu_name(self.op);
-            let t: Vec<&str> = n.split('_').filter(|t| ty_width(t).is_some()).collect();
-            t.last()
-                .is_some_and(|t| matches!(*t, "i16" | "u16" | "b16" | "f16"))
-                && !n.starts_with("v_sat_pk")
-                && !n.contains("_pk_")
-                && !n.contains("dot2")
-                && n != "v_sad_u16"
-        };
+        // GFX12's scalar f16 operations print their constants as 16-bit patterns.
+        let salu16 =
+            matches!(self.format, Format::Sop2 | Format::Sopc) && base_name(self).ends_with("_f16");
+        // GFX12 spells the f16 packed-norm conversions' literal as 16 bits too.
+        let norm16 = self.isa == Isa::Gfx12
+            && matches!(
+                valu_name(self.op),
+                "v_cvt_pk_norm_i16_f16" | "v_cvt_pk_norm_u16_f16"
+            );
+        let int16 = salu16
+            || norm16
+            || matches!(
+                self.format,
+                Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd
+            ) && {
+                let n = valu_name(self.op);
+                let t: Vec<&str> = n.split('_').filter(|t| ty_width(t).is_some()).collect();
+                t.last()
+                    .is_some_and(|t| matches!(*t, "i16" | "u16" | "b16" | "f16"))
+                    && !n.starts_with("v_sat_pk")
+                    && !n.contains("_pk_")
+                    && !n.contains("dot2")
+                    && n != "v_sad_u16"
+            };
         // f16 sources, and the 16-bit multiply-adds with 32-bit results, spell inline constants
         // as floats while still printing 16-bit literals.
-        let float16 = int16 && (valu_name(self.op).ends_with("f16"));
+        let float16 = if salu16 {
+            // Compares print them as bit patterns, arithmetic as floats.
+            self.format != Format::Sopc
+        } else {
+            int16 && (valu_name(self.op).ends_with("f16"))
+        };
         let mut c = Ctx {
             out: mnemonic(self),
             i: self,
@@ -655,8 +735,33 @@ fn scalar(c: &mut Ctx) {
         }
         _ => {}
     }
-    if i.format != Format::Sopc {
+    // GFX12's barrier and sleep operations take a source and no destination.
+    let no_dst = matches!(
+        n,
+        "s_barrier_signal"
+            | "s_barrier_signal_isfirst"
+            | "s_barrier_init"
+            | "s_barrier_join"
+            | "s_wakeup_barrier"
+            | "s_sleep_var"
+    );
+    if i.format != Format::Sopc && !no_dst {
         c.op(i.dst, w.dst);
+    }
+    if matches!(n, "s_fmaak_f32" | "s_fmamk_f32") {
+        // GFX12's scalar FMAs with a K constant (the literal dword).
+        let k = format!("0x{:x}", i.literal);
+        c.op(i.src[0], 1);
+        c.sep();
+        if n == "s_fmamk_f32" {
+            c.out.push_str(&k);
+            c.op(i.src[1], 1);
+        } else {
+            c.op(i.src[1], 1);
+            c.sep();
+            c.out.push_str(&k);
+        }
+        return;
     }
     c.op(i.src[0], w.src[0]);
     if i.format != Format::Sop1 {
@@ -739,6 +844,7 @@ fn sopp(c: &mut Ctx) {
         | "s_icache_inv"
         | "s_ttracedata"
         | "s_wait_idle"
+        | "s_barrier_leave"
         | "s_endpgm_ordered_ps_done" => {}
         _ if n.starts_with("s_branch") || n.starts_with("s_cbranch") => {
             let _ = write!(c.out, "{imm}");
@@ -762,7 +868,7 @@ fn sopp(c: &mut Ctx) {
         }
         "s_nop" | "s_sleep" | "s_setprio" | "s_trap" | "s_setkill" | "s_sethalt"
         | "s_denorm_mode" | "s_incperflevel" | "s_decperflevel" | "s_delay_alu"
-        | "s_waitcnt_depctr" => c.out.push_str(&u16_imm(imm)),
+        | "s_waitcnt_depctr" | "s_barrier_wait" => c.out.push_str(&u16_imm(imm)),
         "s_sendmsg" | "s_sendmsghalt" => {
             let _ = write!(c.out, "sendmsg({imm})");
         }
@@ -778,8 +884,25 @@ fn smem(c: &mut Ctx) {
     if matches!(n, "s_gl1_inv" | "s_dcache_inv") {
         return;
     }
+    if n.contains("prefetch") {
+        // GFX12's prefetches: base (none when PC-relative), offset, soffset, the sdata field
+        // as a count; no cache policy.
+        if !n.ends_with("pc_rel") {
+            let buffer = n.contains("buffer");
+            c.op(
+                if buffer { i.src[0] & !3 } else { i.src[0] },
+                if buffer { 4 } else { 2 },
+            );
+        }
+        c.sep();
+        c.out.push_str(&signed_hex(i.imm));
+        c.op(i.saddr, 1);
+        let _ = write!(c.out, ", {}", i.dst);
+        return;
+    }
     let dw = match n {
         _ if n.ends_with("b64") => 2,
+        _ if n.ends_with("b96") => 3,
         _ if n.ends_with("b128") => 4,
         _ if n.ends_with("b256") => 8,
         _ if n.ends_with("b512") => 16,
@@ -788,7 +911,7 @@ fn smem(c: &mut Ctx) {
     if n.starts_with("s_atc_probe") {
         c.out.push_str(&u16_imm(i.dst));
     } else {
-        c.op(if dw >= 4 { i.dst & !3 } else { i.dst }, dw);
+        c.op(if dw >= 3 { i.dst & !3 } else { i.dst }, dw);
     }
     let sb = if n.contains("buffer") {
         i.src[0] & !3
@@ -801,17 +924,22 @@ fn smem(c: &mut Ctx) {
         if i.imm != 0 {
             let _ = write!(c.out, " offset:{}", signed_hex(i.imm));
         }
-    } else if i.imm != 0 {
+    } else if i.imm != 0 || i.isa == Isa::Gfx12 {
         c.sep();
         c.out.push_str(&signed_hex(i.imm));
     } else {
         c.sep();
         c.out.push_str("null");
     }
-    cache_bits(c, i.cache);
+    if !n.starts_with("s_atc_probe") {
+        cache_bits(c, i.cache);
+    }
 }
 
 fn cache_bits(c: &mut Ctx, bits: u8) {
+    if c.i.isa == Isa::Gfx12 {
+        return cache_policy(c, bits);
+    }
     if bits & 1 != 0 {
         c.word("glc");
     }
@@ -896,7 +1024,17 @@ fn valu(c: &mut Ctx) {
         c.sep();
         let _ = write!(c.out, "0x{:x}", i.literal);
     }
-    if !e64
+    let abs_vcc = i.isa == Isa::Gfx12
+        && !e64
+        && i.dpp.is_some()
+        && n == "v_cndmask_b32"
+        && i.abs & 2 != 0
+        && c.out.ends_with('|');
+    if abs_vcc {
+        // GFX12's LLVM closes src1's |abs| after the implicit vcc_lo.
+        c.out.pop();
+        c.out.push_str(", vcc_lo|");
+    } else if !e64
         && matches!(
             n,
             "v_cndmask_b32" | "v_add_co_ci_u32" | "v_sub_co_ci_u32" | "v_subrev_co_ci_u32"
@@ -904,9 +1042,21 @@ fn valu(c: &mut Ctx) {
     {
         c.op(src::VCC_LO, 1);
     }
+    // GFX12's fp8/bf8 conversions spell op_sel as the byte they read or write.
+    let byte_sel = match n {
+        "v_cvt_f32_fp8" | "v_cvt_f32_bf8" => Some((i.op_sel & 1) << 1 | (i.op_sel >> 1 & 1)),
+        "v_cvt_sr_fp8_f32" | "v_cvt_sr_bf8_f32" => {
+            Some((i.op_sel >> 3 & 1) << 1 | (i.op_sel >> 2 & 1))
+        }
+        _ => None,
+    };
     if e64 {
-        let shown = opcodes::VOP3_OPSEL[i.op as usize & 1023];
-        if i.op_sel & shown != 0 {
+        let shown = tables::vop3_opsel(i.isa)[i.enc as usize & 1023];
+        if let Some(b) = byte_sel {
+            if b != 0 {
+                let _ = write!(c.out, " byte_sel:{b}");
+            }
+        } else if i.op_sel & shown != 0 {
             let sel = i.op_sel & shown;
             // fmac's tied accumulator takes an op_sel position of its own.
             let slots = if n.starts_with("v_fmac") { 3 } else { nsrc };
@@ -981,12 +1131,16 @@ fn dpp_text(c: &mut Ctx) {
 fn vop3p(c: &mut Ctx) {
     let i = c.i;
     let n = base_name(i);
-    let nsrc =
-        if n.contains("fma") || n.contains("mad") || n.contains("dot") || n.starts_with("v_wmma") {
-            3
-        } else {
-            2
-        };
+    let nsrc = if n.contains("fma")
+        || n.contains("mad")
+        || n.contains("dot")
+        || n.starts_with("v_wmma")
+        || n.starts_with("v_swmmac")
+    {
+        3
+    } else {
+        2
+    };
     let bits = |v: u8| {
         (0..nsrc)
             .map(|k| (v >> k & 1).to_string())
@@ -1029,24 +1183,36 @@ fn vop3p(c: &mut Ctx) {
         dpp_text(c);
         return;
     }
-    let (wd, ws): (u8, [u8; 3]) = if n.starts_with("v_wmma") {
-        let s = if n.ends_with("iu8") {
-            4
-        } else if n.ends_with("iu4") {
-            2
-        } else {
-            8
-        };
-        (8, [s, s, 8])
-    } else {
-        (1, [1, 1, 1])
+    let (wd, ws): (u8, [u8; 3]) = match wmma_widths(i.isa, n) {
+        Some((d, a, b, c)) => (d, [a, b, c]),
+        None => (1, [1, 1, 1]),
     };
     c.op(i.dst, wd);
     for (s, w) in ws.iter().enumerate().take(nsrc) {
         c.sep();
-        operand(&mut c.out, i.src[s], *w, i.literal, *w >= 2);
+        let f16_c = s == 2
+            && i.isa == Isa::Gfx12
+            && (n.starts_with("v_wmma_f16") || n.starts_with("v_wmma_bf16"));
+        if f16_c && i.src[s] == src::LITERAL {
+            // GFX12 prints a 16-bit accumulator's literal as 16 bits.
+            let _ = write!(c.out, "0x{:x}", i.literal & 0xffff);
+            continue;
+        }
+        // GFX11 spells a wide operand's inline constant in f64; GFX12 in f32.
+        operand(
+            &mut c.out,
+            i.src[s],
+            *w,
+            i.literal,
+            *w >= 2 && i.isa == Isa::Gfx11,
+        );
     }
-    if i.op_sel != 0 {
+    if n.starts_with("v_swmmac") {
+        // The sparse index register's key (which of its halves or bytes) lives in op_sel.
+        if i.op_sel & 3 != 0 {
+            let _ = write!(c.out, " index_key:{}", i.op_sel & 3);
+        }
+    } else if i.op_sel != 0 {
         let _ = write!(c.out, " op_sel:[{}]", bits(i.op_sel));
     }
     let full = (1u8 << nsrc) - 1;
@@ -1086,8 +1252,15 @@ fn vopd(c: &mut Ctx) {
         }
     };
     c.out.clear();
-    let nx = opcodes::VOPDX[i.op as usize].unwrap_or("?");
-    let ny = opcodes::VOPDY[i.opy as usize].unwrap_or("?");
+    let name = |c, op: u8| {
+        tables::names(i.isa, c)
+            .get(op as usize)
+            .copied()
+            .flatten()
+            .unwrap_or("?")
+    };
+    let nx = name(Class::Vopdx, i.enc as u8);
+    let ny = name(Class::Vopdy, i.ency);
     half(c, nx, i.dst, i.src[0], i.src[1]);
     c.out.push_str(" :: ");
     half(c, ny, i.sdst, i.srcy[0], i.srcy[1]);
@@ -1173,8 +1346,17 @@ fn ds(c: &mut Ctx) {
 fn flat(c: &mut Ctx) {
     let i = c.i;
     let n = base_name(i);
+    if matches!(n, "global_inv" | "global_wb" | "global_wbinv") {
+        // GFX12's cache controls: no operands, only the policy.
+        return cache_bits(c, i.cache);
+    }
     let t = types(n);
-    let w = *t.last().unwrap_or(&1);
+    // GFX12's block loads and stores move 32 VGPRs.
+    let w = if n.ends_with("_block") {
+        32
+    } else {
+        *t.last().unwrap_or(&1)
+    };
     let load = n.contains("load");
     let store = n.contains("store");
     let atomic = !load && !store;
@@ -1253,6 +1435,10 @@ fn mubuf(c: &mut Ctx) {
     }
     c.op(i.src[1], 4);
     c.op(i.saddr, 1);
+    if i.isa == Isa::Gfx12 && n.starts_with("tbuffer") && i.imm1 != 1 {
+        // GFX12's buffer format (1 is the default); printed by number.
+        let _ = write!(c.out, " format:{}", i.imm1);
+    }
     if idxen {
         c.word("idxen");
     }
@@ -1266,4 +1452,87 @@ fn mubuf(c: &mut Ctx) {
     if i.op_sel & 1 != 0 {
         c.word("tfe");
     }
+}
+
+/// GFX12's cache policy, `th | scope << 3`, as LLVM spells it for loads, stores and atomics.
+fn cache_policy(c: &mut Ctx, bits: u8) {
+    let n = enc_name(c.i);
+    let (th, scope) = (bits & 7, bits >> 3 & 3);
+    let kind = if n.contains("store") {
+        "STORE"
+    } else if n.contains("load") || c.i.format == Format::Smem || !n.contains("atomic") {
+        "LOAD"
+    } else {
+        "ATOMIC"
+    };
+    let t = match (kind, th) {
+        (_, 0) => String::new(),
+        ("ATOMIC", 1) => "TH_ATOMIC_RETURN".into(),
+        ("ATOMIC", 2) => "TH_ATOMIC_NT".into(),
+        ("ATOMIC", 3) => "TH_ATOMIC_NT_RETURN".into(),
+        ("ATOMIC", 4 | 5) if scope >= 2 => "TH_ATOMIC_CASCADE_RT".into(),
+        ("ATOMIC", 6 | 7) if scope >= 2 => "TH_ATOMIC_CASCADE_NT".into(),
+        ("ATOMIC", t) => format!("TH_ATOMIC_0x{t:x}"),
+        (k, 1) => format!("TH_{k}_NT"),
+        (k, 2) => format!("TH_{k}_HT"),
+        (k, 3) if scope == 3 => format!("TH_{k}_BYPASS"),
+        ("LOAD", 3) => "TH_LOAD_LU".into(),
+        (_, 3) => "TH_STORE_RT_WB".into(),
+        (k, 4) => format!("TH_{k}_NT_RT"),
+        (k, 5) => format!("TH_{k}_RT_NT"),
+        (k, 6) => format!("TH_{k}_NT_HT"),
+        ("LOAD", _) => "0x7".into(),
+        _ => "TH_STORE_NT_WB".into(),
+    };
+    if !t.is_empty() {
+        c.word(&format!("th:{t}"));
+    }
+    if scope != 0 {
+        c.word(["", "scope:SCOPE_SE", "scope:SCOPE_DEV", "scope:SCOPE_SYS"][scope as usize]);
+    }
+}
+
+/// VGPRs of a (sparse) matrix multiply's operands (D, A, B, C; for SWMMAC C is the index
+/// register), wave32: GFX11 holds A and B twice over (16-bit elements: 8 VGPRs), GFX12 once.
+pub fn wmma_widths(isa: Isa, n: &str) -> Option<(u8, u8, u8, u8)> {
+    if !n.starts_with("v_wmma") && !n.starts_with("v_swmmac") {
+        return None;
+    }
+    if isa == Isa::Gfx11 {
+        let s = if n.ends_with("iu8") {
+            4
+        } else if n.ends_with("iu4") {
+            2
+        } else {
+            8
+        };
+        return Some((8, s, s, 8));
+    }
+    // Output: f16/bf16 results pack two per VGPR.
+    let d = if n.starts_with("v_wmma_f16")
+        || n.starts_with("v_wmma_bf16")
+        || n.starts_with("v_swmmac_f16")
+        || n.starts_with("v_swmmac_bf16")
+    {
+        4
+    } else {
+        8
+    };
+    // A: 16 elements of the K slice per lane (x16) or 32 (x32/x64 sparse halves).
+    let a = if n.ends_with("iu4") {
+        if n.contains("x64") { 2 } else { 1 }
+    } else if n.ends_with("iu8") || n.contains("fp8") || n.contains("bf8") {
+        2
+    } else {
+        4
+    };
+    let a = if n.starts_with("v_wmma_i32_16x16x32_iu4") {
+        2
+    } else {
+        a
+    };
+    if n.starts_with("v_swmmac") {
+        return Some((d, a, 2 * a, 1));
+    }
+    Some((d, a, a, d))
 }

@@ -13,14 +13,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::code::{self, Code};
-use crate::decode::{Format, Inst, src};
+use crate::decode::{Format, Inst, Isa, src};
 use crate::meta::meta;
-use crate::opcodes::op_smem;
+use crate::opcodes::{self, op_smem};
+use crate::opcodes_gfx12::{new_global, new_smem};
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
 mod ds;
 mod scalar;
+mod scalar12;
 mod vmem;
 
 use ds::{ds, lds_ok, lds_read, lds_write};
@@ -33,6 +35,8 @@ const INVITE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
 const STOP_CHECK: u64 = 256;
 /// LDS of one workgroup on gfx11.
 const MAX_LDS_BYTES: u32 = 64 * 1024;
+/// SGPR index of TTMP0.
+const TTMP0: usize = 108;
 /// High 32 bits of the flat aperture that maps LDS.
 pub const SHARED_APERTURE_HI: u32 = 0x1000_0000;
 /// High 32 bits of the flat aperture that maps private memory.
@@ -198,6 +202,7 @@ struct Group<'a> {
 /// Everything a worker needs to run groups.
 struct Ctx<'a> {
     d: &'a Dispatch,
+    isa: Isa,
     stop: &'a AtomicBool,
     lanes: usize,
     nvgpr: usize,
@@ -332,6 +337,7 @@ fn merge(out: &Mutex<(ExecStats, Option<ExecFault>)>, stats: ExecStats, r: Resul
 }
 
 pub(crate) fn execute(
+    isa: Isa,
     d: &Dispatch,
     share: Workgroups,
     mem: &dyn Memory,
@@ -342,10 +348,11 @@ pub(crate) fn execute(
     if p.mine == 0 {
         return Ok(ExecStats::default());
     }
-    let seed = code::take(mem, d.code_address);
+    let seed = code::take(mem, isa, d.code_address);
     let work = Work {
         ctx: Ctx {
             d,
+            isa,
             stop,
             lanes: p.lanes,
             nvgpr: p.nvgpr,
@@ -370,7 +377,7 @@ pub(crate) fn execute(
             return;
         }
         let mut stats = ExecStats::default();
-        let mut code = Code::new(mem, d.code_address, seed.as_ref());
+        let mut code = Code::new(mem, isa, d.code_address, seed.as_ref());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             work.run_groups(&mut code, t, &mut stats, invite)
         }))
@@ -388,7 +395,7 @@ pub(crate) fn execute(
         .unwrap_or_else(|e| e.into_inner())
         .and_then(Code::into_cached)
     {
-        code::put(d.code_address, c);
+        code::put(isa, d.code_address, c);
     }
     let (stats, fault) = out.into_inner().unwrap_or_else(|e| e.into_inner());
     match fault {
@@ -478,6 +485,11 @@ fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
             wave.sgpr[s] = id[k] as u32;
             s += 1;
         }
+    }
+    if ctx.isa == Isa::Gfx12 {
+        // GFX12's architected SGPRs, where LLVM reads the ids: TTMP9 = x, TTMP7 = y | z << 16.
+        wave.sgpr[TTMP0 + 9] = id[0] as u32;
+        wave.sgpr[TTMP0 + 7] = (id[1] as u32 & 0xffff) | (id[2] as u32) << 16;
     }
     if rsrc2 >> 10 & 1 != 0 && s < 106 {
         // Workgroup info: wave count in the group.
@@ -612,7 +624,20 @@ fn mem_fault(pc: u64) -> impl Fn(MemoryFault) -> ExecFault {
 }
 
 fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+    // Semantic ids past gfx1100's tables are operations later generations brought.
     match i.format {
+        Format::Sop2 if i.op as usize >= opcodes::SOP2.len() => {
+            scalar12::sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+        }
+        Format::Sop1 if i.op as usize >= opcodes::SOP1.len() => {
+            scalar12::sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+        }
+        Format::Sopc if i.op as usize >= opcodes::SOPC.len() => {
+            scalar12::sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+        }
+        Format::Sopp if i.op as usize >= opcodes::SOPP.len() => {
+            scalar12::sopp(&mut g.waves[w], i, pc)
+        }
         Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
         Format::Sop1 => sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next),
         Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
@@ -635,6 +660,15 @@ fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, E
         Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
         Format::Mubuf if meta(i).name.ends_with("_inv") => Ok(Flow::Next),
         Format::Mubuf => Err(unsupported(i, pc)),
+        // Memory is coherent at issue: GFX12's cache writeback and invalidate do nothing.
+        Format::Global
+            if matches!(
+                i.op,
+                new_global::GLOBAL_INV | new_global::GLOBAL_WB | new_global::GLOBAL_WBINV
+            ) =>
+        {
+            Ok(Flow::Next)
+        }
         Format::Flat | Format::Global | Format::Scratch => {
             vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
         }
@@ -658,20 +692,29 @@ impl Wave {
     }
 }
 
+/// Opcodes below this are gfx1100's SMEM table; semantic ids from here on are GFX12's.
+const SMEM_TABLE: u16 = opcodes::SMEM.len() as u16;
+
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
 fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_smem::*;
-    let n = match i.op {
-        S_LOAD_B32 | S_BUFFER_LOAD_B32 => 1,
-        S_LOAD_B64 | S_BUFFER_LOAD_B64 => 2,
-        S_LOAD_B128 | S_BUFFER_LOAD_B128 => 4,
-        S_LOAD_B256 | S_BUFFER_LOAD_B256 => 8,
-        S_LOAD_B512 | S_BUFFER_LOAD_B512 => 16,
+    // Sub-dword loads (GFX12): bytes and sign extension.
+    let (n, small) = match i.op {
+        S_LOAD_B32 | S_BUFFER_LOAD_B32 => (1, None),
+        S_LOAD_B64 | S_BUFFER_LOAD_B64 => (2, None),
+        new_smem::S_LOAD_B96 => (3, None),
+        S_LOAD_B128 | S_BUFFER_LOAD_B128 => (4, None),
+        S_LOAD_B256 | S_BUFFER_LOAD_B256 => (8, None),
+        S_LOAD_B512 | S_BUFFER_LOAD_B512 => (16, None),
+        new_smem::S_LOAD_U8 => (1, Some((1, false))),
+        new_smem::S_LOAD_I8 => (1, Some((1, true))),
+        new_smem::S_LOAD_U16 => (1, Some((2, false))),
+        new_smem::S_LOAD_I16 => (1, Some((2, true))),
         S_GL1_INV | S_DCACHE_INV => return Ok(()),
         _ => return Err(unsupported(i, pc)),
     };
-    if i.op >= S_BUFFER_LOAD_B32 {
+    if (S_BUFFER_LOAD_B32..SMEM_TABLE).contains(&i.op) {
         return Err(unsupported(i, pc));
     }
     let base = wv.sread64(i.src[0], 0, false) & 0xffff_ffff_ffff;
@@ -680,10 +723,25 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     } else {
         wv.sread(i.saddr, 0) as u64
     };
-    let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff) & !3;
+    let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff);
+    if let Some((bytes, signed)) = small {
+        // Naturally aligned like the hardware's (the low bits below the size are ignored).
+        let a = addr & !(bytes as u64 - 1);
+        let mut b = [0u8; 2];
+        mem.read(a, &mut b[..bytes]).map_err(mem_fault(pc))?;
+        let v = match (bytes, signed) {
+            (1, false) => b[0] as u32,
+            (1, true) => b[0] as i8 as i32 as u32,
+            (_, false) => u16::from_le_bytes(b) as u32,
+            (_, true) => i16::from_le_bytes(b) as i32 as u32,
+        };
+        wv.swrite(i.dst, v);
+        return Ok(());
+    }
+    let addr = addr & !3;
     let mut buf = [0u8; 64];
     mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
-    let d = if n >= 4 {
+    let d = if n >= 3 {
         i.dst & !3
     } else if n == 2 {
         i.dst & !1

@@ -1,22 +1,25 @@
-//! rig-isa: an interpreter of the AMD RDNA3 (gfx1100) instruction set that runs real
-//! LLVM-compiled kernels.
+//! rig-isa: an interpreter of the AMD RDNA3 (gfx1100) and RDNA4 (gfx1201) instruction sets
+//! that runs real LLVM-compiled kernels.
 //!
 //! The crate is pure: it knows nothing of page tables, queues or packets. A dispatch is
 //! described by [`Dispatch`] (what the command processor latched from COMPUTE_* registers or an
 //! AQL packet) and runs against a [`Memory`] (one VMID's view of GPU virtual memory).
 //!
 //! Design choices:
-//! - every instruction is decoded once into [`decode::Inst`] and cached by address, across
-//!   dispatches too (a reused decode is first checked against the code words in memory);
+//! - each encoding family ([`Isa`]) has its own decoder front end; every instruction is decoded
+//!   once into the one pre-decoded form, [`decode::Inst`], whose operation is a semantic id
+//!   shared by the generations, and cached by family and address, across dispatches too (a
+//!   reused decode is first checked against the code words in memory);
 //! - a wave's VGPR file is structure-of-arrays (`[register][lane]`), so each vector instruction
 //!   is a tight loop over the lanes of one register;
 //! - waves of a workgroup run cooperatively on one host thread (switching at barriers), which
 //!   makes LDS barriers exact without locks; workgroups are spread over the calling thread and
 //!   helpers of a process-wide pool ([`parallel`]), never over threads made per dispatch.
-//! - an encoding not defined for gfx1100 is an [`ExecFault::IllegalInstruction`], never a guess.
+//! - an encoding not defined for the target is an [`ExecFault::IllegalInstruction`], never a
+//!   guess.
 //!
 //! Launch state: SGPRs hold `user_sgprs`, then the workgroup ids enabled in rsrc2, the workgroup
-//! info word and the private segment wave offset; v0 holds the packed work-item ids
+//! info word and the private segment wave offset (on GFX12 the ids are also in TTMP9 and TTMP7); v0 holds the packed work-item ids
 //! (x | y << 10 | z << 20); EXEC has the live lanes of each wave. Private memory of lane L in
 //! wave slot S lives at `scratch.base + (S * lanes + L) * bytes_per_lane` (the wave's
 //! FLAT_SCRATCH is `scratch.base + S * lanes * bytes_per_lane`). Flat addresses whose high half
@@ -28,8 +31,11 @@ pub mod disasm;
 // Generated from LLVM's tables: each constant is named by its mnemonic, which says all.
 #[allow(clippy::all, missing_docs)]
 pub mod opcodes;
+// The same for gfx1201, with each opcode's semantic id.
+#[allow(clippy::all, missing_docs)]
+pub mod opcodes_gfx12;
 
-pub use decode::{DecodeError, Format, Inst, decode};
+pub use decode::{DecodeError, Format, Inst, Isa, decode, decode_isa};
 
 /// GPU virtual memory as a dispatch sees it (one VMID's page table). Implemented by rig-sim.
 pub trait Memory: Sync {
@@ -155,7 +161,7 @@ impl Dispatch {
 /// Why a dispatch stopped before every wave ended.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecFault {
-    /// The words at `address` are not a gfx1100 instruction.
+    /// The words at `address` are not an instruction of the target.
     #[error("illegal instruction {words:08x?} at {address:#x}")]
     IllegalInstruction {
         /// Address of the first word.
@@ -234,7 +240,7 @@ pub fn execute(
     stop: &std::sync::atomic::AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    exec::execute(d, Workgroups::ALL, mem, stop, threads)
+    exec::execute(Isa::Gfx11, d, Workgroups::ALL, mem, stop, threads)
 }
 
 /// [`execute`] for a share of the workgroups only (one die's, say). Each workgroup keeps its
@@ -248,5 +254,18 @@ pub fn execute_workgroups(
     stop: &std::sync::atomic::AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    exec::execute(d, share, mem, stop, threads)
+    exec::execute(Isa::Gfx11, d, share, mem, stop, threads)
+}
+
+/// [`execute_workgroups`] of code of encoding family `isa` (a GPU of that generation: launch
+/// state as its LLVM target expects it, e.g. GFX12's workgroup ids in TTMP7/TTMP9).
+pub fn execute_isa(
+    isa: Isa,
+    d: &Dispatch,
+    share: Workgroups,
+    mem: &dyn Memory,
+    stop: &std::sync::atomic::AtomicBool,
+    threads: usize,
+) -> Result<ExecStats, ExecFault> {
+    exec::execute(isa, d, share, mem, stop, threads)
 }

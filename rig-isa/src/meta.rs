@@ -1,5 +1,6 @@
-//! Per-opcode facts the executor needs on every issue, derived once from the mnemonic tables
-//! (operand widths, memory access size and kind), so the hot path does no string work.
+//! Per-operation facts the executor needs on every issue, derived once from the semantic names
+//! (operand widths, memory access size and kind), so the hot path does no string work. Keyed
+//! by format and semantic id, so every generation's encoding of an operation shares them.
 
 use std::sync::OnceLock;
 
@@ -228,6 +229,10 @@ fn compute(format: Format, op: u16) -> Meta {
     m
 }
 
+/// Semantic ids per format: gfx1100's opcodes and those of operations new in GFX12 (at most
+/// 1024 + 1024, for VALU).
+const SEM_IDS: usize = 2048;
+
 /// Facts about `i`'s opcode.
 pub(crate) fn meta(i: &Inst) -> &'static Meta {
     static T: OnceLock<Vec<Meta>> = OnceLock::new();
@@ -252,14 +257,14 @@ pub(crate) fn meta(i: &Inst) -> &'static Meta {
         Format::Mubuf,
     ];
     let t = T.get_or_init(|| {
-        let mut v = Vec::with_capacity(FORMATS.len() * 1024);
+        let mut v = Vec::with_capacity(FORMATS.len() * SEM_IDS);
         for f in FORMATS {
-            for op in 0..1024u16 {
+            for op in 0..SEM_IDS as u16 {
                 v.push(compute(f, op));
             }
         }
         v
     });
     let k = i.format as usize;
-    &t[k * 1024 + (i.op as usize & 1023)]
+    &t[k * SEM_IDS + (i.op as usize % SEM_IDS)]
 }

@@ -1,5 +1,6 @@
-//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 by build.sh) runs in
-//! rig-isa and, compiled by the machine's C compiler from the same OpenCL C source, on the host;
+//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 and, in gfx1201/, for
+//! gfx1201 by build.sh) runs in rig-isa as each target and, compiled by the machine's C compiler
+//! from the same OpenCL C source, on the host;
 //! the output buffers must match bit for bit (integers and floats alike: the kernels are built
 //! with -cl-fp32-correctly-rounded-divide-sqrt and -ffp-contract=off (the host with
 //! -ffp-contract=off too) and both sides round to nearest even with
@@ -15,7 +16,11 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Arg, Case, corpus_dir, run_gpu};
+use common::{Arg, Case, corpus_dir, run_gpu_on};
+use rig_isa::Isa;
+
+/// The targets every case runs as (the corpus is built for each).
+const TARGETS: [(Isa, &str); 2] = [(Isa::Gfx11, "gfx1100"), (Isa::Gfx12, "gfx1201")];
 
 struct Rng(u64);
 impl Rng {
@@ -802,29 +807,31 @@ fn corpus_matches_host() {
         if only.as_deref().is_some_and(|o| o != c.name) {
             continue;
         }
-        let gpu = std::panic::catch_unwind(|| run_gpu(&c, 2));
-        let gpu = match gpu {
-            Ok(g) => g,
-            Err(e) => {
-                let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
-                failures.push(format!("{}.{}: {msg}", c.name, c.opt));
-                continue;
-            }
-        };
         let host = run_host(&c, &cc, &dir);
-        ran += 1;
-        for (k, (g, h)) in gpu.iter().zip(&host).enumerate() {
-            if g != h {
-                let first = g.iter().zip(h).position(|(a, b)| a != b).unwrap_or(0);
-                let w = first / 4 * 4;
-                failures.push(format!(
-                    "{}.{}: buffer {k} differs first at byte {first}: rig {:02x?} host {:02x?}",
-                    c.name,
-                    c.opt,
-                    &g[w..(w + 8).min(g.len())],
-                    &h[w..(w + 8).min(h.len())]
-                ));
-                break;
+        for (isa, target) in TARGETS {
+            let gpu = std::panic::catch_unwind(|| run_gpu_on(isa, &c, 2));
+            let gpu = match gpu {
+                Ok(g) => g,
+                Err(e) => {
+                    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+                    failures.push(format!("{target} {}.{}: {msg}", c.name, c.opt));
+                    continue;
+                }
+            };
+            ran += 1;
+            for (k, (g, h)) in gpu.iter().zip(&host).enumerate() {
+                if g != h {
+                    let first = g.iter().zip(h).position(|(a, b)| a != b).unwrap_or(0);
+                    let w = first / 4 * 4;
+                    failures.push(format!(
+                        "{target} {}.{}: buffer {k} differs first at byte {first}: rig {:02x?} host {:02x?}",
+                        c.name,
+                        c.opt,
+                        &g[w..(w + 8).min(g.len())],
+                        &h[w..(w + 8).min(h.len())]
+                    ));
+                    break;
+                }
             }
         }
     }

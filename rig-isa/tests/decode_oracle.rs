@@ -1,5 +1,6 @@
 //! Decoding oracle: LLVM's disassembler (llvm-mc-19) must agree with rig-isa's decoder on random
-//! instruction words of every encoding class, and on every instruction of the kernel corpus.
+//! instruction words of every encoding class, and on every instruction of the kernel corpus, for
+//! each target: gfx1100 (`Isa::Gfx11`) and gfx1201 (`Isa::Gfx12`).
 //!
 //! Words come from a seeded PRNG with the class bits fixed (opcodes biased toward defined ones),
 //! batched into one llvm-mc + llvm-objdump run per class (see `llvm_disassemble`).
@@ -11,7 +12,14 @@
 
 use std::process::{Command, Stdio};
 
-use rig_isa::decode;
+use rig_isa::{Isa, decode_isa};
+
+fn mcpu(isa: Isa) -> &'static str {
+    match isa {
+        Isa::Gfx11 => "gfx1100",
+        Isa::Gfx12 => "gfx1201",
+    }
+}
 
 /// Both LLVM tools the random-word oracle runs (llvm-mc-19 assembles, llvm-objdump-19 decodes).
 fn have_llvm_mc() -> bool {
@@ -49,7 +57,8 @@ enum Llvm {
 /// instruction's address and the words it consumed (`.long` for a word it rejects). A line of
 /// three `s_nop 7` follows each probe rig rejects, so garbage LLVM decodes from its tail cannot
 /// swallow the next probe.
-fn llvm_disassemble(tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
+fn llvm_disassemble(isa: Isa, tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
+    let decode = |w: &[u32]| decode_isa(isa, w);
     const PAD: [u32; 3] = [0xbf80_0007; 3];
     let mut input = String::from(".text\n");
     let mut starts = Vec::new();
@@ -72,11 +81,16 @@ fn llvm_disassemble(tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
     }
     let dir = std::env::temp_dir().join(format!("rig-isa-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let src = dir.join(format!("{tag}.s"));
-    let obj = dir.join(format!("{tag}.o"));
+    let src = dir.join(format!("{}-{tag}.s", mcpu(isa)));
+    let obj = dir.join(format!("{}-{tag}.o", mcpu(isa)));
     std::fs::write(&src, input).expect("write asm");
     let st = Command::new("llvm-mc-19")
-        .args(["-arch=amdgcn", "-mcpu=gfx1100", "-filetype=obj", "-o"])
+        .args([
+            "-arch=amdgcn",
+            &format!("-mcpu={}", mcpu(isa)),
+            "-filetype=obj",
+            "-o",
+        ])
         .arg(&obj)
         .arg(&src)
         .status()
@@ -86,7 +100,7 @@ fn llvm_disassemble(tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
         "llvm-mc-19 failed to assemble the probe words"
     );
     let out = Command::new("llvm-objdump-19")
-        .args(["-d", "--mcpu=gfx1100"])
+        .args(["-d", &format!("--mcpu={}", mcpu(isa))])
         .arg(&obj)
         .output()
         .expect("run llvm-objdump-19");
@@ -127,6 +141,8 @@ fn llvm_disassemble(tag: &str, lines: &[Vec<u32>]) -> Vec<Llvm> {
         .collect()
 }
 
+/// Mnemonics whose operands rig prints numerically where LLVM spells them symbolically (GFX12's
+/// tbuffer formats too): only the mnemonic and length are compared.
 const SYMBOLIC: &[&str] = &[
     "s_getreg_b32",
     "s_setreg_b32",
@@ -139,6 +155,24 @@ const SYMBOLIC: &[&str] = &[
     "s_waitcnt_depctr",
     "ds_swizzle_b32",
     "s_version",
+    "s_wait_alu",
+    "s_wait_event",
+    "tbuffer_load_format_x",
+    "tbuffer_load_format_xy",
+    "tbuffer_load_format_xyz",
+    "tbuffer_load_format_xyzw",
+    "tbuffer_store_format_x",
+    "tbuffer_store_format_xy",
+    "tbuffer_store_format_xyz",
+    "tbuffer_store_format_xyzw",
+    "tbuffer_load_d16_format_x",
+    "tbuffer_load_d16_format_xy",
+    "tbuffer_load_d16_format_xyz",
+    "tbuffer_load_d16_format_xyzw",
+    "tbuffer_store_d16_format_x",
+    "tbuffer_store_d16_format_xy",
+    "tbuffer_store_d16_format_xyz",
+    "tbuffer_store_d16_format_xyzw",
 ];
 
 fn normalize(t: &str) -> String {
@@ -147,8 +181,9 @@ fn normalize(t: &str) -> String {
 
 /// Compares rig's decode of each line against LLVM's; returns (checked, flagged, mismatches),
 /// where `flagged` counts lines LLVM decoded while marking an operand invalid (not compared).
-fn compare(class: &str, lines: &[Vec<u32>]) -> (usize, usize, Vec<String>) {
-    let llvm = llvm_disassemble(class, lines);
+fn compare(isa: Isa, class: &str, lines: &[Vec<u32>]) -> (usize, usize, Vec<String>) {
+    let decode = |w: &[u32]| decode_isa(isa, w);
+    let llvm = llvm_disassemble(isa, class, lines);
     let mut bad = Vec::new();
     let mut checked = 0;
     let mut flagged = 0;
@@ -208,28 +243,34 @@ fn compare(class: &str, lines: &[Vec<u32>]) -> (usize, usize, Vec<String>) {
 }
 
 /// Class generators: (name, fixed bits, random-bit mask, opcode field (shift, width), opcode table size).
-fn gen_class(rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
+fn gen_class(isa: Isa, rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
     use rig_isa::opcodes as o;
-    let (fixed, mask, shift, width, table): (u32, u32, u32, u32, &[Option<&str>]) = match class {
-        "sop2" => (0x8000_0000, 0x2fff_ffff, 23, 7, &o::SOP2),
-        "sopk" => (0xb000_0000, 0x0fff_ffff, 23, 5, &o::SOPK),
-        "sop1" => (0xbe80_0000, 0x007f_ffff, 8, 8, &o::SOP1),
-        "sopc" => (0xbf00_0000, 0x007f_ffff, 16, 7, &o::SOPC),
-        "sopp" => (0xbf80_0000, 0x007f_ffff, 16, 7, &o::SOPP),
-        "smem" => (0xf400_0000, 0x03ff_ffff, 18, 8, &o::SMEM),
-        "vop1" => (0x7e00_0000, 0x01ff_ffff, 9, 8, &o::VOP1),
-        "vop2" => (0x0000_0000, 0x7fff_ffff, 25, 6, &o::VOP2),
-        "vopc" => (0x7c00_0000, 0x01ff_ffff, 17, 8, &o::VOPC),
-        "vop3" => (0xd400_0000, 0x03ff_ffff, 16, 10, &o::VOP3),
-        "vop3p" => (0xcc00_0000, 0x00ff_ffff, 16, 7, &o::VOP3P),
-        "vopd" => (0xc800_0000, 0x03ff_ffff, 22, 4, &o::VOPDX),
-        "ds" => (0xd800_0000, 0x03ff_ffff, 18, 8, &o::DS),
-        "flat" => (0xdc00_0000, 0x03fc_ffff, 18, 7, &o::FLAT),
-        "global" => (0xdc02_0000, 0x03fc_ffff, 18, 7, &o::GLOBAL),
-        "scratch" => (0xdc01_0000, 0x03fc_ffff, 18, 7, &o::SCRATCH),
-        "mubuf" => (0xe000_0000, 0x03ff_ffff, 18, 8, &o::MUBUF),
+    use rig_isa::opcodes_gfx12 as p;
+    let decode = |w: &[u32]| decode_isa(isa, w);
+    let spec: (u32, u32, u32, u32, &[Option<&str>]) = match (isa, class) {
+        (Isa::Gfx11, _) => gfx11_class(class),
+        (_, "sop2") => (0x8000_0000, 0x2fff_ffff, 23, 7, &p::SOP2),
+        (_, "sopk") => (0xb000_0000, 0x0fff_ffff, 23, 5, &p::SOPK),
+        (_, "sop1") => (0xbe80_0000, 0x007f_ffff, 8, 8, &p::SOP1),
+        (_, "sopc") => (0xbf00_0000, 0x007f_ffff, 16, 7, &p::SOPC),
+        (_, "sopp") => (0xbf80_0000, 0x007f_ffff, 16, 7, &p::SOPP),
+        (_, "smem") => (0xf400_0000, 0x03ff_ffff, 13, 8, &p::SMEM),
+        (_, "vop1") => (0x7e00_0000, 0x01ff_ffff, 9, 8, &p::VOP1),
+        (_, "vop2") => (0x0000_0000, 0x7fff_ffff, 25, 6, &p::VOP2),
+        (_, "vopc") => (0x7c00_0000, 0x01ff_ffff, 17, 8, &p::VOPC),
+        (_, "vop3") => (0xd400_0000, 0x03ff_ffff, 16, 10, &p::VOP3),
+        (_, "vop3p") => (0xcc00_0000, 0x00ff_ffff, 16, 7, &p::VOP3P),
+        (_, "vopd") => (0xc800_0000, 0x03ff_ffff, 22, 4, &p::VOPDX),
+        (_, "ds") => (0xd800_0000, 0x03ff_ffff, 18, 8, &p::DS),
+        (_, "flat") => (0xec00_0000, 0x00ff_ffff, 14, 8, &p::FLAT),
+        (_, "global") => (0xee00_0000, 0x00ff_ffff, 14, 8, &p::GLOBAL),
+        (_, "scratch") => (0xed00_0000, 0x00ff_ffff, 14, 8, &p::SCRATCH),
+        (_, "mubuf") => (0xc400_0000, 0x03ff_ffff, 14, 8, &p::MUBUF),
         _ => unreachable!("class {class}"),
     };
+    let _ = &o::SOP2;
+    let (fixed, mask, shift, width, table) = spec;
+
     let defined: Vec<u32> = (0..table.len() as u32)
         .filter(|&k| table[k as usize].is_some())
         .collect();
@@ -258,7 +299,7 @@ fn gen_class(rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
         }
         // Most of the time give the reserved bits their required value (the generated FIXED
         // tables), so accepted encodings are well covered, not only rejections.
-        if let (Some(op), Some(t)) = (chosen, fixed_table(class))
+        if let (Some(op), Some(t)) = (chosen, fixed_table(isa, class))
             && !rng.next().is_multiple_of(4)
         {
             let (m, v) = t[op as usize];
@@ -266,7 +307,11 @@ fn gen_class(rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
             ws[0] = both as u32;
             ws[1] = (both >> 32) as u32;
             if class == "flat" && !rng.next().is_multiple_of(4) {
-                ws[1] = (ws[1] & !(0x7f << 16)) | 0x7c << 16;
+                // FLAT takes no saddr: make the null one common.
+                match isa {
+                    Isa::Gfx11 => ws[1] = (ws[1] & !(0x7f << 16)) | 0x7c << 16,
+                    Isa::Gfx12 => ws[0] = (ws[0] & !0x7f) | 0x7c,
+                }
             }
         }
         if let Ok(i) = decode(&ws) {
@@ -277,9 +322,56 @@ fn gen_class(rng: &mut Rng, class: &str, n: usize) -> Vec<Vec<u32>> {
     out
 }
 
-/// The generated reserved-bit table of a class, if it has one.
-fn fixed_table(class: &str) -> Option<&'static [(u64, u64)]> {
+/// gfx1100's class generators.
+fn gfx11_class(class: &str) -> (u32, u32, u32, u32, &'static [Option<&'static str>]) {
     use rig_isa::opcodes as o;
+    match class {
+        "sop2" => (0x8000_0000, 0x2fff_ffff, 23, 7, &o::SOP2),
+        "sopk" => (0xb000_0000, 0x0fff_ffff, 23, 5, &o::SOPK),
+        "sop1" => (0xbe80_0000, 0x007f_ffff, 8, 8, &o::SOP1),
+        "sopc" => (0xbf00_0000, 0x007f_ffff, 16, 7, &o::SOPC),
+        "sopp" => (0xbf80_0000, 0x007f_ffff, 16, 7, &o::SOPP),
+        "smem" => (0xf400_0000, 0x03ff_ffff, 18, 8, &o::SMEM),
+        "vop1" => (0x7e00_0000, 0x01ff_ffff, 9, 8, &o::VOP1),
+        "vop2" => (0x0000_0000, 0x7fff_ffff, 25, 6, &o::VOP2),
+        "vopc" => (0x7c00_0000, 0x01ff_ffff, 17, 8, &o::VOPC),
+        "vop3" => (0xd400_0000, 0x03ff_ffff, 16, 10, &o::VOP3),
+        "vop3p" => (0xcc00_0000, 0x00ff_ffff, 16, 7, &o::VOP3P),
+        "vopd" => (0xc800_0000, 0x03ff_ffff, 22, 4, &o::VOPDX),
+        "ds" => (0xd800_0000, 0x03ff_ffff, 18, 8, &o::DS),
+        "flat" => (0xdc00_0000, 0x03fc_ffff, 18, 7, &o::FLAT),
+        "global" => (0xdc02_0000, 0x03fc_ffff, 18, 7, &o::GLOBAL),
+        "scratch" => (0xdc01_0000, 0x03fc_ffff, 18, 7, &o::SCRATCH),
+        "mubuf" => (0xe000_0000, 0x03ff_ffff, 18, 8, &o::MUBUF),
+        _ => unreachable!("class {class}"),
+    }
+}
+
+/// The generated reserved-bit table of a class, if it has one.
+fn fixed_table(isa: Isa, class: &str) -> Option<&'static [(u64, u64)]> {
+    use rig_isa::opcodes as o;
+    use rig_isa::opcodes_gfx12 as p;
+    if isa == Isa::Gfx12 {
+        return Some(match class {
+            "sop2" => &p::FIXED_SOP2,
+            "sopk" => &p::FIXED_SOPK,
+            "sop1" => &p::FIXED_SOP1,
+            "sopc" => &p::FIXED_SOPC,
+            "sopp" => &p::FIXED_SOPP,
+            "smem" => &p::FIXED_SMEM,
+            "vop1" => &p::FIXED_VOP1,
+            "vop2" => &p::FIXED_VOP2,
+            "vopc" => &p::FIXED_VOPC,
+            "vop3" => &p::FIXED_VOP3,
+            "vop3p" => &p::FIXED_VOP3P,
+            "ds" => &p::FIXED_DS,
+            "flat" => &p::FIXED_FLAT,
+            "global" => &p::FIXED_GLOBAL,
+            "scratch" => &p::FIXED_SCRATCH,
+            "mubuf" => &p::FIXED_MUBUF,
+            _ => return None,
+        });
+    }
     Some(match class {
         "sop2" => &o::FIXED_SOP2,
         "sopk" => &o::FIXED_SOPK,
@@ -310,14 +402,30 @@ fn per_class() -> usize {
 
 #[test]
 fn random_words_decode_like_llvm() {
+    random_words(Isa::Gfx11, &CLASSES);
+}
+
+#[test]
+fn random_words_decode_like_llvm_gfx1201() {
+    random_words(Isa::Gfx12, &CLASSES_GFX12);
+}
+
+const CLASSES: [&str; 17] = [
+    "sop2", "sopk", "sop1", "sopc", "sopp", "smem", "vop1", "vop2", "vopc", "vop3", "vop3p",
+    "vopd", "ds", "flat", "global", "scratch", "mubuf",
+];
+
+/// GFX12's classes under the oracle (mubuf: VBUFFER, with the tbuffer forms).
+const CLASSES_GFX12: [&str; 17] = [
+    "sop2", "sopk", "sop1", "sopc", "sopp", "smem", "vop1", "vop2", "vopc", "vop3", "vop3p",
+    "vopd", "ds", "flat", "global", "scratch", "mubuf",
+];
+
+fn random_words(isa: Isa, classes: &[&'static str]) {
     if !have_llvm_mc() {
         eprintln!("skipping decoding oracle: llvm-mc-19 or llvm-objdump-19 is not installed");
         return;
     }
-    let classes = [
-        "sop2", "sopk", "sop1", "sopc", "sopp", "smem", "vop1", "vop2", "vopc", "vop3", "vop3p",
-        "vopd", "ds", "flat", "global", "scratch", "mubuf",
-    ];
     let n = per_class();
     let results: Vec<(String, usize, usize, Vec<String>)> = std::thread::scope(|s| {
         let hs: Vec<_> = classes
@@ -326,8 +434,8 @@ fn random_words_decode_like_llvm() {
             .map(|(k, c)| {
                 s.spawn(move || {
                     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((k as u64 + 1) * 0x1234_5678_9abc));
-                    let lines = gen_class(&mut rng, c, n);
-                    let (checked, flagged, bad) = compare(c, &lines);
+                    let lines = gen_class(isa, &mut rng, c, n);
+                    let (checked, flagged, bad) = compare(isa, c, &lines);
                     (c.to_string(), checked, flagged, bad)
                 })
             })
@@ -339,7 +447,8 @@ fn random_words_decode_like_llvm() {
     let mut total_bad = 0;
     for (c, checked, flagged, bad) in &results {
         eprintln!(
-            "{c}: {checked} of {n} checked, {flagged} flagged invalid by llvm, {} mismatches",
+            "{} {c}: {checked} of {n} checked, {flagged} flagged invalid by llvm, {} mismatches",
+            mcpu(isa),
             bad.len()
         );
         for b in bad.iter().take(12) {
@@ -357,6 +466,20 @@ fn random_words_decode_like_llvm() {
 /// Every instruction of every corpus code object decodes to LLVM's text and length.
 #[test]
 fn corpus_code_decodes_like_llvm() {
+    corpus_code(Isa::Gfx11, "../kernels/corpus", "../kernels/out/gfx1100");
+}
+
+/// The same for the gfx1201 builds of the corpus and of the project's kernels.
+#[test]
+fn corpus_code_decodes_like_llvm_gfx1201() {
+    corpus_code(
+        Isa::Gfx12,
+        "../kernels/corpus/gfx1201",
+        "../kernels/out/gfx1201",
+    );
+}
+
+fn corpus_code(isa: Isa, corpus: &str, kernels: &str) {
     if Command::new("llvm-objdump-19")
         .arg("--version")
         .stdout(Stdio::null())
@@ -367,9 +490,9 @@ fn corpus_code_decodes_like_llvm() {
         eprintln!("skipping corpus decoding oracle: llvm-objdump-19 is not installed");
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/corpus");
-    // The project's other gfx1100 kernels (kernels/build.sh output) are checked too when built.
-    let other = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(corpus);
+    // The project's other kernels (kernels/build.sh output) are checked too when built.
+    let other = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(kernels);
     let mut files: Vec<_> = [&dir, &other]
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
@@ -382,7 +505,7 @@ fn corpus_code_decodes_like_llvm() {
     let (mut total, mut bad) = (0, Vec::new());
     for f in &files {
         let out = Command::new("llvm-objdump-19")
-            .args(["-d", "--mcpu=gfx1100"])
+            .args(["-d", &format!("--mcpu={}", mcpu(isa))])
             .arg(f)
             .output()
             .expect("run llvm-objdump-19");
@@ -404,7 +527,7 @@ fn corpus_code_decodes_like_llvm() {
             }
             total += 1;
             let m = text.split(' ').next().unwrap_or("");
-            match decode(&words) {
+            match decode_isa(isa, &words) {
                 Ok(i) => {
                     let ours = normalize(&i.to_string());
                     let same = if SYMBOLIC.contains(&m) {

@@ -16,6 +16,25 @@ pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
 /// rigd's `connections.idle_ms`, if set.
 pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
 
+/// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
+/// in a test binary whose file is named `*_gfx1201.rs` (such a file runs another file's tests,
+/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise. The rigd child is the same
+/// program, so it sees the same.
+pub fn processor() -> &'static str {
+    static P: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap_or_default();
+        let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // cargo names a test program `<file>-<hash>`.
+        let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
+        if stem.ends_with("_gfx1201") {
+            "gfx1201"
+        } else {
+            "gfx1100"
+        }
+    })
+}
+
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
 pub fn main() -> Option<i32> {
@@ -28,9 +47,14 @@ pub fn main() -> Option<i32> {
     config.daemon.mode = 0o600;
     if let Some(hang_ms) = number(HANG_MS_ENV) {
         config.sim = vec![rigd::config::SimGpuConfig {
-            processor: "gfx1100".into(),
+            processor: processor().into(),
             memory_bytes: 2 << 30,
             hang_ms,
+        }];
+    } else if processor() != "gfx1100" {
+        config.sim = vec![rigd::config::SimGpuConfig {
+            processor: processor().into(),
+            ..rigd::config::SimGpuConfig::embedded_default()
         }];
     }
     if let Some(ms) = number(IDLE_MS_ENV) {

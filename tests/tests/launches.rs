@@ -1,5 +1,6 @@
 //! Launches of the test kernels (kernels/out/gfx1100) on the simulated GPU through a real
-//! rigd, each result checked against the same computation on the host.
+//! rigd, each result checked against the same computation on the host (launches_gfx1201.rs
+//! runs them all again on a simulated gfx1201, with the gfx1201 builds).
 
 mod common;
 
@@ -426,9 +427,7 @@ fn words_parts_run_as_given() {
 }
 
 fn corpus(name: &str) -> Vec<u8> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kernels/corpus")
-        .join(name);
+    let p = common::corpus_dir().join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

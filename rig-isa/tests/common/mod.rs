@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 use rig_isa::testing::FlatMemory;
-use rig_isa::{Dispatch, ExecStats, Memory, Scratch, execute};
+use rig_isa::{Dispatch, ExecStats, Isa, Memory, Scratch, Workgroups, execute, execute_isa};
 
 pub const BASE: u64 = 0x10_0000_0000;
 pub const CODE: u64 = BASE;
@@ -44,6 +44,14 @@ pub struct Case {
 
 pub fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/corpus")
+}
+
+/// The corpus built for `isa`'s target (kernels/corpus/build.sh).
+pub fn corpus_dir_of(isa: Isa) -> PathBuf {
+    match isa {
+        Isa::Gfx11 => corpus_dir(),
+        Isa::Gfx12 => corpus_dir().join("gfx1201"),
+    }
 }
 
 /// Kernel descriptor fields the test needs.
@@ -91,11 +99,17 @@ pub fn align(x: u64, a: u64) -> u64 {
 
 /// Runs a case in rig-isa; returns the buffers afterwards.
 pub fn run_gpu(c: &Case, threads: usize) -> Vec<Vec<u8>> {
+    run_gpu_on(Isa::Gfx11, c, threads)
+}
+
+/// Runs a case's build for `isa`'s target on a GPU of that generation.
+pub fn run_gpu_on(isa: Isa, c: &Case, threads: usize) -> Vec<Vec<u8>> {
     let bytes = c.bufs.iter().map(|b| b.len() + 512).sum::<usize>();
     let mem = FlatMemory::new(BASE, (BUFS - BASE) as usize + bytes);
-    let (d, addrs) = prepare(&mem, c);
+    let (d, addrs) = prepare_in(&mem, c, &corpus_dir_of(isa));
     let stop = AtomicBool::new(false);
-    execute(&d, &mem, &stop, threads).unwrap_or_else(|e| panic!("{}.{}: {e}", c.name, c.opt));
+    execute_isa(isa, &d, Workgroups::ALL, &mem, &stop, threads)
+        .unwrap_or_else(|e| panic!("{}.{}: {e}", c.name, c.opt));
     read_back(&mem, c, &addrs)
 }
 
@@ -126,7 +140,12 @@ pub fn read_back(mem: &FlatMemory, c: &Case, addrs: &[u64]) -> Vec<Vec<u8>> {
 
 /// Loads the code object and buffers of `c` into `mem` and describes its dispatch.
 pub fn prepare(mem: &FlatMemory, c: &Case) -> (Dispatch, Vec<u64>) {
-    let path = corpus_dir().join(format!("{}.{}.co", c.name, c.opt));
+    prepare_in(mem, c, &corpus_dir())
+}
+
+/// [`prepare`] with the code object from `dir`.
+pub fn prepare_in(mem: &FlatMemory, c: &Case, dir: &Path) -> (Dispatch, Vec<u64>) {
+    let path = dir.join(format!("{}.{}.co", c.name, c.opt));
     let kd = load(mem, &path, c.name);
     let mut addrs = Vec::new();
     let mut at = BUFS;

@@ -30,6 +30,14 @@ fn serve_rigd() {
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+pub use serve::processor;
+
+/// The test name of the [`serve_rigd`] hook in this program (its module path less the crate).
+fn hook_name() -> &'static str {
+    let path = concat!(module_path!(), "::serve_rigd");
+    path.split_once("::").map_or(path, |(_, rest)| rest)
+}
+
 impl Daemon {
     /// Starts a rigd; `hang_ms` bounds how long work may run.
     pub fn start(hang_ms: Option<u32>) -> Daemon {
@@ -56,7 +64,7 @@ impl Daemon {
         // Only the hook runs in the child, and it serves instead of testing.
         cmd.args([
             "--exact",
-            "common::serve_rigd",
+            hook_name(),
             "--include-ignored",
             "--test-threads=1",
         ])
@@ -133,10 +141,11 @@ impl Drop for Daemon {
     }
 }
 
-/// A code object of kernels/out/gfx1100 by name.
+/// A code object of kernels/out/<processor> by name.
 pub fn code(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../kernels/out/gfx1100")
+        .join("../kernels/out")
+        .join(processor())
         .join(format!("{name}.co"));
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -152,6 +161,15 @@ pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// The kernel corpus (kernels/corpus) as built for [`processor`].
+pub fn corpus_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/corpus");
+    match processor() {
+        "gfx1100" => d,
+        p => d.join(p),
+    }
 }
 
 /// Compiles a kernel that spins until a word turns nonzero, if LLVM 19 is installed.
@@ -175,7 +193,7 @@ pub fn spin_kernel() -> Option<Vec<u8>> {
             "-cl-std=CL2.0",
             "-target",
             "amdgcn-amd-amdhsa",
-            "-mcpu=gfx1100",
+            &format!("-mcpu={}", processor()),
             "-nogpulib",
             "-O2",
             "-c",

@@ -1,11 +1,34 @@
-//! Instruction decoding for gfx1100: raw dwords to [`Inst`], the pre-decoded form the executor
-//! runs and [`crate::disasm`] prints.
+//! Instruction decoding: raw dwords to [`Inst`], the pre-decoded form the executor runs and
+//! [`crate::disasm`] prints, with one front end per encoding family ([`Isa`]).
 //!
-//! Owns the encoding-class bit patterns, field extraction, instruction length (64-bit forms,
-//! literals, DPP words) and the rule that an opcode LLVM does not know for gfx1100 is rejected.
-//! It does not own semantics (see `exec`) nor the text form (see `disasm`).
+//! Each front end owns its encoding-class bit patterns, field extraction, instruction length
+//! (64- and 96-bit forms, literals, DPP words) and the rule that an opcode LLVM does not know
+//! for its target is rejected; every front end produces the same [`Inst`], whose `op` is the
+//! operation's semantic id (see `tables`), so one executor runs them all. The classes GFX11 and
+//! GFX12 encode alike (SOP*, VOP*, VOPD, DS) are decoded here, from the generation's tables;
+//! `gfx11` and `gfx12` hold the classes each encodes its own way (SMEM, FLAT/GLOBAL/SCRATCH,
+//! MUBUF/VBUFFER). It does not own semantics (see `exec`) nor the text form (see `disasm`).
+//!
+//! The seam for GFX9/CDNA3 (gfx942): a third [`Isa`], its tables generated like GFX12's (with a
+//! semantic map onto gfx1100's ids), its own front end for its encodings (VOP3 without op_sel,
+//! SDWA and DPP as source modifiers, accumulator VGPRs as a register class, wave64 only), all
+//! producing this same [`Inst`].
 
-use crate::opcodes;
+mod gfx11;
+mod gfx12;
+pub(crate) mod tables;
+
+use tables::{Class, lookup};
+
+/// An encoding family: the instruction words of one hardware generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Isa {
+    /// RDNA3 (gfx1100 and the other gfx11 processors).
+    #[default]
+    Gfx11,
+    /// RDNA4 (gfx1200, gfx1201).
+    Gfx12,
+}
 
 /// Encoding class of an instruction (RDNA3 "microcode format").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,7 +67,8 @@ pub enum Format {
     Global,
     /// Private (scratch) memory.
     Scratch,
-    /// Buffer memory through a resource descriptor (only the cache invalidations execute).
+    /// Buffer memory through a resource descriptor (GFX11 MUBUF, GFX12 VBUFFER; only the
+    /// cache invalidations execute).
     Mubuf,
 }
 
@@ -78,10 +102,18 @@ pub enum Dpp {
 /// destinations are stored as 256 + n too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Inst {
+    /// Encoding family the instruction was decoded from.
+    pub isa: Isa,
     /// Encoding class.
     pub format: Format,
-    /// Opcode within its class; VOP1/VOP2/VOPC/VOP3/VOP3SD use the unified VOP3 numbering.
+    /// Semantic id of the operation within its class: gfx1100's opcode for it (VOP1/VOP2/VOPC/
+    /// VOP3/VOP3SD in the unified VOP3 numbering), or an id past gfx1100's table for an
+    /// operation gfx1100 lacks.
     pub op: u16,
+    /// Opcode as encoded in its generation's table (VALU: that generation's unified numbering).
+    pub enc: u16,
+    /// VOPD Y half: opcode as encoded.
+    pub ency: u8,
     /// Length in dwords.
     pub len: u8,
     /// Destination (SGPR encoding, or 256 + VGPR).
@@ -118,17 +150,17 @@ pub struct Inst {
     pub sve: bool,
     /// DPP modifier of `src[0]`.
     pub dpp: Option<Dpp>,
-    /// VOPD Y half: opcode, sources (dst is `sdst`).
+    /// VOPD Y half: semantic id (dst is `sdst`).
     pub opy: u8,
     /// VOPD Y sources.
     pub srcy: [u16; 2],
 }
 
-/// Why a word sequence is not a gfx1100 instruction.
+/// Why a word sequence is not an instruction of the encoding family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
-    /// The encoding class or opcode is not defined for gfx1100.
-    #[error("not a gfx1100 instruction")]
+    /// The encoding class or opcode is not defined for the target.
+    #[error("not an instruction of the target")]
     Illegal,
     /// The instruction runs past the end of the supplied words.
     #[error("instruction runs past the end of the code")]
@@ -162,10 +194,13 @@ pub mod src {
 }
 
 impl Inst {
-    fn new(format: Format, op: u16, len: u8) -> Inst {
+    fn new(isa: Isa, format: Format, op: u16, enc: u16, len: u8) -> Inst {
         Inst {
+            isa,
             format,
             op,
+            enc,
+            ency: 0,
             len,
             dst: src::NULL,
             sdst: src::NULL,
@@ -191,7 +226,7 @@ impl Inst {
 
     /// An instruction of `format`/`op` with no operands (for per-opcode tables).
     pub(crate) fn decode_stub(format: Format, op: u16) -> Inst {
-        Inst::new(format, op, 1)
+        Inst::new(Isa::Gfx11, format, op, op, 1)
     }
 
     /// LLVM mnemonic of this instruction as printed (with `_e32`/`_e64`/`_dpp` where LLVM adds it).
@@ -200,7 +235,7 @@ impl Inst {
     }
 }
 
-fn field(w: u32, lo: u32, bits: u32) -> u32 {
+pub(super) fn field(w: u32, lo: u32, bits: u32) -> u32 {
     (w >> lo) & ((1u32 << bits) - 1)
 }
 
@@ -208,7 +243,7 @@ fn field(w: u32, lo: u32, bits: u32) -> u32 {
 type Fixed = (u64, u64);
 
 /// Rejects words whose reserved bits differ from the value LLVM requires for this opcode.
-fn check_mbz(table: &[Fixed], op: u32, w0: u32, w1: u32) -> Result<(), DecodeError> {
+pub(super) fn check_mbz(table: &[Fixed], op: u32, w0: u32, w1: u32) -> Result<(), DecodeError> {
     let (m, v) = table.get(op as usize).copied().unwrap_or((0, 0));
     if (w0 as u64 | (w1 as u64) << 32) & m != v {
         Err(DecodeError::Illegal)
@@ -217,16 +252,28 @@ fn check_mbz(table: &[Fixed], op: u32, w0: u32, w1: u32) -> Result<(), DecodeErr
     }
 }
 
-fn word(words: &[u32], i: usize) -> Result<u32, DecodeError> {
+pub(super) fn word(words: &[u32], i: usize) -> Result<u32, DecodeError> {
     words.get(i).copied().ok_or(DecodeError::Truncated)
 }
 
-fn name(table: &[Option<&'static str>], op: u32) -> Option<&'static str> {
-    table.get(op as usize).copied().flatten()
+/// The mnemonic and semantic id of a non-VALU opcode, or Illegal.
+pub(super) fn opcode(isa: Isa, class: Class, op: u32) -> Result<(&'static str, u16), DecodeError> {
+    let n = tables::names(isa, class)
+        .get(op as usize)
+        .copied()
+        .flatten()
+        .ok_or(DecodeError::Illegal)?;
+    let sem = lookup(isa, class, op, op).ok_or(DecodeError::Illegal)?;
+    Ok((n, sem))
+}
+
+/// Semantic id of a VALU opcode of `class` (encoded `op`, `unified` = its VOP3 number).
+fn valu_opcode(isa: Isa, class: Class, op: u32, unified: u32) -> Result<u16, DecodeError> {
+    lookup(isa, class, op, unified).ok_or(DecodeError::Illegal)
 }
 
 /// Reads a literal for `inst` if any listed source asks for one.
-fn take_literal(inst: &mut Inst, words: &[u32], uses: bool) -> Result<(), DecodeError> {
+pub(super) fn take_literal(inst: &mut Inst, words: &[u32], uses: bool) -> Result<(), DecodeError> {
     if uses {
         inst.literal = word(words, inst.len as usize)?;
         inst.has_literal = true;
@@ -240,58 +287,68 @@ pub fn is_vop3sd(op: u16) -> bool {
     matches!(op, 0x120..=0x122 | 0x2fc..=0x302)
 }
 
-/// Decodes the instruction at the start of `words`.
+/// Decodes the gfx11 instruction at the start of `words`.
 pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
+    decode_isa(Isa::Gfx11, words)
+}
+
+/// Decodes the instruction of encoding family `isa` at the start of `words`.
+pub fn decode_isa(isa: Isa, words: &[u32]) -> Result<Inst, DecodeError> {
     let w = word(words, 0)?;
     let top9 = w >> 23;
     if w >> 30 == 0b10 {
         // Scalar ALU: SOP1/SOPC/SOPP/SOPK carve out of the SOP2 space.
         return match top9 {
-            0x17d => decode_sop1(w, words),
-            0x17e => decode_sopc(w, words),
-            0x17f => decode_sopp(w),
-            _ if w >> 28 == 0b1011 => decode_sopk(w, words),
-            _ => decode_sop2(w, words),
+            0x17d => decode_sop1(isa, w, words),
+            0x17e => decode_sopc(isa, w, words),
+            0x17f => decode_sopp(isa, w),
+            _ if w >> 28 == 0b1011 => decode_sopk(isa, w, words),
+            _ => decode_sop2(isa, w, words),
         };
     }
     if w >> 31 == 0 {
         return match w >> 25 {
-            0x3f => decode_vop1(w, words),
-            0x3e => decode_vopc(w, words),
-            _ => decode_vop2(w, words),
+            0x3f => decode_vop1(isa, w, words),
+            0x3e => decode_vopc(isa, w, words),
+            _ => decode_vop2(isa, w, words),
         };
     }
-    match w >> 26 {
-        0b111101 => decode_smem(w, words),
-        0b110101 => decode_vop3(w, words),
-        0b110010 => decode_vopd(w, words),
-        0b110110 => decode_ds(w, words),
-        0b110111 => decode_flat(w, words),
-        0b111000 => decode_mubuf(w, words),
+    match (w >> 26, isa) {
+        (0b111101, Isa::Gfx11) => gfx11::smem(w, words),
+        (0b111101, Isa::Gfx12) => gfx12::smem(w, words),
+        (0b110101, _) => decode_vop3(isa, w, words),
+        (0b110010, _) => decode_vopd(isa, w, words),
+        (0b110110, _) => decode_ds(isa, w, words),
+        (0b110111, Isa::Gfx11) => gfx11::flat(w, words),
+        (0b111000, Isa::Gfx11) => gfx11::mubuf(w, words),
+        (0b111011, Isa::Gfx12) => gfx12::vmem(w, words),
+        (0b110001, Isa::Gfx12) => gfx12::vbuffer(w, words),
         // VOP3P: bit 23 is reserved (zero).
-        0b110011 if w >> 23 == 0xcc << 1 => decode_vop3p(w, words),
+        (0b110011, _) if w >> 23 == 0xcc << 1 => decode_vop3p(isa, w, words),
         _ => Err(DecodeError::Illegal),
     }
 }
 
-fn decode_sop2(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_sop2(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 23, 7);
-    name(&opcodes::SOP2, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_SOP2, op, w, 0)?;
-    let mut i = Inst::new(Format::Sop2, op as u16, 1);
+    let (_, sem) = opcode(isa, Class::Sop2, op)?;
+    check_mbz(tables::fixed(isa, Class::Sop2), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Sop2, sem, op as u16, 1);
     i.dst = field(w, 16, 7) as u16;
     i.src[0] = field(w, 0, 8) as u16;
     i.src[1] = field(w, 8, 8) as u16;
     check_ssrc(i.src[0])?;
     check_ssrc(i.src[1])?;
     check_wide(&i)?;
-    let lit = i.src[0] == src::LITERAL || i.src[1] == src::LITERAL;
+    // GFX12's s_fmaak/s_fmamk always carry their K constant.
+    let k = matches!(crate::disasm::base_name(&i), "s_fmaak_f32" | "s_fmamk_f32");
+    let lit = k || i.src[0] == src::LITERAL || i.src[1] == src::LITERAL;
     take_literal(&mut i, words, lit)?;
     Ok(i)
 }
 
 /// 64-bit scalar operands cannot name the odd special registers (vcc_hi, m0, exec_hi).
-fn check_wide(i: &Inst) -> Result<(), DecodeError> {
+pub(super) fn check_wide(i: &Inst) -> Result<(), DecodeError> {
     let w = crate::disasm::salu_widths(i);
     let bad = |s: u16, n: u8| n >= 2 && matches!(s, 107 | 125 | 127);
     let has_dst = !matches!(i.format, Format::Sopc);
@@ -308,18 +365,18 @@ fn check_wide(i: &Inst) -> Result<(), DecodeError> {
 }
 
 /// Scalar sources may not name the DPP / VOPD-only encodings.
-fn check_ssrc(s: u16) -> Result<(), DecodeError> {
+pub(super) fn check_ssrc(s: u16) -> Result<(), DecodeError> {
     match s {
         0..=105 | 106..=127 | 128..=208 | 235..=248 | 251..=253 | 255 => Ok(()),
         _ => Err(DecodeError::Illegal),
     }
 }
 
-fn decode_sopk(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_sopk(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 23, 5);
-    let n = name(&opcodes::SOPK, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_SOPK, op, w, 0)?;
-    let mut i = Inst::new(Format::Sopk, op as u16, 1);
+    let (n, sem) = opcode(isa, Class::Sopk, op)?;
+    check_mbz(tables::fixed(isa, Class::Sopk), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Sopk, sem, op as u16, 1);
     i.dst = field(w, 16, 7) as u16;
     i.imm = field(w, 0, 16) as i32;
     if n == "s_call_b64" && matches!(i.dst, 107 | 125 | 127) {
@@ -329,11 +386,11 @@ fn decode_sopk(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_sop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_sop1(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 8, 8);
-    name(&opcodes::SOP1, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_SOP1, op, w, 0)?;
-    let mut i = Inst::new(Format::Sop1, op as u16, 1);
+    let (_, sem) = opcode(isa, Class::Sop1, op)?;
+    check_mbz(tables::fixed(isa, Class::Sop1), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Sop1, sem, op as u16, 1);
     i.dst = field(w, 16, 7) as u16;
     i.src[0] = field(w, 0, 8) as u16;
     let n = crate::disasm::base_name(&i);
@@ -342,18 +399,21 @@ fn decode_sop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
         check_wide(&i)?;
         return Ok(i);
     }
-    check_ssrc(i.src[0])?;
+    // GFX12's barrier operations also take src_lds_direct.
+    if !(i.src[0] == 254 && crate::disasm::base_name(&i).contains("barrier")) {
+        check_ssrc(i.src[0])?;
+    }
     check_wide(&i)?;
     let lit = i.src[0] == src::LITERAL;
     take_literal(&mut i, words, lit)?;
     Ok(i)
 }
 
-fn decode_sopc(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_sopc(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 16, 7);
-    name(&opcodes::SOPC, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_SOPC, op, w, 0)?;
-    let mut i = Inst::new(Format::Sopc, op as u16, 1);
+    let (_, sem) = opcode(isa, Class::Sopc, op)?;
+    check_mbz(tables::fixed(isa, Class::Sopc), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Sopc, sem, op as u16, 1);
     i.src[0] = field(w, 0, 8) as u16;
     i.src[1] = field(w, 8, 8) as u16;
     check_ssrc(i.src[0])?;
@@ -364,74 +424,12 @@ fn decode_sopc(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_sopp(w: u32) -> Result<Inst, DecodeError> {
+fn decode_sopp(isa: Isa, w: u32) -> Result<Inst, DecodeError> {
     let op = field(w, 16, 7);
-    name(&opcodes::SOPP, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_SOPP, op, w, 0)?;
-    let mut i = Inst::new(Format::Sopp, op as u16, 1);
+    let (_, sem) = opcode(isa, Class::Sopp, op)?;
+    check_mbz(tables::fixed(isa, Class::Sopp), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Sopp, sem, op as u16, 1);
     i.imm = field(w, 0, 16) as i32;
-    Ok(i)
-}
-
-fn decode_smem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
-    let op = field(w, 18, 8);
-    name(&opcodes::SMEM, op).ok_or(DecodeError::Illegal)?;
-    let w1 = word(words, 1)?;
-    check_mbz(&opcodes::FIXED_SMEM, op, w, w1)?;
-    let mut i = Inst::new(Format::Smem, op as u16, 2);
-    i.dst = field(w, 6, 7) as u16;
-    i.src[0] = (field(w, 0, 6) * 2) as u16;
-    i.cache = (field(w, 14, 1) | field(w, 13, 1) << 2) as u8;
-    i.imm = ((w1 << 11) as i32) >> 11;
-    i.saddr = field(w1, 25, 7) as u16;
-    let n = crate::disasm::base_name(&i);
-    let dw: u16 = match () {
-        _ if n.ends_with("b64") => 2,
-        _ if n.ends_with("b128") => 4,
-        _ if n.ends_with("b256") => 8,
-        _ if n.ends_with("b512") => 16,
-        _ => 1,
-    };
-    // Register tuples must lie inside the SGPRs (or VCC) or inside the trap temporaries.
-    let fits = |raw: u16, n: u16| match raw {
-        0..=105 => {
-            let base = if n >= 4 {
-                raw & !3
-            } else if n == 2 {
-                raw & !1
-            } else {
-                raw
-            };
-            base + n - 1 <= 105
-        }
-        106 => n <= 2,
-        108..=123 => {
-            let base = if n >= 4 {
-                raw & !3
-            } else if n == 2 {
-                raw & !1
-            } else {
-                raw
-            };
-            base + n - 1 <= 123
-        }
-        124 => true,
-        126 => n <= 2,
-        _ => n == 1,
-    };
-    if n.starts_with("s_atc_probe") {
-        let sb = if n.contains("buffer") { 4 } else { 2 };
-        if !(fits(i.src[0], sb) || matches!(i.src[0], 124 | 126)) {
-            return Err(DecodeError::Illegal);
-        }
-    }
-    if n.starts_with("s_load") || n.starts_with("s_buffer_load") {
-        let sb = if n.starts_with("s_buffer") { 4 } else { 2 };
-        let sbase_ok = fits(i.src[0], sb) || matches!(i.src[0], 124 | 126);
-        if !fits(i.dst, dw) || !sbase_ok {
-            return Err(DecodeError::Illegal);
-        }
-    }
     Ok(i)
 }
 
@@ -525,11 +523,13 @@ fn check_valu_widths(i: &Inst) -> Result<(), DecodeError> {
     Ok(())
 }
 
-fn decode_vop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_vop1(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 9, 8);
-    name(&opcodes::VOP1, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_VOP1, op, w, 0)?;
-    let mut i = Inst::new(Format::Vop1, 384 + op as u16, 1);
+    let sem = valu_opcode(isa, Class::Vop1, op, 384 + op)?;
+    check_mbz(tables::fixed(isa, Class::Vop1), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Vop1, sem, 384 + op as u16, 1);
+    // v_readfirstlane_b32 writes an SGPR.
+    let op = if sem == 384 + 2 { 2 } else { op };
     i.dst = if op == 2 {
         field(w, 17, 8) as u16
     } else {
@@ -578,11 +578,12 @@ fn vop_tail(i: &mut Inst, words: &[u32], srcs: usize, force_lit: bool) -> Result
     vsrc_or_literal(i, words, srcs, force_lit)
 }
 
-fn decode_vop2(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_vop2(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 25, 6);
-    let n = name(&opcodes::VOP2, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_VOP2, op, w, 0)?;
-    let mut i = Inst::new(Format::Vop2, 256 + op as u16, 1);
+    let sem = valu_opcode(isa, Class::Vop2, op, 256 + op)?;
+    let n = crate::disasm::valu_name(sem);
+    check_mbz(tables::fixed(isa, Class::Vop2), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Vop2, sem, 256 + op as u16, 1);
     i.dst = src::VGPR0 + field(w, 17, 8) as u16;
     i.src[0] = field(w, 0, 9) as u16;
     i.src[1] = src::VGPR0 + field(w, 9, 8) as u16;
@@ -591,11 +592,11 @@ fn decode_vop2(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_vopc(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_vopc(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 17, 8);
-    name(&opcodes::VOPC, op).ok_or(DecodeError::Illegal)?;
-    check_mbz(&opcodes::FIXED_VOPC, op, w, 0)?;
-    let mut i = Inst::new(Format::Vopc, op as u16, 1);
+    let sem = valu_opcode(isa, Class::Vopc, op, op)?;
+    check_mbz(tables::fixed(isa, Class::Vopc), op, w, 0)?;
+    let mut i = Inst::new(isa, Format::Vopc, sem, op as u16, 1);
     i.dst = src::VCC_LO;
     i.src[0] = field(w, 0, 9) as u16;
     i.src[1] = src::VGPR0 + field(w, 9, 8) as u16;
@@ -603,13 +604,19 @@ fn decode_vopc(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_vop3(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
-    let op = field(w, 16, 10) as u16;
-    name(&opcodes::VOP3, op as u32).ok_or(DecodeError::Illegal)?;
+fn decode_vop3(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+    let enc = field(w, 16, 10) as u16;
+    let op = valu_opcode(isa, Class::Vop3, enc as u32, enc as u32)?;
     let w1 = word(words, 1)?;
-    check_mbz(&opcodes::FIXED_VOP3, op as u32, w, w1)?;
+    check_mbz(tables::fixed(isa, Class::Vop3), enc as u32, w, w1)?;
     let sd = is_vop3sd(op);
-    let mut i = Inst::new(if sd { Format::Vop3sd } else { Format::Vop3 }, op, 2);
+    let mut i = Inst::new(
+        isa,
+        if sd { Format::Vop3sd } else { Format::Vop3 },
+        op,
+        enc,
+        2,
+    );
     let vdst = field(w, 0, 8) as u16;
     i.dst = if crate::disasm::vop3_sgpr_dst(op) {
         vdst
@@ -650,12 +657,12 @@ fn decode_vop3(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_vop3p(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
-    let op = field(w, 16, 7) as u16;
-    name(&opcodes::VOP3P, op as u32).ok_or(DecodeError::Illegal)?;
+fn decode_vop3p(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+    let op = field(w, 16, 7);
+    let (_, sem) = opcode(isa, Class::Vop3p, op)?;
     let w1 = word(words, 1)?;
-    check_mbz(&opcodes::FIXED_VOP3P, op as u32, w, w1)?;
-    let mut i = Inst::new(Format::Vop3p, op, 2);
+    check_mbz(tables::fixed(isa, Class::Vop3p), op, w, w1)?;
+    let mut i = Inst::new(isa, Format::Vop3p, sem, op as u16, 2);
     i.dst = src::VGPR0 + field(w, 0, 8) as u16;
     i.abs = field(w, 8, 3) as u8; // neg_hi
     i.op_sel = field(w, 11, 3) as u8;
@@ -670,7 +677,10 @@ fn decode_vop3p(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let n = crate::disasm::base_name(&i);
     if matches!(i.src[0], src::DPP8 | src::DPP8FI | src::DPP16) {
         // Only the mixed-precision FMAs and the f16 dot product take DPP.
-        let ok = n.starts_with("v_fma_mix") || n == "v_dot2_f32_f16";
+        let ok = n.starts_with("v_fma_mix")
+            || n == "v_dot2_f32_f16"
+            // GFX12's fp8/bf8 dot products too.
+            || (isa == Isa::Gfx12 && n.starts_with("v_dot4_f32_") && n.contains('8'));
         if !ok
             || i.src[1..]
                 .iter()
@@ -686,20 +696,16 @@ fn decode_vop3p(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
             return Err(DecodeError::Illegal);
         }
     }
-    if n.starts_with("v_wmma") {
+    if let Some((d, a, b, c)) = crate::disasm::wmma_widths(isa, n) {
         // WMMA operands are VGPR tuples that must fit in the register file.
-        let s = if n.ends_with("iu8") {
-            4
-        } else if n.ends_with("iu4") {
-            2
-        } else {
-            8
-        };
+        let (d, a, b, c) = (d as u16, a as u16, b as u16, c as u16);
         // Sources 1 and 2 may also be constants, never SGPR tuples.
         let ok = |r: u16, w: u16| r >= 256 && r - 256 + w <= 256;
         let ok0 = |r: u16, w: u16| ok(r, w) || matches!(r, 124 | 235..=239 | 251..=253);
         let okc = |r: u16, w: u16| ok(r, w) || r == 124 || (128..=253).contains(&r);
-        if !ok(i.dst, 8) || !ok0(i.src[0], s) || !okc(i.src[1], s) || !okc(i.src[2], 8) {
+        // GFX12's C operand may also be a literal.
+        let lit_c = isa == Isa::Gfx12 && i.src[2] == src::LITERAL;
+        if !ok(i.dst, d) || !ok0(i.src[0], a) || !okc(i.src[1], b) || !(lit_c || okc(i.src[2], c)) {
             return Err(DecodeError::Illegal);
         }
     }
@@ -707,14 +713,15 @@ fn decode_vop3p(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_vopd(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_vopd(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let opx = field(w, 22, 4);
     let opy = field(w, 17, 5);
-    let nx = name(&opcodes::VOPDX, opx).ok_or(DecodeError::Illegal)?;
-    let ny = name(&opcodes::VOPDY, opy).ok_or(DecodeError::Illegal)?;
+    let (nx, semx) = opcode(isa, Class::Vopdx, opx)?;
+    let (ny, semy) = opcode(isa, Class::Vopdy, opy)?;
     let w1 = word(words, 1)?;
-    let mut i = Inst::new(Format::Vopd, opx as u16, 2);
-    i.opy = opy as u8;
+    let mut i = Inst::new(isa, Format::Vopd, semx, opx as u16, 2);
+    i.opy = semy as u8;
+    i.ency = opy as u8;
     i.src[0] = field(w, 0, 9) as u16;
     i.src[1] = src::VGPR0 + field(w, 9, 8) as u16;
     i.srcy[0] = field(w1, 0, 9) as u16;
@@ -739,12 +746,12 @@ fn decode_vopd(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-fn decode_ds(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
+fn decode_ds(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 18, 8);
-    name(&opcodes::DS, op).ok_or(DecodeError::Illegal)?;
+    let (_, sem) = opcode(isa, Class::Ds, op)?;
     let w1 = word(words, 1)?;
-    check_mbz(&opcodes::FIXED_DS, op, w, w1)?;
-    let mut i = Inst::new(Format::Ds, op as u16, 2);
+    check_mbz(tables::fixed(isa, Class::Ds), op, w, w1)?;
+    let mut i = Inst::new(isa, Format::Ds, sem, op as u16, 2);
     i.imm = field(w, 0, 8) as i32;
     i.imm1 = field(w, 8, 8) as u8;
     i.cache = field(w, 17, 1) as u8;
@@ -769,93 +776,6 @@ fn decode_ds(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let d1 = if n == "ds_bvh_stack_rtn_b32" { 4 } else { dw };
     if i.dst - 256 + rtn > 256 || i.src[1] - 256 + dw > 256 || i.src[2] - 256 + d1 > 256 {
         return Err(DecodeError::Illegal);
-    }
-    Ok(i)
-}
-
-fn decode_flat(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
-    let op = field(w, 18, 7);
-    let seg = field(w, 16, 2);
-    let (format, table, mbz): (Format, &[Option<&str>], &[Fixed]) = match seg {
-        0 => (Format::Flat, &opcodes::FLAT, &opcodes::FIXED_FLAT),
-        1 => (Format::Scratch, &opcodes::SCRATCH, &opcodes::FIXED_SCRATCH),
-        2 => (Format::Global, &opcodes::GLOBAL, &opcodes::FIXED_GLOBAL),
-        _ => return Err(DecodeError::Illegal),
-    };
-    name(table, op).ok_or(DecodeError::Illegal)?;
-    let w1 = word(words, 1)?;
-    check_mbz(mbz, op, w, w1)?;
-    let mut i = Inst::new(format, op as u16, 2);
-    // FLAT offsets are unsigned; GLOBAL and SCRATCH offsets are signed 13-bit.
-    i.imm = if format == Format::Flat {
-        field(w, 0, 13) as i32
-    } else {
-        ((w << 19) as i32) >> 19
-    };
-    i.cache = (field(w, 14, 1) | field(w, 15, 1) << 1 | field(w, 13, 1) << 2) as u8;
-    i.src[0] = src::VGPR0 + field(w1, 0, 8) as u16;
-    i.src[1] = src::VGPR0 + field(w1, 8, 8) as u16;
-    i.saddr = field(w1, 16, 7) as u16;
-    i.sve = field(w1, 23, 1) != 0;
-    i.dst = src::VGPR0 + field(w1, 24, 8) as u16;
-    let n = crate::disasm::base_name(&i);
-    let t = n.rsplit('_').next().unwrap_or("");
-    let dw: u16 = match t {
-        "b64" | "u64" | "i64" | "f64" => 2,
-        "b96" => 3,
-        "b128" => 4,
-        _ => 1,
-    };
-    let data = if n.contains("cmpswap") { 2 * dw } else { dw };
-    let load = n.contains("_load");
-    let store = n.contains("_store");
-    let rtn = load || (!store && i.cache & 1 != 0);
-    let wide_addr = format == Format::Flat || (format == Format::Global && i.saddr == src::NULL);
-    if (rtn && i.dst - 256 + dw > 256)
-        || (!load && i.src[1] - 256 + data > 256)
-        || (wide_addr && i.src[0] == 511)
-    {
-        return Err(DecodeError::Illegal);
-    }
-    match format {
-        Format::Flat if i.saddr != src::NULL => return Err(DecodeError::Illegal),
-        Format::Global if matches!(i.saddr, 107 | 125 | 127) => return Err(DecodeError::Illegal),
-        _ => {}
-    }
-    Ok(i)
-}
-
-fn decode_mubuf(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
-    let op = field(w, 18, 8);
-    name(&opcodes::MUBUF, op).ok_or(DecodeError::Illegal)?;
-    let w1 = word(words, 1)?;
-    check_mbz(&opcodes::FIXED_MUBUF, op, w, w1)?;
-    let mut i = Inst::new(Format::Mubuf, op as u16, 2);
-    i.imm = field(w, 0, 12) as i32;
-    i.cache = (field(w, 14, 1) | field(w, 12, 1) << 1 | field(w, 13, 1) << 2) as u8;
-    i.src[0] = src::VGPR0 + field(w1, 0, 8) as u16;
-    i.dst = src::VGPR0 + field(w1, 8, 8) as u16;
-    i.src[1] = (field(w1, 16, 5) * 4) as u16;
-    i.saddr = field(w1, 24, 8) as u16;
-    // op_sel carries the addressing bits: 1 tfe, 2 offen, 4 idxen.
-    i.op_sel = field(w1, 21, 3) as u8;
-    let n = crate::disasm::base_name(&i);
-    if !n.ends_with("_inv") {
-        // soffset is a scalar source (a literal may follow); the resource is four SGPRs or TTMPs.
-        if !matches!(i.saddr, 0..=208 | 235..=248 | 251..=253 | 255)
-            || !matches!(i.src[1], 0..=100 | 108..=120 | 124)
-        {
-            return Err(DecodeError::Illegal);
-        }
-        let lit = i.saddr == src::LITERAL;
-        take_literal(&mut i, words, lit)?;
-        let (offen, idxen) = (i.op_sel & 2 != 0, i.op_sel & 4 != 0);
-        let addr = if offen && idxen { 2 } else { 1 };
-        let data = crate::disasm::mubuf_data_width(n, i.op_sel & 1 != 0) as u16;
-        let lds = n.contains("_lds_");
-        if ((offen || idxen) && i.src[0] - 256 + addr > 256) || (!lds && i.dst - 256 + data > 256) {
-            return Err(DecodeError::Illegal);
-        }
     }
     Ok(i)
 }
