@@ -15,6 +15,7 @@ use crate::decode::{Dpp, Format, Inst, src};
 use crate::disasm::{self, Widths};
 use crate::opcodes::op_valu::*;
 
+mod div;
 mod ops;
 
 /// The part of a wave the VALU touches.

@@ -614,6 +614,59 @@ fn cases() -> Vec<Case> {
             vec![Buf(0, "const int*"), Buf(1, "int*")],
         );
     }
+    {
+        // Quotients at the edges of the range: listed extremes, then random bit patterns
+        // (every exponent, denormals, infinities, NaNs).
+        let mut q32: Vec<(f32, f32)> = vec![
+            (3.4e38, 0.5),
+            (1.7e38, 0.5),
+            (1e-3, 1e-39),
+            (1e-39, 3.0),
+            (1e-45, 7.0),
+            (1.0, 3e38),
+            (1e-30, 3e38),
+            (3e38, 1e-40),
+            (0.0, 0.0),
+            (f32::INFINITY, 2.0),
+        ];
+        let mut q64: Vec<(f64, f64)> = vec![
+            (1e308, 0.25),
+            (1e-300, 1e300),
+            (4.9e-324, 3.0),
+            (1.0, 1e-310),
+            (1e-310, 7.0),
+            (2.0e-308, 3.0),
+        ];
+        while q32.len() < 1024 {
+            q32.push((f32::from_bits(r.next()), f32::from_bits(r.next())));
+        }
+        while q64.len() < 1024 {
+            let x = (r.next() as u64) << 32 | r.next() as u64;
+            let y = (r.next() as u64) << 32 | r.next() as u64;
+            q64.push((f64::from_bits(x), f64::from_bits(y)));
+        }
+        add(
+            "div_extreme",
+            "O2",
+            g1(1024, 64),
+            vec![
+                f32s(q32.iter().map(|p| p.0)),
+                f32s(q32.iter().map(|p| p.1)),
+                zero(4 * 1024),
+                u64s(q64.iter().map(|p| p.0.to_bits())),
+                u64s(q64.iter().map(|p| p.1.to_bits())),
+                zero(8 * 1024),
+            ],
+            vec![
+                Buf(0, "const float*"),
+                Buf(1, "const float*"),
+                Buf(2, "float*"),
+                Buf(3, "const double*"),
+                Buf(4, "const double*"),
+                Buf(5, "double*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
