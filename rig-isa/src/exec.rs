@@ -589,6 +589,9 @@ fn run_wave(
         g.waves[w].pc = pc + 4 * i.len as u64;
         match step(ctx, g, w, i, pc) {
             Ok(Flow::Next) => {}
+            // A wave may spin on what another wave of its group stores: let the others run.
+            Ok(Flow::MayYield) if g.waves.len() > 1 => return Ok(()),
+            Ok(Flow::MayYield) => {}
             Ok(Flow::Yield) => return Ok(()),
             Err(e) => return Err(e),
         }
@@ -597,7 +600,10 @@ fn run_wave(
 
 enum Flow {
     Next,
+    /// The wave ended or waits at a barrier.
     Yield,
+    /// A backward branch or `s_sleep`: the other waves of the group get their turn.
+    MayYield,
 }
 
 fn unsupported(i: &Inst, pc: u64) -> ExecFault {
@@ -614,9 +620,9 @@ fn mem_fault(pc: u64) -> impl Fn(MemoryFault) -> ExecFault {
 fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
     match i.format {
         Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sop1 => sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sop1 => sop1(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sopk => sopk(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sopk => sopk(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Sopp => sopp(&mut g.waves[w], i, pc),
         Format::Smem => smem(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {

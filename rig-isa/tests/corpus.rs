@@ -667,6 +667,14 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    // Waves of a group wait on each other's stores, with no barrier between them.
+    add(
+        "spin_wait",
+        "O2",
+        g1(256, 128),
+        vec![zero(4 * 16), zero(4 * 16)],
+        vec![Buf(0, "uint*"), Buf(1, "uint*")],
+    );
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",

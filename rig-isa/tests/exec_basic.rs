@@ -1,6 +1,8 @@
 //! Dispatch-level behaviour on hand-encoded programs: faults name the instruction, the stop flag
 //! ends a running dispatch promptly, and partial waves get EXEC for their live lanes only.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -218,6 +220,59 @@ fn an_address_pair_past_the_vgprs_is_a_vgpr_fault() {
             execute(&dispatch(32), &mem, &stop, 1),
             Err(ExecFault::VgprOutOfRange { address: CODE }),
             "{word0:#x}"
+        );
+    }
+}
+
+/// A memory whose GPU clock reads a fixed value, so a kernel's clock reads are known.
+struct FixedClock {
+    mem: FlatMemory,
+    ticks: u64,
+}
+
+impl Memory for FixedClock {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemoryFault> {
+        self.mem.read(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        self.mem.write(addr, data)
+    }
+    fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault> {
+        self.mem.atomic_u32(addr, op)
+    }
+    fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, MemoryFault> {
+        self.mem.atomic_u64(addr, op)
+    }
+    fn clock_ticks(&self) -> u64 {
+        self.ticks
+    }
+}
+
+#[test]
+fn clock_reads_are_the_memorys_gpu_clock() {
+    // kernels/corpus/clock_read.cl: s_sendmsg_rtn REALTIME and s_getreg SHADER_CYCLES.
+    let c = common::Case {
+        name: "clock_read",
+        opt: "O2",
+        grid: [64, 1, 1],
+        group: [32, 1, 1],
+        bufs: vec![vec![0u8; 16 * 64]],
+        args: vec![common::Arg::Buf(0, "ulong*")],
+    };
+    let mem = common::mem_for(&c);
+    let (d, addrs) = common::prepare(&mem, &c);
+    let ticks = 0x0123_4567_89ab_cdef;
+    let clocked = FixedClock { mem, ticks };
+    let stop = AtomicBool::new(false);
+    execute(&d, &clocked, &stop, 1).expect("clock_read runs");
+    let out = common::read_back(&clocked.mem, &c, &addrs).remove(0);
+    for l in 0..64 {
+        let at = |k: usize| u64::from_le_bytes(out[8 * k..8 * k + 8].try_into().unwrap());
+        assert_eq!(at(2 * l), ticks, "REALTIME of work-item {l}");
+        assert_eq!(
+            at(2 * l + 1),
+            ticks & 0xf_ffff,
+            "SHADER_CYCLES of work-item {l}"
         );
     }
 }

@@ -225,6 +225,9 @@ pub struct Vm {
     vmid: u32,
     vram: Arc<Vram>,
     table: RwLock<BTreeMap<u64, Entry>>,
+    /// The GPU's clock, which kernels read (`s_sendmsg_rtn` REALTIME, SHADER_CYCLES); unset
+    /// in address spaces made without a GPU (unit tests).
+    clock: Option<crate::ClockRelation>,
 }
 
 /// Bytes one step of a copy or fill moves before it checks its stop flag again: large enough
@@ -238,7 +241,14 @@ impl Vm {
             vmid,
             vram,
             table: RwLock::new(BTreeMap::new()),
+            clock: None,
         }
+    }
+
+    /// The page table with the GPU's clock, which kernels running in it read.
+    pub(crate) fn with_clock(mut self, clock: crate::ClockRelation) -> Vm {
+        self.clock = Some(clock);
+        self
     }
 
     /// The VMID.
@@ -781,6 +791,13 @@ impl rig_isa::Memory for Vm {
 
     fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, rig_isa::MemoryFault> {
         self.rmw_u64(addr, op).map_err(Into::into)
+    }
+
+    fn clock_ticks(&self) -> u64 {
+        match self.clock {
+            Some(c) => c.now(),
+            None => 0,
+        }
     }
 }
 
