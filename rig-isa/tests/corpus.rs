@@ -675,6 +675,43 @@ fn cases() -> Vec<Case> {
         vec![zero(4 * 16), zero(4 * 16)],
         vec![Buf(0, "uint*"), Buf(1, "uint*")],
     );
+    {
+        // Dot products: f16/bf16 pairs of small multiples of 1/16 (exact sums), random
+        // integers for the u8/u4 forms.
+        let m = 1024 + 8;
+        let k16 = |r: &mut Rng| (r.next() % 129) as f32 / 16.0 - 4.0;
+        let hpair = |r: &mut Rng| {
+            let lo = half::f16::from_f32(k16(r)).to_bits() as u32;
+            lo | (half::f16::from_f32(k16(r)).to_bits() as u32) << 16
+        };
+        let bpair = |r: &mut Rng| {
+            let b = |x: f32| x.to_bits() >> 16;
+            b(k16(r) * 4.0) | b(k16(r) * 4.0) << 16
+        };
+        let hs: Vec<u32> = (0..m).map(|_| hpair(&mut r)).collect();
+        let bs: Vec<u32> = (0..m).map(|_| bpair(&mut r)).collect();
+        let ints: Vec<u32> = (0..m).map(|_| r.next()).collect();
+        let cs: Vec<f32> = (0..m).map(|_| k16(&mut r) * 8.0).collect();
+        add(
+            "dot_ops",
+            "O2",
+            g1(1024, 64),
+            vec![
+                u32s(hs),
+                u32s(bs),
+                u32s(ints),
+                f32s(cs),
+                zero(4 * 12 * 1024),
+            ],
+            vec![
+                Buf(0, "const uint*"),
+                Buf(1, "const uint*"),
+                Buf(2, "const uint*"),
+                Buf(3, "const float*"),
+                Buf(4, "uint*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",

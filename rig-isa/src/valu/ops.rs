@@ -6,6 +6,7 @@
 //! results into `t[3]` for the opcodes it owns and says so with a `Res`, or returns
 //! `Res::Other` for the rest. The groups own disjoint opcode sets (a test checks it).
 
+use super::dot::dot_ops;
 use super::{Lanes, WaveRef, d, db, div, f, fb, h, hb, unsupported};
 use crate::ExecFault;
 use crate::decode::{Format, Inst, src};
@@ -67,6 +68,7 @@ groups!(
     f16_ops,
     int16_ops,
     cross_lane_ops,
+    dot_ops,
 );
 
 /// Computes `$e` for every lane (inactive lanes too: the operations are pure and the results
