@@ -712,6 +712,31 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    {
+        let hs = |v: Vec<f32>| -> Vec<u8> {
+            v.into_iter()
+                .flat_map(|x| half::f16::from_f32(x).to_le_bytes())
+                .collect()
+        };
+        let xs: Vec<f32> = (0..1024).map(|_| rf(&mut r, -12.0, 12.0)).collect();
+        let ys: Vec<f32> = (0..1024).map(|_| rf(&mut r, 0.001, 300.0)).collect();
+        let ss: Vec<u8> = (0..3 * 1024)
+            .flat_map(|_| (r.next() as u16).to_le_bytes())
+            .collect();
+        add(
+            "half_math",
+            "O2",
+            g1(1024, 64),
+            vec![hs(xs), hs(ys), zero(2 * 8 * 1024), ss, zero(2 * 6 * 1024)],
+            vec![
+                Buf(0, "const half*"),
+                Buf(1, "const half*"),
+                Buf(2, "half*"),
+                Buf(3, "const short*"),
+                Buf(4, "short*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",

@@ -1135,6 +1135,28 @@ fn f16_ops(
         V_FLOOR_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).floor())),
         V_CEIL_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).ceil())),
         V_RNDNE_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).round_ties_even())),
+        V_EXP_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).exp2())),
+        V_LOG_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).log2())),
+        V_SIN_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb((h(x)
+            * std::f64::consts::TAU)
+            .sin())),
+        V_COS_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb((h(x)
+            * std::f64::consts::TAU)
+            .cos())),
+        V_FRACT_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| {
+            let v = h(x);
+            if v.is_nan() {
+                x | 0x200
+            } else if v.is_infinite() {
+                hb(f64::NAN)
+            } else {
+                // Below 1 by at least an ulp of f16.
+                hb(v - v.floor()).min(0x3bff)
+            }
+        }),
+        V_FREXP_MANT_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(frexp64(h(x)).0)),
+        V_FREXP_EXP_I16_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| frexp64(h(x)).1 as u16
+            as u64),
         V_DIV_FIXUP_F16 => map!(n, exec, r, a, b, c, |x, y, z| div::fixup16(
             x as u16, y as u16, z as u16
         ) as u64),
@@ -1197,6 +1219,22 @@ fn int16_ops(
         V_XOR_B16 => map!(n, exec, r, a, b, c, |x, y, _z| x ^ y),
         V_NOT_B16 => map!(n, exec, r, a, b, c, |x, _y, _z| !x & 0xffff),
         V_MAX_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.max(y)),
+        V_MAX3_U16 => map!(n, exec, r, a, b, c, |x, y, z| x.max(y).max(z)),
+        V_MIN3_U16 => map!(n, exec, r, a, b, c, |x, y, z| x.min(y).min(z)),
+        V_MED3_U16 => map!(n, exec, r, a, b, c, |x, y, z| med3(x, y, z)),
+        V_MAX3_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16)
+            .max(y as u16 as i16)
+            .max(z as u16 as i16) as u16
+            as u64),
+        V_MIN3_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16)
+            .min(y as u16 as i16)
+            .min(z as u16 as i16) as u16
+            as u64),
+        V_MED3_I16 => map!(n, exec, r, a, b, c, |x, y, z| med3(
+            x as u16 as i16,
+            y as u16 as i16,
+            z as u16 as i16
+        ) as u16 as u64),
         V_MIN_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.min(y)),
         V_MAX_I16 => map!(
             n,
