@@ -737,6 +737,31 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    {
+        let hv: Vec<u8> = (0..1024)
+            .flat_map(|_| half::f16::from_f32(rf(&mut r, -50.0, 50.0)).to_le_bytes())
+            .collect();
+        let bytes: Vec<u8> = (0..1024).map(|_| r.next() as u8).collect();
+        add(
+            "d16_append",
+            "O2",
+            g1(1024, 256),
+            vec![
+                hv,
+                bytes,
+                zero(4 * 8 * 1024),
+                zero(2 * 3 * 1024),
+                zero(4 * 4 * 4),
+            ],
+            vec![
+                Buf(0, "const half*"),
+                Buf(1, "const uchar*"),
+                Buf(2, "uint*"),
+                Buf(3, "ushort*"),
+                Buf(4, "int*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
