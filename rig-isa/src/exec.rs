@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::code::{self, Code};
 use crate::decode::{Format, Inst, src};
-use crate::meta::meta;
 use crate::opcodes::op_smem;
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
 mod ds;
+mod mubuf;
 mod scalar;
 mod vmem;
 
@@ -639,8 +639,7 @@ fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, E
             crate::valu::vopd(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
-        Format::Mubuf if meta(i).name.ends_with("_inv") => Ok(Flow::Next),
-        Format::Mubuf => Err(unsupported(i, pc)),
+        Format::Mubuf => mubuf::mubuf(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Flat | Format::Global | Format::Scratch => {
             vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
         }
@@ -678,7 +677,7 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
         _ => return Err(unsupported(i, pc)),
     };
     if i.op >= S_BUFFER_LOAD_B32 {
-        return Err(unsupported(i, pc));
+        return mubuf::s_buffer_load(wv, mem, i, pc, n);
     }
     let base = wv.sread64(i.src[0], 0, false) & 0xffff_ffff_ffff;
     let soff = if i.saddr == src::NULL {

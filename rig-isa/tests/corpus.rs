@@ -762,6 +762,25 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    add(
+        "buffer_ops",
+        "O2",
+        g1(1024, 64),
+        vec![
+            u32s(ia[..1024].iter().copied()),
+            zero(4 * 16 * 1024),
+            zero(48 * 1024),
+            u32s((0..128 + 1024).map(|k| if k < 128 { 0 } else { ib[k] })),
+            u32s(small[..1024].iter().copied()),
+        ],
+        vec![
+            Buf(0, "const uint*"),
+            Buf(1, "uint*"),
+            Buf(2, "uchar*"),
+            Buf(3, "uint*"),
+            Buf(4, "const uint*"),
+        ],
+    );
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",

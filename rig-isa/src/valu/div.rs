@@ -200,9 +200,8 @@ pub(super) fn fixup32(q: f32, den: f32, num: f32) -> f32 {
         f32::from_bits(0xffc0_0000)
     } else if den == 0.0 || num.is_infinite() {
         signed(f32::INFINITY)
-    } else if den.is_infinite() || num == 0.0 {
-        signed(0.0)
-    } else if exp32(num) - exp32(den) < -150 {
+    } else if den.is_infinite() || num == 0.0 || exp32(num) - exp32(den) < -150 {
+        // x/inf, 0/y, or a quotient below half the smallest denormal (the guide's UNDERFLOW).
         signed(0.0)
     } else if exp32(num) - exp32(den) > 129 {
         // The quotient is at least 2^129: it overflows (the guide's OVERFLOW case).
@@ -224,9 +223,7 @@ pub(super) fn fixup64(q: f64, den: f64, num: f64) -> f64 {
         f64::from_bits(0xfff8_0000_0000_0000)
     } else if den == 0.0 || num.is_infinite() {
         signed(f64::INFINITY)
-    } else if den.is_infinite() || num == 0.0 {
-        signed(0.0)
-    } else if exp64(num) - exp64(den) < -1075 {
+    } else if den.is_infinite() || num == 0.0 || exp64(num) - exp64(den) < -1075 {
         signed(0.0)
     } else if exp64(num) - exp64(den) > 1025 {
         signed(f64::INFINITY)
