@@ -18,6 +18,7 @@ use crate::opcodes::op_valu::*;
 mod div;
 mod dot;
 mod ops;
+mod wmma;
 
 /// The part of a wave the VALU touches.
 pub(crate) struct WaveRef<'a> {
@@ -726,6 +727,9 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
+    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))? {
+        return Ok(());
+    }
     let Some(nsrc) = vop3p_sources(i.op) else {
         return Err(unsupported(i, pc));
     };

@@ -781,6 +781,62 @@ fn cases() -> Vec<Case> {
             Buf(4, "const uint*"),
         ],
     );
+    {
+        // Eight 16x16 problems (one per wave); floats are multiples of 1/8 in [-4, 4].
+        let m = 8 * 256;
+        let k8 = |r: &mut Rng| (r.next() % 65) as f32 / 8.0 - 4.0;
+        let hv: Vec<u8> = (0..m)
+            .flat_map(|_| half::f16::from_f32(k8(&mut r)).to_le_bytes())
+            .collect();
+        let hw: Vec<u8> = (0..m)
+            .flat_map(|_| half::f16::from_f32(k8(&mut r)).to_le_bytes())
+            .collect();
+        let cv: Vec<f32> = (0..m).map(|_| (r.next() % 41) as f32 - 20.0).collect();
+        let bf = |r: &mut Rng| -> Vec<u8> {
+            (0..m)
+                .flat_map(|_| ((k8(r).to_bits() >> 16) as u16).to_le_bytes())
+                .collect()
+        };
+        let (bav, bbv) = (bf(&mut r), bf(&mut r));
+        let iav: Vec<u8> = (0..m).map(|_| r.next() as u8).collect();
+        let ibv: Vec<u8> = (0..m).map(|_| r.next() as u8).collect();
+        let icv: Vec<u32> = (0..m)
+            .map(|k| {
+                if k % 5 == 0 {
+                    0x7fff_ff00 + r.next() % 256
+                } else {
+                    r.next() % 100_000
+                }
+            })
+            .collect();
+        add(
+            "wmma_ops",
+            "O2",
+            g1(256, 64),
+            vec![
+                hv,
+                hw,
+                f32s(cv),
+                bav,
+                bbv,
+                iav,
+                ibv,
+                u32s(icv),
+                zero(4 * 64 * 256),
+            ],
+            vec![
+                Buf(0, "const half*"),
+                Buf(1, "const half*"),
+                Buf(2, "const float*"),
+                Buf(3, "const ushort*"),
+                Buf(4, "const ushort*"),
+                Buf(5, "const uchar*"),
+                Buf(6, "const uchar*"),
+                Buf(7, "const int*"),
+                Buf(8, "uint*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
@@ -988,8 +1044,8 @@ fn corpus_matches_host() {
                     "{}.{}: buffer {k} differs first at byte {first}: rig {:02x?} host {:02x?}",
                     c.name,
                     c.opt,
-                    &g[w..(w + 8).min(g.len())],
-                    &h[w..(w + 8).min(h.len())]
+                    &g[w..(w + 64).min(g.len())],
+                    &h[w..(w + 64).min(h.len())]
                 ));
                 break;
             }
