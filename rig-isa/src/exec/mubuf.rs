@@ -252,3 +252,49 @@ pub(super) fn s_buffer_load(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rsrc(stride: u64, elem: u64, num_records: u64, oob: u32) -> Rsrc {
+        Rsrc {
+            base: 0x1000,
+            stride,
+            elem,
+            num_records,
+            index_stride: 8,
+            add_tid: false,
+            oob,
+        }
+    }
+
+    #[test]
+    fn raw_range_counts_soffset_and_the_access() {
+        let r = rsrc(0, 0, 4000, 3);
+        assert!(r.in_range(0, 3996, 0, 4));
+        assert!(!r.in_range(0, 3997, 0, 4));
+        assert!(!r.in_range(0, 3996, 4, 4));
+        assert!(!rsrc(0, 0, 0, 2).in_range(0, 0, 0, 1));
+        assert!(rsrc(0, 0, 1, 2).in_range(0, 1 << 20, 0, 4));
+    }
+
+    #[test]
+    fn structured_range_checks_the_index() {
+        let r = rsrc(16, 0, 100, 1);
+        assert!(r.in_range(99, 1 << 20, 0, 4));
+        assert!(!r.in_range(100, 0, 0, 4));
+        let r = rsrc(16, 0, 100, 0);
+        assert!(r.in_range(99, 12, 0, 4));
+        assert!(!r.in_range(99, 13, 0, 4));
+        assert_eq!(r.address(3, 4, 8), 0x1000 + 8 + 3 * 16 + 4);
+    }
+
+    #[test]
+    fn swizzled_address_interleaves_records() {
+        // Elements of 4 bytes, 8 records interleaved: record 9 = group 1, slot 1; offset 5 =
+        // element 1, byte 1.
+        let r = rsrc(16, 4, 100, 1);
+        assert_eq!(r.address(9, 5, 0), 0x1000 + (16 + 4) * 8 + 4 + 1);
+    }
+}
