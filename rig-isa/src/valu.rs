@@ -664,6 +664,7 @@ pub(crate) fn vopd(
             x::V_DUAL_CNDMASK_B32 => V_CNDMASK_B32,
             x::V_DUAL_MAX_F32 => V_MAX_F32,
             x::V_DUAL_MIN_F32 => V_MIN_F32,
+            x::V_DUAL_DOT2ACC_F32_F16 => V_DOT2ACC_F32_F16,
             0x10 => V_ADD_NC_U32,
             0x11 => V_LSHLREV_B32,
             0x12 => V_AND_B32,

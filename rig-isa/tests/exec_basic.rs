@@ -276,3 +276,37 @@ fn clock_reads_are_the_memorys_gpu_clock() {
         );
     }
 }
+
+#[test]
+fn vopd_dot2acc_accumulates_into_its_destination() {
+    // v_lshlrev_b32 v4, 3, v0 ; v0 = (3.0, 4.0) f16 ; v1 = (1.0, 2.0) ; v2 = 1.0
+    // v_dual_dot2acc_f32_f16 v2, v0, v1 :: v_dual_mov_b32 v3, v1
+    // global_store_b64 v4, v[2:3], s[0:1] ; s_endpgm
+    let code = [
+        0x3008_0083,
+        0x7e00_02ff,
+        0x4400_4200,
+        0x7e02_02ff,
+        0x4000_3c00,
+        0x7e04_02f2,
+        0xcb10_0300,
+        0x0202_0101,
+        0xdc6e_0000,
+        0x0000_0204,
+        S_ENDPGM,
+    ];
+    let mem = setup(&code);
+    let stop = AtomicBool::new(false);
+    execute(&dispatch(32), &mem, &stop, 1).expect("runs");
+    for l in 0..32u64 {
+        let mut b = [0u8; 8];
+        mem.read(DATA + 8 * l, &mut b).unwrap();
+        // 3 * 1 + 4 * 2 + 1.
+        assert_eq!(
+            f32::from_le_bytes(b[..4].try_into().unwrap()),
+            12.0,
+            "lane {l}"
+        );
+        assert_eq!(u32::from_le_bytes(b[4..].try_into().unwrap()), 0x4000_3c00);
+    }
+}
