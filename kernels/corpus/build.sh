@@ -6,7 +6,7 @@
 set -eu
 cd "$(dirname "$0")"
 O0="vadd_f32 branch_diverge lds_reduce private_array struct_param generic_atomics"
-W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge"
+W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge wmma_w64"
 build() { # name tag [extra clang flags]
   n="$1"; tag="$2"; shift 2
   opt="-O2"; [ "$tag" = O0 ] && opt="-O0"

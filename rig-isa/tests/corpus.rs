@@ -837,6 +837,36 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    {
+        // WMMA in wave64: four 16x16 problems, one per wave of 64 (W64 build only).
+        let m = 4 * 256;
+        let k8 = |r: &mut Rng| (r.next() % 65) as f32 / 8.0 - 4.0;
+        let hv: Vec<u8> = (0..m)
+            .flat_map(|_| half::f16::from_f32(k8(&mut r)).to_le_bytes())
+            .collect();
+        let hw: Vec<u8> = (0..m)
+            .flat_map(|_| half::f16::from_f32(k8(&mut r)).to_le_bytes())
+            .collect();
+        let cv: Vec<f32> = (0..m).map(|_| (r.next() % 41) as f32 - 20.0).collect();
+        let iav: Vec<u8> = (0..m).map(|_| r.next() as u8).collect();
+        let ibv: Vec<u8> = (0..m).map(|_| r.next() as u8).collect();
+        let icv: Vec<u32> = (0..m).map(|_| r.next() % 100_000).collect();
+        add(
+            "wmma_w64",
+            "W64",
+            g1(256, 128),
+            vec![hv, hw, f32s(cv), iav, ibv, u32s(icv), zero(4 * 12 * 256)],
+            vec![
+                Buf(0, "const half*"),
+                Buf(1, "const half*"),
+                Buf(2, "const float*"),
+                Buf(3, "const uchar*"),
+                Buf(4, "const uchar*"),
+                Buf(5, "const int*"),
+                Buf(6, "uint*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
