@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")"
 O0="vadd_f32 branch_diverge lds_reduce private_array struct_param generic_atomics"
-W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge"
+W64="vadd_f32 branch_diverge lds_reduce scan matmul atomic_add_i32 loop_diverge wmma_w64"
 build() { # target outdir name tag [extra clang flags]
   cpu="$1"; dir="$2"; n="$3"; tag="$4"; shift 4
   opt="-O2"; [ "$tag" = O0 ] && opt="-O0"
@@ -18,17 +18,21 @@ build() { # target outdir name tag [extra clang flags]
   ld.lld-19 -shared "/tmp/rig-corpus-$cpu-$n-$tag.o" -o "$dir/$n.$tag.co"
   rm -f "/tmp/rig-corpus-$cpu-$n-$tag.o"
 }
+GFX11_ONLY=$(grep -v '^#' gfx11_only)
+skip() { # target name: whether name is not built for target
+  [ "$1" != gfx1100 ] && printf '%s\n' $GFX11_ONLY | grep -qx "$2"
+}
 for cpu in ${*:-gfx1100 gfx1201}; do
   dir=.
   [ "$cpu" = gfx1100 ] || dir="$cpu"
   mkdir -p "$dir"
   for f in *.cl; do
-    build "$cpu" "$dir" "${f%.cl}" O2
+    skip "$cpu" "${f%.cl}" || build "$cpu" "$dir" "${f%.cl}" O2
   done
   for n in $O0; do
-    build "$cpu" "$dir" "$n" O0
+    skip "$cpu" "$n" || build "$cpu" "$dir" "$n" O0
   done
   for n in $W64; do
-    build "$cpu" "$dir" "$n" W64 -mwavefrontsize64
+    skip "$cpu" "$n" || build "$cpu" "$dir" "$n" W64 -mwavefrontsize64
   done
 done

@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::code::{self, Code};
 use crate::decode::{Format, Inst, Isa, src};
-use crate::meta::meta;
 use crate::opcodes::{self, op_smem};
 use crate::opcodes_gfx12::{new_global, new_smem};
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
 mod ds;
+mod mubuf;
 mod scalar;
 mod scalar12;
 mod vmem;
@@ -33,6 +33,9 @@ use vmem::vmem;
 const INVITE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
 /// Instructions a wave runs between checks of the stop flag.
 const STOP_CHECK: u64 = 256;
+/// Instructions a wave runs before it yields to the other waves of its group at a backward
+/// branch or `s_sleep` (switching at every one cost a third of a looping kernel's speed).
+const SLICE: u64 = 256;
 /// LDS of one workgroup on gfx11.
 const MAX_LDS_BYTES: u32 = 64 * 1024;
 /// SGPR index of TTMP0.
@@ -584,6 +587,7 @@ fn run_wave(
     w: usize,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
+    let start = stats.instructions;
     loop {
         // Counted per worker (stats), so the check also happens across many short waves.
         if stats.instructions.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
@@ -601,6 +605,12 @@ fn run_wave(
         g.waves[w].pc = pc + 4 * i.len as u64;
         match step(ctx, g, w, i, pc) {
             Ok(Flow::Next) => {}
+            // A wave may spin on what another wave of its group stores: once it has had its
+            // slice, the others run.
+            Ok(Flow::MayYield) if g.waves.len() > 1 && stats.instructions - start >= SLICE => {
+                return Ok(());
+            }
+            Ok(Flow::MayYield) => {}
             Ok(Flow::Yield) => return Ok(()),
             Err(e) => return Err(e),
         }
@@ -609,7 +619,10 @@ fn run_wave(
 
 enum Flow {
     Next,
+    /// The wave ended or waits at a barrier.
     Yield,
+    /// A backward branch or `s_sleep`: the other waves of the group get their turn.
+    MayYield,
 }
 
 fn unsupported(i: &Inst, pc: u64) -> ExecFault {
@@ -639,9 +652,9 @@ fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, E
             scalar12::sopp(&mut g.waves[w], i, pc)
         }
         Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sop1 => sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sop1 => sop1(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sopk => sopk(&mut g.waves[w], i, pc).map(|_| Flow::Next),
+        Format::Sopk => sopk(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Sopp => sopp(&mut g.waves[w], i, pc),
         Format::Smem => smem(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
@@ -658,8 +671,7 @@ fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, E
             crate::valu::vopd(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
-        Format::Mubuf if meta(i).name.ends_with("_inv") => Ok(Flow::Next),
-        Format::Mubuf => Err(unsupported(i, pc)),
+        Format::Mubuf => mubuf::mubuf(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         // Memory is coherent at issue: GFX12's cache writeback and invalidate do nothing.
         Format::Global
             if matches!(
@@ -715,7 +727,7 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
         _ => return Err(unsupported(i, pc)),
     };
     if (S_BUFFER_LOAD_B32..SMEM_TABLE).contains(&i.op) {
-        return Err(unsupported(i, pc));
+        return mubuf::s_buffer_load(wv, mem, i, pc, n);
     }
     let base = wv.sread64(i.src[0], 0, false) & 0xffff_ffff_ffff;
     let soff = if i.saddr == src::NULL {

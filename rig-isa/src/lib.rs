@@ -48,6 +48,18 @@ pub trait Memory: Sync {
     fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault>;
     /// 8-byte variant of [`Memory::atomic_u32`].
     fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, MemoryFault>;
+    /// The GPU's clock now, in ticks: what `s_sendmsg_rtn` REALTIME returns and, in its low 20
+    /// bits, what `s_getreg` SHADER_CYCLES reads. rig-sim answers its GPU's clock (the epoch
+    /// and rate of the command processor's timestamps); the default, for memories with no GPU
+    /// behind them, counts 100 MHz ticks from the first read in the process.
+    fn clock_ticks(&self) -> u64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let ns = START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos();
+        u64::try_from(ns / 10).unwrap_or(u64::MAX)
+    }
 }
 
 /// An access to an address the dispatch may not touch.

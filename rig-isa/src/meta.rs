@@ -135,8 +135,12 @@ pub(crate) struct Meta {
     pub signed: bool,
     /// The mnemonic says the old value returns (DS `_rtn`).
     pub rtn: bool,
-    /// d16 / format / lds variants the executor does not implement.
+    /// Format / addtid / lds variants the executor does not implement.
     pub exotic: bool,
+    /// A `_d16` load: the value fills one half of the register, the other half is kept.
+    pub d16: bool,
+    /// `_d16_hi`: the high half (loads fill it, stores store it).
+    pub hi: bool,
 }
 
 fn atomic_kind(core: &str) -> Option<Atomic> {
@@ -190,10 +194,12 @@ fn compute(format: Format, op: u16) -> Meta {
         signed: false,
         rtn: name.contains("_rtn"),
         exotic: false,
+        d16: false,
+        hi: false,
     };
     if matches!(
         format,
-        Format::Ds | Format::Flat | Format::Global | Format::Scratch
+        Format::Ds | Format::Flat | Format::Global | Format::Scratch | Format::Mubuf
     ) {
         let t = name.rsplit('_').next().unwrap_or("");
         let (b, s) = match t {
@@ -209,7 +215,9 @@ fn compute(format: Format, op: u16) -> Meta {
         };
         m.bytes = b;
         m.signed = s;
-        m.exotic = name.contains("d16") || name.contains("_addtid") || name.contains("_lds_");
+        m.exotic = name.contains("_addtid") || name.contains("_lds_") || name.contains("format");
+        m.d16 = name.contains("_d16");
+        m.hi = name.contains("_d16_hi");
         let core = name
             .split_once('_')
             .map(|x| x.1)

@@ -15,7 +15,10 @@ use crate::decode::{Dpp, Format, Inst, src};
 use crate::disasm::{self, Widths};
 use crate::opcodes::op_valu::*;
 
+mod div;
+mod dot;
 mod ops;
+mod wmma;
 
 /// The part of a wave the VALU touches.
 pub(crate) struct WaveRef<'a> {
@@ -86,12 +89,14 @@ fn info(op: u16) -> OpInfo {
                     |t: Option<&&str>| t.is_some_and(|t| t.ends_with("16") && !t.starts_with("pk"));
                 let cmp = n.starts_with("v_cmp");
                 let pk = n.contains("_pk_") || n.starts_with("v_pack") || n.contains("dot2");
+                // Packed sources, one 16-bit result.
+                let dot16 = n == "v_dot2_f16_f16" || n == "v_dot2_bf16_bf16";
                 OpInfo {
                     w: disasm::valu_widths(op),
                     f16: t.last().is_some_and(|t| *t == "f16"),
                     f64src: n.ends_with("f64"),
                     src16: !pk && is16(t.last()),
-                    dst16: !pk && !cmp && is16(t.first()),
+                    dst16: dot16 || (!pk && !cmp && is16(t.first())),
                     // Class tests must see denormals; moves and selects move bits.
                     src_fp: if n.contains("class") || pk {
                         0
@@ -659,6 +664,7 @@ pub(crate) fn vopd(
             x::V_DUAL_CNDMASK_B32 => V_CNDMASK_B32,
             x::V_DUAL_MAX_F32 => V_MAX_F32,
             x::V_DUAL_MIN_F32 => V_MIN_F32,
+            x::V_DUAL_DOT2ACC_F32_F16 => V_DOT2ACC_F32_F16,
             0x10 => V_ADD_NC_U32,
             0x11 => V_LSHLREV_B32,
             0x12 => V_AND_B32,
@@ -722,6 +728,9 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
+    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))? {
+        return Ok(());
+    }
     let Some(nsrc) = vop3p_sources(i.op) else {
         return Err(unsupported(i, pc));
     };
@@ -739,6 +748,8 @@ pub(crate) fn vop3p(
             fma_mix(i, s)
         } else if i.op == V_DOT2_F32_F16 {
             dot2(i, s)
+        } else if dot::is_vop3p_dot(i.op) {
+            dot::vop3p_dot(i, s)
         } else {
             packed(i, nsrc, s)
         };
@@ -764,6 +775,7 @@ fn vop3p_sources(op: u16) -> Option<usize> {
     match op {
         V_PK_MAD_I16 | V_PK_MAD_U16 | V_PK_FMA_F16 | V_DOT2_F32_F16 | V_FMA_MIX_F32
         | V_FMA_MIXLO_F16 | V_FMA_MIXHI_F16 => Some(3),
+        op if dot::is_vop3p_dot(op) => Some(3),
         V_PK_MUL_LO_U16 | V_PK_ADD_I16 | V_PK_SUB_I16 | V_PK_LSHLREV_B16 | V_PK_LSHRREV_B16
         | V_PK_ASHRREV_I16 | V_PK_MAX_I16 | V_PK_MIN_I16 | V_PK_ADD_U16 | V_PK_SUB_U16
         | V_PK_MAX_U16 | V_PK_MIN_U16 | V_PK_ADD_F16 | V_PK_MUL_F16 | V_PK_MIN_F16

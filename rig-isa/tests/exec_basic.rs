@@ -1,6 +1,8 @@
 //! Dispatch-level behaviour on hand-encoded programs: faults name the instruction, the stop flag
 //! ends a running dispatch promptly, and partial waves get EXEC for their live lanes only.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -219,5 +221,92 @@ fn an_address_pair_past_the_vgprs_is_a_vgpr_fault() {
             Err(ExecFault::VgprOutOfRange { address: CODE }),
             "{word0:#x}"
         );
+    }
+}
+
+/// A memory whose GPU clock reads a fixed value, so a kernel's clock reads are known.
+struct FixedClock {
+    mem: FlatMemory,
+    ticks: u64,
+}
+
+impl Memory for FixedClock {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemoryFault> {
+        self.mem.read(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        self.mem.write(addr, data)
+    }
+    fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault> {
+        self.mem.atomic_u32(addr, op)
+    }
+    fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, MemoryFault> {
+        self.mem.atomic_u64(addr, op)
+    }
+    fn clock_ticks(&self) -> u64 {
+        self.ticks
+    }
+}
+
+#[test]
+fn clock_reads_are_the_memorys_gpu_clock() {
+    // kernels/corpus/clock_read.cl: s_sendmsg_rtn REALTIME and s_getreg SHADER_CYCLES.
+    let c = common::Case {
+        name: "clock_read",
+        opt: "O2",
+        grid: [64, 1, 1],
+        group: [32, 1, 1],
+        bufs: vec![vec![0u8; 16 * 64]],
+        args: vec![common::Arg::Buf(0, "ulong*")],
+    };
+    let mem = common::mem_for(&c);
+    let (d, addrs) = common::prepare(&mem, &c);
+    let ticks = 0x0123_4567_89ab_cdef;
+    let clocked = FixedClock { mem, ticks };
+    let stop = AtomicBool::new(false);
+    execute(&d, &clocked, &stop, 1).expect("clock_read runs");
+    let out = common::read_back(&clocked.mem, &c, &addrs).remove(0);
+    for l in 0..64 {
+        let at = |k: usize| u64::from_le_bytes(out[8 * k..8 * k + 8].try_into().unwrap());
+        assert_eq!(at(2 * l), ticks, "REALTIME of work-item {l}");
+        assert_eq!(
+            at(2 * l + 1),
+            ticks & 0xf_ffff,
+            "SHADER_CYCLES of work-item {l}"
+        );
+    }
+}
+
+#[test]
+fn vopd_dot2acc_accumulates_into_its_destination() {
+    // v_lshlrev_b32 v4, 3, v0 ; v0 = (3.0, 4.0) f16 ; v1 = (1.0, 2.0) ; v2 = 1.0
+    // v_dual_dot2acc_f32_f16 v2, v0, v1 :: v_dual_mov_b32 v3, v1
+    // global_store_b64 v4, v[2:3], s[0:1] ; s_endpgm
+    let code = [
+        0x3008_0083,
+        0x7e00_02ff,
+        0x4400_4200,
+        0x7e02_02ff,
+        0x4000_3c00,
+        0x7e04_02f2,
+        0xcb10_0300,
+        0x0202_0101,
+        0xdc6e_0000,
+        0x0000_0204,
+        S_ENDPGM,
+    ];
+    let mem = setup(&code);
+    let stop = AtomicBool::new(false);
+    execute(&dispatch(32), &mem, &stop, 1).expect("runs");
+    for l in 0..32u64 {
+        let mut b = [0u8; 8];
+        mem.read(DATA + 8 * l, &mut b).unwrap();
+        // 3 * 1 + 4 * 2 + 1.
+        assert_eq!(
+            f32::from_le_bytes(b[..4].try_into().unwrap()),
+            12.0,
+            "lane {l}"
+        );
+        assert_eq!(u32::from_le_bytes(b[4..].try_into().unwrap()), 0x4000_3c00);
     }
 }

@@ -320,7 +320,7 @@ impl SimGpu {
         let vmid = self.next_vmid.fetch_add(1, Ordering::Relaxed);
         AddressSpace {
             gpu: self.clone(),
-            vm: Arc::new(Vm::new(vmid, self.vram.clone())),
+            vm: Arc::new(Vm::new(vmid, self.vram.clone()).with_clock(self.clock)),
         }
     }
 }

@@ -225,6 +225,9 @@ pub struct Vm {
     vmid: u32,
     vram: Arc<Vram>,
     table: RwLock<BTreeMap<u64, Entry>>,
+    /// The GPU's clock, which kernels read (`s_sendmsg_rtn` REALTIME, SHADER_CYCLES); unset
+    /// in address spaces made without a GPU (unit tests).
+    clock: Option<crate::ClockRelation>,
 }
 
 /// Bytes one step of a copy or fill moves before it checks its stop flag again: large enough
@@ -238,7 +241,14 @@ impl Vm {
             vmid,
             vram,
             table: RwLock::new(BTreeMap::new()),
+            clock: None,
         }
+    }
+
+    /// The page table with the GPU's clock, which kernels running in it read.
+    pub(crate) fn with_clock(mut self, clock: crate::ClockRelation) -> Vm {
+        self.clock = Some(clock);
+        self
     }
 
     /// The VMID.
@@ -789,11 +799,33 @@ impl rig_isa::Memory for Vm {
     fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, rig_isa::MemoryFault> {
         self.rmw_u64(addr, op).map_err(Into::into)
     }
+
+    fn clock_ticks(&self) -> u64 {
+        match self.clock {
+            Some(c) => c.now(),
+            None => 0,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_read_the_gpus_clock() {
+        // s_sendmsg_rtn REALTIME and SHADER_CYCLES read Memory::clock_ticks: the GPU's counter
+        // (an epoch an hour back, so no counter started in this process reads the same).
+        let clock = crate::ClockRelation {
+            epoch_monotonic_ns: crate::clock::monotonic_ns().saturating_sub(3_600_000_000_000),
+            hz: 100_000_000,
+        };
+        let vm = Vm::new(1, Arc::new(Vram::new(PAGE).unwrap())).with_clock(clock);
+        let before = clock.now();
+        let t = rig_isa::Memory::clock_ticks(&vm);
+        let after = clock.now();
+        assert!(before <= t && t <= after, "{before} <= {t} <= {after}");
+    }
 
     fn vm() -> Vm {
         Vm::new(3, Arc::new(Vram::new(256 * PAGE).unwrap()))

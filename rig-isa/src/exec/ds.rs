@@ -121,7 +121,11 @@ pub(super) fn ds(wv: &mut Wave, lds: &mut [u8], i: &Inst, pc: u64) -> Result<(),
         DS_LOAD_B32 | DS_LOAD_B64 | DS_LOAD_B96 | DS_LOAD_B128 => load(wv, lds, &d, dwords),
         DS_STORE_B32 | DS_STORE_B64 | DS_STORE_B96 | DS_STORE_B128 => store(wv, lds, &d, dwords),
         DS_LOAD_U8 | DS_LOAD_I8 | DS_LOAD_U16 | DS_LOAD_I16 => load_short(wv, lds, &d),
-        DS_STORE_B8 | DS_STORE_B16 => store_short(wv, lds, &d),
+        DS_STORE_B8 | DS_STORE_B16 => store_short(wv, lds, &d, false),
+        DS_STORE_B8_D16_HI | DS_STORE_B16_D16_HI => store_short(wv, lds, &d, true),
+        DS_LOAD_U8_D16 | DS_LOAD_U8_D16_HI | DS_LOAD_I8_D16 | DS_LOAD_I8_D16_HI
+        | DS_LOAD_U16_D16 | DS_LOAD_U16_D16_HI => load_d16(wv, lds, &d),
+        DS_APPEND | DS_CONSUME => append(wv, lds, &d),
         DS_LOAD_2ADDR_B32
         | DS_LOAD_2ADDR_STRIDE64_B32
         | DS_LOAD_2ADDR_B64
@@ -203,17 +207,73 @@ fn load_short(wv: &mut Wave, lds: &[u8], d: &DsOp) -> Result<(), ExecFault> {
     Ok(())
 }
 
-/// The byte and short stores (the low bytes of the data dword).
-fn store_short(wv: &mut Wave, lds: &mut [u8], d: &DsOp) -> Result<(), ExecFault> {
-    let n = if d.i.op == op_ds::DS_STORE_B8 { 1 } else { 2 };
+/// The byte and short stores: the low bytes of the data dword, or (`hi`, the d16_hi forms)
+/// those from bit 16.
+fn store_short(wv: &mut Wave, lds: &mut [u8], d: &DsOp, hi: bool) -> Result<(), ExecFault> {
+    use op_ds::*;
+    let n = if matches!(d.i.op, DS_STORE_B8 | DS_STORE_B8_D16_HI) {
+        1
+    } else {
+        2
+    };
     for l in 0..wv.lanes {
         if !d.active(l) {
             continue;
         }
         let a = wv.vgpr[d.addr_row + l].wrapping_add(d.off);
-        let v = wv.vgpr[d.row(wv, d.i.src[1], 0)? + l].to_le_bytes();
+        let v = wv.vgpr[d.row(wv, d.i.src[1], 0)? + l];
+        let v = if hi { v >> 16 } else { v }.to_le_bytes();
         if lds_ok(lds, a, n) {
             lds[a as usize..a as usize + n].copy_from_slice(&v[..n]);
+        }
+    }
+    Ok(())
+}
+
+/// The d16 loads: a byte (zero- or sign-extended to 16 bits) or a short into one half of the
+/// destination, the other half kept.
+fn load_d16(wv: &mut Wave, lds: &[u8], d: &DsOp) -> Result<(), ExecFault> {
+    use op_ds::*;
+    let hi = matches!(
+        d.i.op,
+        DS_LOAD_U8_D16_HI | DS_LOAD_I8_D16_HI | DS_LOAD_U16_D16_HI
+    );
+    let r = d.row(wv, d.i.dst, 0)?;
+    for l in 0..wv.lanes {
+        if !d.active(l) {
+            continue;
+        }
+        let a = wv.vgpr[d.addr_row + l].wrapping_add(d.off) as usize;
+        let b = |k: usize| lds.get(a + k).copied().unwrap_or(0);
+        let v = match d.i.op {
+            DS_LOAD_U8_D16 | DS_LOAD_U8_D16_HI => b(0) as u32,
+            DS_LOAD_I8_D16 | DS_LOAD_I8_D16_HI => b(0) as i8 as i16 as u16 as u32,
+            _ => u16::from_le_bytes([b(0), b(1)]) as u32,
+        };
+        wv.vgpr[r + l] = super::vmem::merge_d16(wv.vgpr[r + l], v, hi);
+    }
+    Ok(())
+}
+
+/// `ds_append` / `ds_consume`: the dword at M0 + offset grows (shrinks) by the number of
+/// active lanes, once for the wave; every active lane gets the value before.
+fn append(wv: &mut Wave, lds: &mut [u8], d: &DsOp) -> Result<(), ExecFault> {
+    if d.exec == 0 {
+        return Ok(());
+    }
+    let a = wv.sgpr[crate::decode::src::M0 as usize].wrapping_add(d.off);
+    let old = lds_read(lds, a);
+    let k = d.exec.count_ones();
+    let new = if d.i.op == op_ds::DS_APPEND {
+        old.wrapping_add(k)
+    } else {
+        old.wrapping_sub(k)
+    };
+    lds_write(lds, a, new);
+    let r = d.row(wv, d.i.dst, 0)?;
+    for l in 0..wv.lanes {
+        if d.active(l) {
+            wv.vgpr[r + l] = old;
         }
     }
     Ok(())

@@ -2,10 +2,10 @@
 //! program), on the wave's SGPRs, SCC, EXEC and PC.
 
 use super::{Flow, Wave, unsupported};
-use crate::ExecFault;
 use crate::decode::Inst;
 use crate::meta::meta;
 use crate::opcodes::{op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+use crate::{ExecFault, Memory};
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
@@ -169,7 +169,7 @@ fn sop2_bits(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
-pub(super) fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+pub(super) fn sop1(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     let wd = meta(i).w;
     let wide = wd.dst == 2;
     let a = if wd.src[0] == 2 {
@@ -177,7 +177,7 @@ pub(super) fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     } else {
         wv.sread(i.src[0], i.literal) as u64
     };
-    if sop1_move(wv, i, a, wide)
+    if sop1_move(wv, mem, i, a, wide)
         || sop1_bits(wv, i, a, wide)
         || sop1_exec(wv, i, a, wide)
         || sop1_pc(wv, i, a)
@@ -189,7 +189,7 @@ pub(super) fn sop1(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
 }
 
 /// Moves, conditional moves and message returns; false for other opcodes.
-fn sop1_move(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
+fn sop1_move(wv: &mut Wave, mem: &dyn Memory, i: &Inst, a: u64, wide: bool) -> bool {
     use op_sop1::*;
     match i.op {
         S_MOV_B32 | S_MOV_B64 => wv.swrite_sized(i.dst, a, wide),
@@ -199,8 +199,12 @@ fn sop1_move(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
             }
         }
         S_SENDMSG_RTN_B32 | S_SENDMSG_RTN_B64 => {
-            // The realtime message returns a 100 MHz clock; other messages return zero.
-            let v = if i.src[0] == 0x83 { realtime() } else { 0 };
+            // MSG_RTN_GET_REALTIME returns the GPU's clock; other messages return zero.
+            let v = if i.src[0] == MSG_RTN_GET_REALTIME {
+                mem.clock_ticks()
+            } else {
+                0
+            };
             wv.swrite_sized(i.dst, v, wide)
         }
         _ => return false,
@@ -342,15 +346,10 @@ fn sop1_pc(wv: &mut Wave, i: &Inst, a: u64) -> bool {
     true
 }
 
-/// A monotonic 100 MHz counter (the GPU's "REALTIME" clock as a kernel sees it).
-fn realtime() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    (START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos()
-        / 10) as u64
-}
+/// `s_sendmsg_rtn` message id of the realtime clock.
+const MSG_RTN_GET_REALTIME: u16 = 0x83;
+/// `s_getreg` hardware register id of the shader cycle counter (20 bits).
+const HW_REG_SHADER_CYCLES: u16 = 29;
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
@@ -392,7 +391,7 @@ pub(super) fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
-pub(super) fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
+pub(super) fn sopk(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     use op_sopk::*;
     let k = i.imm as u16;
     let sk = k as i16 as i32 as u32;
@@ -428,8 +427,21 @@ pub(super) fn sopk(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
             wv.pc = (pc as i64 + 4 + 4 * (k as i16 as i64)) as u64;
         }
         S_GETREG_B32 => {
-            // MODE and the rest read as zero: the sim runs with default rounding and denormals.
-            wv.swrite(i.dst, 0)
+            // simm16: register id [5:0], bit offset [10:6], size - 1 [15:11]. SHADER_CYCLES is
+            // the GPU clock's low 20 bits; MODE and the rest read as zero (the sim runs with
+            // default rounding and denormals).
+            let (id, off, size) = (k & 0x3f, (k >> 6) & 0x1f, ((k >> 11) & 0x1f) + 1);
+            let reg = if id == HW_REG_SHADER_CYCLES {
+                (mem.clock_ticks() & 0xf_ffff) as u32
+            } else {
+                0
+            };
+            let mask = if size >= 32 {
+                u32::MAX
+            } else {
+                (1 << size) - 1
+            };
+            wv.swrite(i.dst, (reg >> off) & mask)
         }
         S_SETREG_B32 | S_SETREG_IMM32_B32 => {}
         _ => return Err(unsupported(i, pc)),
@@ -458,6 +470,7 @@ pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> 
             wv.at_barrier = true;
             return Ok(Flow::Yield);
         }
+        S_SLEEP => return Ok(Flow::MayYield),
         S_TRAP => {
             return Err(ExecFault::Trap {
                 address: pc,
@@ -469,7 +482,6 @@ pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> 
         | S_DELAY_ALU
         | S_CLAUSE
         | S_SET_INST_PREFETCH_DISTANCE
-        | S_SLEEP
         | S_SETPRIO
         | S_SENDMSG
         | S_ICACHE_INV
@@ -495,6 +507,9 @@ pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> 
     };
     if take {
         wv.pc = target;
+        if target <= pc {
+            return Ok(Flow::MayYield);
+        }
     }
     Ok(Flow::Next)
 }

@@ -132,10 +132,10 @@ pub(super) fn vmem(
         return global_dwords(wv, mem, &op, load);
     }
     if load {
-        return self::load(wv, lds, mem, &op, bytes, signed);
+        return self::load(wv, lds, mem, &op, bytes, signed, m);
     }
     if store {
-        return self::store(wv, lds, mem, &op, bytes);
+        return self::store(wv, lds, mem, &op, bytes, m.hi);
     }
     let rtn = i.cache & 1 != 0;
     let MemKind::Atomic(kind) = m.kind else {
@@ -217,7 +217,8 @@ fn global_dwords(wv: &mut Wave, mem: &dyn Memory, op: &VmOp, load: bool) -> Resu
     Ok(())
 }
 
-/// Loads of 1 to 16 bytes per lane, lane by lane (sub-dword loads zero- or sign-extend).
+/// Loads of 1 to 16 bytes per lane, lane by lane (sub-dword loads zero- or sign-extend; the
+/// d16 forms extend to 16 bits into one half of the register and keep the other).
 fn load(
     wv: &mut Wave,
     lds: &[u8],
@@ -225,6 +226,7 @@ fn load(
     op: &VmOp,
     bytes: usize,
     signed: bool,
+    m: &crate::meta::Meta,
 ) -> Result<(), ExecFault> {
     let (i, pc) = (op.i, op.pc);
     let n = bytes.div_ceil(4);
@@ -256,6 +258,11 @@ fn load(
                 vals[0] as u16 as i16 as i32 as u32
             };
         }
+        if m.d16 {
+            let r = op.row(wv, i.dst, 0)?;
+            wv.vgpr[r + l] = merge_d16(wv.vgpr[r + l], vals[0], m.hi);
+            continue;
+        }
         for (k, v) in vals.iter().enumerate().take(n) {
             let r = op.row(wv, i.dst, k as u16)?;
             wv.vgpr[r + l] = *v;
@@ -264,13 +271,23 @@ fn load(
     Ok(())
 }
 
-/// Stores of 1 to 16 bytes per lane, lane by lane.
+/// The register `old` with the low 16 bits of `v` in its high (`hi`) or low half.
+pub(super) fn merge_d16(old: u32, v: u32, hi: bool) -> u32 {
+    if hi {
+        (old & 0xffff) | v << 16
+    } else {
+        (old & 0xffff_0000) | (v & 0xffff)
+    }
+}
+
+/// Stores of 1 to 16 bytes per lane, lane by lane (`hi`: the d16_hi forms store from bit 16).
 fn store(
     wv: &mut Wave,
     lds: &mut [u8],
     mem: &dyn Memory,
     op: &VmOp,
     bytes: usize,
+    hi: bool,
 ) -> Result<(), ExecFault> {
     let (i, pc) = (op.i, op.pc);
     let n = bytes.div_ceil(4);
@@ -282,6 +299,7 @@ fn store(
         let mut buf = [0u8; 16];
         for k in 0..n {
             let v = wv.vgpr[op.row(wv, i.src[1], k as u16)? + l];
+            let v = if hi { v >> 16 } else { v };
             buf[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
         }
         match t {

@@ -6,7 +6,8 @@
 //! results into `t[3]` for the opcodes it owns and says so with a `Res`, or returns
 //! `Res::Other` for the rest. The groups own disjoint opcode sets (a test checks it).
 
-use super::{Lanes, WaveRef, d, db, f, fb, h, hb, unsupported};
+use super::dot::dot_ops;
+use super::{Lanes, WaveRef, d, db, div, f, fb, h, hb, unsupported};
 use crate::ExecFault;
 use crate::decode::{Format, Inst, src};
 use crate::opcodes::op_valu::*;
@@ -67,6 +68,7 @@ groups!(
     f16_ops,
     int16_ops,
     cross_lane_ops,
+    dot_ops,
 );
 
 /// Computes `$e` for every lane (inactive lanes too: the operations are pure and the results
@@ -415,32 +417,35 @@ fn f32_ops(
         V_LDEXP_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(
             ldexp64(f(x) as f64, y as u32 as i32) as f32
         )),
-        V_DIV_SCALE_F32 | V_DIV_SCALE_F64 => {
-            // No scaling is needed for operands whose exponents keep the quotient in range;
-            // the wider-range cases are listed in docs/interpreter.md.
-            map!(n, exec, r, a, b, c, |x, _y, _z| x);
-            return Ok(Res::Lanes(Some(0)));
+        V_DIV_SCALE_F32 => {
+            let mut vcc = 0u64;
+            for l in 0..n {
+                let (v, scale) = div::scale32(f(a[l]), f(b[l]), f(c[l]));
+                r[l] = fb(v);
+                vcc |= (scale as u64) << l;
+            }
+            return Ok(Res::Lanes(Some(vcc)));
         }
-        V_DIV_FMAS_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z)))),
-        V_DIV_FIXUP_F32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (q, den, num) = (f(x), f(y), f(z));
-            let v = if den.is_nan()
-                || num.is_nan()
-                || den == 0.0 && num == 0.0
-                || den.is_infinite() && num.is_infinite()
-            {
-                f32::NAN
-            } else if den == 0.0 || num.is_infinite() {
-                let s = den.is_sign_negative() != num.is_sign_negative();
-                if s { f32::NEG_INFINITY } else { f32::INFINITY }
-            } else if den.is_infinite() || num == 0.0 {
-                let s = den.is_sign_negative() != num.is_sign_negative();
-                if s { -0.0 } else { 0.0 }
-            } else {
-                q
-            };
-            fb(v)
-        }),
+        V_DIV_SCALE_F64 => {
+            let mut vcc = 0u64;
+            for l in 0..n {
+                let (v, scale) = div::scale64(d(a[l]), d(b[l]), d(c[l]));
+                r[l] = db(v);
+                vcc |= (scale as u64) << l;
+            }
+            return Ok(Res::Lanes(Some(vcc)));
+        }
+        V_DIV_FMAS_F32 => {
+            let vcc = w.mask(src::VCC_LO);
+            for l in 0..n {
+                r[l] = fb(div::fmas32(f(a[l]), f(b[l]), f(c[l]), vcc >> l & 1 != 0));
+            }
+        }
+        V_DIV_FIXUP_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(div::fixup32(
+            f(x),
+            f(y),
+            f(z)
+        ))),
         _ => return Ok(Res::Other),
     }
     Ok(Res::Lanes(None))
@@ -1067,32 +1072,17 @@ fn f64_ops(
         V_FREXP_MANT_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| db(frexp64(d(x)).0)),
         V_FREXP_EXP_I32_F64 => map!(n, exec, r, a, b, c, |x, _y, _z| frexp64(d(x)).1 as u32
             as u64),
-        V_DIV_FMAS_F64 => map!(n, exec, r, a, b, c, |x, y, z| db(d(x).mul_add(d(y), d(z)))),
-        V_DIV_FIXUP_F64 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (q, den, num) = (d(x), d(y), d(z));
-            let v = if den.is_nan()
-                || num.is_nan()
-                || den == 0.0 && num == 0.0
-                || den.is_infinite() && num.is_infinite()
-            {
-                f64::NAN
-            } else if den == 0.0 || num.is_infinite() {
-                if den.is_sign_negative() != num.is_sign_negative() {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
-                }
-            } else if den.is_infinite() || num == 0.0 {
-                if den.is_sign_negative() != num.is_sign_negative() {
-                    -0.0
-                } else {
-                    0.0
-                }
-            } else {
-                q
-            };
-            db(v)
-        }),
+        V_DIV_FMAS_F64 => {
+            let vcc = w.mask(src::VCC_LO);
+            for l in 0..n {
+                r[l] = db(div::fmas64(d(a[l]), d(b[l]), d(c[l]), vcc >> l & 1 != 0));
+            }
+        }
+        V_DIV_FIXUP_F64 => map!(n, exec, r, a, b, c, |x, y, z| db(div::fixup64(
+            d(x),
+            d(y),
+            d(z)
+        ))),
         _ => return Ok(Res::Other),
     }
     Ok(Res::Lanes(None))
@@ -1145,6 +1135,31 @@ fn f16_ops(
         V_FLOOR_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).floor())),
         V_CEIL_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).ceil())),
         V_RNDNE_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).round_ties_even())),
+        V_EXP_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).exp2())),
+        V_LOG_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(h(x).log2())),
+        V_SIN_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb((h(x)
+            * std::f64::consts::TAU)
+            .sin())),
+        V_COS_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb((h(x)
+            * std::f64::consts::TAU)
+            .cos())),
+        V_FRACT_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| {
+            let v = h(x);
+            if v.is_nan() {
+                x | 0x200
+            } else if v.is_infinite() {
+                hb(f64::NAN)
+            } else {
+                // Below 1 by at least an ulp of f16.
+                hb(v - v.floor()).min(0x3bff)
+            }
+        }),
+        V_FREXP_MANT_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| hb(frexp64(h(x)).0)),
+        V_FREXP_EXP_I16_F16 => map!(n, exec, r, a, b, c, |x, _y, _z| frexp64(h(x)).1 as u16
+            as u64),
+        V_DIV_FIXUP_F16 => map!(n, exec, r, a, b, c, |x, y, z| div::fixup16(
+            x as u16, y as u16, z as u16
+        ) as u64),
         _ => return Ok(Res::Other),
     }
     Ok(Res::Lanes(None))
@@ -1204,6 +1219,22 @@ fn int16_ops(
         V_XOR_B16 => map!(n, exec, r, a, b, c, |x, y, _z| x ^ y),
         V_NOT_B16 => map!(n, exec, r, a, b, c, |x, _y, _z| !x & 0xffff),
         V_MAX_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.max(y)),
+        V_MAX3_U16 => map!(n, exec, r, a, b, c, |x, y, z| x.max(y).max(z)),
+        V_MIN3_U16 => map!(n, exec, r, a, b, c, |x, y, z| x.min(y).min(z)),
+        V_MED3_U16 => map!(n, exec, r, a, b, c, |x, y, z| med3(x, y, z)),
+        V_MAX3_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16)
+            .max(y as u16 as i16)
+            .max(z as u16 as i16) as u16
+            as u64),
+        V_MIN3_I16 => map!(n, exec, r, a, b, c, |x, y, z| (x as u16 as i16)
+            .min(y as u16 as i16)
+            .min(z as u16 as i16) as u16
+            as u64),
+        V_MED3_I16 => map!(n, exec, r, a, b, c, |x, y, z| med3(
+            x as u16 as i16,
+            y as u16 as i16,
+            z as u16 as i16
+        ) as u16 as u64),
         V_MIN_U16 => map!(n, exec, r, a, b, c, |x, y, _z| x.min(y)),
         V_MAX_I16 => map!(
             n,
