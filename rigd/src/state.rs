@@ -1099,7 +1099,11 @@ impl State {
         let book = self.book();
         book.devices
             .iter()
-            .filter(|(_, slot)| book.clients.get(&slot.owner).is_some_and(|c| c.peer.pid == pid))
+            .filter(|(_, slot)| {
+                book.clients
+                    .get(&slot.owner)
+                    .is_some_and(|c| c.peer.pid == pid)
+            })
             .map(|(id, _)| *id)
             .collect()
     }
@@ -1773,7 +1777,9 @@ mod tests {
         assert!(s.watchdog(t0 + Duration::from_millis(49)));
         assert!(dev(&s, d.device, |d| d.lost().is_none()));
         s.watchdog(t0 + Duration::from_millis(50));
-        let (lost, reached) = dev(&s, d.device, |d| (d.lost().map(|f| f.to_string()), d.reached()));
+        let (lost, reached) = dev(&s, d.device, |d| {
+            (d.lost().map(|f| f.to_string()), d.reached())
+        });
         assert!(lost.as_deref().unwrap().starts_with("hang"));
         assert_eq!(reached, 3);
     }
