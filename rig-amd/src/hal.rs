@@ -45,6 +45,9 @@ pub struct Hal {
     pub acquire_above_l2: AcquireMem,
     /// RELEASE_MEM's cache bits that write the L2 back.
     pub release_write_back: u32,
+    /// Compute units in one work-group processor: two from GFX10 (RDNA's WGP), one on GFX9
+    /// (where CU_MASK-style masks name compute units).
+    pub cus_per_wgp: u32,
 }
 
 /// The wave64 rule: a kernel runs in waves of 64 lanes on a generation of wave64 only, or
@@ -105,6 +108,15 @@ impl Hal {
         regs::tmpring::WAVES.put(waves) | self.tmpring_wavesize.put(granules as u32)
     }
 
+    /// The mask of every work-group processor of a shader array of `cus` compute units (at
+    /// least one processor; all 32 bits from 32 on).
+    #[inline]
+    pub const fn wgp_mask(&self, cus: u32) -> u32 {
+        let wgps = cus / self.cus_per_wgp;
+        let wgps = if wgps == 0 { 1 } else { wgps };
+        if wgps >= 32 { u32::MAX } else { (1 << wgps) - 1 }
+    }
+
     /// Bytes of scratch per wave that COMPUTE_TMPRING_SIZE `tmpring` states.
     #[inline]
     pub const fn tmpring_wave_bytes(&self, tmpring: u32) -> u32 {
@@ -135,6 +147,7 @@ const fn hal_of(g: Generation) -> Hal {
         } else {
             gcr::RELEASE_WRITE_BACK
         },
+        cus_per_wgp: if gfx9 { 1 } else { 2 },
     }
 }
 

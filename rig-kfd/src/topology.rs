@@ -344,16 +344,10 @@ impl Node {
 
     /// The work-group processors that run work, per shader engine and array: KFD states
     /// counts, not which processors are fused off, so every processor of each array is set
-    /// (the seed's rule for processors a path cannot read). A work-group processor is two
-    /// compute units from GFX10 on and one before.
-    pub fn wgps(&self) -> Vec<Vec<u32>> {
-        let per_wgp = if self.processor().major >= 10 { 2 } else { 1 };
-        let processors = self.cu_per_simd_array() / per_wgp;
-        let mask = if processors >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << processors) - 1
-        };
+    /// (the seed's rule for processors a path cannot read); `hal` says how many compute units
+    /// a processor has.
+    pub fn wgps(&self, hal: &rig_amd::hal::Hal) -> Vec<Vec<u32>> {
+        let mask = hal.wgp_mask(self.cu_per_simd_array());
         vec![vec![mask; self.simd_arrays_per_engine() as usize]; self.shader_engines() as usize]
     }
 

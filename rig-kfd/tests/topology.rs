@@ -122,8 +122,8 @@ fn reads_a_gpu_node_into_the_paths_fields() {
     // L2 6 MiB + MALL 96 MiB; the L1s are not counted.
     assert_eq!(n.cache_bytes(), Some((6 + 96) << 20));
     // 8 CUs per array = 4 WGPs, all set: 6 engines of 2 arrays.
-    assert_eq!(n.wgps(), vec![vec![0xf; 2]; 6]);
     let gpu = n.gpu().unwrap();
+    assert_eq!(n.wgps(gpu.hal()), vec![vec![0xf; 2]; 6]);
     assert_eq!(gpu.name(), "gfx1100");
 }
 

@@ -62,7 +62,7 @@
 //! - [`messages`]: every message type;
 //! - [`frame`]: the frame layout, the limits and a resumable reader;
 //! - [`Connection`]: the blocking client side;
-//! - `ServerConnection` (feature `tokio`, on by default): rigd's async side.
+//! - `ServerConnection` (feature `tokio`, off by default; rigd turns it on): rigd's async side.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 

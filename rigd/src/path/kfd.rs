@@ -138,6 +138,7 @@ impl KfdBackend {
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
         let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
         let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
+        let wgps = node.wgps(gpu.hal());
         let desc = GpuDescription {
             gpu,
             kind: PathKind::Kfd,
@@ -145,7 +146,7 @@ impl KfdBackend {
             bus: Some(node.bus()),
             clock_hz,
             mec: node.mec_firmware(),
-            wgps: node.wgps(),
+            wgps,
             cache_bytes: node.cache_bytes(),
             hang_ms: Some(HANG_MS),
             maps_host: true,

@@ -199,15 +199,11 @@ impl SimBackend {
         let gpu = SimGpu::new(config).map_err(|e| e.to_string())?;
         let model = gpu.model().clone();
         // Every work-group processor of every array runs work: shader engines each with
-        // two arrays, the compute units split evenly, two CUs per WGP.
+        // two arrays, the compute units split evenly.
         let arrays = 2u32;
-        let wgps_per_array =
-            (model.compute_units / model.shader_engines.max(1) / arrays / 2).max(1);
-        let mask = if wgps_per_array >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << wgps_per_array) - 1
-        };
+        let mask = model
+            .hal()
+            .wgp_mask(model.compute_units / model.shader_engines.max(1) / arrays);
         let wgps = vec![vec![mask; arrays as usize]; model.shader_engines as usize];
         let desc = GpuDescription {
             gpu: model,
