@@ -114,7 +114,11 @@ impl Hal {
     pub const fn wgp_mask(&self, cus: u32) -> u32 {
         let wgps = cus / self.cus_per_wgp;
         let wgps = if wgps == 0 { 1 } else { wgps };
-        if wgps >= 32 { u32::MAX } else { (1 << wgps) - 1 }
+        if wgps >= 32 {
+            u32::MAX
+        } else {
+            (1 << wgps) - 1
+        }
     }
 
     /// Bytes of scratch per wave that COMPUTE_TMPRING_SIZE `tmpring` states.
