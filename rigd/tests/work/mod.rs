@@ -17,10 +17,12 @@ pub struct Submitter {
     ring_bytes: u64,
     write_off: u64,
     bell: Doorbell,
-    wptr: u64,
-    control: SharedRegion,
-    submitted_off: u64,
-    word_off: u64,
+    pub wptr: u64,
+    /// The control page (submitted value, timeline word): tests poke it as a hostile
+    /// client would.
+    pub control: SharedRegion,
+    pub submitted_off: u64,
+    pub word_off: u64,
 }
 
 impl Submitter {
