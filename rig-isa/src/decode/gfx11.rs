@@ -2,7 +2,9 @@
 //! (64-bit, segment in bits 16-17) and MUBUF.
 
 use super::tables::{self, Class};
-use super::{DecodeError, Format, Inst, Isa, check_mbz, field, opcode, src, take_literal, word};
+use super::{
+    DecodeError, Format, Inst, Isa, check_mbz, check_vmem, field, opcode, src, take_literal, word,
+};
 
 const ISA: Isa = Isa::Gfx11;
 
@@ -100,30 +102,7 @@ pub(super) fn flat(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     i.sve = field(w1, 23, 1) != 0;
     i.dst = src::VGPR0 + field(w1, 24, 8) as u16;
     let n = crate::disasm::base_name(&i);
-    let t = n.rsplit('_').next().unwrap_or("");
-    let dw: u16 = match t {
-        "b64" | "u64" | "i64" | "f64" => 2,
-        "b96" => 3,
-        "b128" => 4,
-        _ => 1,
-    };
-    let data = if n.contains("cmpswap") { 2 * dw } else { dw };
-    let load = n.contains("_load");
-    let store = n.contains("_store");
-    let rtn = load || (!store && i.cache & 1 != 0);
-    let wide_addr = format == Format::Flat || (format == Format::Global && i.saddr == src::NULL);
-    if (rtn && i.dst - 256 + dw > 256)
-        || (!load && i.src[1] - 256 + data > 256)
-        || (wide_addr && i.src[0] == 511)
-    {
-        return Err(DecodeError::Illegal);
-    }
-    match format {
-        Format::Flat if i.saddr != src::NULL => return Err(DecodeError::Illegal),
-        Format::Global if matches!(i.saddr, 107 | 125 | 127) => return Err(DecodeError::Illegal),
-        _ => {}
-    }
-    Ok(i)
+    check_vmem(i, format, n)
 }
 
 pub(super) fn mubuf(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {

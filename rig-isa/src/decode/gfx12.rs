@@ -7,7 +7,7 @@
 
 use super::gfx11::check_smem_regs;
 use super::tables::{self, Class};
-use super::{DecodeError, Format, Inst, Isa, check_mbz, field, opcode, src, word};
+use super::{DecodeError, Format, Inst, Isa, check_mbz, check_vmem, field, opcode, src, word};
 
 const ISA: Isa = Isa::Gfx12;
 
@@ -36,17 +36,6 @@ pub(super) fn smem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
-/// Data dwords of a VMEM opcode by its name's type suffix.
-fn data_dwords(n: &str) -> u16 {
-    match n.rsplit('_').next().unwrap_or("") {
-        "block" => 32,
-        "b64" | "u64" | "i64" | "f64" => 2,
-        "b96" => 3,
-        "b128" => 4,
-        _ => 1,
-    }
-}
-
 pub(super) fn vmem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 14, 8);
     let (format, class) = match field(w, 24, 2) {
@@ -67,14 +56,7 @@ pub(super) fn vmem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     i.src[1] = src::VGPR0 + field(w1, 23, 8) as u16;
     i.src[0] = src::VGPR0 + field(w2, 0, 8) as u16;
     i.imm = sext24(field(w2, 8, 24));
-    let dw = data_dwords(n);
-    let data = if n.contains("cmpswap") { 2 * dw } else { dw };
-    let load = n.contains("_load");
-    let store = n.contains("_store");
-    let rtn = load || (!store && i.cache & 1 != 0);
-    let wide_addr = format == Format::Flat || (format == Format::Global && i.saddr == src::NULL);
-    let cache_control = matches!(n, "global_inv" | "global_wb" | "global_wbinv");
-    if cache_control {
+    if matches!(n, "global_inv" | "global_wb" | "global_wbinv") {
         // No operands: only saddr must be null.
         return if i.saddr == src::NULL {
             Ok(i)
@@ -82,18 +64,7 @@ pub(super) fn vmem(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
             Err(DecodeError::Illegal)
         };
     }
-    if (rtn && i.dst - 256 + dw > 256)
-        || (!load && i.src[1] - 256 + data > 256)
-        || (wide_addr && i.src[0] == 511)
-    {
-        return Err(DecodeError::Illegal);
-    }
-    match format {
-        Format::Flat if i.saddr != src::NULL => return Err(DecodeError::Illegal),
-        Format::Global if matches!(i.saddr, 107 | 125 | 127) => return Err(DecodeError::Illegal),
-        _ => {}
-    }
-    Ok(i)
+    check_vmem(i, format, n)
 }
 
 pub(super) fn vbuffer(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {

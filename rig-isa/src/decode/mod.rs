@@ -347,6 +347,41 @@ fn decode_sop2(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     Ok(i)
 }
 
+/// Dwords of data a memory instruction named `n` moves per lane, by its type suffix (GFX12's
+/// `_block` loads and stores move 32).
+pub(super) fn data_dwords(n: &str) -> u16 {
+    match n.rsplit('_').next().unwrap_or("") {
+        "block" => 32,
+        "b64" | "u64" | "i64" | "f64" => 2,
+        "b96" => 3,
+        "b128" => 4,
+        _ => 1,
+    }
+}
+
+/// The operand rules both generations' FLAT, GLOBAL and SCRATCH forms share, for `i` named
+/// `n`: returned and stored data lie inside the VGPRs, a 64-bit VGPR address is not v255,
+/// FLAT takes no SGPR address and GLOBAL none of the reserved ones.
+pub(super) fn check_vmem(i: Inst, format: Format, n: &str) -> Result<Inst, DecodeError> {
+    let dw = data_dwords(n);
+    let data = if n.contains("cmpswap") { 2 * dw } else { dw };
+    let load = n.contains("_load");
+    let store = n.contains("_store");
+    let rtn = load || (!store && i.cache & 1 != 0);
+    let wide_addr = format == Format::Flat || (format == Format::Global && i.saddr == src::NULL);
+    if (rtn && i.dst - 256 + dw > 256)
+        || (!load && i.src[1] - 256 + data > 256)
+        || (wide_addr && i.src[0] == 511)
+    {
+        return Err(DecodeError::Illegal);
+    }
+    match format {
+        Format::Flat if i.saddr != src::NULL => Err(DecodeError::Illegal),
+        Format::Global if matches!(i.saddr, 107 | 125 | 127) => Err(DecodeError::Illegal),
+        _ => Ok(i),
+    }
+}
+
 /// 64-bit scalar operands cannot name the odd special registers (vcc_hi, m0, exec_hi).
 pub(super) fn check_wide(i: &Inst) -> Result<(), DecodeError> {
     let w = crate::disasm::salu_widths(i);
@@ -760,13 +795,7 @@ fn decode_ds(isa: Isa, w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     i.src[2] = src::VGPR0 + field(w1, 16, 8) as u16;
     i.dst = src::VGPR0 + field(w1, 24, 8) as u16;
     let n = crate::disasm::base_name(&i);
-    let t = n.rsplit('_').next().unwrap_or("");
-    let dw: u16 = match t {
-        "b64" | "u64" | "i64" | "f64" => 2,
-        "b96" => 3,
-        "b128" => 4,
-        _ => 1,
-    };
+    let dw = data_dwords(n);
     let two = if n.contains("2addr") { 2 } else { 1 };
     let rtn = if n.contains("_rtn") || n.starts_with("ds_load") {
         dw * two
