@@ -1,6 +1,8 @@
-//! Interpreter throughput: lane-instructions per second for the tiled matrix multiply and
-//! elements per second for a vector add of 16 M floats, on one thread and on all cores; and the
-//! cost of one small dispatch (vadd of one or four 32-item groups), setup included.
+//! Interpreter throughput: lane-instructions and wave-instructions per second for a loop of
+//! dependent FMAs (4096 work-items x 1000 iterations), a vector add of 1 M floats and the tiled
+//! matrix multiply, on one thread and on all cores, with the scaling of all cores against one
+//! thread; and the cost of one small dispatch (vadd of one or four 32-item groups), setup
+//! included. The FMA loop's and the vector add's results are checked against the host.
 //! Run: `cargo bench -p rig-isa --bench throughput` (prints its figures).
 
 #[path = "../tests/common/mod.rs"]
@@ -8,7 +10,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{Arg, Case, mem_for, prepare, run};
+use common::{Arg, Case, mem_for, prepare, read_back, run};
 
 fn f32s(n: usize, seed: u32) -> Vec<u8> {
     (0..n)
@@ -17,51 +19,49 @@ fn f32s(n: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-fn bench(c: &Case, threads: usize, reps: u32) -> (f64, rig_isa::ExecStats) {
-    let mem = mem_for(c);
-    let (d, _) = prepare(&mem, c);
+fn floats(b: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+/// A kernel to measure and what its output buffer must hold afterwards.
+struct Load {
+    label: String,
+    case: Case,
+    /// Index of the output buffer and the host's result for it.
+    expect: Option<(usize, Vec<u8>)>,
+    reps: u32,
+}
+
+/// Best time of `reps` runs on `threads` threads and the counters of one run; panics when the
+/// output differs from the host's.
+fn bench(l: &Load, threads: usize) -> (f64, rig_isa::ExecStats) {
+    let mem = mem_for(&l.case);
+    let (d, addrs) = prepare(&mem, &l.case);
     let mut best = f64::MAX;
     let mut stats = Default::default();
-    for _ in 0..reps {
+    for _ in 0..l.reps {
         let t = Instant::now();
         stats = run(&d, &mem, threads);
         best = best.min(t.elapsed().as_secs_f64());
     }
+    if let Some((k, want)) = &l.expect {
+        let got = &read_back(&mem, &l.case, &addrs)[*k];
+        assert!(
+            got == want,
+            "{}: the result differs from the host's",
+            l.label
+        );
+    }
     (best, stats)
 }
 
-fn main() {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    // RIG_ISA_BENCH_N shrinks the matmul (e.g. 64 for callgrind).
-    let n: u32 = std::env::var("RIG_ISA_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    let mm = Case {
-        name: "matmul",
-        opt: "O2",
-        grid: [n, n, 1],
-        group: [16, 16, 1],
-        bufs: vec![
-            f32s((n * n) as usize, 1),
-            f32s((n * n) as usize, 2),
-            vec![0; 4 * (n * n) as usize],
-        ],
-        args: vec![
-            Arg::Buf(0, ""),
-            Arg::Buf(1, ""),
-            Arg::Buf(2, ""),
-            Arg::U32(n),
-        ],
-    };
-    let len = 16 << 20;
-    let va = Case {
+fn vadd(len: u32) -> Case {
+    Case {
         name: "vadd_f32",
         opt: "O2",
         grid: [len, 1, 1],
-        group: [256, 1, 1],
+        group: [256.min(len), 1, 1],
         bufs: vec![
             f32s(len as usize, 3),
             f32s(len as usize, 4),
@@ -73,77 +73,142 @@ fn main() {
             Arg::Buf(2, ""),
             Arg::U32(len),
         ],
-    };
-    // RIG_ISA_BENCH=matmul or =vadd runs one of the two (for profiling).
+    }
+}
+
+fn small_dispatches(cores: usize) {
+    for groups in [1u32, 4] {
+        let items = 32 * groups;
+        let small = Case {
+            group: [32, 1, 1],
+            ..vadd(items)
+        };
+        let mem = mem_for(&small);
+        let (d, _) = prepare(&mem, &small);
+        let reps = 20_000;
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t = Instant::now();
+            run(&d, &mem, cores);
+            times.push(t.elapsed());
+        }
+        times.sort();
+        println!(
+            "small dispatch (vadd, {groups} group(s) of 32, up to {cores} threads): p50 {:.2} us, p99 {:.2} us",
+            times[reps / 2].as_secs_f64() * 1e6,
+            times[reps * 99 / 100].as_secs_f64() * 1e6,
+        );
+    }
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    // RIG_ISA_BENCH_N shrinks the matmul (e.g. 64 for callgrind).
+    let n: u32 = std::env::var("RIG_ISA_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    // RIG_ISA_BENCH=small, fma, vadd or matmul runs one part (for profiling).
     let only = std::env::var("RIG_ISA_BENCH").unwrap_or_default();
     if only.is_empty() || only == "small" {
-        for groups in [1u32, 4] {
-            let items = 32 * groups;
-            let small = Case {
-                name: "vadd_f32",
-                opt: "O2",
-                grid: [items, 1, 1],
-                group: [32, 1, 1],
-                bufs: vec![
-                    f32s(items as usize, 3),
-                    f32s(items as usize, 4),
-                    vec![0; 4 * items as usize],
-                ],
-                args: vec![
-                    Arg::Buf(0, ""),
-                    Arg::Buf(1, ""),
-                    Arg::Buf(2, ""),
-                    Arg::U32(items),
-                ],
-            };
-            let mem = mem_for(&small);
-            let (d, _) = prepare(&mem, &small);
-            let reps = 20_000;
-            let mut times = Vec::with_capacity(reps);
-            for _ in 0..reps {
-                let t = Instant::now();
-                run(&d, &mem, cores);
-                times.push(t.elapsed());
-            }
-            times.sort();
-            println!(
-                "small dispatch (vadd, {groups} group(s) of 32, up to {cores} threads): p50 {:.2} us, p99 {:.2} us",
-                times[reps / 2].as_secs_f64() * 1e6,
-                times[reps * 99 / 100].as_secs_f64() * 1e6,
-            );
-        }
-        if only == "small" {
-            return;
-        }
+        small_dispatches(cores);
     }
-    for threads in [1, cores] {
-        if only == "vadd" {
-            let (t, s) = bench(&va, threads, 2);
+
+    let (items, iters, a, b) = (4096u32, 1000u32, 0.999f32, 0.01f32);
+    let x = f32s(items as usize, 5);
+    let fma_host: Vec<u8> = floats(&x)
+        .map(|mut v| {
+            for _ in 0..iters {
+                v = v.mul_add(a, b);
+            }
+            v
+        })
+        .flat_map(f32::to_le_bytes)
+        .collect();
+    let fma = Load {
+        label: format!("fma loop {items} x {iters}"),
+        case: Case {
+            name: "fma_loop",
+            opt: "O2",
+            grid: [items, 1, 1],
+            group: [64, 1, 1],
+            bufs: vec![x, vec![0; 4 * items as usize]],
+            args: vec![
+                Arg::Buf(0, ""),
+                Arg::Buf(1, ""),
+                Arg::F32(a),
+                Arg::F32(b),
+                Arg::U32(iters),
+            ],
+        },
+        expect: Some((1, fma_host)),
+        reps: 3,
+    };
+    let len = 1 << 20;
+    let va_case = vadd(len);
+    let va_host: Vec<u8> = floats(&va_case.bufs[0])
+        .zip(floats(&va_case.bufs[1]))
+        .flat_map(|(p, q)| (p + q).to_le_bytes())
+        .collect();
+    let va = Load {
+        label: "vadd 1M f32".into(),
+        case: va_case,
+        expect: Some((2, va_host)),
+        reps: 5,
+    };
+    let mm = Load {
+        label: format!("matmul {n}x{n} f32"),
+        case: Case {
+            name: "matmul",
+            opt: "O2",
+            grid: [n, n, 1],
+            group: [16, 16, 1],
+            bufs: vec![
+                f32s((n * n) as usize, 1),
+                f32s((n * n) as usize, 2),
+                vec![0; 4 * (n * n) as usize],
+            ],
+            args: vec![
+                Arg::Buf(0, ""),
+                Arg::Buf(1, ""),
+                Arg::Buf(2, ""),
+                Arg::U32(n),
+            ],
+        },
+        expect: None,
+        reps: 3,
+    };
+    for (part, l) in [("fma", &fma), ("vadd", &va), ("matmul", &mm)] {
+        if !only.is_empty() && only != part {
+            continue;
+        }
+        let mut one = 0.0;
+        for threads in [1, cores] {
+            let (t, s) = bench(l, threads);
+            let lanes = s.lane_instructions as f64 / t;
             println!(
-                "vadd 16M f32, {threads} thread(s): {:.3} s, {:.1} M elements/s, {:.1} M lane-instructions/s",
+                "{}, {threads} thread(s): {:.4} s, {:.1} M lane-instructions/s ({:.1} M per thread), {:.1} M wave-instructions/s, {:.1} M work-items/s",
+                l.label,
                 t,
-                len as f64 / t / 1e6,
-                s.lane_instructions as f64 / t / 1e6
+                lanes / 1e6,
+                lanes / 1e6 / threads as f64,
+                s.instructions as f64 / t / 1e6,
+                l.case.grid.iter().map(|&g| g as f64).product::<f64>() / t / 1e6,
             );
-            continue;
+            if threads == 1 {
+                one = lanes;
+            } else {
+                println!(
+                    "{}: scaling on {cores} threads {:.2} (all-threads rate / ({cores} x one-thread rate); goal 0.8)",
+                    l.label,
+                    lanes / (cores as f64 * one)
+                );
+            }
+            if cores == 1 {
+                break;
+            }
         }
-        let (t, s) = bench(&mm, threads, 3);
-        println!(
-            "matmul {n}x{n} f32, {threads} thread(s): {:.3} s, {:.1} M lane-instructions/s ({:.1} M per thread), {:.1} M wave-instructions/s",
-            t,
-            s.lane_instructions as f64 / t / 1e6,
-            s.lane_instructions as f64 / t / 1e6 / threads as f64,
-            s.instructions as f64 / t / 1e6
-        );
-        if only == "matmul" {
-            continue;
-        }
-        let (t, s) = bench(&va, threads, 2);
-        println!(
-            "vadd 16M f32, {threads} thread(s): {:.3} s, {:.1} M elements/s, {:.1} M lane-instructions/s",
-            t,
-            len as f64 / t / 1e6,
-            s.lane_instructions as f64 / t / 1e6
-        );
     }
 }

@@ -258,6 +258,20 @@ fn cases() -> Vec<Case> {
             Buf(3, "uint*"),
         ],
     );
+    // The bench's FMA loop (rig-isa/benches/throughput.rs runs it longer).
+    add(
+        "fma_loop",
+        "O2",
+        g1(1024, 64),
+        vec![f32s(fpos.iter().map(|x| x * 1e-5)), zero(4 * n)],
+        vec![
+            Buf(0, "const float*"),
+            Buf(1, "float*"),
+            F32(0.999),
+            F32(0.01),
+            U32(100),
+        ],
+    );
     add(
         "fma_minmax",
         "O2",
