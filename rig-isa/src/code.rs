@@ -99,10 +99,8 @@ pub(crate) struct Code<'m> {
 }
 
 impl<'m> Code<'m> {
-    pub(crate) fn new(mem: &'m dyn Memory, isa: Isa, base: u64, seed: Option<&Cached>) -> Self {
-        let (words, dense) = seed.map_or((Vec::new(), Vec::new()), |c| {
-            (c.words.clone(), c.dense.clone())
-        });
+    pub(crate) fn new(mem: &'m dyn Memory, isa: Isa, base: u64, seed: Option<Cached>) -> Self {
+        let (words, dense) = seed.map_or((Vec::new(), Vec::new()), |c| (c.words, c.dense));
         Code {
             mem,
             isa,

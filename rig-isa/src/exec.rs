@@ -273,6 +273,22 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     })
 }
 
+/// VGPR bytes of the spare waves a thread keeps between dispatches.
+const KIT_VGPR_BYTES: usize = 256 * 1024;
+
+/// A thread's buffers from its last dispatch: LDS and spare waves.
+#[derive(Default)]
+struct Kit {
+    lds: Vec<u8>,
+    waves: Vec<Wave>,
+}
+
+thread_local! {
+    /// Reused by the thread's next dispatch: allocating and zeroing them cost a small dispatch
+    /// more than running it.
+    static KIT: std::cell::Cell<Option<Kit>> = const { std::cell::Cell::new(None) };
+}
+
 /// What the workers of one dispatch share: they take the share's groups in turn.
 struct Work<'a> {
     ctx: Ctx<'a>,
@@ -294,12 +310,36 @@ impl Work<'_> {
         stats: &mut ExecStats,
         invite: &dyn Fn(),
     ) -> Result<(), ExecFault> {
+        let kit = KIT.take().unwrap_or_default();
         let mut group = Group {
-            lds: Vec::new(),
+            lds: kit.lds,
             waves: Vec::new(),
             mem: self.mem,
         };
-        let mut spare = Vec::new();
+        let mut spare = kit.waves;
+        let r = self.groups_loop(code, t, stats, invite, &mut group, &mut spare);
+        spare.append(&mut group.waves);
+        let mut bytes = 0;
+        spare.retain(|w| {
+            bytes += 4 * w.vgpr.len();
+            bytes <= KIT_VGPR_BYTES
+        });
+        KIT.set(Some(Kit {
+            lds: group.lds,
+            waves: spare,
+        }));
+        r
+    }
+
+    fn groups_loop(
+        &self,
+        code: &mut Code,
+        t: usize,
+        stats: &mut ExecStats,
+        invite: &dyn Fn(),
+        group: &mut Group,
+        spare: &mut Vec<Wave>,
+    ) -> Result<(), ExecFault> {
         loop {
             if self.failed.load(Ordering::Relaxed) {
                 return Ok(());
@@ -315,7 +355,7 @@ impl Work<'_> {
             let g = self.share.first + j * self.share.stride;
             let n = self.ngroups;
             let id = [g % n[0], (g / n[0]) % n[1], g / (n[0] * n[1])];
-            if let Err(e) = run_group(&self.ctx, code, &mut group, &mut spare, t, id, stats) {
+            if let Err(e) = run_group(&self.ctx, code, group, spare, t, id, stats) {
                 self.failed.store(true, Ordering::Relaxed);
                 return Err(e);
             }
@@ -351,7 +391,13 @@ pub(crate) fn execute(
     if p.mine == 0 {
         return Ok(ExecStats::default());
     }
+    // A lone worker takes the cached decode itself; several start from copies of it.
     let seed = code::take(mem, isa, d.code_address);
+    let (shared, own) = if p.threads == 1 {
+        (None, Mutex::new(seed))
+    } else {
+        (seed, Mutex::new(None))
+    };
     let work = Work {
         ctx: Ctx {
             d,
@@ -380,7 +426,9 @@ pub(crate) fn execute(
             return;
         }
         let mut stats = ExecStats::default();
-        let mut code = Code::new(mem, isa, d.code_address, seed.as_ref());
+        let own = own.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let seed = own.or_else(|| shared.clone());
+        let mut code = Code::new(mem, isa, d.code_address, seed);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             work.run_groups(&mut code, t, &mut stats, invite)
         }))
@@ -446,8 +494,13 @@ fn fresh_wave(ctx: &Ctx, pool: &mut Vec<Wave>, slot: u32) -> Wave {
     let d = ctx.d;
     match pool.pop() {
         Some(mut wave) => {
+            // The wave may come from another dispatch (see `Kit`): its shape too is reset.
             wave.sgpr = [0; 128];
-            wave.vgpr.fill(0);
+            wave.vgpr.clear();
+            wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
+            wave.nvgpr = ctx.nvgpr;
+            wave.lanes = ctx.lanes;
+            wave.rsrc1 = d.pgm_rsrc1;
             wave.scc = false;
             wave.pc = d.code_address;
             wave.done = false;

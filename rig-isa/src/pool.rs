@@ -10,6 +10,7 @@
 //! helper that had not yet picked it up never will, and waits only for the helpers that did.
 //! That wait is what makes lending the caller's borrowed closure to other threads sound.
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -104,28 +105,32 @@ fn helper(pool: &'static Pool) {
     }
 }
 
-/// Withdraws a job and waits for the helpers running it, also when the caller's task unwinds.
+/// Withdraws a job (if the caller invited helpers at all) and waits for the helpers running
+/// it, also when the caller's task unwinds.
 struct Withdraw<'a> {
     pool: &'static Pool,
-    job: &'a Arc<Job>,
+    job: &'a OnceCell<Arc<Job>>,
 }
 
 impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
+        let Some(job) = self.job.get() else {
+            return;
+        };
         {
             let mut q = lock(&self.pool.queue);
-            q.jobs.retain(|j| !Arc::ptr_eq(j, self.job));
-            lock(&self.job.state).wanted = 0;
+            q.jobs.retain(|j| !Arc::ptr_eq(j, job));
+            lock(&job.state).wanted = 0;
         }
         // Helpers usually finish within a workgroup: yield for a short while before sleeping,
         // which saves a wake-up through the scheduler (milliseconds on a loaded machine).
         let start = std::time::Instant::now();
-        while lock(&self.job.state).running > 0 && start.elapsed() < SPIN {
+        while lock(&job.state).running > 0 && start.elapsed() < SPIN {
             std::thread::yield_now();
         }
-        let mut s = lock(&self.job.state);
+        let mut s = lock(&job.state);
         while s.running > 0 {
-            s = self.job.done.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = job.done.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -135,7 +140,7 @@ impl Drop for Withdraw<'_> {
 /// calls `task` once; `task` shares out the work. Helpers get an `invite` that does nothing.
 ///
 /// Inviting late lets a caller finish small work alone: waking a helper costs more than a
-/// short dispatch.
+/// short dispatch, and a run that never invites costs no allocation and no lock.
 pub(crate) fn run(width: usize, task: &(dyn Fn(&dyn Fn()) + Sync)) {
     let helpers = width.saturating_sub(1).min(MAX_HELPERS);
     if helpers == 0 {
@@ -149,19 +154,21 @@ pub(crate) fn run(width: usize, task: &(dyn Fn(&dyn Fn()) + Sync)) {
     let erased: *const Task = unsafe {
         std::mem::transmute::<*const (dyn Fn(&dyn Fn()) + Sync + '_), *const Task>(task as *const _)
     };
-    let job = Arc::new(Job {
-        task: erased,
-        state: Mutex::new(JobState {
-            wanted: helpers,
-            running: 0,
-        }),
-        done: Condvar::new(),
-    });
-    let invited = std::cell::Cell::new(false);
+    let job: OnceCell<Arc<Job>> = OnceCell::new();
     let invite = || {
-        if invited.replace(true) {
+        if job.get().is_some() {
             return;
         }
+        let job = job.get_or_init(|| {
+            Arc::new(Job {
+                task: erased,
+                state: Mutex::new(JobState {
+                    wanted: helpers,
+                    running: 0,
+                }),
+                done: Condvar::new(),
+            })
+        });
         let wake = {
             let mut q = lock(&pool.queue);
             q.jobs.push_back(job.clone());
