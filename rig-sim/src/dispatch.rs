@@ -131,8 +131,8 @@ pub fn spread(
     let group_waves = u32::try_from(items.div_ceil(lanes))
         .unwrap_or(u32::MAX)
         .max(1);
-    let per_die: Option<Vec<Dispatch>> = match dispatch.scratch {
-        None => Some(vec![dispatch.clone(); dies as usize]),
+    // Without scratch every die runs the dispatch as it is; with it, each die its own slots.
+    let split: Option<Vec<Dispatch>> = match dispatch.scratch {
         Some(s) if s.waves / dies >= group_waves => {
             let slots = s.waves / dies;
             let slot_bytes = u64::from(s.bytes_per_lane) * lanes;
@@ -149,20 +149,23 @@ pub fn spread(
                     .collect(),
             )
         }
-        Some(_) => None,
+        _ => None,
     };
+    let at_once = dispatch.scratch.is_none() || split.is_some();
     let n = dies as usize;
     let results: Vec<std::sync::Mutex<Option<Result<(), KernelFault>>>> =
         (0..n).map(|_| std::sync::Mutex::new(None)).collect();
     let run = |die: usize| {
-        let (d, t) = match &per_die {
-            Some(v) => (&v[die], (threads / n).max(1)),
-            None => (dispatch, threads),
+        let d = split.as_ref().map_or(dispatch, |v| &v[die]);
+        let t = if at_once {
+            (threads / n).max(1)
+        } else {
+            threads
         };
         let r = run_die(d, die as u32, t);
         *results[die].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     };
-    let width = if per_die.is_some() { n } else { 1 };
+    let width = if at_once { n } else { 1 };
     rig_isa::parallel(n, width, &run);
     for r in results {
         match r.into_inner().unwrap_or_else(|e| e.into_inner()) {
