@@ -111,6 +111,7 @@ mod loss;
 mod place;
 mod point;
 mod profile;
+pub mod slab;
 mod submission;
 mod types;
 
