@@ -4,7 +4,8 @@
 //! where the host addresses it), and the last values that used and wrote it, from which a
 //! host access knows what to wait for (a read waits for the last write, a write or a free
 //! for every use). Moving bytes to and from memory the host does not address goes through
-//! the device's copy queue ([`crate::device`]).
+//! the device's copy queue ([`crate::device`]). A buffer is a region of rigd's or pages of
+//! a slab ([`crate::slab`]); its drop gives either back after its last use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
