@@ -1,11 +1,11 @@
 //! Slabs: the regions small buffers are cut from, so allocating and freeing one makes no
 //! round trip to rigd.
 //!
-//! This module owns the client's sub-allocator, [`Pool`]: per kind of memory, the slabs
+//! This module owns the client's sub-allocator, `Pool`: per kind of memory, the slabs
 //! rigd granted (each one `Alloc` of [`SLAB_BYTES`], charged to the quota whole), their
 //! free pages, the frees that wait for the device to reach a buffer's last use, and when
 //! an idle slab goes back. It is bookkeeping only: the calls to rigd, the zeroing and the
-//! buffers themselves are the device's ([`crate::device`]).
+//! buffers themselves are the device's (`device::control`).
 //!
 //! The policy, stated once:
 //!
