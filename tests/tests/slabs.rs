@@ -353,3 +353,39 @@ fn idle_slabs_go_back_to_rigd() {
     assert_eq!(dev.trim(), 1);
     assert_eq!(report(&rig, &dev, &mut inspect).regions, base.regions);
 }
+
+#[test]
+fn hostile_sizes_are_buffers_or_typed_errors() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let sizes = [
+        0,
+        1,
+        3,
+        4095,
+        4097,
+        SLAB_MOST - 1,
+        SLAB_MOST,
+        SLAB_MOST + 1,
+        SLAB_BYTES,
+        1 << 63,
+        u64::MAX - 4096,
+        u64::MAX - 3,
+        u64::MAX,
+    ];
+    for memory in [Memory::Device, Memory::Pinned, Memory::Mapped] {
+        for n in sizes {
+            match dev.buffer(n, memory) {
+                Ok(b) => {
+                    assert_eq!(b.len(), n);
+                    assert_eq!(b.address() % 4096, 0, "{n} bytes of {memory:?}");
+                }
+                Err(Error::Invalid(why)) => {
+                    assert!(why.contains(&n.to_string()) || n == 0, "{why}")
+                }
+                Err(Error::OutOfMemory { asked, .. }) => assert!(asked >= n, "{asked} for {n}"),
+                Err(e) => panic!("{n} bytes of {memory:?}: {e:?}"),
+            }
+        }
+    }
+}

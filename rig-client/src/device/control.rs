@@ -405,16 +405,18 @@ impl DeviceShared {
         let mut kind = self.slab_kind(memory)?;
         let cut = match self.cut(kind, len)? {
             Some(c) => c,
-            None => match self.grant(kind)? {
-                Some(granted) => {
-                    kind = granted;
-                    self.cut(kind, len)?.ok_or_else(|| {
-                        Error::Protocol("a new slab had no room for a buffer".into())
-                    })?
+            None => {
+                // No slab fits the limits (or other threads took the new one's room first):
+                // the buffer's own region may.
+                let granted = self.grant(kind)?;
+                match granted.map(|k| self.cut(k, len)).transpose()?.flatten() {
+                    Some(c) => {
+                        kind = granted.unwrap_or(kind);
+                        c
+                    }
+                    None => return self.alloc_region(bytes, memory),
                 }
-                // No slab fits the limits: the buffer's own region may.
-                None => return self.alloc_region(bytes, memory),
-            },
+            }
         };
         let piece = Piece {
             kind,
@@ -587,9 +589,13 @@ impl DeviceShared {
         if bytes == 0 {
             return Err(Error::Invalid("a buffer has at least one byte".into()));
         }
+        let rounded = bytes.checked_next_multiple_of(4).ok_or_else(|| {
+            Error::Invalid(format!(
+                "cannot allocate {bytes} bytes: more than a u64 holds once rounded to words"
+            ))
+        })?;
         self.check_lost()?;
         self.settle();
-        let rounded = bytes.div_ceil(4) * 4;
         let req = Request::Alloc {
             device: self.id,
             memory: memory.to_proto(),
