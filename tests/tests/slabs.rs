@@ -389,3 +389,49 @@ fn hostile_sizes_are_buffers_or_typed_errors() {
         }
     }
 }
+
+#[test]
+fn threads_cutting_from_one_device_never_share_pages() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                let mut live: Vec<(Buffer, Vec<u8>)> = Vec::new();
+                for i in 0..200u64 {
+                    if i % 3 == 2 {
+                        live.swap_remove((i as usize * 7) % live.len());
+                        continue;
+                    }
+                    let n = 1 + (t * 7919 + i * 104_729) % (256 << 10);
+                    let b = dev.buffer(n, Memory::Pinned).unwrap();
+                    let data = pattern(t << 32 | i, n as usize);
+                    b.write_at(0, &data).unwrap();
+                    live.push((b, data));
+                }
+                for (b, data) in &live {
+                    assert!(
+                        bytes(b) == *data,
+                        "another thread's buffer wrote this one's"
+                    );
+                }
+                live.into_iter().map(|(b, _)| b).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<Buffer> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_by_key(Buffer::address);
+    for w in all.windows(2) {
+        assert!(
+            w[0].address() + w[0].len() <= w[1].address(),
+            "{} bytes at {:#x} overlap the buffer at {:#x}",
+            w[0].len(),
+            w[0].address(),
+            w[1].address()
+        );
+    }
+}

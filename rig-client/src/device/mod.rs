@@ -221,7 +221,8 @@ impl Device {
         }
     }
 
-    /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory.
+    /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory
+    /// (pages of a slab that an earlier buffer changed are zeroed again: [`crate::slab`]).
     pub fn buffer(&self, bytes: u64, memory: Memory) -> Result<Buffer> {
         self.0.alloc(bytes, memory)
     }
