@@ -4,10 +4,13 @@
 //!   of a submission of 100 launches (the goal is at most 25 ns);
 //! - submit-to-completion of an empty kernel, with a spinning and with a sleeping wait
 //!   (p50, p99);
-//! - submissions per second from one process and from 8 processes at once.
+//! - submissions per second from one process and from 8 processes at once;
+//! - alloc + free of 4 KiB, 64 KiB and 1 MiB buffers of each kind (p50, p99; the goal is
+//!   at most 1 us p50), with and without writes between, and of a buffer past the slabs'
+//!   threshold (a round trip).
 //!
 //! `cargo bench -p rig-client --bench figures` (`RIG_BENCH_ONLY=submit` for the CPU
-//! figures alone). The empty kernel is compiled with clang-19
+//! figures alone, `RIG_BENCH_ONLY=alloc` for the allocation figures alone). The empty kernel is compiled with clang-19
 //! when LLVM 19 is installed; otherwise the `add` kernel of one work-group stands in, and
 //! the figures say so.
 
@@ -180,6 +183,12 @@ fn main() {
         dev.arch()
     );
 
+    if std::env::var("RIG_BENCH_ONLY").is_ok_and(|v| v == "alloc") {
+        alloc_figures(&dev);
+        dev.close().unwrap();
+        return;
+    }
+
     // CPU per queued launch: batches that fit today's rings, so no submit waits for room.
     let batch = 48;
     let mut best = f64::MAX;
@@ -287,5 +296,75 @@ fn main() {
         })
         .sum();
     println!("  submissions per second, 8 processes at once: {total:.0} (sum of the 8)");
+    alloc_figures(&dev);
     dev.close().unwrap();
+}
+
+fn size(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// Alloc + free of buffers cut from a slab (made by a first allocation), per kind and size;
+/// then with a host write of one byte between (its pages are zeroed before they are cut
+/// again: by the host, or a fill on COPY:0 for Device memory; the write itself is not
+/// timed); then of a buffer past the slabs' threshold, a region of its own.
+fn alloc_figures(dev: &Device) {
+    let kinds = [Memory::Device, Memory::Pinned, Memory::Mapped];
+    let sizes = [4u64 << 10, 64 << 10, 1 << 20];
+    for memory in kinds {
+        for bytes in sizes {
+            drop(dev.buffer(bytes, memory).unwrap());
+            let mut v = Vec::with_capacity(20_000);
+            for _ in 0..20_000 {
+                let t = Instant::now();
+                drop(dev.buffer(bytes, memory).unwrap());
+                v.push(t.elapsed());
+            }
+            println!(
+                "  alloc + free, {memory:?} {}: p50 {:.3} us, p99 {:.3} us (goal: at most 1 us p50)",
+                size(bytes),
+                pct(&mut v, 0.5),
+                pct(&mut v, 0.99)
+            );
+        }
+    }
+    for memory in kinds {
+        for bytes in sizes {
+            let mut v = Vec::with_capacity(2000);
+            for _ in 0..2000 {
+                let t = Instant::now();
+                let b = dev.buffer(bytes, memory).unwrap();
+                let alloc = t.elapsed();
+                b.write_at(0, &[1]).unwrap();
+                let t = Instant::now();
+                drop(b);
+                v.push(alloc + t.elapsed());
+            }
+            println!(
+                "  alloc + free, written between, {memory:?} {}: p50 {:.3} us, p99 {:.3} us",
+                size(bytes),
+                pct(&mut v, 0.5),
+                pct(&mut v, 0.99)
+            );
+        }
+    }
+    let large = rig_client::slab::SLAB_MOST * 2;
+    for memory in kinds {
+        let mut v = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            drop(dev.buffer(large, memory).unwrap());
+            v.push(t.elapsed());
+        }
+        println!(
+            "  alloc + posted free, {memory:?} {} (a region of its own): p50 {:.1} us, p99 {:.1} us",
+            size(large),
+            pct(&mut v, 0.5),
+            pct(&mut v, 0.99)
+        );
+    }
 }

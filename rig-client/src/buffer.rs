@@ -4,7 +4,8 @@
 //! where the host addresses it), and the last values that used and wrote it, from which a
 //! host access knows what to wait for (a read waits for the last write, a write or a free
 //! for every use). Moving bytes to and from memory the host does not address goes through
-//! the device's copy queue ([`crate::device`]).
+//! the device's copy queue ([`crate::device`]). A buffer is a region of rigd's or pages of
+//! a slab ([`crate::slab`]); its drop gives either back after its last use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use rig_shm::SharedRegion;
 
 use crate::device::DeviceShared;
 use crate::error::{Error, Result};
+use crate::slab::Piece;
 use crate::types::{Access, Memory};
 
 /// Where the host reaches a buffer: bytes of a shared mapping.
@@ -32,8 +34,10 @@ pub(crate) struct BufferInner {
     /// The device, `None` only for buffers of unit tests.
     pub device: Option<Arc<DeviceShared>>,
     pub device_id: u64,
-    /// rigd's region, freed at drop; `None` for test buffers.
+    /// rigd's region, freed at drop; `None` for test buffers and buffers cut from a slab.
     pub region: Option<rig_proto::RegionId>,
+    /// Where it lies in a slab ([`crate::slab`]), given back at drop.
+    pub sub: Option<Sub>,
     pub address: u64,
     pub len: u64,
     pub memory: Memory,
@@ -42,6 +46,17 @@ pub(crate) struct BufferInner {
     pub last_write: AtomicU64,
     /// The last value whose work uses it (0: none).
     pub last_use: AtomicU64,
+}
+
+/// A buffer's place in a slab, and what tells whether it may have changed its bytes.
+#[derive(Debug)]
+pub(crate) struct Sub {
+    pub piece: Piece,
+    /// `last_use` when the buffer was made (its zeroing fill's value, or 0): a later use
+    /// means submitted work named it.
+    pub base_use: u64,
+    /// Set by host writes through it.
+    pub written: std::sync::atomic::AtomicBool,
 }
 
 impl Buffer {
@@ -96,6 +111,7 @@ impl Buffer {
         let mut bytes = vec![0u8; self.len() as usize];
         dev.host_read(self, 0, &mut bytes)?;
         let r = f(&mut bytes);
+        self.written();
         dev.host_write(self, 0, &bytes)?;
         Ok(r)
     }
@@ -114,7 +130,16 @@ impl Buffer {
         let dev = self.device()?;
         self.check(offset, data.len())?;
         dev.wait(self.0.last_use.load(Ordering::Relaxed), None)?;
+        self.written();
         dev.host_write(self, offset, data)
+    }
+
+    /// Notes that the host changes its bytes, so they are zeroed before its pages are
+    /// cut again.
+    fn written(&self) {
+        if let Some(sub) = &self.0.sub {
+            sub.written.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Reads `out.len()` bytes at byte `offset`, once the last submitted write completed.
@@ -138,8 +163,13 @@ impl Buffer {
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
+        let last_use = *self.last_use.get_mut();
         if let (Some(dev), Some(region)) = (&self.device, self.region) {
-            dev.free_after(region, *self.last_use.get_mut());
+            dev.free_after(region, last_use);
+        }
+        if let (Some(dev), Some(sub)) = (&self.device, &mut self.sub) {
+            let dirty = *sub.written.get_mut() || last_use != sub.base_use;
+            dev.free_piece(sub.piece, dirty, last_use);
         }
     }
 }
@@ -168,6 +198,7 @@ pub(crate) mod tests {
             device: None,
             device_id,
             region: None,
+            sub: None,
             address,
             len,
             memory: Memory::Device,

@@ -3,10 +3,12 @@
 //! A program links `rig-client`, connects to `rigd` (the daemon that owns the machine's
 //! AMD GPUs, or serves the simulated one) and opens a device. Everything that changes what
 //! the GPU may touch goes through rigd's socket: allocating memory, loading code, resolving
-//! a kernel, growing rings, closing. Submitting does not: rigd shares the device's rings,
-//! argument segment and timeline word with the program, which places packets and argument
-//! bytes with plain stores and rings a doorbell. A wait reads the timeline word, spinning
-//! briefly and then sleeping on the device's interrupt.
+//! a kernel, growing rings, closing (small buffers are cut from larger regions rigd
+//! granted, so most of their allocations and frees make no call: [`slab`]).
+//! Submitting does not: rigd shares the device's rings, argument segment and timeline word
+//! with the program, which places packets and argument bytes with plain stores and rings a
+//! doorbell. A wait reads the timeline word, spinning briefly and then sleeping on the
+//! device's interrupt.
 //!
 //! # Example
 //!
@@ -90,7 +92,8 @@
 //!
 //! The public types live at the crate's root. Inside: `device` (devices: `control`, every
 //! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
-//! `loss` (reached before a loss; consumers of lost producers), `args` (a kernel's
+//! `slab` (the pages of small buffers), `loss` (reached before a loss; consumers of lost
+//! producers), `args` (a kernel's
 //! parameters from its metadata, typed arguments), `submission` (the builder and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
 //! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `profile`
 //! (clock stamps, traces). The rings themselves are `rig_shm::ring`'s.
@@ -111,6 +114,7 @@ mod loss;
 mod place;
 mod point;
 mod profile;
+pub mod slab;
 mod submission;
 mod types;
 

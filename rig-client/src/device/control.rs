@@ -13,9 +13,11 @@ use rig_proto::{
 use rig_shm::SharedRegion;
 
 use super::{Device, DeviceShared};
-use crate::buffer::{Buffer, BufferInner, HostView};
+use crate::buffer::{Buffer, BufferInner, HostView, Sub};
 use crate::error::{Error, Result};
 use crate::image::{Image, ImageInner};
+use crate::slab::{self, Cut, Piece, Pool, SLAB_BYTES, SLAB_MOST};
+use crate::submission::Submission;
 use crate::types::Memory;
 
 /// A connection to rigd. Cheap to clone; devices opened through it share it.
@@ -381,6 +383,7 @@ impl DeviceShared {
             device: None,
             device_id: self.id.0,
             region: Some(region),
+            sub: None,
             address,
             len: bytes,
             memory: Memory::Pinned,
@@ -390,9 +393,74 @@ impl DeviceShared {
         })))
     }
 
-    /// `bytes` bytes of `memory`; Mapped falls back to Pinned where the device has none.
+    /// `bytes` bytes of `memory`; Mapped falls back to Pinned where the device has none. A
+    /// buffer of at most [`SLAB_MOST`] bytes is cut from a slab without a call to rigd
+    /// where one has room ([`crate::slab`]); a larger one is a region of its own.
     pub(crate) fn alloc(self: &Arc<Self>, bytes: u64, memory: Memory) -> Result<Buffer> {
-        let (region, address, host) = self.alloc_raw(bytes, memory)?;
+        let Some(len) = slab::rounded(bytes).filter(|&l| l > 0 && l <= SLAB_MOST) else {
+            return self.alloc_region(bytes, memory);
+        };
+        self.check_lost()?;
+        self.settle();
+        let mut kind = self.slab_kind(memory)?;
+        let cut = match self.cut(kind, len)? {
+            Some(c) => c,
+            None => {
+                // No slab fits the limits (or other threads took the new one's room first):
+                // the buffer's own region may.
+                let granted = self.grant(kind)?;
+                match granted.map(|k| self.cut(k, len)).transpose()?.flatten() {
+                    Some(c) => {
+                        kind = granted.unwrap_or(kind);
+                        c
+                    }
+                    None => return self.alloc_region(bytes, memory),
+                }
+            }
+        };
+        let piece = Piece {
+            kind,
+            region: cut.region,
+            offset: cut.offset,
+            len,
+        };
+        let mut base_use = 0;
+        if cut.dirty {
+            match self.zero(&cut, len) {
+                Ok(value) => base_use = value,
+                Err(e) => {
+                    self.free_piece(piece, true, 0);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Buffer(Arc::new(BufferInner {
+            device: Some(self.clone()),
+            device_id: self.id.0,
+            region: None,
+            sub: Some(Sub {
+                piece,
+                base_use,
+                written: Default::default(),
+            }),
+            address: cut.address,
+            len: bytes,
+            memory: kind,
+            host: cut.host,
+            last_write: base_use.into(),
+            last_use: base_use.into(),
+        })))
+    }
+
+    /// A buffer that is a region of its own. Memory that ran out is asked again once the
+    /// idle slabs went back.
+    fn alloc_region(self: &Arc<Self>, bytes: u64, memory: Memory) -> Result<Buffer> {
+        let (region, address, host) = match self.alloc_raw(bytes, memory) {
+            Err(Error::OutOfMemory { .. }) if self.give_back_idle() > 0 => {
+                self.alloc_raw(bytes, memory)?
+            }
+            r => r?,
+        };
         let memory = match (memory, &host) {
             (Memory::Mapped, Some(h)) if h.fell_back => Memory::Pinned,
             _ => memory,
@@ -401,6 +469,7 @@ impl DeviceShared {
             device: Some(self.clone()),
             device_id: self.id.0,
             region: Some(region),
+            sub: None,
             address,
             len: bytes,
             memory,
@@ -408,6 +477,106 @@ impl DeviceShared {
             last_write: Default::default(),
             last_use: Default::default(),
         })))
+    }
+
+    fn pool(&self) -> Result<MutexGuard<'_, Pool>> {
+        self.slabs.lock().map_err(|_| super::poisoned())
+    }
+
+    /// The kind of slab a buffer of `memory` is cut from.
+    fn slab_kind(&self, memory: Memory) -> Result<Memory> {
+        Ok(match memory {
+            Memory::Mapped if self.pool()?.mapped_is_pinned => Memory::Pinned,
+            m => m,
+        })
+    }
+
+    /// Cuts `len` bytes from a slab of `kind` with room, after giving the pieces whose
+    /// last use the device reached back to their slabs; gives back slabs idle too long.
+    fn cut(&self, kind: Memory, len: u64) -> Result<Option<Cut>> {
+        let mut out = Vec::new();
+        let cut = {
+            let mut pool = self.pool()?;
+            pool.settle(self.signaled());
+            let cut = pool.cut(kind, len);
+            pool.reap(false, &mut out);
+            cut
+        };
+        for region in out {
+            self.free_now(region);
+        }
+        Ok(cut)
+    }
+
+    /// Asks rigd for a slab of `kind`: the kind it is (Pinned for Mapped on a device
+    /// without Mapped memory), `None` if the limits or the GPU leave no room for one.
+    fn grant(&self, kind: Memory) -> Result<Option<Memory>> {
+        let (region, address, host) = match self.alloc_raw(SLAB_BYTES, kind) {
+            Ok(granted) => granted,
+            Err(Error::OutOfMemory { .. } | Error::Invalid(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let fell_back = host.as_ref().is_some_and(|h| h.fell_back);
+        let kind = if fell_back { Memory::Pinned } else { kind };
+        let mut pool = self.pool()?;
+        pool.mapped_is_pinned |= fell_back;
+        pool.add(kind, region, address, SLAB_BYTES, host.map(|h| h.view));
+        Ok(Some(kind))
+    }
+
+    /// Zeroes the `len` bytes of `cut`, which may hold an earlier buffer's: by the host
+    /// where it addresses them, else by a fill on `COPY:0`. The value that writes them
+    /// (0 if none: the host's stores are done).
+    fn zero(self: &Arc<Self>, cut: &Cut, len: u64) -> Result<u64> {
+        if let Some(h) = &cut.host {
+            h.region.fill(h.offset, len as usize, 0);
+            return Ok(0);
+        }
+        let whole = Buffer(Arc::new(BufferInner {
+            device: Some(self.clone()),
+            device_id: self.id.0,
+            region: None,
+            sub: None,
+            address: cut.address,
+            len,
+            memory: Memory::Device,
+            host: None,
+            last_write: Default::default(),
+            last_use: Default::default(),
+        }));
+        crate::place::submit(self, &Submission::new().fill(&whole, 0, len, 0))
+    }
+
+    /// Gives `piece` back to its slab once the device reached `last_use` (at once if the
+    /// device is lost); `dirty` if its bytes may have changed.
+    pub(crate) fn free_piece(&self, piece: Piece, dirty: bool, last_use: u64) {
+        let reached = if self.lost_flag() {
+            u64::MAX
+        } else {
+            self.signaled()
+        };
+        let mut out = Vec::new();
+        if let Ok(mut pool) = self.slabs.lock() {
+            pool.free(piece, dirty, last_use, reached);
+            pool.settle(reached);
+            pool.reap(false, &mut out);
+        }
+        for region in out {
+            self.free_now(region);
+        }
+    }
+
+    /// Gives back every idle slab now: how many.
+    pub(super) fn give_back_idle(&self) -> usize {
+        let mut out = Vec::new();
+        if let Ok(mut pool) = self.slabs.lock() {
+            pool.settle(self.signaled());
+            pool.reap(true, &mut out);
+        }
+        for &region in &out {
+            self.free_now(region);
+        }
+        out.len()
     }
 
     /// A region of `bytes` bytes (rounded up to whole words) of `memory`: its id, GPU
@@ -420,9 +589,13 @@ impl DeviceShared {
         if bytes == 0 {
             return Err(Error::Invalid("a buffer has at least one byte".into()));
         }
+        let rounded = bytes.checked_next_multiple_of(4).ok_or_else(|| {
+            Error::Invalid(format!(
+                "cannot allocate {bytes} bytes: more than a u64 holds once rounded to words"
+            ))
+        })?;
         self.check_lost()?;
         self.settle();
-        let rounded = bytes.div_ceil(4) * 4;
         let req = Request::Alloc {
             device: self.id,
             memory: memory.to_proto(),
@@ -546,6 +719,7 @@ impl Device {
                 device: Some(self.0.clone()),
                 device_id: self.0.id.0,
                 region: Some(region),
+                sub: None,
                 address: gpu_address,
                 len: bytes,
                 memory: Memory::Pinned,
@@ -569,6 +743,13 @@ impl Device {
             }),
             r => Err(unexpected("map-host", &r)),
         }
+    }
+
+    /// Gives back to rigd now every slab of the device that no buffer uses (which the
+    /// device otherwise keeps for a while for the next small buffers: [`crate::slab`]'s
+    /// policy), and returns how many it gave back.
+    pub fn trim(&self) -> usize {
+        self.0.give_back_idle()
     }
 
     /// Loads the code object `binary` (an AMDGPU ELF for this device's processor).

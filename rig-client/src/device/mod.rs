@@ -3,7 +3,8 @@
 //! The device's rooms, one job each:
 //!
 //! - [`control`]: what goes through rigd ([`Rig`]: listing GPUs, opening a device;
-//!   [`Device`]: allocating and freeing memory, loading images, resolving kernels, growing
+//!   [`Device`]: allocating and freeing memory (small buffers cut from slabs, see
+//!   [`crate::slab`]), loading images, resolving kernels, growing
 //!   rings, closing), and [`Maps`], the shared memory an answer hands over;
 //! - [`waits`]: the waits on a device's timeline word;
 //! - [`bounce`]: host reads and writes of Device memory through a bounce buffer;
@@ -62,6 +63,8 @@ pub(crate) struct DeviceShared {
     pub(crate) deps: Mutex<Deps>,
     pub(crate) placer: Mutex<Placer>,
     deferred: Mutex<Deferred>,
+    /// The slabs small buffers are cut from ([`crate::slab`]).
+    slabs: Mutex<crate::slab::Pool>,
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
     /// The Pinned buffer host accesses of Device memory copy through.
     bounce: Mutex<Option<Buffer>>,
@@ -130,6 +133,7 @@ impl DeviceShared {
             deps: Mutex::new(Deps::default()),
             placer: Mutex::new(placer),
             deferred: Mutex::new(Deferred::default()),
+            slabs: Mutex::new(Default::default()),
             profile: Mutex::new(None),
             bounce: Mutex::new(None),
             peer_words: Mutex::new(Vec::new()),
@@ -217,7 +221,8 @@ impl Device {
         }
     }
 
-    /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory.
+    /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory
+    /// (pages of a slab that an earlier buffer changed are zeroed again: [`crate::slab`]).
     pub fn buffer(&self, bytes: u64, memory: Memory) -> Result<Buffer> {
         self.0.alloc(bytes, memory)
     }
