@@ -473,8 +473,8 @@ pub(crate) fn start(
 /// A queue's thread.
 fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
     let s = ctx.shared.clone();
-    // The doorbell's value at the last sleep: a poll that began with another one followed
-    // a ring.
+    // The doorbell's value when the thread last went to sleep (or started): a run of
+    // packets that began with another value followed a ring.
     let mut rung = s.doorbell.value();
     loop {
         // Read before polling: a ring after the poll read the write position then differs.
@@ -521,7 +521,9 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
             return;
         }
         // After a ring, poll the doorbell for DOORBELL_POLL, as a hardware CP polls: the
-        // next ring of a client that submits again soon costs neither side a wake-up.
+        // next ring of a client that submits again soon costs neither side a wake-up. The
+        // poll yields its core often: a spin that did not (tried before) took the CPU from
+        // the client on a machine with few cores.
         let stop = || s.stop.load(Ordering::SeqCst);
         if seen != rung && s.doorbell.poll(seen, DOORBELL_POLL, stop).is_some() {
             rung = seen;
