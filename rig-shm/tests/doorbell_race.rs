@@ -1,6 +1,7 @@
 //! The doorbell as a race between a processor that polls, then sleeps, and a client that
 //! rings at every moment around the poll's end: no ring may be lost. The processor sleeps
-//! for up to 20 s per wait, so a lost ring fails the per-round bound of 3 s.
+//! for up to 20 s per wait, so a lost ring fails the per-round bound of 10 s (generous for
+//! a loaded machine, where a round takes microseconds).
 #![cfg(not(miri))]
 
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use rig_shm::layout::DOORBELL_PAGE_BYTES;
 use rig_shm::{Doorbell, SharedRegion};
 
 const SLEEP: Duration = Duration::from_secs(20);
+/// Longest a round may take: a ring seen only when the processor's sleep times out fails it.
+const BOUND: Duration = Duration::from_secs(10);
 const WINDOW: Duration = Duration::from_micros(40);
 /// The doorbell slot the races use (not the first, so offsets are added).
 const SLOT: usize = 256;
@@ -57,7 +60,7 @@ fn a_ring_as_the_processor_stops_polling_and_sleeps_is_never_lost() {
         let t = Instant::now();
         while acked.load(Ordering::Acquire) != round {
             assert!(
-                t.elapsed() < Duration::from_secs(3),
+                t.elapsed() < BOUND,
                 "round {round}: the ring was lost (the processor slept through it)"
             );
             std::thread::yield_now();
@@ -114,16 +117,13 @@ fn a_ring_between_the_decision_to_sleep_and_the_sleep_is_never_lost() {
     for round in 1..=rounds {
         let t = Instant::now();
         while deciding.load(Ordering::SeqCst) != round {
-            assert!(
-                t.elapsed() < Duration::from_secs(3),
-                "round {round}: no sleep"
-            );
+            assert!(t.elapsed() < BOUND, "round {round}: no sleep");
             std::hint::spin_loop();
         }
         client.ring(round);
         while acked.load(Ordering::Acquire) != round {
             assert!(
-                t.elapsed() < Duration::from_secs(3),
+                t.elapsed() < BOUND,
                 "round {round}: the ring between the decision to sleep and the sleep was lost"
             );
             std::thread::yield_now();
