@@ -2,15 +2,16 @@
 //!
 //! - CPU per queued launch of an empty kernel (the goal is at most 0.1 us), and per launch
 //!   of a submission of 100 launches (the goal is at most 25 ns);
-//! - submit-to-completion of an empty kernel, with a spinning and with a sleeping wait
-//!   (p50, p99);
+//! - submit-to-completion of an empty kernel, with a spinning wait, the default wait (a
+//!   bounded spin, then a sleep) and a wait that sleeps at once (p50, p99);
 //! - submissions per second from one process and from 8 processes at once;
 //! - alloc + free of 4 KiB, 64 KiB and 1 MiB buffers of each kind (p50, p99; the goal is
 //!   at most 1 us p50), with and without writes between, and of a buffer past the slabs'
 //!   threshold (a round trip).
 //!
 //! `cargo bench -p rig-client --bench figures` (`RIG_BENCH_ONLY=submit` for the CPU
-//! figures alone, `RIG_BENCH_ONLY=alloc` for the allocation figures alone). The empty kernel is compiled with clang-19
+//! figures alone, `RIG_BENCH_ONLY=wait` for the submit-to-completion ones,
+//! `RIG_BENCH_ONLY=alloc` for the allocation figures). The empty kernel is compiled with clang-19
 //! when LLVM 19 is installed; otherwise the `add` kernel of one work-group stands in, and
 //! the figures say so.
 
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission};
+use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission, WaitPolicy};
 
 /// rigd's daemon, which this program serves as when run again by [`Daemon::start`].
 #[path = "../../tests/src/serve.rs"]
@@ -157,6 +158,30 @@ fn stream(dev: &Device, s: &Submission, n: u32) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// Submit to completion of one launch at a time, with each wait policy of the figures:
+/// spinning only, the default (a bounded spin, then a sleep), and sleeping at once.
+fn waits(dev: &Device, s: &Submission) {
+    let policies = [
+        ("spinning", WaitPolicy::spinning(Duration::from_secs(1))),
+        ("default (spin, then sleep)", WaitPolicy::default()),
+        ("sleeping at once", WaitPolicy::sleeping()),
+    ];
+    for (name, policy) in policies {
+        let mut v = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let p = dev.submit(s).unwrap();
+            assert!(p.wait_with(policy).unwrap());
+            v.push(t.elapsed());
+        }
+        println!(
+            "  submit to completion, {name} wait: p50 {:.1} us, p99 {:.1} us",
+            pct(&mut v, 0.5),
+            pct(&mut v, 0.99)
+        );
+    }
+}
+
 fn main() {
     if let Some(code) = serve::main() {
         std::process::exit(code);
@@ -183,8 +208,14 @@ fn main() {
         dev.arch()
     );
 
-    if std::env::var("RIG_BENCH_ONLY").is_ok_and(|v| v == "alloc") {
+    let only = std::env::var("RIG_BENCH_ONLY").ok();
+    if only.as_deref() == Some("alloc") {
         alloc_figures(&dev);
+        dev.close().unwrap();
+        return;
+    }
+    if only.as_deref() == Some("wait") {
+        waits(&dev, &s);
         dev.close().unwrap();
         return;
     }
@@ -246,30 +277,11 @@ fn main() {
         pct(&mut per, 0.99) * 1e3
     );
 
-    if std::env::var("RIG_BENCH_ONLY").is_ok_and(|v| v == "submit") {
+    if only.as_deref() == Some("submit") {
         dev.close().unwrap();
         return;
     }
-
-    for (name, sleeping) in [("spinning", false), ("sleeping", true)] {
-        let mut v = Vec::with_capacity(2000);
-        for _ in 0..2000 {
-            let t = Instant::now();
-            let p = dev.submit(&s).unwrap();
-            if sleeping {
-                p.wait_sleeping()
-            } else {
-                p.wait_spinning(Duration::from_secs(1))
-            }
-            .unwrap();
-            v.push(t.elapsed());
-        }
-        println!(
-            "  submit to completion, {name} wait: p50 {:.1} us, p99 {:.1} us",
-            pct(&mut v, 0.5),
-            pct(&mut v, 0.99)
-        );
-    }
+    waits(&dev, &s);
 
     let n = 20_000;
     println!(

@@ -1,4 +1,5 @@
-//! Hardware queues: one thread per queue that sleeps on its doorbell, reads its ring, and
+//! Hardware queues: one thread per queue that sleeps on its doorbell (after polling it for
+//! [`DOORBELL_POLL`] past each ring's work, as a hardware CP polls), reads its ring, and
 //! reports interrupts and faults to the queue's owner.
 //!
 //! This module owns a queue's life (start, stop, status), the reading of dword rings (PM4 and
@@ -43,6 +44,14 @@ use crate::{Result, SimError, SimGpu};
 /// for nothing: each wake costs about 10 us of CPU, so 250 ms would make 64 idle queues cost
 /// 2.5 ms of CPU a second instead of next to nothing.
 pub const DOORBELL_RECHECK: Duration = Duration::from_secs(10);
+
+/// How long a queue's thread keeps polling its doorbell after the work of a ring, before it
+/// sleeps on the doorbell's futex: as a hardware CP polls its doorbells, so that a client
+/// that submits again within this needs no system call to ring and the thread no wake-up
+/// (an idle vCPU takes 10-40 us to wake on a VM). The thread spends a core for this long
+/// after each ring's work, issuing spin-loop hints and yielding the core about every
+/// microsecond (`rig_shm::Doorbell::poll`); an idle queue spends nothing.
+pub const DOORBELL_POLL: Duration = Duration::from_micros(100);
 
 /// How long [`Queue::stop`] waits for the queue's thread to end (it takes one copy chunk or
 /// one packet, milliseconds) before it logs that the thread did not stop and returns.
@@ -464,6 +473,9 @@ pub(crate) fn start(
 /// A queue's thread.
 fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
     let s = ctx.shared.clone();
+    // The doorbell's value when the thread last went to sleep (or started): a run of
+    // packets that began with another value followed a ring.
+    let mut rung = s.doorbell.value();
     loop {
         // Read before polling: a ring after the poll read the write position then differs.
         let seen = s.doorbell.value();
@@ -508,13 +520,20 @@ fn run(ctx: Ctx, mut processor: Box<dyn Processor>) {
             (s.on_fault)(fault);
             return;
         }
-        // Sleep on the doorbell's futex until a ring. (A spin before sleeping was tried: on a
-        // machine with few cores it took the CPU from the client and doubled latency.) The
-        // sleep is bounded (see DOORBELL_RECHECK). Any wake polls: a ring with the value
-        // seen (an AQL producer may ring its last index again) still means "look".
-        s.doorbell.wait(seen, Some(DOORBELL_RECHECK), || {
-            s.stop.load(Ordering::SeqCst)
-        });
+        // After a ring, poll the doorbell for DOORBELL_POLL, as a hardware CP polls: the
+        // next ring of a client that submits again soon costs neither side a wake-up. The
+        // poll yields its core often: a spin that did not (tried before) took the CPU from
+        // the client on a machine with few cores.
+        let stop = || s.stop.load(Ordering::SeqCst);
+        if seen != rung && s.doorbell.poll(seen, DOORBELL_POLL, stop).is_some() {
+            rung = seen;
+            continue;
+        }
+        rung = seen;
+        // Sleep on the doorbell's futex until a ring, bounded (see DOORBELL_RECHECK). Any
+        // wake polls: a ring with the value seen (an AQL producer may ring its last index
+        // again) still means "look".
+        s.doorbell.wait(seen, Some(DOORBELL_RECHECK), stop);
     }
 }
 

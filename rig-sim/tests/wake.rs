@@ -76,3 +76,51 @@ fn an_sdma_fence_and_trap_wake_sleepers_of_the_fenced_word() {
     );
     q.wait_idle();
 }
+
+/// Longest a round of the doorbell race may take: less than the queue thread's backstop
+/// recheck (`DOORBELL_RECHECK`, 10 s), so a ring that only the recheck finds fails it.
+const BOUND: Duration = Duration::from_secs(8);
+
+/// Busy-waits `d` (a sleep of the test thread would be far coarser than the poll window).
+fn spin_for(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// A doorbell rung just as the queue's thread ends its poll of the doorbell and goes to
+/// sleep, or while it runs the packets of the ring before, is never lost: pairs of
+/// releases, the first rung after delays swept across the poll window's end and the
+/// second right after it, each complete well before the thread's backstop recheck (10 s)
+/// would find them.
+#[test]
+fn a_ring_as_the_queue_goes_from_polling_to_sleeping_is_never_lost() {
+    let gpu = gpu("gfx1100");
+    let space = gpu.create_address_space();
+    let data = host(&space, HOST_VA, 4096);
+    let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
+    let window = rig_sim::queue::DOORBELL_POLL;
+    assert!(BOUND < rig_sim::queue::DOORBELL_RECHECK);
+    // From a ring at once to one well after the window, in steps of a fortieth of it.
+    let steps = 80u32;
+    for round in 1..=4 * u64::from(steps) {
+        let delay = window * (round as u32 % steps) / (steps / 2);
+        spin_for(delay);
+        let (first, second) = (2 * round - 1, 2 * round);
+        let release = ReleaseMem::timeline(0, HOST_VA, first);
+        q.submit(&Packet::ReleaseMem(release).to_words().unwrap());
+        spin_for(Duration::from_nanos(100 * (round % 16)));
+        let release = ReleaseMem::timeline(0, HOST_VA, second);
+        q.submit(&Packet::ReleaseMem(release).to_words().unwrap());
+        let t = Instant::now();
+        while data.load_u64(0, Ordering::Acquire) != second {
+            assert!(
+                t.elapsed() < BOUND,
+                "round {round}: the ring after {delay:?} was lost (the queue slept through it)"
+            );
+            std::thread::yield_now();
+        }
+    }
+    q.wait_idle();
+}

@@ -21,13 +21,14 @@ use crate::error::{Error, Result};
 
 /// How long a wait spins on the word before it sleeps, by default.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
-/// How long a spinning wait issues spin-loop hints before it yields its core instead, by
-/// default: as long as the default spin, so that a default wait never yields. Yielding
-/// from the start was measured (docs/performance.md): on a 2-core host the scheduler then
-/// ran the queue's thread on the waiter's core, and every later doorbell's wake preempted
-/// the submitting thread (7.5 us per queued launch instead of 0.12 us). A longer spin
-/// yields after this.
-pub const DEFAULT_HINTS: Duration = DEFAULT_SPIN;
+/// How long a spinning wait issues spin-loop hints before it yields its core instead
+/// (`sched_yield` between reads), by default: about what the simulated queue takes for an
+/// empty kernel on a quiet host. Past it the waiter yields, because the queue's thread,
+/// which polls its doorbell after work (`rig_sim::queue::DOORBELL_POLL`) rather than
+/// sleeping, may share the waiter's core: a waiter that only issued hints would keep it
+/// from running (57 us p50 per launch with 50 us of hints on the 2-core VM under load, 8.5
+/// us with 2; docs/performance.md).
+pub const DEFAULT_HINTS: Duration = Duration::from_micros(2);
 /// How often a wait whose word stands still asks rigd whether it still serves the device.
 const CHECK_DAEMON: Duration = Duration::from_millis(500);
 /// The longest a sleeping wait blocks before it reads the word and the lost flag again: a
