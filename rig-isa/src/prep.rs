@@ -107,6 +107,14 @@ pub(crate) enum Shift64 {
     Ashrrev,
 }
 
+/// A 32-bit integer comparison (`v_cmp*_{i,u}32`): the relation, as the low three bits of the
+/// compare opcode number it (false, <, ==, <=, >, !=, >=, true), and the signedness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cmp32 {
+    pub rel: u8,
+    pub signed: bool,
+}
+
 /// The carry-in of a fast integer add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CarryIn {
@@ -135,6 +143,15 @@ pub(crate) enum Fast {
         cin: CarryIn,
         d: u8,
         carry: u8,
+        top: u16,
+    },
+    /// A 32-bit integer compare: the lane mask (active lanes' results, others 0) into SGPR
+    /// `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`).
+    Cmp {
+        c: Cmp32,
+        a: Operand,
+        b: Operand,
+        d: u8,
         top: u16,
     },
     /// `v_lshlrev_b64`, `v_lshrrev_b64`, `v_ashrrev_i64` into the pair from `d`.
@@ -251,9 +268,11 @@ pub(crate) fn select(i: &Inst) -> Fast {
             })
             .or_else(|| add_co(i))
             .or_else(|| shift64(i))
+            .or_else(|| cmp(i))
             .unwrap_or(Fast::General),
         Format::Vopd => dual(i).unwrap_or(Fast::General),
         Format::Vop3sd => add_co(i).unwrap_or(Fast::General),
+        Format::Vopc => cmp(i).unwrap_or(Fast::General),
         Format::Ds => ds_load(i).or_else(|| ds_store(i)).unwrap_or(Fast::General),
         _ => Fast::General,
     }
@@ -366,6 +385,46 @@ fn add_co(i: &Inst) -> Option<Fast> {
         d,
         carry,
         top: top(&[a, b], &[d]),
+    })
+}
+
+/// The 32-bit integer compares (VOPC, or VOP3 without modifiers), `v_cmpx` too.
+fn cmp(i: &Inst) -> Option<Fast> {
+    if i.op >= 0x100
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.op_sel != 0
+        || i.clamp
+        || i.omod != 0
+    {
+        return None;
+    }
+    let signed = match i.op & 0x7f {
+        0x40..=0x47 => true,
+        0x48..=0x4f => false,
+        _ => return None,
+    };
+    let d = if i.op >= 0x80 {
+        src::EXEC_LO
+    } else if i.format == Format::Vop3 {
+        i.dst
+    } else {
+        src::VCC_LO
+    };
+    if d > src::VCC_LO && d != src::EXEC_LO {
+        return None;
+    }
+    let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
+    Some(Fast::Cmp {
+        c: Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed,
+        },
+        a,
+        b,
+        d: d as u8,
+        top: top(&[a, b], &[]),
     })
 }
 

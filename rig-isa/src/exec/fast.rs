@@ -9,7 +9,7 @@
 use super::Wave;
 use super::ds::{lds_read, lds_write};
 use crate::ExecFault;
-use crate::prep::{Alu, AluOp, CarryIn, Fast, Operand, Operand64, Shift64};
+use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -82,6 +82,10 @@ fn run_n<const N: usize>(
         } => {
             range(wv, *top)?;
             add_co::<N>(wv, *a, *b, *cin, *d, *carry);
+        }
+        Fast::Cmp { c, a, b, d, top } => {
+            range(wv, *top)?;
+            cmp::<N>(wv, *c, *a, *b, *d);
         }
         Fast::Shift64 { f, a, b, d, top } => {
             range(wv, *top)?;
@@ -227,6 +231,35 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
         wv.sgpr[carry as usize + 1] = (c >> 32) as u32;
     }
     write::<N>(wv, d, &r);
+}
+
+/// A 32-bit integer compare's lane mask into SGPR `d` (and `d + 1` in wave64).
+#[inline(always)]
+fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
+    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
+    // Signed order is unsigned order with the sign bit flipped.
+    let flip = if c.signed { 0x8000_0000 } else { 0 };
+    let mut bits = 0u64;
+    for l in 0..N {
+        let (x, y) = (a[l] ^ flip, b[l] ^ flip);
+        let r = match c.rel {
+            0 => false,
+            1 => x < y,
+            2 => x == y,
+            3 => x <= y,
+            4 => x > y,
+            5 => x != y,
+            6 => x >= y,
+            _ => true,
+        };
+        bits |= (r as u64) << l;
+    }
+    let bits = bits & wv.exec();
+    wv.sgpr[d as usize] = bits as u32;
+    if N == 64 {
+        wv.sgpr[d as usize + 1] = (bits >> 32) as u32;
+    }
 }
 
 /// A 64-bit shift into the pair from `d` (lanes in EXEC).
@@ -496,6 +529,21 @@ mod tests {
             "v_lshlrev_b64 v[15:16], 2, v[2:3]",
         ),
         (&[0xd9340000, 0x00000f03], "ds_store_b64 v3, v[15:16]"),
+        (&[0x7c980203], "v_cmp_gt_u32 vcc_lo, s3, v1"),
+        (&[0x7c8212c1], "v_cmp_lt_i32 vcc_lo, -1, v9"),
+        (
+            &[0xd44a000a, 0x0001ff03, 0x000003ff],
+            "v_cmp_eq_u32_e64 s10, v3, 0x3ff",
+        ),
+        (&[0xd445000c, 0x00021303], "v_cmp_ne_i32_e64 s12, v3, v9"),
+        (&[0xd44e006a, 0x00021205], "v_cmp_ge_u32_e64 vcc_lo, s5, v9"),
+        (&[0x7c861303], "v_cmp_le_i32 vcc_lo, v3, v9"),
+        (&[0xd4cc007e, 0x00020203], "v_cmpx_gt_u32_e64 s3, v1"),
+        (&[0x7d961303], "v_cmpx_le_u32 v3, v9"),
+        (&[0x7d8a12c4], "v_cmpx_ne_i32 -4, v9"),
+        (&[0x7c9e1303], "v_cmp_t_u32 vcc_lo, v3, v9"),
+        (&[0x7c801303], "v_cmp_f_i32 vcc_lo, v3, v9"),
+        (&[0x7c982703], "v_cmp_gt_u32 vcc_lo, v3, v19"),
     ];
 
     fn mix(k: u32, seed: u32) -> u32 {
