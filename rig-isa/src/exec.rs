@@ -194,6 +194,8 @@ struct Ctx<'a> {
     nvgpr: usize,
     waves_per_group: usize,
     wave_bytes: u64,
+    /// The host's vector unit, asked once.
+    wide: crate::simd::Wide,
 }
 
 /// The shape of a dispatch as one `execute` call runs it, checked.
@@ -344,6 +346,7 @@ pub(crate) fn execute(
             nvgpr: p.nvgpr,
             waves_per_group: p.waves_per_group,
             wave_bytes: p.wave_bytes,
+            wide: crate::simd::Wide::detect(),
         },
         mem,
         share,
@@ -593,7 +596,10 @@ fn run_wave(
         }
         wave.pc = pc + 4 * s.inst.len as u64;
         if !matches!(s.fast, Fast::General)
-            && matches!(fast::run(wave, &mut g.lds, &s.fast, pc)?, fast::Ran::Done)
+            && matches!(
+                fast::run(ctx.wide, wave, &mut g.lds, &s.fast, pc)?,
+                fast::Ran::Done
+            )
         {
             continue;
         }

@@ -4,16 +4,38 @@
 //! copy. The same source, so the same results. The one place that calls target-feature code
 //! besides `fma`.
 
-/// Runs `f`, compiled with AVX2 and FMA when the host has them (`f` and what it inlines).
-#[inline(always)]
-pub(crate) fn wide<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above), the target features
-        // `avx2_fma` is compiled with.
-        return unsafe { avx2_fma(f) };
+/// Whether the host's vector unit runs the wide copy, detected once per dispatch (not per
+/// instruction).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wide(bool);
+
+impl Wide {
+    /// The host's answer.
+    pub(crate) fn detect() -> Wide {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Wide(
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma"),
+            )
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Wide(false)
+        }
     }
-    f()
+
+    /// Runs `f`, compiled with AVX2 and FMA when the host has them (`f` and what it inlines).
+    #[inline(always)]
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        if self.0 {
+            // SAFETY: `Wide(true)` is made only by `detect` on a CPU with AVX2 and FMA, the
+            // target features `avx2_fma` is compiled with.
+            return unsafe { avx2_fma(f) };
+        }
+        f()
+    }
 }
 
 /// `f` inlined into a function compiled for AVX2 and FMA.

@@ -10,6 +10,7 @@ use super::Wave;
 use super::ds::{lds_read, lds_write};
 use crate::ExecFault;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
+use crate::simd::Wide;
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -22,8 +23,14 @@ pub(super) enum Ran {
 /// Runs `f` (not `Fast::General`) on the wave.
 // Out of line: the issue loop stays small (inlined, its frame spilled on every issue).
 #[inline(never)]
-pub(super) fn run(wv: &mut Wave, lds: &mut [u8], f: &Fast, pc: u64) -> Result<Ran, ExecFault> {
-    crate::simd::wide(
+pub(super) fn run(
+    wide: Wide,
+    wv: &mut Wave,
+    lds: &mut [u8],
+    f: &Fast,
+    pc: u64,
+) -> Result<Ran, ExecFault> {
+    wide.run(
         #[inline(always)]
         || {
             if wv.lanes == 32 {
@@ -631,7 +638,7 @@ mod tests {
                             }
                         }
                         let (mut lds_a, mut lds_b) = (lds.clone(), lds.clone());
-                        let ra = run(&mut a, &mut lds_a, &s.fast, 0);
+                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &s.fast, 0);
                         if matches!(ra, Ok(Ran::General)) {
                             fell_back = true;
                             continue;
