@@ -597,7 +597,7 @@ fn run_wave(
         wave.pc = pc + 4 * s.inst.len as u64;
         if !matches!(s.fast, Fast::General)
             && matches!(
-                fast::run(ctx.wide, wave, &mut g.lds, &s.fast, pc)?,
+                fast::run(ctx.wide, wave, &mut g.lds, g.mem, &s.fast, pc)?,
                 fast::Ran::Done
             )
         {

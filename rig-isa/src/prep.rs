@@ -170,6 +170,16 @@ pub(crate) enum Fast {
         rows: u8,
         off: u32,
     },
+    /// `global_load_b32` / `global_store_b32`: the lane's address is the VGPR pair from
+    /// `addr`, or the SGPR pair `saddr` plus the VGPR `addr`, plus `imm`.
+    GlobalDword {
+        load: bool,
+        addr: u8,
+        saddr: Option<u8>,
+        data: u8,
+        imm: i32,
+        top: u16,
+    },
     /// LDS loads of whole dwords: `rows` registers from `d` get the dword at the lane's
     /// address (VGPR `addr`) plus `off[k]`.
     DsLoad {
@@ -274,6 +284,7 @@ pub(crate) fn select(i: &Inst) -> Fast {
         Format::Vop3sd => add_co(i).unwrap_or(Fast::General),
         Format::Vopc => cmp(i).unwrap_or(Fast::General),
         Format::Ds => ds_load(i).or_else(|| ds_store(i)).unwrap_or(Fast::General),
+        Format::Global => global_dword(i).unwrap_or(Fast::General),
         _ => Fast::General,
     }
 }
@@ -461,6 +472,35 @@ fn shift64(i: &Inst) -> Option<Fast> {
         t = t.max(r as u16 + 2);
     }
     Some(Fast::Shift64 { f, a, b, d, top: t })
+}
+
+/// Global dword loads and stores, the scalar base (if any) an SGPR pair.
+fn global_dword(i: &Inst) -> Option<Fast> {
+    let m = meta(i);
+    let load = match m.kind {
+        MemKind::Load => true,
+        MemKind::Store => false,
+        _ => return None,
+    };
+    if m.bytes != 4 || m.exotic {
+        return None;
+    }
+    let addr = vgpr(i.src[0])?;
+    let data = vgpr(if load { i.dst } else { i.src[1] })?;
+    let saddr = match i.saddr {
+        src::NULL => None,
+        s @ 0..=105 => Some((s & !1) as u8),
+        _ => return None,
+    };
+    let a_top = addr as u16 + if saddr.is_none() { 2 } else { 1 };
+    Some(Fast::GlobalDword {
+        load,
+        addr,
+        saddr,
+        data,
+        imm: i.imm,
+        top: a_top.max(data as u16 + 1),
+    })
 }
 
 /// `ds_store_b32`..`b128`.

@@ -6,11 +6,11 @@
 // Lane loops index several lane arrays in step; iterators would obscure that.
 #![allow(clippy::needless_range_loop)]
 
-use super::Wave;
 use super::ds::{lds_read, lds_write};
-use crate::ExecFault;
+use super::{Wave, mem_fault};
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
 use crate::simd::Wide;
+use crate::{ExecFault, Memory};
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -27,6 +27,7 @@ pub(super) fn run(
     wide: Wide,
     wv: &mut Wave,
     lds: &mut [u8],
+    mem: &dyn Memory,
     f: &Fast,
     pc: u64,
 ) -> Result<Ran, ExecFault> {
@@ -34,9 +35,9 @@ pub(super) fn run(
         #[inline(always)]
         || {
             if wv.lanes == 32 {
-                run_n::<32>(wv, lds, f, pc)
+                run_n::<32>(wv, lds, mem, f, pc)
             } else {
-                run_n::<64>(wv, lds, f, pc)
+                run_n::<64>(wv, lds, mem, f, pc)
             }
         },
     )
@@ -46,6 +47,7 @@ pub(super) fn run(
 fn run_n<const N: usize>(
     wv: &mut Wave,
     lds: &mut [u8],
+    mem: &dyn Memory,
     f: &Fast,
     pc: u64,
 ) -> Result<Ran, ExecFault> {
@@ -97,6 +99,17 @@ fn run_n<const N: usize>(
         Fast::Shift64 { f, a, b, d, top } => {
             range(wv, *top)?;
             shift64::<N>(wv, *f, *a, *b, *d);
+        }
+        Fast::GlobalDword {
+            load,
+            addr,
+            saddr,
+            data,
+            imm,
+            top,
+        } => {
+            range(wv, *top)?;
+            global_dword::<N>(wv, mem, *load, *addr, *saddr, *data, *imm, pc)?;
         }
         Fast::DsLoad { addr, d, rows, off } => ds_load::<N>(wv, lds, *addr, *d, *rows, off, pc)?,
         Fast::DsStore {
@@ -305,6 +318,82 @@ fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, 
     write::<N>(wv, d + 1, &hi);
 }
 
+/// Global dword loads and stores: every lane's address first (a load may overwrite its own
+/// address register), then each run of active lanes at consecutive dwords as one access; a
+/// run that faults is redone lane by lane, so the fault names the exact lane address.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn global_dword<const N: usize>(
+    wv: &mut Wave,
+    mem: &dyn Memory,
+    load: bool,
+    addr: u8,
+    saddr: Option<u8>,
+    data: u8,
+    imm: i32,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let exec = wv.exec();
+    let imm = imm as i64 as u64;
+    let lo = vrow::<N>(wv, addr);
+    let mut at = [0u64; N];
+    match saddr {
+        None => {
+            let hi = vrow::<N>(wv, addr + 1);
+            for l in 0..N {
+                at[l] = (lo[l] as u64 | (hi[l] as u64) << 32).wrapping_add(imm);
+            }
+        }
+        Some(s) => {
+            let s = s as usize;
+            let base = (wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32).wrapping_add(imm);
+            for l in 0..N {
+                at[l] = base.wrapping_add(lo[l] as u64);
+            }
+        }
+    }
+    let mut buf = [0u8; 4 * 64];
+    let mut l = 0;
+    while l < N {
+        if exec >> l & 1 == 0 {
+            l += 1;
+            continue;
+        }
+        let start = l;
+        while l + 1 < N && exec >> (l + 1) & 1 != 0 && at[l + 1] == at[l].wrapping_add(4) {
+            l += 1;
+        }
+        let end = l + 1;
+        let run = &mut buf[..4 * (end - start)];
+        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize];
+        if load {
+            if mem.read(at[start], run).is_ok() {
+                for (v, c) in row[start..end].iter_mut().zip(run.as_chunks::<4>().0) {
+                    *v = u32::from_le_bytes(*c);
+                }
+            } else {
+                for k in start..end {
+                    let mut b4 = [0u8; 4];
+                    mem.read(at[k], &mut b4).map_err(mem_fault(pc))?;
+                    row[k] = u32::from_le_bytes(b4);
+                }
+            }
+        } else {
+            for (c, v) in run.as_chunks_mut::<4>().0.iter_mut().zip(&row[start..end]) {
+                *c = v.to_le_bytes();
+            }
+            if mem.write(at[start], run).is_err() {
+                for k in start..end {
+                    mem.write(at[k], &row[k].to_le_bytes())
+                        .map_err(mem_fault(pc))?;
+                }
+            }
+        }
+        l = end;
+    }
+    Ok(())
+}
+
 /// LDS dword stores, lane by lane in lane order (a later lane's store to the same address
 /// wins); out-of-range dwords are dropped.
 #[inline(always)]
@@ -394,6 +483,7 @@ mod tests {
     use super::*;
     use crate::decode::{Format, Inst, decode};
     use crate::prep::Slot;
+    use crate::testing::FlatMemory;
 
     /// LLVM's encodings (llvm-mc-19 --mcpu=gfx1100) of every kind of fast form, some with
     /// registers beyond the test wave's 16 VGPRs.
@@ -551,6 +641,27 @@ mod tests {
         (&[0x7c9e1303], "v_cmp_t_u32 vcc_lo, v3, v9"),
         (&[0x7c801303], "v_cmp_f_i32 vcc_lo, v3, v9"),
         (&[0x7c982703], "v_cmp_gt_u32 vcc_lo, v3, v19"),
+        (&[0xdc520000, 0x077c0002], "global_load_b32 v7, v[2:3], off"),
+        (
+            &[0xdc521ff8, 0x027c0002],
+            "global_load_b32 v2, v[2:3], off offset:-8",
+        ),
+        (
+            &[0xdc520010, 0x07040003],
+            "global_load_b32 v7, v3, s[4:5] offset:16",
+        ),
+        (
+            &[0xdc6a0000, 0x007c0902],
+            "global_store_b32 v[2:3], v9, off",
+        ),
+        (
+            &[0xdc6a0004, 0x00040903],
+            "global_store_b32 v3, v9, s[4:5] offset:4",
+        ),
+        (
+            &[0xdc520000, 0x077c000f],
+            "global_load_b32 v7, v[15:16], off",
+        ),
     ];
 
     fn mix(k: u32, seed: u32) -> u32 {
@@ -588,9 +699,46 @@ mod tests {
         w
     }
 
+    /// Global memory of the tests: `MEM_BYTES` from `MEM_BASE`, filled from `seed`.
+    const MEM_BASE: u64 = 0x1_0000;
+    const MEM_BYTES: usize = 0x8000;
+
+    fn memory(seed: u32) -> FlatMemory {
+        let m = FlatMemory::new(MEM_BASE, MEM_BYTES);
+        let bytes: Vec<u8> = (0..MEM_BYTES as u32).map(|k| mix(k, seed) as u8).collect();
+        m.write(MEM_BASE, &bytes).expect("in range");
+        m
+    }
+
     /// The general executor's run of `i`.
-    fn general(w: &mut Wave, lds: &mut [u8], i: &Inst) -> Result<(), ExecFault> {
+    fn general(w: &mut Wave, lds: &mut [u8], mem: &FlatMemory, i: &Inst) -> Result<(), ExecFault> {
         match i.format {
+            Format::Global => {
+                let d = crate::Dispatch {
+                    code_address: 0,
+                    pgm_rsrc1: w.rsrc1,
+                    pgm_rsrc2: 0,
+                    pgm_rsrc3: 0,
+                    user_sgprs: Vec::new(),
+                    grid_items: [w.lanes as u32, 1, 1],
+                    group_size: [w.lanes as u32, 1, 1],
+                    wave64: w.lanes == 64,
+                    lds_bytes: 0,
+                    scratch: None,
+                };
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let ctx = super::super::Ctx {
+                    d: &d,
+                    isa: crate::Isa::Gfx11,
+                    stop: &stop,
+                    lanes: w.lanes,
+                    nvgpr: w.nvgpr,
+                    waves_per_group: 1,
+                    wave_bytes: 0,
+                    wide: Wide::detect(),
+                };
+                super::super::vmem(&ctx, w, lds, mem, i, 0)
+            }
             Format::Ds => super::super::ds::ds(w, lds, i, 0),
             Format::Vopd => {
                 let (mut v, t) = w.as_valu();
@@ -637,13 +785,37 @@ mod tests {
                                 }
                             }
                         }
+                        if i.format == Format::Global && seed % 3 != 2 {
+                            // Addresses in memory (consecutive dwords, or scattered), the
+                            // scalar base at its start.
+                            let (r, pair) = ((i.src[0] as usize - 256) * lanes, i.saddr == 124);
+                            let base = if pair { MEM_BASE as u32 } else { 0 };
+                            for w in [&mut a, &mut b] {
+                                w.sgpr[4] = MEM_BASE as u32;
+                                w.sgpr[5] = 0;
+                                for l in 0..lanes {
+                                    let off = if seed % 3 == 0 {
+                                        0x100 + 4 * l as u32
+                                    } else {
+                                        mix(l as u32, seed) & 0x7fc
+                                    };
+                                    if r + lanes + l < w.vgpr.len() {
+                                        w.vgpr[r + l] = base + off;
+                                        if pair {
+                                            w.vgpr[r + lanes + l] = 0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        let (mem_a, mem_b) = (memory(seed), memory(seed));
                         let (mut lds_a, mut lds_b) = (lds.clone(), lds.clone());
-                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &s.fast, 0);
+                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mem_a, &s.fast, 0);
                         if matches!(ra, Ok(Ran::General)) {
                             fell_back = true;
                             continue;
                         }
-                        let rb = general(&mut b, &mut lds_b, &i);
+                        let rb = general(&mut b, &mut lds_b, &mem_b, &i);
                         let ctx = format!("{text}, wave{lanes}, exec {exec:#x}");
                         assert_eq!(format!("{:?}", ra.map(|_| ())), format!("{rb:?}"), "{ctx}");
                         let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
@@ -653,6 +825,10 @@ mod tests {
                         // A fault ends the dispatch and its groups' LDS with it: only a
                         // completed store's LDS is observable.
                         assert!(rb.is_err() || lds_a == lds_b, "{ctx}: LDS");
+                        let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
+                        mem_a.read(MEM_BASE, &mut ma).expect("in range");
+                        mem_b.read(MEM_BASE, &mut mb).expect("in range");
+                        assert!(ma == mb, "{ctx}: memory");
                     }
                 }
             }
