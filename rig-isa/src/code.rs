@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::decode::{DecodeError, Inst, Isa, decode_isa};
+use crate::prep::Slot;
 use crate::{ExecFault, Memory};
 
 /// Bytes read ahead at a time (never across a 4 KiB page).
@@ -29,7 +30,7 @@ const CACHE_SLOTS: usize = 16 * 1024;
 #[derive(Clone)]
 pub(crate) struct Cached {
     words: Vec<u32>,
-    dense: Vec<Option<Inst>>,
+    dense: Vec<Option<Slot>>,
 }
 
 /// Keyed by encoding family and code address: the same words decode differently per family.
@@ -92,8 +93,8 @@ pub(crate) struct Code<'m> {
     words: Vec<u32>,
     /// False once a read ahead failed: `words` ends at an unreadable page.
     readable: bool,
-    dense: Vec<Option<Inst>>,
-    sparse: HashMap<u64, Inst>,
+    dense: Vec<Option<Slot>>,
+    sparse: HashMap<u64, Slot>,
     /// A decode depended on memory being unreadable: do not cache.
     partial: bool,
 }
@@ -129,7 +130,7 @@ impl<'m> Code<'m> {
     }
 
     #[inline]
-    pub(crate) fn fetch(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
+    pub(crate) fn fetch(&mut self, pc: u64) -> Result<&Slot, ExecFault> {
         // The hot case (decoded before) stays small enough to inline into the issue loop.
         let off = pc.wrapping_sub(self.base);
         let k = (off / 4) as usize;
@@ -141,7 +142,7 @@ impl<'m> Code<'m> {
 
     #[cold]
     #[inline(never)]
-    fn fetch_slow(&mut self, pc: u64) -> Result<&Inst, ExecFault> {
+    fn fetch_slow(&mut self, pc: u64) -> Result<&Slot, ExecFault> {
         let off = pc.wrapping_sub(self.base);
         if off.is_multiple_of(4) && off < DENSE_SPAN {
             let k = (off / 4) as usize;
@@ -150,13 +151,13 @@ impl<'m> Code<'m> {
                 if self.dense.len() <= k {
                     self.dense.resize(k + 1, None);
                 }
-                self.dense[k] = Some(i);
+                self.dense[k] = Some(Slot::new(i));
             }
             return self.dense[k].as_ref().ok_or(ExecFault::Internal);
         }
         if !self.sparse.contains_key(&pc) {
             let i = self.decode_at(pc)?;
-            self.sparse.insert(pc, i);
+            self.sparse.insert(pc, Slot::new(i));
         }
         self.sparse.get(&pc).ok_or(ExecFault::Internal)
     }

@@ -16,15 +16,18 @@ use crate::code::{self, Code};
 use crate::decode::{Format, Inst, Isa, src};
 use crate::opcodes::{self, op_smem};
 use crate::opcodes_gfx12::{new_global, new_smem};
+use crate::prep::Fast;
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
 mod ds;
+mod fast;
 mod mubuf;
 mod scalar;
 mod scalar12;
 mod vmem;
 
+pub(crate) use ds::two_addr_shape;
 use ds::{ds, lds_ok, lds_read, lds_write};
 use scalar::{sop1, sop2, sopc, sopk, sopp};
 use vmem::vmem;
@@ -104,30 +107,10 @@ impl Wave {
     fn sread_t(&self, s: u16, lit: u32, f16: bool) -> u32 {
         match s {
             0..=123 | 125..=127 => self.sgpr[s as usize],
-            124 => 0,
-            128..=192 => (s - 128) as u32,
-            193..=208 => (-((s - 192) as i32)) as u32,
-            240..=248 if f16 => [
-                0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118,
-            ][(s - 240) as usize],
-            240 => 0.5f32.to_bits(),
-            241 => (-0.5f32).to_bits(),
-            242 => 1.0f32.to_bits(),
-            243 => (-1.0f32).to_bits(),
-            244 => 2.0f32.to_bits(),
-            245 => (-2.0f32).to_bits(),
-            246 => 4.0f32.to_bits(),
-            247 => (-4.0f32).to_bits(),
-            248 => 0x3e22_f983,
-            235 => SHARED_APERTURE_HI,
-            236 => SHARED_APERTURE_HI,
-            237 => PRIVATE_APERTURE_HI,
-            238 => PRIVATE_APERTURE_HI,
             251 => (self.vcc() == 0) as u32,
             252 => (self.exec() == 0) as u32,
             253 => self.scc as u32,
-            255 => lit,
-            _ => 0,
+            _ => crate::prep::constant(s, lit, f16).unwrap_or(0),
         }
     }
     fn sread(&self, s: u16, lit: u32) -> u32 {
@@ -211,6 +194,8 @@ struct Ctx<'a> {
     nvgpr: usize,
     waves_per_group: usize,
     wave_bytes: u64,
+    /// The host's vector unit, asked once.
+    wide: crate::simd::Wide,
 }
 
 /// The shape of a dispatch as one `execute` call runs it, checked.
@@ -407,6 +392,7 @@ pub(crate) fn execute(
             nvgpr: p.nvgpr,
             waves_per_group: p.waves_per_group,
             wave_bytes: p.wave_bytes,
+            wide: crate::simd::Wide::detect(),
         },
         mem,
         share,
@@ -641,22 +627,36 @@ fn run_wave(
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
     let start = stats.instructions;
+    // EXEC and its lane count, recounted only when EXEC changes (no popcnt in the baseline
+    // x86-64 target: counting costs a dozen instructions).
+    let e = g.waves[w].exec();
+    let mut counted = (e, e.count_ones() as u64);
     loop {
         // Counted per worker (stats), so the check also happens across many short waves.
         if stats.instructions.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
             return Err(ExecFault::Stopped);
         }
-        let pc = g.waves[w].pc;
-        let i = code.fetch(pc)?;
+        let wave = &mut g.waves[w];
+        let pc = wave.pc;
+        let s = code.fetch(pc)?;
         stats.instructions += 1;
-        if !matches!(
-            i.format,
-            Format::Sop1 | Format::Sop2 | Format::Sopk | Format::Sopc | Format::Sopp | Format::Smem
-        ) {
-            stats.lane_instructions += g.waves[w].exec().count_ones() as u64;
+        if s.vector {
+            let e = wave.exec();
+            if e != counted.0 {
+                counted = (e, e.count_ones() as u64);
+            }
+            stats.lane_instructions += counted.1;
         }
-        g.waves[w].pc = pc + 4 * i.len as u64;
-        match step(ctx, g, w, i, pc) {
+        wave.pc = pc + 4 * s.inst.len as u64;
+        if !matches!(s.fast, Fast::General)
+            && matches!(
+                fast::run(ctx.wide, wave, &mut g.lds, g.mem, &s.fast, pc)?,
+                fast::Ran::Done
+            )
+        {
+            continue;
+        }
+        match step(ctx, g, w, &s.inst, pc) {
             Ok(Flow::Next) => {}
             // A wave may spin on what another wave of its group stores: once it has had its
             // slice, the others run.
@@ -676,6 +676,21 @@ enum Flow {
     Yield,
     /// A backward branch or `s_sleep`: the other waves of the group get their turn.
     MayYield,
+}
+
+/// Whether `i` does nothing but advance the PC: the waits and hints of SOPP (memory is
+/// performed at issue), the cache invalidations and GFX12's writebacks (memory is coherent).
+pub(crate) fn no_effect(i: &Inst) -> bool {
+    match i.format {
+        Format::Sopp if (i.op as usize) < opcodes::SOPP.len() => scalar::sopp_nop(i.op),
+        Format::Sopp => scalar12::sopp_nop(i.op),
+        Format::Mubuf => mubuf::is_cache_inv(i),
+        Format::Global => matches!(
+            i.op,
+            new_global::GLOBAL_INV | new_global::GLOBAL_WB | new_global::GLOBAL_WBINV
+        ),
+        _ => false,
+    }
 }
 
 fn unsupported(i: &Inst, pc: u64) -> ExecFault {
@@ -726,14 +741,7 @@ fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, E
         Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
         Format::Mubuf => mubuf::mubuf(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
         // Memory is coherent at issue: GFX12's cache writeback and invalidate do nothing.
-        Format::Global
-            if matches!(
-                i.op,
-                new_global::GLOBAL_INV | new_global::GLOBAL_WB | new_global::GLOBAL_WBINV
-            ) =>
-        {
-            Ok(Flow::Next)
-        }
+        Format::Global if no_effect(i) => Ok(Flow::Next),
         Format::Flat | Format::Global | Format::Scratch => {
             vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
         }

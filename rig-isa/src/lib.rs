@@ -9,7 +9,10 @@
 //! - each encoding family ([`Isa`]) has its own decoder front end; every instruction is decoded
 //!   once into the one pre-decoded form, [`decode::Inst`], whose operation is a semantic id
 //!   shared by the generations, and cached by family and address, across dispatches too (a
-//!   reused decode is first checked against the code words in memory);
+//!   reused decode is first checked against the code words in memory); with it the decode
+//!   keeps the instruction's issue form, its semantics and operands chosen once (the hot
+//!   operations run as tight loops over a wave's lanes, the rest through the general
+//!   executor);
 //! - a wave's VGPR file is structure-of-arrays (`[register][lane]`), so each vector instruction
 //!   is a tight loop over the lanes of one register;
 //! - waves of a workgroup run cooperatively on one host thread (switching at barriers), which
@@ -112,6 +115,8 @@ mod exec;
 mod fma;
 mod meta;
 mod pool;
+mod prep;
+mod simd;
 pub mod testing;
 mod valu;
 

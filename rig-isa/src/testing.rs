@@ -65,11 +65,15 @@ impl Memory for FlatMemory {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), MemoryFault> {
         let off = self.range(addr, out.len(), false)?;
         if off % 4 == 0 {
-            for (k, chunk) in out.chunks_mut(4).enumerate() {
-                let w = self.words[off / 4 + k]
-                    .load(Ordering::Relaxed)
-                    .to_le_bytes();
-                chunk.copy_from_slice(&w[..chunk.len()]);
+            // Whole words as fixed-size copies (a copy of a variable length is a call).
+            let (whole, tail) = out.as_chunks_mut::<4>();
+            let words = &self.words[off / 4..];
+            for (chunk, w) in whole.iter_mut().zip(words) {
+                *chunk = w.load(Ordering::Relaxed).to_le_bytes();
+            }
+            if !tail.is_empty() {
+                let w = words[whole.len()].load(Ordering::Relaxed).to_le_bytes();
+                tail.copy_from_slice(&w[..tail.len()]);
             }
         } else {
             for (k, b) in out.iter_mut().enumerate() {

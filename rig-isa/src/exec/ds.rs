@@ -28,7 +28,7 @@ pub(super) fn lds_write(lds: &mut [u8], a: u32, v: u32) {
 
 /// The dwords per address (1 or 2) and the byte scale of the offsets of a `ds_*_2addr_*`
 /// instruction: offsets count elements, or 64 elements in the `stride64` forms.
-fn two_addr_shape(op: u16) -> (usize, u32) {
+pub(crate) fn two_addr_shape(op: u16) -> (usize, u32) {
     use op_ds::*;
     let n = if matches!(
         op,
@@ -180,7 +180,7 @@ fn store(wv: &mut Wave, lds: &mut [u8], d: &DsOp, dwords: usize) -> Result<(), E
         let a = wv.vgpr[d.addr_row + l].wrapping_add(d.off);
         for k in 0..dwords {
             let r = d.row(wv, d.i.src[1], k as u16)?;
-            lds_write(lds, a + 4 * k as u32, wv.vgpr[r + l]);
+            lds_write(lds, a.wrapping_add(4 * k as u32), wv.vgpr[r + l]);
         }
     }
     Ok(())

@@ -78,11 +78,17 @@ struct Lane {
     offset: u64,
 }
 
+/// The cache invalidations (`buffer_gl0_inv`, `buffer_gl1_inv`): nothing to do, memory is
+/// coherent at issue.
+pub(super) fn is_cache_inv(i: &Inst) -> bool {
+    meta(i).name.ends_with("_inv")
+}
+
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
 #[inline(never)]
 pub(super) fn mubuf(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     let m = meta(i);
-    if m.name.ends_with("_inv") {
+    if is_cache_inv(i) {
         return Ok(());
     }
     let tfe = i.op_sel & 1 != 0;

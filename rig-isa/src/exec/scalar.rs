@@ -451,6 +451,36 @@ pub(super) fn sopk(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result
 
 // Small and on every branch: inlined into `step` as it was before it moved here.
 #[inline]
+/// SOPP operations that only advance the PC here: waits (memory is performed at issue),
+/// hints, messages without a return, mode changes the model ignores.
+pub(super) fn sopp_nop(op: u16) -> bool {
+    use op_sopp::*;
+    matches!(
+        op,
+        S_NOP
+            | S_WAITCNT
+            | S_DELAY_ALU
+            | S_CLAUSE
+            | S_SET_INST_PREFETCH_DISTANCE
+            | S_SETPRIO
+            | S_SENDMSG
+            | S_ICACHE_INV
+            | S_WAITCNT_DEPCTR
+            | S_CODE_END
+            | S_SETHALT
+            | S_DENORM_MODE
+            | S_ROUND_MODE
+            | S_WAKEUP
+            | S_TTRACEDATA
+            | S_TTRACEDATA_IMM
+            | S_INCPERFLEVEL
+            | S_DECPERFLEVEL
+            | S_SETKILL
+            | S_WAIT_IDLE
+            | S_WAIT_EVENT
+    )
+}
+
 pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
     use op_sopp::*;
     let target = (pc as i64 + 4 + 4 * (i.imm as u16 as i16 as i64)) as u64;
@@ -477,27 +507,7 @@ pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> 
                 code: i.imm as u16,
             });
         }
-        S_NOP
-        | S_WAITCNT
-        | S_DELAY_ALU
-        | S_CLAUSE
-        | S_SET_INST_PREFETCH_DISTANCE
-        | S_SETPRIO
-        | S_SENDMSG
-        | S_ICACHE_INV
-        | S_WAITCNT_DEPCTR
-        | S_CODE_END
-        | S_SETHALT
-        | S_DENORM_MODE
-        | S_ROUND_MODE
-        | S_WAKEUP
-        | S_TTRACEDATA
-        | S_TTRACEDATA_IMM
-        | S_INCPERFLEVEL
-        | S_DECPERFLEVEL
-        | S_SETKILL
-        | S_WAIT_IDLE
-        | S_WAIT_EVENT => false,
+        op if sopp_nop(op) => false,
         // No debugger is attached: the debug-condition branches fall through.
         S_CBRANCH_CDBGSYS
         | S_CBRANCH_CDBGUSER

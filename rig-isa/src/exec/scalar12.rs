@@ -94,21 +94,31 @@ pub(super) fn sopc(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     Ok(())
 }
 
+/// GFX12's SOPP operations that only advance the PC here (the split wait counters: memory is
+/// performed at issue).
+pub(super) fn sopp_nop(op: u16) -> bool {
+    use new_sopp::*;
+    matches!(
+        op,
+        S_WAIT_ALU
+            | S_SINGLEUSE_VDST
+            | S_WAIT_LOADCNT
+            | S_WAIT_STORECNT
+            | S_WAIT_SAMPLECNT
+            | S_WAIT_BVHCNT
+            | S_WAIT_EXPCNT
+            | S_WAIT_DSCNT
+            | S_WAIT_KMCNT
+            | S_WAIT_LOADCNT_DSCNT
+            | S_WAIT_STORECNT_DSCNT
+    )
+}
+
 /// SOPP operations new in GFX12.
 pub(super) fn sopp(wv: &mut Wave, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
     use new_sopp::*;
     match i.op {
-        S_WAIT_ALU
-        | S_SINGLEUSE_VDST
-        | S_WAIT_LOADCNT
-        | S_WAIT_STORECNT
-        | S_WAIT_SAMPLECNT
-        | S_WAIT_BVHCNT
-        | S_WAIT_EXPCNT
-        | S_WAIT_DSCNT
-        | S_WAIT_KMCNT
-        | S_WAIT_LOADCNT_DSCNT
-        | S_WAIT_STORECNT_DSCNT => Ok(Flow::Next),
+        op if sopp_nop(op) => Ok(Flow::Next),
         S_BARRIER_WAIT => {
             wv.at_barrier = true;
             Ok(Flow::Yield)

@@ -1,0 +1,842 @@
+//! The fast issue forms (`prep::Fast`) run on a wave: each a loop over a constant 32 or 64
+//! lanes on `u32` rows (the lanes of a VGPR are contiguous), computing every lane and then
+//! selecting by EXEC as a bitmask, so the loops compile to vector code. Semantics are those of
+//! the general executor, bit for bit (tested below against it on random states).
+
+// Lane loops index several lane arrays in step; iterators would obscure that.
+#![allow(clippy::needless_range_loop)]
+
+use super::ds::{lds_read, lds_write};
+use super::{Wave, mem_fault};
+use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
+use crate::simd::Wide;
+use crate::{ExecFault, Memory};
+
+/// What running a fast form came to.
+pub(super) enum Ran {
+    Done,
+    /// The form does not apply to this wave (a float operation under a flushing denormal
+    /// mode): run the general executor.
+    General,
+}
+
+/// Runs `f` (not `Fast::General`) on the wave.
+// Out of line: the issue loop stays small (inlined, its frame spilled on every issue).
+#[inline(never)]
+pub(super) fn run(
+    wide: Wide,
+    wv: &mut Wave,
+    lds: &mut [u8],
+    mem: &dyn Memory,
+    f: &Fast,
+    pc: u64,
+) -> Result<Ran, ExecFault> {
+    wide.run(
+        #[inline(always)]
+        || {
+            if wv.lanes == 32 {
+                run_n::<32>(wv, lds, mem, f, pc)
+            } else {
+                run_n::<64>(wv, lds, mem, f, pc)
+            }
+        },
+    )
+}
+
+#[inline(always)]
+fn run_n<const N: usize>(
+    wv: &mut Wave,
+    lds: &mut [u8],
+    mem: &dyn Memory,
+    f: &Fast,
+    pc: u64,
+) -> Result<Ran, ExecFault> {
+    let range = |wv: &Wave, top: u16| {
+        if top as usize > wv.nvgpr {
+            Err(ExecFault::VgprOutOfRange { address: pc })
+        } else {
+            Ok(())
+        }
+    };
+    match f {
+        Fast::General => return Ok(Ran::General),
+        Fast::Nop => {}
+        Fast::Alu { op, top } => {
+            if op.f.is_float() && ftz32(wv) {
+                return Ok(Ran::General);
+            }
+            range(wv, *top)?;
+            let mut r = [0u32; N];
+            alu::<N>(wv, op, &mut r);
+            write::<N>(wv, op.d, &r);
+        }
+        Fast::Dual { x, y, top } => {
+            if (x.f.is_float() || y.f.is_float()) && ftz32(wv) {
+                return Ok(Ran::General);
+            }
+            range(wv, *top)?;
+            let (mut rx, mut ry) = ([0u32; N], [0u32; N]);
+            alu::<N>(wv, x, &mut rx);
+            alu::<N>(wv, y, &mut ry);
+            write::<N>(wv, x.d, &rx);
+            write::<N>(wv, y.d, &ry);
+        }
+        Fast::AddCo {
+            a,
+            b,
+            cin,
+            d,
+            carry,
+            top,
+        } => {
+            range(wv, *top)?;
+            add_co::<N>(wv, *a, *b, *cin, *d, *carry);
+        }
+        Fast::Cmp { c, a, b, d, top } => {
+            range(wv, *top)?;
+            cmp::<N>(wv, *c, *a, *b, *d);
+        }
+        Fast::Shift64 { f, a, b, d, top } => {
+            range(wv, *top)?;
+            shift64::<N>(wv, *f, *a, *b, *d);
+        }
+        Fast::GlobalDword {
+            load,
+            addr,
+            saddr,
+            data,
+            imm,
+            top,
+        } => {
+            range(wv, *top)?;
+            global_dword::<N>(wv, mem, *load, *addr, *saddr, *data, *imm, pc)?;
+        }
+        Fast::DsLoad { addr, d, rows, off } => ds_load::<N>(wv, lds, *addr, *d, *rows, off, pc)?,
+        Fast::DsStore {
+            addr,
+            data,
+            rows,
+            off,
+        } => ds_store::<N>(wv, lds, *addr, *data, *rows, *off, pc)?,
+    }
+    Ok(Ran::Done)
+}
+
+fn ftz32(wv: &Wave) -> bool {
+    (wv.rsrc1 >> 16) & 3 != 3
+}
+
+/// VGPR `r` as a lane array (the range was checked against the form's `top`).
+#[inline(always)]
+fn vrow<const N: usize>(wv: &Wave, r: u8) -> &[u32; N] {
+    &wv.vgpr.as_chunks::<N>().0[r as usize]
+}
+
+/// The lane values of a source: the VGPR in place, or `tmp` filled with the scalar.
+#[inline(always)]
+fn read<'a, const N: usize>(wv: &'a Wave, s: Operand, tmp: &'a mut [u32; N]) -> &'a [u32; N] {
+    let v = match s {
+        Operand::Vgpr(r) => return vrow::<N>(wv, r),
+        Operand::Sgpr(k) => wv.sgpr[k as usize],
+        Operand::Const(c) => c,
+    };
+    for x in tmp.iter_mut() {
+        *x = v;
+    }
+    tmp
+}
+
+/// EXEC as a lane array of all-ones / all-zeros words.
+#[inline(always)]
+fn lane_mask<const N: usize>(exec: u64) -> [u32; N] {
+    let mut m = [0u32; N];
+    for l in 0..N {
+        m[l] = 0u32.wrapping_sub((exec >> l) as u32 & 1);
+    }
+    m
+}
+
+/// Writes `r` into VGPR `d` for the lanes in EXEC.
+#[inline(always)]
+fn write<const N: usize>(wv: &mut Wave, d: u8, r: &[u32; N]) {
+    let (exec, full) = (wv.exec(), wv.full());
+    let row = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize];
+    if exec == full {
+        *row = *r;
+    } else {
+        let m = lane_mask::<N>(exec);
+        for l in 0..N {
+            row[l] = (r[l] & m[l]) | (row[l] & !m[l]);
+        }
+    }
+}
+
+#[inline(always)]
+fn map<const N: usize>(
+    r: &mut [u32; N],
+    a: &[u32; N],
+    b: &[u32; N],
+    c: &[u32; N],
+    f: impl Fn(u32, u32, u32) -> u32,
+) {
+    for l in 0..N {
+        r[l] = f(a[l], b[l], c[l]);
+    }
+}
+
+/// Every lane of `op` into `r`.
+#[inline(always)]
+fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
+    let (mut ta, mut tb, mut tc) = ([0u32; N], [0u32; N], [0u32; N]);
+    let a = read::<N>(wv, op.s[0], &mut ta);
+    let b = read::<N>(wv, op.s[1], &mut tb);
+    let c = read::<N>(wv, op.s[2], &mut tc);
+    let fl = f32::from_bits;
+    match op.f {
+        Alu::Mov => *r = *a,
+        Alu::Fma => map(r, a, b, c, |x, y, z| fl(x).mul_add(fl(y), fl(z)).to_bits()),
+        Alu::MulF => map(r, a, b, c, |x, y, _| (fl(x) * fl(y)).to_bits()),
+        Alu::AddF => map(r, a, b, c, |x, y, _| (fl(x) + fl(y)).to_bits()),
+        Alu::SubF => map(r, a, b, c, |x, y, _| (fl(x) - fl(y)).to_bits()),
+        Alu::SubrevF => map(r, a, b, c, |x, y, _| (fl(y) - fl(x)).to_bits()),
+        Alu::AddU => map(r, a, b, c, |x, y, _| x.wrapping_add(y)),
+        Alu::SubU => map(r, a, b, c, |x, y, _| x.wrapping_sub(y)),
+        Alu::SubrevU => map(r, a, b, c, |x, y, _| y.wrapping_sub(x)),
+        Alu::And => map(r, a, b, c, |x, y, _| x & y),
+        Alu::Or => map(r, a, b, c, |x, y, _| x | y),
+        Alu::Xor => map(r, a, b, c, |x, y, _| x ^ y),
+        Alu::Lshlrev => map(r, a, b, c, |x, y, _| y << (x & 31)),
+        Alu::Lshrrev => map(r, a, b, c, |x, y, _| y >> (x & 31)),
+        Alu::Ashrrev => map(r, a, b, c, |x, y, _| ((y as i32) >> (x & 31)) as u32),
+        Alu::MinU => map(r, a, b, c, |x, y, _| x.min(y)),
+        Alu::MaxU => map(r, a, b, c, |x, y, _| x.max(y)),
+        Alu::MinI => map(r, a, b, c, |x, y, _| (x as i32).min(y as i32) as u32),
+        Alu::MaxI => map(r, a, b, c, |x, y, _| (x as i32).max(y as i32) as u32),
+        Alu::MulLo => map(r, a, b, c, |x, y, _| x.wrapping_mul(y)),
+        Alu::Add3 => map(r, a, b, c, |x, y, z| x.wrapping_add(y).wrapping_add(z)),
+        Alu::LshlAdd => map(r, a, b, c, |x, y, z| (x << (y & 31)).wrapping_add(z)),
+        Alu::LshlOr => map(r, a, b, c, |x, y, z| (x << (y & 31)) | z),
+        Alu::AndOr => map(r, a, b, c, |x, y, z| (x & y) | z),
+        Alu::Or3 => map(r, a, b, c, |x, y, z| x | y | z),
+        Alu::Xor3 => map(r, a, b, c, |x, y, z| x ^ y ^ z),
+        Alu::BfeU => map(r, a, b, c, |x, y, z| {
+            let w = z & 31;
+            if w == 0 {
+                0
+            } else {
+                (x >> (y & 31)) & ((1u32 << w) - 1)
+            }
+        }),
+    }
+}
+
+/// The 32-bit sums into VGPR `d` and the carry-out mask into SGPR `carry` (lanes in EXEC).
+#[inline(always)]
+fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d: u8, carry: u8) {
+    let cin = match cin {
+        CarryIn::None => 0,
+        CarryIn::Mask(s) => wv.mask(s as u16),
+    };
+    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
+    let (mut r, mut cout) = ([0u32; N], 0u64);
+    for l in 0..N {
+        let sum = a[l] as u64 + b[l] as u64 + (cin >> l & 1);
+        r[l] = sum as u32;
+        cout |= (sum >> 32) << l;
+    }
+    let c = cout & wv.exec();
+    wv.sgpr[carry as usize] = c as u32;
+    if N == 64 {
+        wv.sgpr[carry as usize + 1] = (c >> 32) as u32;
+    }
+    write::<N>(wv, d, &r);
+}
+
+/// A 32-bit integer compare's lane mask into SGPR `d` (and `d + 1` in wave64).
+#[inline(always)]
+fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
+    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
+    // Signed order is unsigned order with the sign bit flipped.
+    let flip = if c.signed { 0x8000_0000 } else { 0 };
+    let mut bits = 0u64;
+    for l in 0..N {
+        let (x, y) = (a[l] ^ flip, b[l] ^ flip);
+        let r = match c.rel {
+            0 => false,
+            1 => x < y,
+            2 => x == y,
+            3 => x <= y,
+            4 => x > y,
+            5 => x != y,
+            6 => x >= y,
+            _ => true,
+        };
+        bits |= (r as u64) << l;
+    }
+    let bits = bits & wv.exec();
+    wv.sgpr[d as usize] = bits as u32;
+    if N == 64 {
+        wv.sgpr[d as usize + 1] = (bits >> 32) as u32;
+    }
+}
+
+/// A 64-bit shift into the pair from `d` (lanes in EXEC).
+#[inline(always)]
+fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
+    let mut ta = [0u32; N];
+    let a = read::<N>(wv, a, &mut ta);
+    let mut v = [0u64; N];
+    match b {
+        Operand64::Vgpr(r) => {
+            let (lo, hi) = (vrow::<N>(wv, r), vrow::<N>(wv, r + 1));
+            for l in 0..N {
+                v[l] = lo[l] as u64 | (hi[l] as u64) << 32;
+            }
+        }
+        Operand64::Sgpr(k) => {
+            let k = k as usize;
+            v = [wv.sgpr[k] as u64 | (wv.sgpr[k + 1] as u64) << 32; N];
+        }
+        Operand64::Const(c) => v = [c; N],
+    }
+    for l in 0..N {
+        let s = a[l] & 63;
+        v[l] = match f {
+            Shift64::Lshlrev => v[l] << s,
+            Shift64::Lshrrev => v[l] >> s,
+            Shift64::Ashrrev => ((v[l] as i64) >> s) as u64,
+        };
+    }
+    let (mut lo, mut hi) = ([0u32; N], [0u32; N]);
+    for l in 0..N {
+        lo[l] = v[l] as u32;
+        hi[l] = (v[l] >> 32) as u32;
+    }
+    write::<N>(wv, d, &lo);
+    write::<N>(wv, d + 1, &hi);
+}
+
+/// Global dword loads and stores: every lane's address first (a load may overwrite its own
+/// address register), then each run of active lanes at consecutive dwords as one access; a
+/// run that faults is redone lane by lane, so the fault names the exact lane address.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn global_dword<const N: usize>(
+    wv: &mut Wave,
+    mem: &dyn Memory,
+    load: bool,
+    addr: u8,
+    saddr: Option<u8>,
+    data: u8,
+    imm: i32,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let exec = wv.exec();
+    let imm = imm as i64 as u64;
+    let lo = vrow::<N>(wv, addr);
+    let mut at = [0u64; N];
+    match saddr {
+        None => {
+            let hi = vrow::<N>(wv, addr + 1);
+            for l in 0..N {
+                at[l] = (lo[l] as u64 | (hi[l] as u64) << 32).wrapping_add(imm);
+            }
+        }
+        Some(s) => {
+            let s = s as usize;
+            let base = (wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32).wrapping_add(imm);
+            for l in 0..N {
+                at[l] = base.wrapping_add(lo[l] as u64);
+            }
+        }
+    }
+    let mut buf = [0u8; 4 * 64];
+    let mut l = 0;
+    while l < N {
+        if exec >> l & 1 == 0 {
+            l += 1;
+            continue;
+        }
+        let start = l;
+        while l + 1 < N && exec >> (l + 1) & 1 != 0 && at[l + 1] == at[l].wrapping_add(4) {
+            l += 1;
+        }
+        let end = l + 1;
+        let run = &mut buf[..4 * (end - start)];
+        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize];
+        if load {
+            if mem.read(at[start], run).is_ok() {
+                for (v, c) in row[start..end].iter_mut().zip(run.as_chunks::<4>().0) {
+                    *v = u32::from_le_bytes(*c);
+                }
+            } else {
+                for k in start..end {
+                    let mut b4 = [0u8; 4];
+                    mem.read(at[k], &mut b4).map_err(mem_fault(pc))?;
+                    row[k] = u32::from_le_bytes(b4);
+                }
+            }
+        } else {
+            for (c, v) in run.as_chunks_mut::<4>().0.iter_mut().zip(&row[start..end]) {
+                *c = v.to_le_bytes();
+            }
+            if mem.write(at[start], run).is_err() {
+                for k in start..end {
+                    mem.write(at[k], &row[k].to_le_bytes())
+                        .map_err(mem_fault(pc))?;
+                }
+            }
+        }
+        l = end;
+    }
+    Ok(())
+}
+
+/// LDS dword stores, lane by lane in lane order (a later lane's store to the same address
+/// wins); out-of-range dwords are dropped.
+#[inline(always)]
+fn ds_store<const N: usize>(
+    wv: &mut Wave,
+    lds: &mut [u8],
+    addr: u8,
+    data: u8,
+    rows: u8,
+    off: u32,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let fault = Err(ExecFault::VgprOutOfRange { address: pc });
+    if addr as usize >= wv.nvgpr {
+        return fault;
+    }
+    let exec = wv.exec();
+    if exec == 0 {
+        return Ok(());
+    }
+    if data as usize + rows as usize > wv.nvgpr {
+        return fault;
+    }
+    let a = vrow::<N>(wv, addr);
+    for l in 0..N {
+        if exec >> l & 1 == 0 {
+            continue;
+        }
+        let at = a[l].wrapping_add(off);
+        for k in 0..rows {
+            let v = vrow::<N>(wv, data + k)[l];
+            lds_write(lds, at.wrapping_add(4 * k as u32), v);
+        }
+    }
+    Ok(())
+}
+
+/// LDS dword loads: the addresses are read first (a destination may be the address register);
+/// out-of-range dwords read 0.
+#[inline(always)]
+fn ds_load<const N: usize>(
+    wv: &mut Wave,
+    lds: &[u8],
+    addr: u8,
+    d: u8,
+    rows: u8,
+    off: &[u32; 4],
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let fault = Err(ExecFault::VgprOutOfRange { address: pc });
+    if addr as usize >= wv.nvgpr {
+        return fault;
+    }
+    let exec = wv.exec();
+    if exec == 0 {
+        return Ok(());
+    }
+    if d as usize + rows as usize > wv.nvgpr {
+        return fault;
+    }
+    let a = *vrow::<N>(wv, addr);
+    let full = exec == wv.full();
+    let m = lane_mask::<N>(exec);
+    for (k, &o) in off.iter().take(rows as usize).enumerate() {
+        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize + k];
+        match crate::simd::gather_dwords(lds, &a, o) {
+            Some(v) if full => *row = v,
+            Some(v) => {
+                for l in 0..N {
+                    row[l] = (v[l] & m[l]) | (row[l] & !m[l]);
+                }
+            }
+            // Some lane (active or not) reaches past the LDS: lane by lane.
+            None => {
+                for l in 0..N {
+                    let v = lds_read(lds, a[l].wrapping_add(o));
+                    row[l] = (v & m[l]) | (row[l] & !m[l]);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{Format, Inst, decode};
+    use crate::prep::Slot;
+    use crate::testing::FlatMemory;
+
+    /// LLVM's encodings (llvm-mc-19 --mcpu=gfx1100) of every kind of fast form, some with
+    /// registers beyond the test wave's 16 VGPRs.
+    const CASES: &[(&[u32], &str)] = &[
+        (&[0x560e1303], "v_fmac_f32 v7, v3, v9"),
+        (&[0x560e1205], "v_fmac_f32 v7, s5, v9"),
+        (&[0x100e12f2], "v_mul_f32 v7, 1.0, v9"),
+        (&[0x060e12ff, 0x40490fdb], "v_add_f32 v7, 0x40490fdb, v9"),
+        (&[0x080e0f09], "v_sub_f32 v7, v9, v7"),
+        (&[0x0a0e0605], "v_subrev_f32 v7, s5, v3"),
+        (&[0x4a0e1303], "v_add_nc_u32 v7, v3, v9"),
+        (&[0x4c0e12c7], "v_sub_nc_u32 v7, -7, v9"),
+        (&[0x4e0e1303], "v_subrev_nc_u32 v7, v3, v9"),
+        (&[0x360e12ff, 0x000003ff], "v_and_b32 v7, 0x3ff, v9"),
+        (&[0x380e1205], "v_or_b32 v7, s5, v9"),
+        (&[0x3a0e0703], "v_xor_b32 v7, v3, v3"),
+        (&[0x300e1285], "v_lshlrev_b32 v7, 5, v9"),
+        (&[0x320e1303], "v_lshrrev_b32 v7, v3, v9"),
+        (&[0x340e1303], "v_ashrrev_i32 v7, v3, v9"),
+        (&[0x260e1303], "v_min_u32 v7, v3, v9"),
+        (&[0x280e1205], "v_max_u32 v7, s5, v9"),
+        (&[0x220e1303], "v_min_i32 v7, v3, v9"),
+        (&[0x240e12c1], "v_max_i32 v7, -1, v9"),
+        (&[0x7e0e0205], "v_mov_b32 v7, s5"),
+        (&[0x7e0e02c4], "v_mov_b32 v7, -4"),
+        (&[0x7e0e0303], "v_mov_b32 v7, v3"),
+        (&[0xd5810007, 0x00000103], "v_mov_b32_e64 v7, v3"),
+        (&[0xd72c0007, 0x00000b03], "v_mul_lo_u32 v7, v3, s5"),
+        (&[0xd6550007, 0x04240b03], "v_add3_u32 v7, v3, s5, v9"),
+        (&[0xd6460007, 0x04250903], "v_lshl_add_u32 v7, v3, 4, v9"),
+        (&[0xd6560007, 0x00161303], "v_lshl_or_b32 v7, v3, v9, s5"),
+        (
+            &[0xd6570007, 0x0425ff03, 0x0000ff00],
+            "v_and_or_b32 v7, v3, 0xff00, v9",
+        ),
+        (&[0xd6580007, 0x04240b03], "v_or3_b32 v7, v3, s5, v9"),
+        (&[0xd6400007, 0x04260f03], "v_xor3_b32 v7, v3, v7, v9"),
+        (&[0xd6100007, 0x04251503], "v_bfe_u32 v7, v3, 10, v9"),
+        (&[0xd6130007, 0x04240b03], "v_fma_f32 v7, v3, s5, v9"),
+        (&[0xd5250007, 0x00001805], "v_add_nc_u32_e64 v7, s5, s12"),
+        (&[0xd5030007, 0x00000b03], "v_add_f32_e64 v7, v3, s5"),
+        (&[0xd7006a07, 0x00021205], "v_add_co_u32 v7, vcc_lo, s5, v9"),
+        (
+            &[0xd7000a07, 0x0001ff03, 0x00012345],
+            "v_add_co_u32 v7, s10, v3, 0x12345",
+        ),
+        (
+            &[0x400e1205],
+            "v_add_co_ci_u32_e32 v7, vcc_lo, s5, v9, vcc_lo",
+        ),
+        (
+            &[0xd5200a07, 0x00321303],
+            "v_add_co_ci_u32_e64 v7, s10, v3, v9, s12",
+        ),
+        (
+            &[0xd5206a07, 0x01a98303],
+            "v_add_co_ci_u32_e64 v7, vcc_lo, v3, -1, vcc_lo",
+        ),
+        (
+            &[0xca220080, 0x05020882],
+            "v_dual_mov_b32 v5, 0 :: v_dual_lshlrev_b32 v2, 2, v4",
+        ),
+        (
+            &[0xc8061303, 0x07080605],
+            "v_dual_fmac_f32 v7, v3, v9 :: v_dual_mul_f32 v8, s5, v3",
+        ),
+        (
+            &[0xca200103, 0x01021701],
+            "v_dual_mov_b32 v1, v3 :: v_dual_add_nc_u32 v2, v1, v11",
+        ),
+        (
+            &[0xc9241307, 0x07080704],
+            "v_dual_add_f32 v7, v7, v9 :: v_dual_and_b32 v8, v4, v3",
+        ),
+        (
+            &[0xc94c12ff, 0x07080707, 0x40490fdb],
+            "v_dual_sub_f32 v7, 0x40490fdb, v9 :: v_dual_subrev_f32 v8, v7, v3",
+        ),
+        (&[0xd8d80010, 0x07000003], "ds_load_b32 v7, v3 offset:16"),
+        (&[0xd9d80000, 0x07000003], "ds_load_b64 v[7:8], v3"),
+        (
+            &[0xdbf80004, 0x08000003],
+            "ds_load_b96 v[8:10], v3 offset:4",
+        ),
+        (
+            &[0xdbfc0004, 0x08000003],
+            "ds_load_b128 v[8:11], v3 offset:4",
+        ),
+        (
+            &[0xd8dc1000, 0x07000003],
+            "ds_load_2addr_b32 v[7:8], v3 offset1:16",
+        ),
+        (
+            &[0xd8e00903, 0x07000003],
+            "ds_load_2addr_stride64_b32 v[7:8], v3 offset0:3 offset1:9",
+        ),
+        (
+            &[0xd9dc0301, 0x08000003],
+            "ds_load_2addr_b64 v[8:11], v3 offset0:1 offset1:3",
+        ),
+        (
+            &[0xd9e00201, 0x08000003],
+            "ds_load_2addr_stride64_b64 v[8:11], v3 offset0:1 offset1:2",
+        ),
+        (&[0xd8d80000, 0x03000003], "ds_load_b32 v3, v3"),
+        (&[0x4a281303], "v_add_nc_u32 v20, v3, v9"),
+        (&[0x560e131e], "v_fmac_f32 v7, v30, v9"),
+        (&[0xd9d80000, 0x0f000003], "ds_load_b64 v[15:16], v3"),
+        (&[0xd8d80000, 0x07000011], "ds_load_b32 v7, v17"),
+        (
+            &[0xca100080, 0x05120102],
+            "v_dual_mov_b32 v5, 0 :: v_dual_mov_b32 v18, v2",
+        ),
+        (&[0xd73c0000, 0x00020482], "v_lshlrev_b64 v[0:1], 2, v[2:3]"),
+        (
+            &[0xd73d0004, 0x00000903],
+            "v_lshrrev_b64 v[4:5], v3, s[4:5]",
+        ),
+        (
+            &[0xd73e0004, 0x00020909],
+            "v_ashrrev_i64 v[4:5], v9, v[4:5]",
+        ),
+        (&[0xd73e0006, 0x00018603], "v_ashrrev_i64 v[6:7], s3, -3"),
+        (&[0xd8340000, 0x00000c09], "ds_store_b32 v9, v12"),
+        (
+            &[0xd9340008, 0x00000403],
+            "ds_store_b64 v3, v[4:5] offset:8",
+        ),
+        (
+            &[0xdb780002, 0x00000803],
+            "ds_store_b96 v3, v[8:10] offset:2",
+        ),
+        (&[0xdb7c0000, 0x00000803], "ds_store_b128 v3, v[8:11]"),
+        (
+            &[0xd834ffff, 0x00000f03],
+            "ds_store_b32 v3, v15 offset:65535",
+        ),
+        (
+            &[0xd73c000f, 0x00020482],
+            "v_lshlrev_b64 v[15:16], 2, v[2:3]",
+        ),
+        (&[0xd9340000, 0x00000f03], "ds_store_b64 v3, v[15:16]"),
+        (&[0x7c980203], "v_cmp_gt_u32 vcc_lo, s3, v1"),
+        (&[0x7c8212c1], "v_cmp_lt_i32 vcc_lo, -1, v9"),
+        (
+            &[0xd44a000a, 0x0001ff03, 0x000003ff],
+            "v_cmp_eq_u32_e64 s10, v3, 0x3ff",
+        ),
+        (&[0xd445000c, 0x00021303], "v_cmp_ne_i32_e64 s12, v3, v9"),
+        (&[0xd44e006a, 0x00021205], "v_cmp_ge_u32_e64 vcc_lo, s5, v9"),
+        (&[0x7c861303], "v_cmp_le_i32 vcc_lo, v3, v9"),
+        (&[0xd4cc007e, 0x00020203], "v_cmpx_gt_u32_e64 s3, v1"),
+        (&[0x7d961303], "v_cmpx_le_u32 v3, v9"),
+        (&[0x7d8a12c4], "v_cmpx_ne_i32 -4, v9"),
+        (&[0x7c9e1303], "v_cmp_t_u32 vcc_lo, v3, v9"),
+        (&[0x7c801303], "v_cmp_f_i32 vcc_lo, v3, v9"),
+        (&[0x7c982703], "v_cmp_gt_u32 vcc_lo, v3, v19"),
+        (&[0xdc520000, 0x077c0002], "global_load_b32 v7, v[2:3], off"),
+        (
+            &[0xdc521ff8, 0x027c0002],
+            "global_load_b32 v2, v[2:3], off offset:-8",
+        ),
+        (
+            &[0xdc520010, 0x07040003],
+            "global_load_b32 v7, v3, s[4:5] offset:16",
+        ),
+        (
+            &[0xdc6a0000, 0x007c0902],
+            "global_store_b32 v[2:3], v9, off",
+        ),
+        (
+            &[0xdc6a0004, 0x00040903],
+            "global_store_b32 v3, v9, s[4:5] offset:4",
+        ),
+        (
+            &[0xdc520000, 0x077c000f],
+            "global_load_b32 v7, v[15:16], off",
+        ),
+    ];
+
+    fn mix(k: u32, seed: u32) -> u32 {
+        let h = (k ^ seed.wrapping_mul(0x85eb_ca6b)).wrapping_mul(2_654_435_761);
+        let h = h ^ h >> 15;
+        // Small values, LDS addresses (aligned or not), float-looking values, NaNs and
+        // infinities, anything.
+        match h >> 29 {
+            0 => h & 63,
+            1 => h & 0xffc,
+            2 => h & 0x1fff,
+            3 => 0x7f80_0000 | (h & 0x8000_0001),
+            4 | 5 => (h & 0x8000_0000) | (0x3000_0000 + (h & 0x1fff_ffff)),
+            _ => h.wrapping_mul(0x9e37_79b9),
+        }
+    }
+
+    fn wave(lanes: usize, seed: u32, exec: u64, rsrc1: u32) -> Wave {
+        let nvgpr = 16;
+        let mut w = Wave {
+            sgpr: std::array::from_fn(|k| mix(k as u32 + 0x1000, seed)),
+            vgpr: (0..(nvgpr * lanes) as u32).map(|k| mix(k, seed)).collect(),
+            nvgpr,
+            lanes,
+            scc: seed & 1 != 0,
+            pc: 0,
+            done: false,
+            at_barrier: false,
+            flat_scratch: 0,
+            slot: 0,
+            tmp: Box::new([[0; 64]; 4]),
+            rsrc1,
+        };
+        w.set_exec(exec);
+        w
+    }
+
+    /// Global memory of the tests: `MEM_BYTES` from `MEM_BASE`, filled from `seed`.
+    const MEM_BASE: u64 = 0x1_0000;
+    const MEM_BYTES: usize = 0x8000;
+
+    fn memory(seed: u32) -> FlatMemory {
+        let m = FlatMemory::new(MEM_BASE, MEM_BYTES);
+        let bytes: Vec<u8> = (0..MEM_BYTES as u32).map(|k| mix(k, seed) as u8).collect();
+        m.write(MEM_BASE, &bytes).expect("in range");
+        m
+    }
+
+    /// The general executor's run of `i`.
+    fn general(w: &mut Wave, lds: &mut [u8], mem: &FlatMemory, i: &Inst) -> Result<(), ExecFault> {
+        match i.format {
+            Format::Global => {
+                let d = crate::Dispatch {
+                    code_address: 0,
+                    pgm_rsrc1: w.rsrc1,
+                    pgm_rsrc2: 0,
+                    pgm_rsrc3: 0,
+                    user_sgprs: Vec::new(),
+                    grid_items: [w.lanes as u32, 1, 1],
+                    group_size: [w.lanes as u32, 1, 1],
+                    wave64: w.lanes == 64,
+                    lds_bytes: 0,
+                    scratch: None,
+                };
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let ctx = super::super::Ctx {
+                    d: &d,
+                    isa: crate::Isa::Gfx11,
+                    stop: &stop,
+                    lanes: w.lanes,
+                    nvgpr: w.nvgpr,
+                    waves_per_group: 1,
+                    wave_bytes: 0,
+                    wide: Wide::detect(),
+                };
+                super::super::vmem(&ctx, w, lds, mem, i, 0)
+            }
+            Format::Ds => super::super::ds::ds(w, lds, i, 0),
+            Format::Vopd => {
+                let (mut v, t) = w.as_valu();
+                crate::valu::vopd(&mut v, t, i, 0)
+            }
+            _ => {
+                let (mut v, t) = w.as_valu();
+                crate::valu::valu(&mut v, t, i, 0)
+            }
+        }
+    }
+
+    #[test]
+    fn fast_forms_equal_the_general_executor() {
+        let lds: Vec<u8> = (0..4096u32).map(|k| mix(k, 99) as u8).collect();
+        let mut seed = 0;
+        for (words, text) in CASES {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            let s = Slot::new(i);
+            assert!(!matches!(s.fast, Fast::General), "{text}: no fast form");
+            let mut fell_back = false;
+            for lanes in [32, 64] {
+                let full = if lanes == 32 {
+                    u32::MAX as u64
+                } else {
+                    u64::MAX
+                };
+                for exec in [full, 0, 1 << (lanes - 1) | 1, 0x5a5a_a5a5_0ff0_f00f & full] {
+                    // Keeping denormals (the fast forms run) and flushing them (floats fall
+                    // back to the general executor).
+                    for rsrc1 in [0xf << 16, 0] {
+                        seed += 1;
+                        let (mut a, mut b) = (
+                            wave(lanes, seed, exec, rsrc1),
+                            wave(lanes, seed, exec, rsrc1),
+                        );
+                        if i.format == Format::Ds && seed % 3 != 2 && i.src[0] < 256 + 16 {
+                            // LDS addresses in range for every lane, or for most.
+                            let r = (i.src[0] as usize - 256) * lanes;
+                            let m = if seed % 3 == 0 { 0x7ff } else { 0xfff };
+                            for w in [&mut a, &mut b] {
+                                for x in &mut w.vgpr[r..r + lanes] {
+                                    *x &= m;
+                                }
+                            }
+                        }
+                        if i.format == Format::Global && seed % 3 != 2 {
+                            // Addresses in memory (consecutive dwords, or scattered), the
+                            // scalar base at its start.
+                            let (r, pair) = ((i.src[0] as usize - 256) * lanes, i.saddr == 124);
+                            let base = if pair { MEM_BASE as u32 } else { 0 };
+                            for w in [&mut a, &mut b] {
+                                w.sgpr[4] = MEM_BASE as u32;
+                                w.sgpr[5] = 0;
+                                for l in 0..lanes {
+                                    let off = if seed % 3 == 0 {
+                                        0x100 + 4 * l as u32
+                                    } else {
+                                        mix(l as u32, seed) & 0x7fc
+                                    };
+                                    if r + lanes + l < w.vgpr.len() {
+                                        w.vgpr[r + l] = base + off;
+                                        if pair {
+                                            w.vgpr[r + lanes + l] = 0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        let (mem_a, mem_b) = (memory(seed), memory(seed));
+                        let (mut lds_a, mut lds_b) = (lds.clone(), lds.clone());
+                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mem_a, &s.fast, 0);
+                        if matches!(ra, Ok(Ran::General)) {
+                            fell_back = true;
+                            continue;
+                        }
+                        let rb = general(&mut b, &mut lds_b, &mem_b, &i);
+                        let ctx = format!("{text}, wave{lanes}, exec {exec:#x}");
+                        assert_eq!(format!("{:?}", ra.map(|_| ())), format!("{rb:?}"), "{ctx}");
+                        let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
+                        assert_eq!(first, None, "{ctx}: first differing VGPR word");
+                        assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");
+                        assert_eq!(a.scc, b.scc, "{ctx}: SCC");
+                        // A fault ends the dispatch and its groups' LDS with it: only a
+                        // completed store's LDS is observable.
+                        assert!(rb.is_err() || lds_a == lds_b, "{ctx}: LDS");
+                        let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
+                        mem_a.read(MEM_BASE, &mut ma).expect("in range");
+                        mem_b.read(MEM_BASE, &mut mb).expect("in range");
+                        assert!(ma == mb, "{ctx}: memory");
+                    }
+                }
+            }
+            let float = text.contains("_f32");
+            assert_eq!(
+                fell_back, float,
+                "{text}: only float forms defer to a flushing mode"
+            );
+        }
+    }
+}

@@ -1,0 +1,564 @@
+//! The issue form: what the executor runs per code address, chosen once when the instruction
+//! is decoded (and cached with the decode, see `code`), never per step.
+//!
+//! Every decoded [`Inst`] becomes a [`Slot`]: the instruction itself (for the general
+//! executor, faults and printing) and a [`Fast`] form for the operations that dominate real
+//! kernels, with the semantics picked (a dense enum, one `match` per issue) and the operands
+//! resolved: VGPRs to register numbers, SGPRs to their index, inline constants and literals to
+//! their value. Everything else is [`Fast::General`] and runs through `exec::step`, bit for bit
+//! the same semantics (the fast forms are unit-tested against it in `exec::fast`).
+//!
+//! Register numbers, not row offsets, are kept: a wave's lane count and VGPR allocation are
+//! the dispatch's (rsrc1, wave64), and one cached decode serves every dispatch of the code.
+//! Each form carries the highest VGPR it touches so the range check is one compare.
+//!
+//! The seam for GFX9: its front end produces the same [`Inst`]; SDWA/DPP source selection and
+//! accumulator VGPRs are further operand kinds of [`Operand`] (or leave the instruction
+//! [`Fast::General`]), not new executors.
+
+use crate::decode::{Format, Inst, src};
+use crate::meta::{MemKind, meta};
+use crate::opcodes::{op_ds, op_valu::*, op_vopdx};
+
+/// A source of a fast form: where each lane's 32-bit value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operand {
+    /// VGPR number (0-255).
+    Vgpr(u8),
+    /// SGPR index (0-127 but the null register), read at issue.
+    Sgpr(u8),
+    /// An inline constant or literal, resolved at decode.
+    Const(u32),
+}
+
+/// A 32-bit lane operation of three sources (unused sources are `Const(0)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Alu {
+    Mov,
+    /// `a * b + c` with one rounding (VOP2 fmac reads its destination as `c`).
+    Fma,
+    MulF,
+    AddF,
+    SubF,
+    SubrevF,
+    AddU,
+    SubU,
+    SubrevU,
+    And,
+    Or,
+    Xor,
+    /// `b << a` (the "rev" shifts take the shift count first).
+    Lshlrev,
+    Lshrrev,
+    Ashrrev,
+    MinU,
+    MaxU,
+    MinI,
+    MaxI,
+    MulLo,
+    Add3,
+    /// `(a << b) + c`.
+    LshlAdd,
+    /// `(a << b) | c`.
+    LshlOr,
+    AndOr,
+    Or3,
+    Xor3,
+    /// Unsigned bit-field extract: `a >> b` masked to `c` bits.
+    BfeU,
+}
+
+impl Alu {
+    /// Float operations honour the wave's denormal mode; their fast forms run only when it
+    /// keeps denormals (the general path flushes).
+    pub(crate) fn is_float(self) -> bool {
+        matches!(
+            self,
+            Alu::Fma | Alu::MulF | Alu::AddF | Alu::SubF | Alu::SubrevF
+        )
+    }
+}
+
+/// One half of a fast VOPD pair, or a single VALU operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AluOp {
+    pub f: Alu,
+    pub s: [Operand; 3],
+    /// Destination VGPR number.
+    pub d: u8,
+}
+
+/// A 64-bit source of a fast form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operand64 {
+    /// The VGPR pair from this number.
+    Vgpr(u8),
+    /// The SGPR pair from this (even) index.
+    Sgpr(u8),
+    /// An integer inline constant, sign-extended.
+    Const(u64),
+}
+
+/// The 64-bit shifts: `b` shifted by `a & 63`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shift64 {
+    Lshlrev,
+    Lshrrev,
+    Ashrrev,
+}
+
+/// A 32-bit integer comparison (`v_cmp*_{i,u}32`): the relation, as the low three bits of the
+/// compare opcode number it (false, <, ==, <=, >, !=, >=, true), and the signedness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cmp32 {
+    pub rel: u8,
+    pub signed: bool,
+}
+
+/// The carry-in of a fast integer add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CarryIn {
+    None,
+    /// A lane mask in SGPR `n` (and `n + 1` in wave64); `n` is at most VCC_LO.
+    Mask(u8),
+}
+
+/// The form an instruction issues in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fast {
+    /// Runs through the general executor.
+    General,
+    /// Only advances the PC (waits, scheduling hints, cache invalidations: memory is coherent
+    /// at issue).
+    Nop,
+    /// One 32-bit lane operation; `top` is one past the highest VGPR it names.
+    Alu { op: AluOp, top: u16 },
+    /// A VOPD pair: both halves read their sources before either writes.
+    Dual { x: AluOp, y: AluOp, top: u16 },
+    /// `v_add_co_u32` / `v_add_co_ci_u32`: the 32-bit sum and its carry-out mask (into SGPR
+    /// `carry`, at most VCC_LO).
+    AddCo {
+        a: Operand,
+        b: Operand,
+        cin: CarryIn,
+        d: u8,
+        carry: u8,
+        top: u16,
+    },
+    /// A 32-bit integer compare: the lane mask (active lanes' results, others 0) into SGPR
+    /// `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`).
+    Cmp {
+        c: Cmp32,
+        a: Operand,
+        b: Operand,
+        d: u8,
+        top: u16,
+    },
+    /// `v_lshlrev_b64`, `v_lshrrev_b64`, `v_ashrrev_i64` into the pair from `d`.
+    Shift64 {
+        f: Shift64,
+        a: Operand,
+        b: Operand64,
+        d: u8,
+        top: u16,
+    },
+    /// LDS stores of whole dwords: `rows` registers from `data` go to the lane's address
+    /// (VGPR `addr`) plus `off`, lane by lane in lane order.
+    DsStore {
+        addr: u8,
+        data: u8,
+        rows: u8,
+        off: u32,
+    },
+    /// `global_load_b32` / `global_store_b32`: the lane's address is the VGPR pair from
+    /// `addr`, or the SGPR pair `saddr` plus the VGPR `addr`, plus `imm`.
+    GlobalDword {
+        load: bool,
+        addr: u8,
+        saddr: Option<u8>,
+        data: u8,
+        imm: i32,
+        top: u16,
+    },
+    /// LDS loads of whole dwords: `rows` registers from `d` get the dword at the lane's
+    /// address (VGPR `addr`) plus `off[k]`.
+    DsLoad {
+        addr: u8,
+        d: u8,
+        rows: u8,
+        off: [u32; 4],
+    },
+}
+
+/// An instruction as the issue loop holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub inst: Inst,
+    pub fast: Fast,
+    /// A vector instruction (counted in lane-instructions).
+    pub vector: bool,
+}
+
+impl Slot {
+    pub(crate) fn new(inst: Inst) -> Slot {
+        Slot {
+            fast: select(&inst),
+            vector: !matches!(
+                inst.format,
+                Format::Sop1
+                    | Format::Sop2
+                    | Format::Sopk
+                    | Format::Sopc
+                    | Format::Sopp
+                    | Format::Smem
+            ),
+            inst,
+        }
+    }
+}
+
+/// The value of an inline constant or special register that does not change during a
+/// dispatch, as a 32-bit source of a non-f16 operation reads it; `None` for registers and
+/// for the state bits read at issue (VCCZ, EXECZ, SCC).
+pub(crate) fn constant(s: u16, lit: u32, f16: bool) -> Option<u32> {
+    Some(match s {
+        0..=123 | 125..=127 | 251..=253 | 256.. => return None,
+        124 => 0,
+        128..=192 => (s - 128) as u32,
+        193..=208 => (-((s - 192) as i32)) as u32,
+        240..=248 if f16 => [
+            0x3800, 0xb800, 0x3c00, 0xbc00, 0x4000, 0xc000, 0x4400, 0xc400, 0x3118,
+        ][(s - 240) as usize],
+        240..=247 => [0.5f32, -0.5, 1.0, -1.0, 2.0, -2.0, 4.0, -4.0][(s - 240) as usize].to_bits(),
+        248 => 0x3e22_f983,
+        235 | 236 => crate::exec::SHARED_APERTURE_HI,
+        237 | 238 => crate::exec::PRIVATE_APERTURE_HI,
+        255 => lit,
+        _ => 0,
+    })
+}
+
+/// A 32-bit source operand of a non-f16 VALU operation, or `None` when it is read some other
+/// way (DPP markers, VCCZ/EXECZ/SCC).
+fn operand(s: u16, lit: u32) -> Option<Operand> {
+    match s {
+        256..=511 => Some(Operand::Vgpr((s - 256) as u8)),
+        0..=123 | 125..=127 => Some(Operand::Sgpr(s as u8)),
+        src::DPP8 | src::DPP8FI | src::DPP16 => None,
+        _ => constant(s, lit, false).map(Operand::Const),
+    }
+}
+
+fn vgpr(s: u16) -> Option<u8> {
+    (256..=511).contains(&s).then(|| (s - 256) as u8)
+}
+
+/// One past the highest VGPR among `ops` and the destinations `d`.
+fn top(ops: &[Operand], d: &[u8]) -> u16 {
+    let v = ops.iter().filter_map(|o| match o {
+        Operand::Vgpr(r) => Some(*r),
+        _ => None,
+    });
+    v.chain(d.iter().copied())
+        .map(|r| r as u16 + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Picks the issue form of `i`.
+pub(crate) fn select(i: &Inst) -> Fast {
+    if crate::exec::no_effect(i) {
+        return Fast::Nop;
+    }
+    match i.format {
+        Format::Vop1 | Format::Vop2 | Format::Vop3 => alu(i)
+            .map(|op| Fast::Alu {
+                op,
+                top: top(&op.s, &[op.d]),
+            })
+            .or_else(|| add_co(i))
+            .or_else(|| shift64(i))
+            .or_else(|| cmp(i))
+            .unwrap_or(Fast::General),
+        Format::Vopd => dual(i).unwrap_or(Fast::General),
+        Format::Vop3sd => add_co(i).unwrap_or(Fast::General),
+        Format::Vopc => cmp(i).unwrap_or(Fast::General),
+        Format::Ds => ds_load(i).or_else(|| ds_store(i)).unwrap_or(Fast::General),
+        Format::Global => global_dword(i).unwrap_or(Fast::General),
+        _ => Fast::General,
+    }
+}
+
+/// The VOP1/VOP2/VOP3 operations with a fast form: no DPP, no modifiers.
+fn alu(i: &Inst) -> Option<AluOp> {
+    if i.dpp.is_some() || i.abs != 0 || i.neg != 0 || i.op_sel != 0 || i.clamp || i.omod != 0 {
+        return None;
+    }
+    let e64 = i.format == Format::Vop3;
+    // (operation, sources read): fmac's third source is its destination.
+    let (f, n) = match (i.format, i.op) {
+        (Format::Vop1 | Format::Vop3, V_MOV_B32) => (Alu::Mov, 1),
+        (Format::Vop2, V_FMAC_F32) => (Alu::Fma, 2),
+        (Format::Vop3, V_FMA_F32) => (Alu::Fma, 3),
+        (Format::Vop2 | Format::Vop3, op) => match op {
+            V_MUL_F32 => (Alu::MulF, 2),
+            V_ADD_F32 => (Alu::AddF, 2),
+            V_SUB_F32 => (Alu::SubF, 2),
+            V_SUBREV_F32 => (Alu::SubrevF, 2),
+            V_ADD_NC_U32 => (Alu::AddU, 2),
+            V_SUB_NC_U32 => (Alu::SubU, 2),
+            V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
+            V_AND_B32 => (Alu::And, 2),
+            V_OR_B32 => (Alu::Or, 2),
+            V_XOR_B32 => (Alu::Xor, 2),
+            V_LSHLREV_B32 => (Alu::Lshlrev, 2),
+            V_LSHRREV_B32 => (Alu::Lshrrev, 2),
+            V_ASHRREV_I32 => (Alu::Ashrrev, 2),
+            V_MIN_U32 => (Alu::MinU, 2),
+            V_MAX_U32 => (Alu::MaxU, 2),
+            V_MIN_I32 => (Alu::MinI, 2),
+            V_MAX_I32 => (Alu::MaxI, 2),
+            V_MUL_LO_U32 if e64 => (Alu::MulLo, 2),
+            V_ADD3_U32 if e64 => (Alu::Add3, 3),
+            V_LSHL_ADD_U32 if e64 => (Alu::LshlAdd, 3),
+            V_LSHL_OR_B32 if e64 => (Alu::LshlOr, 3),
+            V_AND_OR_B32 if e64 => (Alu::AndOr, 3),
+            V_OR3_B32 if e64 => (Alu::Or3, 3),
+            V_XOR3_B32 if e64 => (Alu::Xor3, 3),
+            V_BFE_U32 if e64 => (Alu::BfeU, 3),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let d = vgpr(i.dst)?;
+    let mut s = [Operand::Const(0); 3];
+    for (o, &r) in s.iter_mut().zip(&i.src).take(n) {
+        *o = operand(r, i.literal)?;
+    }
+    if f == Alu::Fma && n == 2 {
+        s[2] = Operand::Vgpr(d);
+    }
+    Some(AluOp { f, s, d })
+}
+
+/// A VOPD pair whose halves both have fast forms.
+fn dual(i: &Inst) -> Option<Fast> {
+    let half = |op: u16, d: u16, s0: u16, s1: u16| -> Option<AluOp> {
+        let (f, n) = match op {
+            op_vopdx::V_DUAL_FMAC_F32 => (Alu::Fma, 2),
+            op_vopdx::V_DUAL_MUL_F32 => (Alu::MulF, 2),
+            op_vopdx::V_DUAL_ADD_F32 => (Alu::AddF, 2),
+            op_vopdx::V_DUAL_SUB_F32 => (Alu::SubF, 2),
+            op_vopdx::V_DUAL_SUBREV_F32 => (Alu::SubrevF, 2),
+            op_vopdx::V_DUAL_MOV_B32 => (Alu::Mov, 1),
+            // The X-only integer halves (VOPDY ids past the VOPDX table).
+            0x10 => (Alu::AddU, 2),
+            0x11 => (Alu::Lshlrev, 2),
+            0x12 => (Alu::And, 2),
+            _ => return None,
+        };
+        let d = vgpr(d)?;
+        let mut s = [Operand::Const(0); 3];
+        s[0] = operand(s0, i.literal)?;
+        if n == 2 {
+            s[1] = operand(s1, i.literal)?;
+        }
+        if f == Alu::Fma {
+            s[2] = Operand::Vgpr(d);
+        }
+        Some(AluOp { f, s, d })
+    };
+    let x = half(i.op, i.dst, i.src[0], i.src[1])?;
+    let y = half(i.opy as u16, i.sdst, i.srcy[0], i.srcy[1])?;
+    let t = top(&x.s, &[x.d]).max(top(&y.s, &[y.d]));
+    Some(Fast::Dual { x, y, top: t })
+}
+
+/// `v_add_co_u32` (VOP3SD) and `v_add_co_ci_u32` (VOP2, VOP3SD) without modifiers, with
+/// the carry masks in SGPRs up to VCC.
+fn add_co(i: &Inst) -> Option<Fast> {
+    if i.dpp.is_some() || i.clamp || i.omod != 0 || i.neg != 0 || i.abs != 0 {
+        return None;
+    }
+    let mask = |s: u16| (s <= src::VCC_LO).then_some(s as u8);
+    let (cin, carry) = match (i.format, i.op) {
+        (Format::Vop2, V_ADD_CO_CI_U32) => (CarryIn::Mask(src::VCC_LO as u8), src::VCC_LO as u8),
+        (Format::Vop3sd, V_ADD_CO_CI_U32) => (CarryIn::Mask(mask(i.src[2])?), mask(i.sdst)?),
+        (Format::Vop3sd, V_ADD_CO_U32) => (CarryIn::None, mask(i.sdst)?),
+        _ => return None,
+    };
+    let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
+    let d = vgpr(i.dst)?;
+    Some(Fast::AddCo {
+        a,
+        b,
+        cin,
+        d,
+        carry,
+        top: top(&[a, b], &[d]),
+    })
+}
+
+/// The 32-bit integer compares (VOPC, or VOP3 without modifiers), `v_cmpx` too.
+fn cmp(i: &Inst) -> Option<Fast> {
+    if i.op >= 0x100
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.op_sel != 0
+        || i.clamp
+        || i.omod != 0
+    {
+        return None;
+    }
+    let signed = match i.op & 0x7f {
+        0x40..=0x47 => true,
+        0x48..=0x4f => false,
+        _ => return None,
+    };
+    let d = if i.op >= 0x80 {
+        src::EXEC_LO
+    } else if i.format == Format::Vop3 {
+        i.dst
+    } else {
+        src::VCC_LO
+    };
+    if d > src::VCC_LO && d != src::EXEC_LO {
+        return None;
+    }
+    let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
+    Some(Fast::Cmp {
+        c: Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed,
+        },
+        a,
+        b,
+        d: d as u8,
+        top: top(&[a, b], &[]),
+    })
+}
+
+/// The 64-bit shifts (VOP3) without modifiers, the value a VGPR pair, an SGPR pair or an
+/// integer inline constant.
+fn shift64(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop3
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.op_sel != 0
+        || i.clamp
+        || i.omod != 0
+    {
+        return None;
+    }
+    let f = match i.op {
+        V_LSHLREV_B64 => Shift64::Lshlrev,
+        V_LSHRREV_B64 => Shift64::Lshrrev,
+        V_ASHRREV_I64 => Shift64::Ashrrev,
+        _ => return None,
+    };
+    let a = operand(i.src[0], i.literal)?;
+    let s = i.src[1];
+    let b = match s {
+        256..=510 => Operand64::Vgpr((s - 256) as u8),
+        0..=123 => Operand64::Sgpr((s & !1) as u8),
+        128..=208 => Operand64::Const(constant(s, 0, false)? as i32 as i64 as u64),
+        _ => return None,
+    };
+    let d = vgpr(i.dst).filter(|&d| d < 255)?;
+    let mut t = top(&[a], &[d + 1]);
+    if let Operand64::Vgpr(r) = b {
+        t = t.max(r as u16 + 2);
+    }
+    Some(Fast::Shift64 { f, a, b, d, top: t })
+}
+
+/// Global dword loads and stores, the scalar base (if any) an SGPR pair.
+fn global_dword(i: &Inst) -> Option<Fast> {
+    let m = meta(i);
+    let load = match m.kind {
+        MemKind::Load => true,
+        MemKind::Store => false,
+        _ => return None,
+    };
+    if m.bytes != 4 || m.exotic {
+        return None;
+    }
+    let addr = vgpr(i.src[0])?;
+    let data = vgpr(if load { i.dst } else { i.src[1] })?;
+    let saddr = match i.saddr {
+        src::NULL => None,
+        s @ 0..=105 => Some((s & !1) as u8),
+        _ => return None,
+    };
+    let a_top = addr as u16 + if saddr.is_none() { 2 } else { 1 };
+    Some(Fast::GlobalDword {
+        load,
+        addr,
+        saddr,
+        data,
+        imm: i.imm,
+        top: a_top.max(data as u16 + 1),
+    })
+}
+
+/// `ds_store_b32`..`b128`.
+fn ds_store(i: &Inst) -> Option<Fast> {
+    use op_ds::*;
+    if !matches!(
+        i.op,
+        DS_STORE_B32 | DS_STORE_B64 | DS_STORE_B96 | DS_STORE_B128
+    ) {
+        return None;
+    }
+    let m = meta(i);
+    if m.kind != MemKind::Store {
+        return None;
+    }
+    Some(Fast::DsStore {
+        addr: vgpr(i.src[0])?,
+        data: vgpr(i.src[1])?,
+        rows: (m.bytes as usize).div_ceil(4).clamp(1, 4) as u8,
+        off: (i.imm as u32) | (i.imm1 as u32) << 8,
+    })
+}
+
+/// `ds_load_b32`..`b128` and `ds_load_2addr[_stride64]_b32/b64`.
+fn ds_load(i: &Inst) -> Option<Fast> {
+    use op_ds::*;
+    let (addr, d) = (vgpr(i.src[0])?, vgpr(i.dst)?);
+    let mut off = [0u32; 4];
+    let rows = match i.op {
+        DS_LOAD_B32 | DS_LOAD_B64 | DS_LOAD_B96 | DS_LOAD_B128 => {
+            let m = meta(i);
+            if m.kind != MemKind::Load {
+                return None;
+            }
+            let n = (m.bytes as usize).div_ceil(4).clamp(1, 4);
+            let base = (i.imm as u32) | (i.imm1 as u32) << 8;
+            for (k, o) in off.iter_mut().take(n).enumerate() {
+                *o = base.wrapping_add(4 * k as u32);
+            }
+            n
+        }
+        DS_LOAD_2ADDR_B32
+        | DS_LOAD_2ADDR_STRIDE64_B32
+        | DS_LOAD_2ADDR_B64
+        | DS_LOAD_2ADDR_STRIDE64_B64 => {
+            let (n, scale) = crate::exec::two_addr_shape(i.op);
+            for (j, o) in off.iter_mut().take(2 * n).enumerate() {
+                let e = if j < n { i.imm as u32 } else { i.imm1 as u32 };
+                *o = (e * scale).wrapping_add(4 * (j % n) as u32);
+            }
+            2 * n
+        }
+        _ => return None,
+    };
+    Some(Fast::DsLoad {
+        addr,
+        d,
+        rows: rows as u8,
+        off,
+    })
+}

@@ -1,0 +1,103 @@
+//! Lane loops compiled for the host's vector unit: on x86-64 hosts with AVX2 and FMA, the
+//! fast issue forms (`exec::fast`) run as a copy compiled with those features (8 lanes per
+//! instruction, variable shifts for EXEC masks, fused multiply-add), else as the baseline
+//! copy. The same source, so the same results. The one place that calls target-feature code
+//! besides `fma`.
+
+/// Whether the host's vector unit runs the wide copy, detected once per dispatch (not per
+/// instruction).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wide(bool);
+
+impl Wide {
+    /// The host's answer.
+    pub(crate) fn detect() -> Wide {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Wide(
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma"),
+            )
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Wide(false)
+        }
+    }
+
+    /// Runs `f`, compiled with AVX2 and FMA when the host has them (`f` and what it inlines).
+    #[inline(always)]
+    pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        if self.0 {
+            // SAFETY: `Wide(true)` is made only by `detect` on a CPU with AVX2 and FMA, the
+            // target features `avx2_fma` is compiled with.
+            return unsafe { avx2_fma(f) };
+        }
+        f()
+    }
+}
+
+/// `f` inlined into a function compiled for AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// The little-endian dwords of `bytes` at byte offsets `a[l] + o`, every lane; `None` when one
+/// would reach past `bytes` (the caller then checks lane by lane).
+#[inline(always)]
+pub(crate) fn gather_dwords<const N: usize>(
+    bytes: &[u8],
+    a: &[u32; N],
+    o: u32,
+) -> Option<[u32; N]> {
+    let mut hi = 0u32;
+    for &x in a {
+        hi = hi.max(x);
+    }
+    if hi as u64 + o as u64 + 4 > bytes.len() as u64 {
+        return None;
+    }
+    let mut out = [0u32; N];
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8)
+        && bytes.len() <= i32::MAX as usize
+        && std::arch::is_x86_feature_detected!("avx2")
+    {
+        // SAFETY: the CPU has AVX2 (checked just above), and every `a[l] + o + 4` is at most
+        // `bytes.len()` (checked above, without wrapping), which fits an i32 offset.
+        unsafe { gather_avx2(bytes, a, o, &mut out) };
+        return Some(out);
+    }
+    for l in 0..N {
+        let x = (a[l] + o) as usize;
+        out[l] = u32::from_le_bytes([bytes[x], bytes[x + 1], bytes[x + 2], bytes[x + 3]]);
+    }
+    Some(out)
+}
+
+/// Eight lanes per `vpgatherdd`.
+///
+/// # Safety
+/// The CPU has AVX2; for every lane `a[l] + o + 4 <= bytes.len() <= i32::MAX` (no wrap).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn gather_avx2<const N: usize>(bytes: &[u8], a: &[u32; N], o: u32, out: &mut [u32; N]) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_i32gather_epi32, _mm256_loadu_si256, _mm256_set1_epi32,
+        _mm256_storeu_si256,
+    };
+    let base = bytes.as_ptr() as *const i32;
+    let vo = _mm256_set1_epi32(o as i32);
+    for (c, r) in a.as_chunks::<8>().0.iter().zip(out.as_chunks_mut::<8>().0) {
+        // SAFETY: `c` and `r` are 8 u32s each (32 bytes, unaligned access); every offset
+        // `c[j] + o` leaves 4 readable bytes of `bytes` (the caller's contract).
+        unsafe {
+            let idx = _mm256_add_epi32(_mm256_loadu_si256(c.as_ptr() as *const __m256i), vo);
+            let g = _mm256_i32gather_epi32::<1>(base, idx);
+            _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, g);
+        }
+    }
+}
