@@ -334,6 +334,29 @@ impl EventTable {
     }
 }
 
+/// The faulting address of a GPU page fault, and whether its page is mapped read-only: the
+/// command processor's own accesses and a kernel's alike raise a VM fault, which KFD reports
+/// as a memory exception; any other queue fault is not one.
+fn page_fault(
+    reason: &rig_sim::FaultReason,
+    vm: &std::sync::Weak<rig_sim::memory::Vm>,
+) -> Option<(u64, bool)> {
+    use rig_sim::FaultReason as R;
+    use rig_sim::dispatch::KernelFault as K;
+    match reason {
+        R::Page(p) | R::Kernel(K::Page(p)) => Some((p.address, p.read_only)),
+        R::Kernel(K::Exec(rig_sim::ExecFault::Memory { fault, .. })) => {
+            // A write refused at a mapped page was refused for being read-only.
+            let read_only = fault.write
+                && vm
+                    .upgrade()
+                    .is_some_and(|vm| vm.check(fault.address, 1, false).is_ok());
+            Some((fault.address, read_only))
+        }
+        _ => None,
+    }
+}
+
 fn read_args<C: Command>(args: &[u8]) -> C {
     // The kernel zero-extends a smaller block (an older header's) to its own size.
     let mut block = C::default();
@@ -777,6 +800,8 @@ impl Process {
         let events = self.events.clone();
         let faults = self.events.clone();
         let gpu_id = a.gpu_id;
+        // The VM whose page tables tell a write to a read-only page from one not present.
+        let vm = Arc::downgrade(space.memory());
         let q = space.create_queue(
             rig_sim::QueueDesc {
                 kind,
@@ -791,21 +816,21 @@ impl Process {
             Arc::new(move |irq| events.interrupt(irq.context)),
             Arc::new(move |f| {
                 let mut data = abi::EventData::default();
-                match &f.reason {
-                    rig_sim::FaultReason::Page(p) => {
+                match page_fault(&f.reason, &vm) {
+                    Some((va, read_only)) => {
                         data.set_memory_exception(&abi::MemoryExceptionData {
                             failure: abi::MemoryExceptionFailure {
-                                not_present: u32::from(!p.read_only),
-                                read_only: u32::from(p.read_only),
+                                not_present: u32::from(!read_only),
+                                read_only: u32::from(read_only),
                                 ..Default::default()
                             },
-                            va: p.address,
+                            va,
                             gpu_id,
                             error_type: abi::MEM_ERR_NO_RAS,
                         });
                         faults.exception(abi::EVENT_MEMORY, data);
                     }
-                    _ => {
+                    None => {
                         data.set_hw_exception(&abi::HwExceptionData {
                             reset_type: abi::HW_EXCEPTION_PER_ENGINE_RESET,
                             reset_cause: abi::HW_EXCEPTION_GPU_HANG,

@@ -1,9 +1,13 @@
 //! The daemon side of a test's own rigd: rigd's library serving simulated GPUs on a given
-//! socket until SIGTERM (or the exit of the program that started it).
+//! socket until SIGTERM (or the exit of the program that started it), or the GPUs of an
+//! emulated KFD through rigd's kfd path, and that emulated KFD itself.
 //!
 //! The test program is that daemon too: the tests' `common::Daemon` (and rig-client's
 //! `figures` bench) run the program again with [`SOCKET_ENV`] set, and the program then
-//! serves instead of testing ([`main`]).
+//! serves instead of testing ([`main`]). In a test program whose file is named `*_kfd.rs`
+//! ([`on_kfd`]) the program is run once more first, with [`KFD_SERVE_ENV`] set, to play the
+//! kernel (`rig-kfd-emu`) in a process of its own; rigd then serves that emulated KFD's
+//! gfx1100 GPUs through the kfd path, and no simulated GPU.
 
 use std::path::PathBuf;
 
@@ -15,19 +19,46 @@ pub const HANG_MS_ENV: &str = "RIG_CLIENT_TEST_HANG_MS";
 pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
 /// rigd's `connections.idle_ms`, if set.
 pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
+/// In rigd's child: the directory of the emulated KFD to serve (its socket [`KFD_SOCKET`]
+/// and topology tree [`KFD_TOPOLOGY`]).
+pub const KFD_ENV: &str = "RIG_CLIENT_TEST_KFD";
+/// Set only in the child that plays the emulated KFD: the directory to serve it in; the
+/// child writes [`KFD_READY`] there once it serves.
+pub const KFD_SERVE_ENV: &str = "RIG_CLIENT_TEST_SERVE_KFD";
+/// The emulated KFD's socket, in its directory.
+pub const KFD_SOCKET: &str = "kfd.sock";
+/// The emulated KFD's sysfs topology tree, in its directory.
+pub const KFD_TOPOLOGY: &str = "topology";
+/// The file the emulated KFD's child writes once it serves.
+pub const KFD_READY: &str = "ready";
+
+/// The suffixes of this test program's file name (`launches_kfd` has `kfd`): cargo names a
+/// test program `<file>-<hash>`.
+fn suffix_is(suffix: &str) -> bool {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
+    stem.strip_suffix(suffix)
+        .is_some_and(|rest| rest.ends_with('_'))
+}
+
+/// Whether this test program's rigd serves an emulated KFD's GPUs through the kfd path: a
+/// test binary whose file is named `*_kfd.rs` (such a file runs another file's tests there,
+/// as launches_kfd.rs runs launches.rs's). The rigd child is the same program, so it sees
+/// the same.
+pub fn on_kfd() -> bool {
+    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *K.get_or_init(|| suffix_is("kfd"))
+}
 
 /// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
 /// in a test binary whose file is named `*_gfx1201.rs` (such a file runs another file's tests,
-/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise. The rigd child is the same
-/// program, so it sees the same.
+/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise (the emulated KFD's GPUs
+/// of a `*_kfd.rs` program too). The rigd child is the same program, so it sees the same.
 pub fn processor() -> &'static str {
     static P: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     P.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap_or_default();
-        let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // cargo names a test program `<file>-<hash>`.
-        let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
-        if stem.ends_with("_gfx1201") {
+        if suffix_is("gfx1201") {
             "gfx1201"
         } else {
             "gfx1100"
@@ -35,11 +66,52 @@ pub fn processor() -> &'static str {
     })
 }
 
+/// Plays the emulated KFD in `dir` until killed: `gpus` GPUs of [`processor`].
+fn serve_kfd(dir: &std::path::Path, gpus: u32) -> i32 {
+    let config = rig_kfd_emu::kernel::Config {
+        models: vec![processor().to_owned(); gpus.clamp(1, 8) as usize],
+        ..Default::default()
+    };
+    let started = rig_kfd_emu::start(config, &dir.join(KFD_SOCKET), &dir.join(KFD_TOPOLOGY))
+        .map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg += &format!(": {s}");
+                src = s.source();
+            }
+            msg
+        })
+        .and_then(|server| {
+            std::fs::write(dir.join(KFD_READY), b"")
+                .map(|()| server)
+                .map_err(|e| format!("writing {}: {e}", dir.join(KFD_READY).display()))
+        });
+    match started {
+        // The server's threads serve; this one waits for the SIGTERM that ends the process.
+        Ok(_server) => loop {
+            std::thread::park();
+        },
+        Err(e) => {
+            eprintln!("the test's emulated KFD in {}: {e}", dir.display());
+            1
+        }
+    }
+}
+
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
 pub fn main() -> Option<i32> {
-    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
     let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    if let Some(dir) = std::env::var_os(KFD_SERVE_ENV) {
+        // The emulated kernel stops when the program that started it exits.
+        let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+        return Some(serve_kfd(
+            std::path::Path::new(&dir),
+            number(GPUS_ENV).unwrap_or(1),
+        ));
+    }
+    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
     // The daemon stops when the program that started it exits.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
     let mut config = rigd::config::Config::embedded();
@@ -67,6 +139,15 @@ pub fn main() -> Option<i32> {
             .cloned()
             .unwrap_or_else(rigd::config::SimGpuConfig::embedded_default);
         config.sim = vec![first; n.clamp(1, 8) as usize];
+    }
+    if let Some(dir) = std::env::var_os(KFD_ENV) {
+        // The emulated KFD's GPUs alone, through the kfd path (whose hang bound is the
+        // path's own, HANG_MS).
+        let dir = PathBuf::from(dir);
+        config.kfd.emulated = Some(dir.join(KFD_SOCKET));
+        config.kfd.topology = Some(dir.join(KFD_TOPOLOGY));
+        config.kfd.serve = true;
+        config.sim.clear();
     }
     let served = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

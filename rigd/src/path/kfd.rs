@@ -363,8 +363,9 @@ pub struct KfdPath {
     held: HashMap<u64, Held>,
     queues: HashMap<u64, KfdQueue>,
     next_token: u64,
-    /// When the last doorbell was forwarded: the path's answer to "since when busy".
-    last_ring: Arc<Mutex<Option<Instant>>>,
+    /// When the last doorbell was forwarded, with the device's interrupt count just before:
+    /// the path's answer to "since when busy" until an interrupt comes after it.
+    last_ring: Arc<Mutex<Option<(Instant, u64)>>>,
 }
 
 impl KfdPath {
@@ -696,11 +697,12 @@ impl Path for KfdPath {
         };
         let at = (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize;
         let stop = Arc::new(AtomicBool::new(false));
-        let (client, flag, kernel, last) = (
+        let (client, flag, kernel, last, listener) = (
             spec.doorbell.clone(),
             stop.clone(),
             self.shared.kfd.kernel().clone(),
             self.last_ring.clone(),
+            self.listener.clone(),
         );
         let forwarder = std::thread::Builder::new()
             .name("rigd-kfd-doorbell".into())
@@ -716,7 +718,9 @@ impl Path for KfdPath {
                         return;
                     }
                     if v != seen {
-                        *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                        let seen_irqs = listener.interrupts.load(Ordering::Acquire);
+                        *last.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some((Instant::now(), seen_irqs));
                         kernel.ring(&bells, at, v);
                         seen = v;
                     }
@@ -785,7 +789,13 @@ impl Path for KfdPath {
         if self.queues.is_empty() {
             return None;
         }
-        *self.last_ring.lock().unwrap_or_else(|e| e.into_inner())
+        // KFD tells the path of completed work only by its interrupts (every submission ends
+        // with a release that interrupts): a run lasts from the last doorbell until an
+        // interrupt after it. Work still running past that interrupt is bounded by the
+        // device's word (rigd's other hang bound).
+        let last = *self.last_ring.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|(_, irqs)| *irqs == self.listener.interrupts.load(Ordering::Acquire))
+            .map(|(at, _)| at)
     }
 
     fn progress(&self) -> u64 {
