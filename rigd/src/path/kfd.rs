@@ -119,6 +119,26 @@ fn refused(e: KfdError) -> Refusal {
     }
 }
 
+/// CREATE_QUEUE's refusals, each naming what the kernel's errno says of the queue (its
+/// ENOMEM is of queue slots, not of memory).
+fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
+    match &e {
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Full(format!(
+            "KFD has no queue left for rigd's process (its queue slots are all used): {e}"
+        )),
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(format!(
+            "the GPU holds as many queues as KFD allows (amdgpu's max_num_of_queues_per_device): {e}"
+        )),
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
+            "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
+             context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
+             GPU, which this kernel does not take): {e}",
+            args.ring_size, args.eop_buffer_size, args.ctx_save_restore_size, args.ctl_stack_size
+        )),
+        _ => refused(e),
+    }
+}
+
 impl KfdBackend {
     /// The GPU of topology node `node`, in rigd's KFD process `process`.
     pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
@@ -660,7 +680,7 @@ impl Path for KfdPath {
             for b in buffers {
                 self.free(b);
             }
-            return Err(refused(e));
+            return Err(queue_refused(e, &args));
         }
         let bells = {
             let mut d = self
