@@ -4,8 +4,10 @@
 //! serves its GPUs through the kfd path instead.
 //!
 //! What the kfd path cannot show is skipped there by one rule ([`only_on_sim`]): a test of
-//! a fact only the simulator reports (that the GPU is simulated, the instruction or packet
-//! position of a fault: KFD's exception events carry neither) runs on the sim path alone.
+//! a fact only the simulator reports (that the GPU is simulated; the instruction, packet
+//! position or queue of a fault: KFD's exception events name a GPU and an address, no
+//! queue) runs on the sim path alone; a fault's isolation between clients waits for a KFD
+//! process per client ([`needs_kfd_process_per_client`]).
 
 #![allow(dead_code)]
 
