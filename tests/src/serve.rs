@@ -5,9 +5,10 @@
 //! The test program is that daemon too: the tests' `common::Daemon` (and rig-client's
 //! `figures` bench) run the program again with [`SOCKET_ENV`] set, and the program then
 //! serves instead of testing ([`main`]). In a test program whose file is named `*_kfd.rs`
-//! ([`on_kfd`]) the program is run once more first, with [`KFD_SERVE_ENV`] set, to play the
-//! kernel (`rig-kfd-emu`) in a process of its own; rigd then serves that emulated KFD's
-//! gfx1100 GPUs through the kfd path, and no simulated GPU.
+//! ([`crate::kfd::on_kfd`]) the program is run once more first, to play the kernel
+//! (`rig-kfd-emu`, [`crate::kfd::main`]) in a process of its own; rigd then serves
+//! that emulated KFD's gfx1100 GPUs through the kfd path, and no simulated GPU. This file
+//! names no crate but rigd, tokio and nix: rig-client's bench includes it.
 
 use std::path::PathBuf;
 
@@ -22,33 +23,19 @@ pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
 /// In rigd's child: the directory of the emulated KFD to serve (its socket [`KFD_SOCKET`]
 /// and topology tree [`KFD_TOPOLOGY`]).
 pub const KFD_ENV: &str = "RIG_CLIENT_TEST_KFD";
-/// Set only in the child that plays the emulated KFD: the directory to serve it in; the
-/// child writes [`KFD_READY`] there once it serves.
-pub const KFD_SERVE_ENV: &str = "RIG_CLIENT_TEST_SERVE_KFD";
 /// The emulated KFD's socket, in its directory.
 pub const KFD_SOCKET: &str = "kfd.sock";
 /// The emulated KFD's sysfs topology tree, in its directory.
 pub const KFD_TOPOLOGY: &str = "topology";
-/// The file the emulated KFD's child writes once it serves.
-pub const KFD_READY: &str = "ready";
 
-/// The suffixes of this test program's file name (`launches_kfd` has `kfd`): cargo names a
-/// test program `<file>-<hash>`.
-fn suffix_is(suffix: &str) -> bool {
+/// Whether this test program's file name ends in `_<suffix>` (`launches_kfd` in `_kfd`):
+/// cargo names a test program `<file>-<hash>`.
+pub fn suffix_is(suffix: &str) -> bool {
     let exe = std::env::current_exe().unwrap_or_default();
     let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
     stem.strip_suffix(suffix)
         .is_some_and(|rest| rest.ends_with('_'))
-}
-
-/// Whether this test program's rigd serves an emulated KFD's GPUs through the kfd path: a
-/// test binary whose file is named `*_kfd.rs` (such a file runs another file's tests there,
-/// as launches_kfd.rs runs launches.rs's). The rigd child is the same program, so it sees
-/// the same.
-pub fn on_kfd() -> bool {
-    static K: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *K.get_or_init(|| suffix_is("kfd"))
 }
 
 /// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
@@ -66,51 +53,10 @@ pub fn processor() -> &'static str {
     })
 }
 
-/// Plays the emulated KFD in `dir` until killed: `gpus` GPUs of [`processor`].
-fn serve_kfd(dir: &std::path::Path, gpus: u32) -> i32 {
-    let config = rig_kfd_emu::kernel::Config {
-        models: vec![processor().to_owned(); gpus.clamp(1, 8) as usize],
-        ..Default::default()
-    };
-    let started = rig_kfd_emu::start(config, &dir.join(KFD_SOCKET), &dir.join(KFD_TOPOLOGY))
-        .map_err(|e| {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg += &format!(": {s}");
-                src = s.source();
-            }
-            msg
-        })
-        .and_then(|server| {
-            std::fs::write(dir.join(KFD_READY), b"")
-                .map(|()| server)
-                .map_err(|e| format!("writing {}: {e}", dir.join(KFD_READY).display()))
-        });
-    match started {
-        // The server's threads serve; this one waits for the SIGTERM that ends the process.
-        Ok(_server) => loop {
-            std::thread::park();
-        },
-        Err(e) => {
-            eprintln!("the test's emulated KFD in {}: {e}", dir.display());
-            1
-        }
-    }
-}
-
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
 pub fn main() -> Option<i32> {
     let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
-    if let Some(dir) = std::env::var_os(KFD_SERVE_ENV) {
-        // The emulated kernel stops when the program that started it exits.
-        let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
-        return Some(serve_kfd(
-            std::path::Path::new(&dir),
-            number(GPUS_ENV).unwrap_or(1),
-        ));
-    }
     let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
     // The daemon stops when the program that started it exits.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);

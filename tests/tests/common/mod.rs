@@ -1,6 +1,6 @@
 //! A rigd of the test's own: this test program run again as rigd's daemon ([`serve`]), on
 //! a temporary socket, serving the simulated GPU; stopped when dropped. In a `*_kfd.rs`
-//! program ([`serve::on_kfd`]) the program is run once more as the emulated KFD, and rigd
+//! program ([`on_kfd`]) the program is run once more as the emulated KFD, and rigd
 //! serves its GPUs through the kfd path instead.
 //!
 //! What the kfd path cannot show is skipped there by one rule ([`only_on_sim`]): a test of
@@ -33,7 +33,7 @@ pub struct Daemon {
 #[test]
 #[ignore = "rigd's daemon, run by Daemon::start in a child process"]
 fn serve_rigd() {
-    if let Some(code) = serve::main() {
+    if let Some(code) = rig_tests::kfd::main().or_else(serve::main) {
         std::process::exit(code);
     }
 }
@@ -51,7 +51,8 @@ fn own_dir(what: &str) -> PathBuf {
     ))
 }
 
-pub use serve::{on_kfd, processor};
+pub use rig_tests::kfd::on_kfd;
+pub use serve::processor;
 
 /// The rule by which a test of a fact only the simulator reports is skipped on the kfd path:
 /// true (and says so on stderr) in a `*_kfd.rs` program, where the test returns at once.
@@ -87,14 +88,14 @@ fn start_kfd(dir: &Path, gpus: u32) -> Child {
             "--include-ignored",
             "--test-threads=1",
         ])
-        .env(serve::KFD_SERVE_ENV, dir)
+        .env(rig_tests::kfd::KFD_SERVE_ENV, dir)
         .env(serve::GPUS_ENV, gpus.to_string())
         .env_remove(serve::SOCKET_ENV)
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("start the emulated KFD");
     let start = Instant::now();
-    while !dir.join(serve::KFD_READY).exists() {
+    while !dir.join(rig_tests::kfd::KFD_READY).exists() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("the emulated KFD exited ({status}) before it served");
         }
@@ -148,7 +149,7 @@ impl Daemon {
         .env_remove(serve::HANG_MS_ENV)
         .env_remove(serve::GPUS_ENV)
         .env_remove(serve::IDLE_MS_ENV)
-        .env_remove(serve::KFD_SERVE_ENV)
+        .env_remove(rig_tests::kfd::KFD_SERVE_ENV)
         .env_remove(serve::KFD_ENV)
         .stdout(std::process::Stdio::null());
         if kfd.is_some() {
