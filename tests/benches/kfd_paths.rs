@@ -78,8 +78,17 @@ impl Served {
         }
     }
 
+    /// A device of the first GPU, on a connection of its own (once rigd has seen closed
+    /// connections go, when this user holds as many as rigd allows).
     fn device(&self) -> Device {
-        let rig = Rig::connect_to(&self.socket).expect("connect");
+        let start = Instant::now();
+        let rig = loop {
+            match Rig::connect_to(&self.socket) {
+                Ok(rig) => break rig,
+                Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "{e}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         let name = rig.gpus().expect("gpus")[0].name.clone();
         rig.open_device(&name).expect("open")
     }
@@ -150,15 +159,56 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 fn figures(on_kfd: bool, code: &[u8]) {
     let served = Served::start(on_kfd);
+    println!(
+        "{}, {}:",
+        if on_kfd {
+            "kfd path (emulated KFD)"
+        } else {
+            "sim path"
+        },
+        serve::processor()
+    );
+    // 64 clients, each a connection with a device open: rigd's per-user default allows 64
+    // connections, so they come first.
+    let idle: Vec<_> = (0..64)
+        .map(|i| {
+            let start = Instant::now();
+            loop {
+                match rig_proto::Connection::connect(&served.socket, &format!("idle{i}")) {
+                    Ok(mut c) => {
+                        let (r, fds) = c
+                            .call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[])
+                            .expect("open a device");
+                        assert!(matches!(r, rig_proto::Response::DeviceOpened(_)), "{r:?}");
+                        break (c, fds);
+                    }
+                    Err(e) => {
+                        assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let pids: Vec<(&str, u32)> = std::iter::once(("rigd", served.rigd.id()))
+        .chain(served.emu.as_ref().map(|e| ("the emulated kernel", e.id())))
+        .collect();
+    let before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let secs = 5.0;
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    for ((who, pid), b) in pids.iter().zip(before) {
+        let used = cpu_ticks(*pid) - b;
+        // USER_HZ is 100 on Linux.
+        println!(
+            "  {who}'s CPU with 64 idle clients (a device open each) over {secs} s: {used} ticks = {:.2}% of one core",
+            used as f64 / 100.0 / secs * 100.0
+        );
+    }
+    drop(idle);
     let dev = served.device();
     let k = dev.load_image(code).unwrap().resolve("empty").unwrap();
     let s = Submission::new().launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0);
-    let path = if on_kfd {
-        "kfd path (emulated KFD)"
-    } else {
-        "sim path"
-    };
-    println!("{path}, {} ({}):", dev.name(), dev.arch());
 
     let mut trip = Vec::with_capacity(2000);
     for i in 0..2200 {
@@ -198,24 +248,6 @@ fn figures(on_kfd: bool, code: &[u8]) {
     );
     drop(k);
     dev.close().unwrap();
-
-    let idle: Vec<Device> = (0..64).map(|_| served.device()).collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let pids: Vec<(&str, u32)> = std::iter::once(("rigd", served.rigd.id()))
-        .chain(served.emu.as_ref().map(|e| ("the emulated kernel", e.id())))
-        .collect();
-    let before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
-    let secs = 5.0;
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    for ((who, pid), b) in pids.iter().zip(before) {
-        let used = cpu_ticks(*pid) - b;
-        // USER_HZ is 100 on Linux.
-        println!(
-            "  {who}'s CPU with 64 idle clients (a device open each) over {secs} s: {used} ticks = {:.2}% of one core",
-            used as f64 / 100.0 / secs * 100.0
-        );
-    }
-    drop(idle);
 }
 
 fn main() {

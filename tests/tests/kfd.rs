@@ -174,7 +174,7 @@ fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
     );
 }
 
-/// One gfx1100 of `vram_bytes`, otherwise the emulation's defaults.
+/// One gfx1100, otherwise the emulation's defaults.
 fn one_gfx1100() -> rig_kfd_emu::kernel::Config {
     rig_kfd_emu::kernel::Config {
         models: vec!["gfx1100".into()],
