@@ -58,11 +58,13 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
         ),
         Some("amdgpu") => (
             PathKind::Kfd,
-            "it is driven by amdgpu and rigd's kfd path is not implemented yet",
+            "it is driven by amdgpu but KFD does not list it (no /dev/kfd, or no node of \
+             KFD's topology is this PCI function), so rigd's kfd path cannot reach it",
         ),
         _ => (
             PathKind::Kfd,
-            "no kernel driver is bound and rigd's kfd and vfio paths are not implemented yet",
+            "no kernel driver is bound: rigd's kfd path needs amdgpu (and KFD) bound to it, \
+             and its vfio path is not implemented yet",
         ),
     };
     GpuEntry {
