@@ -14,7 +14,7 @@
 //! RUNTIME_ENABLE after queues exist; EFAULT for user memory the kernel could not read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,10 @@ pub struct Config {
     pub max_queues_per_process: usize,
     /// Queues one GPU holds across processes (`max_num_of_queues_per_device`).
     pub max_queues_per_device: usize,
+    /// Bytes a compute queue's context-save area (`ctx_save_restore_size`) must hold beyond
+    /// `rig_kfd::queue::ContextSave`'s, as a kernel or firmware whose rule differs asks (0:
+    /// Linux 6.12's rule).
+    pub cwsr_extra_bytes: u64,
 }
 
 impl Default for Config {
@@ -75,6 +79,7 @@ impl Default for Config {
             },
             max_queues_per_process: (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize,
             max_queues_per_device: 4096,
+            cwsr_extra_bytes: 0,
         }
     }
 }
@@ -89,6 +94,34 @@ pub struct Gpu {
     /// The simulated GPU every process shares.
     pub sim: Arc<SimGpu>,
     queues: AtomicUsize,
+    /// VRAM bytes every process's VRAM allocations reserve (amdgpu reserves at
+    /// ALLOC_MEMORY_OF_GPU, host-visible or not, and releases at FREE).
+    vram_held: AtomicU64,
+}
+
+impl Gpu {
+    /// Reserves `bytes` of its VRAM, or ENOMEM past its size.
+    fn reserve_vram(&self, bytes: u64) -> Result<(), Errno> {
+        self.vram_held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes)
+                    .filter(|h| *h <= self.facts.vram_bytes)
+            })
+            .map(|_| ())
+            .map_err(|_| libc::ENOMEM)
+    }
+
+    /// Gives back what a VRAM allocation of `bytes` reserved.
+    fn release_vram(&self, bytes: u64) {
+        self.vram_held.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// The VRAM bytes no allocation reserves (AVAILABLE_MEMORY).
+    pub fn vram_available(&self) -> u64 {
+        self.facts
+            .vram_bytes
+            .saturating_sub(self.vram_held.load(Ordering::Acquire))
+    }
 }
 
 /// The emulated kernel.
@@ -132,6 +165,7 @@ impl Kernel {
                 facts,
                 sim,
                 queues: AtomicUsize::new(0),
+                vram_held: AtomicU64::new(0),
             });
         }
         Ok(Arc::new(Kernel {
@@ -334,6 +368,29 @@ impl EventTable {
     }
 }
 
+/// The faulting address of a GPU page fault, and whether its page is mapped read-only: the
+/// command processor's own accesses and a kernel's alike raise a VM fault, which KFD reports
+/// as a memory exception; any other queue fault is not one.
+fn page_fault(
+    reason: &rig_sim::FaultReason,
+    vm: &std::sync::Weak<rig_sim::memory::Vm>,
+) -> Option<(u64, bool)> {
+    use rig_sim::FaultReason as R;
+    use rig_sim::dispatch::KernelFault as K;
+    match reason {
+        R::Page(p) | R::Kernel(K::Page(p)) => Some((p.address, p.read_only)),
+        R::Kernel(K::Exec(rig_sim::ExecFault::Memory { fault, .. })) => {
+            // A write refused at a mapped page was refused for being read-only.
+            let read_only = fault.write
+                && vm
+                    .upgrade()
+                    .is_some_and(|vm| vm.check(fault.address, 1, false).is_ok());
+            Some((fault.address, read_only))
+        }
+        _ => None,
+    }
+}
+
 fn read_args<C: Command>(args: &[u8]) -> C {
     // The kernel zero-extends a smaller block (an older header's) to its own size.
     let mut block = C::default();
@@ -450,7 +507,7 @@ impl Process {
             n if n == abi::AVAILABLE_MEMORY.nr => {
                 let mut a: abi::GetAvailableMemoryArgs = read_args(args);
                 let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
-                a.available = self.kernel.gpus[i].sim.vram_free();
+                a.available = self.kernel.gpus[i].vram_available();
                 write_args(args, &a);
                 Ok(None)
             }
@@ -590,14 +647,26 @@ impl Process {
         {
             return Err(libc::EINVAL);
         }
+        let gpu = &self.kernel.gpus[i];
         let pages = match kinds {
             abi::ALLOC_MEM_FLAGS_VRAM if a.flags & abi::ALLOC_MEM_FLAGS_PUBLIC == 0 => {
-                if self.kernel.gpus[i].sim.vram_free() < a.size {
-                    return Err(libc::ENOMEM);
-                }
+                gpu.reserve_vram(a.size)?;
                 Pages::Vram
             }
-            abi::ALLOC_MEM_FLAGS_VRAM | abi::ALLOC_MEM_FLAGS_GTT => {
+            abi::ALLOC_MEM_FLAGS_VRAM => {
+                gpu.reserve_vram(a.size)?;
+                let region = usize::try_from(a.size)
+                    .ok()
+                    .and_then(|len| SharedRegion::create("kfd-emu-bo", len).ok());
+                match region {
+                    Some(r) => Pages::Host(r, 0),
+                    None => {
+                        gpu.release_vram(a.size);
+                        return Err(libc::ENOMEM);
+                    }
+                }
+            }
+            abi::ALLOC_MEM_FLAGS_GTT => {
                 let len = usize::try_from(a.size).map_err(|_| libc::ENOMEM)?;
                 Pages::Host(
                     SharedRegion::create("kfd-emu-bo", len).map_err(|_| libc::ENOMEM)?,
@@ -623,7 +692,13 @@ impl Process {
             _ => return Err(libc::EINVAL),
         };
         let idr = dev.next_bo;
-        dev.next_bo = dev.next_bo.checked_add(1).ok_or(libc::ENOMEM)?;
+        let Some(next) = dev.next_bo.checked_add(1) else {
+            if kinds == abi::ALLOC_MEM_FLAGS_VRAM {
+                gpu.release_vram(a.size);
+            }
+            return Err(libc::ENOMEM);
+        };
+        dev.next_bo = next;
         let mmap_offset = ((i as u64 + 1) << 52) | (u64::from(idr) << 12);
         dev.bos.insert(
             idr,
@@ -654,7 +729,11 @@ impl Process {
         if bo.mapped {
             return Err(libc::EBUSY);
         }
-        dev.bos.remove(&(h as u32));
+        if let Some(bo) = dev.bos.remove(&(h as u32))
+            && bo.flags & abi::ALLOC_MEM_FLAGS_VRAM != 0
+        {
+            self.kernel.gpus[i].release_vram(bo.size);
+        }
         Ok(())
     }
 
@@ -754,7 +833,8 @@ impl Process {
             let want = ContextSave::of(&gpu.node);
             if a.eop_buffer_size != EOP_BUFFER_BYTES
                 || !Self::in_mapped(dev, a.eop_buffer_address, a.eop_buffer_size)
-                || u64::from(a.ctx_save_restore_size) != want.cwsr_bytes
+                || u64::from(a.ctx_save_restore_size)
+                    != want.cwsr_bytes + self.kernel.config.cwsr_extra_bytes
                 || u64::from(a.ctl_stack_size) != want.ctl_stack_bytes
                 || !Self::in_mapped(dev, a.ctx_save_restore_address, want.total_bytes())
             {
@@ -777,6 +857,8 @@ impl Process {
         let events = self.events.clone();
         let faults = self.events.clone();
         let gpu_id = a.gpu_id;
+        // The VM whose page tables tell a write to a read-only page from one not present.
+        let vm = Arc::downgrade(space.memory());
         let q = space.create_queue(
             rig_sim::QueueDesc {
                 kind,
@@ -791,21 +873,21 @@ impl Process {
             Arc::new(move |irq| events.interrupt(irq.context)),
             Arc::new(move |f| {
                 let mut data = abi::EventData::default();
-                match &f.reason {
-                    rig_sim::FaultReason::Page(p) => {
+                match page_fault(&f.reason, &vm) {
+                    Some((va, read_only)) => {
                         data.set_memory_exception(&abi::MemoryExceptionData {
                             failure: abi::MemoryExceptionFailure {
-                                not_present: u32::from(!p.read_only),
-                                read_only: u32::from(p.read_only),
+                                not_present: u32::from(!read_only),
+                                read_only: u32::from(read_only),
                                 ..Default::default()
                             },
-                            va: p.address,
+                            va,
                             gpu_id,
                             error_type: abi::MEM_ERR_NO_RAS,
                         });
                         faults.exception(abi::EVENT_MEMORY, data);
                     }
-                    _ => {
+                    None => {
                         data.set_hw_exception(&abi::HwExceptionData {
                             reset_type: abi::HW_EXCEPTION_PER_ENGINE_RESET,
                             reset_cause: abi::HW_EXCEPTION_GPU_HANG,
@@ -1020,6 +1102,9 @@ impl Process {
                     && let Some(space) = &dev.space
                 {
                     let _ = space.unmap(bo.va, bo.size);
+                }
+                if bo.flags & abi::ALLOC_MEM_FLAGS_VRAM != 0 {
+                    self.kernel.gpus[i].release_vram(bo.size);
                 }
             }
             dev.space = None;

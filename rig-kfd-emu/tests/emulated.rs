@@ -502,6 +502,47 @@ fn a_closed_process_leaves_no_queue_memory_or_event_behind() {
     }
     assert_eq!(procs[0].holdings(), (0, 0, 0));
     assert_eq!(emu.server.kernel().gpus()[0].sim.vram_free(), 4 << 30);
+    assert_eq!(emu.server.kernel().gpus()[0].vram_available(), 4 << 30);
+}
+
+/// amdgpu reserves VRAM at ALLOC_MEMORY_OF_GPU, host-visible (PUBLIC) or not, against the
+/// GPU's VRAM across processes; FREE and the process's end give it back.
+#[test]
+fn vram_is_reserved_at_alloc_across_processes_public_or_not() {
+    let emu = emulate(Config {
+        models: vec!["gfx1100".into()],
+        vram_bytes: 64 << 20,
+        ..Config::default()
+    });
+    let vram = abi::ALLOC_MEM_FLAGS_VRAM | abi::ALLOC_MEM_FLAGS_WRITABLE;
+    let public = vram | abi::ALLOC_MEM_FLAGS_PUBLIC;
+    let mut a = Proc::open(&emu, "gfx1100");
+    let g = a.node.gpu_id;
+    // Two unmapped allocations of 40 MiB do not fit 64, whether mapped yet or not.
+    let (va1, va2) = (a.va(40 << 20), a.va(40 << 20));
+    let (h, _) = a.kfd.alloc(g, va1, 40 << 20, vram).unwrap();
+    let e = a.kfd.alloc(g, va2, 40 << 20, vram).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM);
+    assert_eq!(a.kfd.available_memory(g).unwrap(), 24 << 20);
+    // Another process's host-visible VRAM counts too.
+    let mut b = Proc::open(&emu, "gfx1100");
+    let (vb1, vb2) = (b.va(40 << 20), b.va(16 << 20));
+    let e = b.kfd.alloc(g, vb1, 40 << 20, public).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM);
+    b.kfd.alloc(g, vb2, 16 << 20, public).unwrap();
+    assert_eq!(b.kfd.available_memory(g).unwrap(), 8 << 20);
+    a.kfd.free(h).unwrap();
+    assert_eq!(b.kfd.available_memory(g).unwrap(), 48 << 20);
+    // A process that ends gives back what it held.
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.kfd.available_memory(g).unwrap() != 64 << 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the ended process's VRAM stayed reserved"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]

@@ -122,7 +122,7 @@ pub fn gpus(g: &[Gpu]) -> Grid {
                 if i.simulated {
                     "simulated".into()
                 } else if let Some(why) = &i.unavailable {
-                    format!("not drivable: {why}")
+                    format!("not served: {why}")
                 } else {
                     "hardware".into()
                 },

@@ -135,10 +135,17 @@ impl Admin {
                     pci.and_then(|(_, d, r)| rig_amd::pci_ids::product(d, r))
                         .map(|p| p.name.to_owned())
                 };
-                // amdgpu's fw_version/ files, such as mec_fw_version: the compute firmware.
-                let firmware = g.bus.as_deref().and_then(|bus| {
+                // What discovery read (a KFD node's), else amdgpu's fw_version/ files of the
+                // PCI function: mec_fw_version (the compute firmware) and sdma_fw_version.
+                let firmware = g.firmware.clone().or_else(|| {
+                    let bus = g.bus.as_deref()?;
                     let mec = pci_attr(&self.sysfs, bus, "fw_version/mec_fw_version")?;
-                    Some(format!("mec {mec}"))
+                    Some(
+                        match pci_attr(&self.sysfs, bus, "fw_version/sdma_fw_version") {
+                            Some(sdma) => format!("mec {mec}, sdma {sdma}"),
+                            None => format!("mec {mec}"),
+                        },
+                    )
                 });
                 GpuStatus {
                     index: g.index,

@@ -172,8 +172,8 @@ pub struct KfdConfig {
     /// The emulated KFD's topology tree (`rig-kfd-emu --topology`); the machine's is
     /// `<sysfs>/class/kfd/kfd/topology`.
     pub topology: Option<PathBuf>,
-    /// Serve KFD's GPUs through the kfd path (off until the client's end-to-end tests run on
-    /// it; off, they are listed with that reason).
+    /// Serve KFD's GPUs through the kfd path (on by default; off, they are listed with that
+    /// reason).
     pub serve: bool,
 }
 
@@ -183,7 +183,7 @@ impl Default for KfdConfig {
             device: PathBuf::from("/dev/kfd"),
             emulated: None,
             topology: None,
-            serve: false,
+            serve: true,
         }
     }
 }

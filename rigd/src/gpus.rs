@@ -3,11 +3,12 @@
 //! KFD's GPUs come first, in KFD's node order, then AMD GPUs on the PCI bus that KFD does
 //! not list, in bus order, then the configured simulated GPUs. A KFD GPU is described from
 //! its topology node (processor, bus, VRAM, firmware), with rig-amd's reason where rig does
-//! not drive its processor; rigd serves it through [`crate::path::kfd`] when `[kfd] serve`
-//! is set. A real GPU that no path drives (vfio is not written) is listed and logged as not
-//! drivable, never silently replaced by the simulator. With no AMD GPU
-//! and no `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default,
-//! and says so in its log. This module also builds a device's facts from its GPU.
+//! not drive its processor; rigd serves it through [`crate::path::kfd`] unless
+//! `[kfd] serve = false`. A real GPU that no path drives (vfio is not written) is listed and
+//! logged as not drivable, never silently replaced by the simulator. With no AMD GPU and no
+//! `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default, and says
+//! so in its log; configured `[[sim]]` GPUs are served beside the AMD GPUs. This module
+//! also builds a device's facts from its GPU.
 
 use std::path::Path as FsPath;
 use std::sync::Arc;
@@ -28,6 +29,9 @@ pub struct GpuEntry {
     pub backend: Option<Arc<dyn Backend>>,
     /// Why it is not drivable, when it is not.
     pub why_not: Option<String>,
+    /// Its firmware versions as discovery found them (a KFD node's `mec N, sdma M`); `None`
+    /// where discovery read none (the admin answer then reads the PCI function's).
+    pub firmware: Option<String>,
 }
 
 /// Errors of making the GPU list.
@@ -54,11 +58,13 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
         ),
         Some("amdgpu") => (
             PathKind::Kfd,
-            "it is driven by amdgpu and rigd's kfd path is not implemented yet",
+            "it is driven by amdgpu but KFD does not list it (no /dev/kfd, or no node of \
+             KFD's topology is this PCI function), so rigd's kfd path cannot reach it",
         ),
         _ => (
             PathKind::Kfd,
-            "no kernel driver is bound and rigd's kfd and vfio paths are not implemented yet",
+            "no kernel driver is bound: rigd's kfd path needs amdgpu (and KFD) bound to it, \
+             and its vfio path is not implemented yet",
         ),
     };
     GpuEntry {
@@ -79,6 +85,7 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
         },
         backend: None,
         why_not: Some(why.into()),
+        firmware: None,
     }
 }
 
@@ -90,9 +97,7 @@ fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
         let backend = match node.gpu() {
             Err(why) => Err(why.to_string()),
             Ok(_) if !serve => Err(
-                "rigd serves KFD's GPUs only with `[kfd] serve = true` until \
-                                    the client's end-to-end tests run on the kfd path \
-                                    (docs/kfd.md)"
+                "the configuration's `[kfd] serve = false` lists KFD's GPUs without serving them"
                     .to_string(),
             ),
             Ok(_) => process
@@ -132,6 +137,11 @@ fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
             },
             backend,
             why_not: why,
+            firmware: Some(format!(
+                "mec {}, sdma {}",
+                node.mec_firmware(),
+                node.sdma_firmware()
+            )),
         });
     }
 }
@@ -191,6 +201,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
             },
             backend: Some(Arc::new(backend)),
             why_not: None,
+            firmware: None,
         });
     }
     Ok(out)

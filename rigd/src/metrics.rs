@@ -45,6 +45,8 @@ pub struct GpuSeen {
     pub bus: Option<String>,
     /// Whether it is the simulated GPU.
     pub simulated: bool,
+    /// Its firmware versions as discovery found them ([`crate::gpus::GpuEntry::firmware`]).
+    pub firmware: Option<String>,
 }
 
 /// A device as the state shows it.

@@ -499,6 +499,7 @@ impl State {
                     name: g.info.name.clone(),
                     arch: g.info.arch.clone(),
                     total_bytes: g.info.budget,
+                    firmware: g.firmware.clone(),
                 })
                 .collect(),
             devices,
@@ -1691,6 +1692,7 @@ mod tests {
             info,
             backend: Some(Arc::new(backend)),
             why_not: None,
+            firmware: None,
         }];
         State::new(gpus, limits, None, tx)
     }

@@ -139,6 +139,7 @@ fn entry(backend: Arc<dyn Backend>, index: u32) -> GpuEntry {
         },
         backend: Some(backend),
         why_not: None,
+        firmware: None,
     }
 }
 

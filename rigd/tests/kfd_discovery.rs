@@ -1,6 +1,8 @@
 //! rigd's discovery through KFD: the GPUs of an emulated KFD's topology, and of a machine's
 //! KFD, are listed under their `AMD:N` names with what their nodes say and why rigd does
-//! not serve them; PCI functions KFD lists are not listed twice.
+//! not serve them; PCI functions KFD lists are not listed twice. rigd serves what it finds:
+//! KFD's GPUs through the kfd path (unless `[kfd] serve = false`), the simulated GPU where
+//! no AMD GPU is found or where `[[sim]]` asks for it.
 
 use std::path::Path;
 
@@ -22,6 +24,7 @@ fn an_emulated_kfds_gpus_are_listed_from_its_topology() {
     let c = config(KfdConfig {
         emulated: Some(t.path().join("kfd.sock")),
         topology: Some(topo),
+        serve: false,
         ..KfdConfig::default()
     });
     let gpus = rigd::gpus::find(&c, Path::new("/nonexistent-sysfs")).unwrap();
@@ -122,4 +125,78 @@ fn with_serve_an_emulated_kfds_gpus_are_served_through_the_kfd_path() {
         assert_eq!(d.gpu.name(), g.info.arch);
         assert_eq!(d.clock_hz, 100_000_000);
     }
+}
+
+/// An emulated KFD serving its GPUs: the default configuration with its socket and tree.
+fn emulated(t: &tempfile::TempDir) -> (std::sync::Arc<rig_kfd_emu::server::Server>, KfdConfig) {
+    let sock = t.path().join("kfd.sock");
+    let topo = t.path().join("topology");
+    let emu = rig_kfd_emu::start(rig_kfd_emu::kernel::Config::default(), &sock, &topo).unwrap();
+    let kfd = KfdConfig {
+        emulated: Some(sock),
+        topology: Some(topo),
+        ..KfdConfig::default()
+    };
+    (emu, kfd)
+}
+
+/// The GPUs rigd serves: name, processor and path.
+fn served(gpus: &[rigd::gpus::GpuEntry]) -> Vec<(String, String, PathKind)> {
+    gpus.iter()
+        .filter(|g| g.backend.is_some() && g.info.unavailable.is_none())
+        .map(|g| (g.info.name.clone(), g.info.arch.clone(), g.info.path))
+        .collect()
+}
+
+fn named(list: &[(&str, &str, PathKind)]) -> Vec<(String, String, PathKind)> {
+    list.iter()
+        .map(|(n, a, p)| (n.to_string(), a.to_string(), *p))
+        .collect()
+}
+
+#[test]
+fn by_default_rigd_serves_kfds_gpus_through_the_kfd_path_and_no_simulated_one() {
+    let t = tempfile::tempdir().unwrap();
+    let (_emu, kfd) = emulated(&t);
+    let gpus = rigd::gpus::find(&config(kfd), Path::new("/nonexistent-sysfs")).unwrap();
+    assert_eq!(gpus.len(), 3, "{gpus:?}");
+    assert_eq!(
+        served(&gpus),
+        named(&[
+            ("AMD:0", "gfx1100", PathKind::Kfd),
+            ("AMD:1", "gfx1201", PathKind::Kfd),
+            ("AMD:2", "gfx942", PathKind::Kfd),
+        ])
+    );
+}
+
+#[test]
+fn with_no_amd_gpu_rigd_serves_the_simulated_one() {
+    let t = tempfile::tempdir().unwrap();
+    // The default configuration on a machine with no /dev/kfd and no AMD PCI function.
+    let c = config(KfdConfig {
+        device: t.path().join("no-kfd"),
+        ..KfdConfig::default()
+    });
+    let gpus = rigd::gpus::find(&c, t.path()).unwrap();
+    assert_eq!(gpus.len(), 1, "{gpus:?}");
+    assert_eq!(served(&gpus), named(&[("AMD:0", "gfx1100", PathKind::Sim)]));
+}
+
+#[test]
+fn a_configured_simulated_gpu_is_served_beside_kfds() {
+    let t = tempfile::tempdir().unwrap();
+    let (_emu, kfd) = emulated(&t);
+    let mut c = config(kfd);
+    c.sim = vec![rigd::config::SimGpuConfig::embedded_default()];
+    let gpus = rigd::gpus::find(&c, Path::new("/nonexistent-sysfs")).unwrap();
+    assert_eq!(
+        served(&gpus),
+        named(&[
+            ("AMD:0", "gfx1100", PathKind::Kfd),
+            ("AMD:1", "gfx1201", PathKind::Kfd),
+            ("AMD:2", "gfx942", PathKind::Kfd),
+            ("AMD:3", "gfx1100", PathKind::Sim),
+        ])
+    );
 }

@@ -1,9 +1,14 @@
 //! The daemon side of a test's own rigd: rigd's library serving simulated GPUs on a given
-//! socket until SIGTERM (or the exit of the program that started it).
+//! socket until SIGTERM (or the exit of the program that started it), or the GPUs of an
+//! emulated KFD through rigd's kfd path, and that emulated KFD itself.
 //!
 //! The test program is that daemon too: the tests' `common::Daemon` (and rig-client's
 //! `figures` bench) run the program again with [`SOCKET_ENV`] set, and the program then
-//! serves instead of testing ([`main`]).
+//! serves instead of testing ([`main`]). In a test program whose file is named `*_kfd.rs`
+//! ([`crate::kfd::on_kfd`]) the program is run once more first, to play the kernel
+//! (`rig-kfd-emu`, [`crate::kfd::main`]) in a process of its own; rigd then serves
+//! that emulated KFD's gfx1100 GPUs through the kfd path, and no simulated GPU. This file
+//! names no crate but rigd, tokio and nix: rig-client's bench includes it.
 
 use std::path::PathBuf;
 
@@ -15,19 +20,32 @@ pub const HANG_MS_ENV: &str = "RIG_CLIENT_TEST_HANG_MS";
 pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
 /// rigd's `connections.idle_ms`, if set.
 pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
+/// In rigd's child: the directory of the emulated KFD to serve (its socket [`KFD_SOCKET`]
+/// and topology tree [`KFD_TOPOLOGY`]).
+pub const KFD_ENV: &str = "RIG_CLIENT_TEST_KFD";
+/// The emulated KFD's socket, in its directory.
+pub const KFD_SOCKET: &str = "kfd.sock";
+/// The emulated KFD's sysfs topology tree, in its directory.
+pub const KFD_TOPOLOGY: &str = "topology";
+
+/// Whether this test program's file name ends in `_<suffix>` (`launches_kfd` in `_kfd`):
+/// cargo names a test program `<file>-<hash>`.
+pub fn suffix_is(suffix: &str) -> bool {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
+    stem.strip_suffix(suffix)
+        .is_some_and(|rest| rest.ends_with('_'))
+}
 
 /// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
 /// in a test binary whose file is named `*_gfx1201.rs` (such a file runs another file's tests,
-/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise. The rigd child is the same
-/// program, so it sees the same.
+/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise (the emulated KFD's GPUs
+/// of a `*_kfd.rs` program too). The rigd child is the same program, so it sees the same.
 pub fn processor() -> &'static str {
     static P: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     P.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap_or_default();
-        let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        // cargo names a test program `<file>-<hash>`.
-        let stem = name.rsplit_once('-').map_or(name, |(s, _)| s);
-        if stem.ends_with("_gfx1201") {
+        if suffix_is("gfx1201") {
             "gfx1201"
         } else {
             "gfx1100"
@@ -38,8 +56,8 @@ pub fn processor() -> &'static str {
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
 pub fn main() -> Option<i32> {
-    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
     let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let socket = PathBuf::from(std::env::var_os(SOCKET_ENV)?);
     // The daemon stops when the program that started it exits.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
     let mut config = rigd::config::Config::embedded();
@@ -67,6 +85,15 @@ pub fn main() -> Option<i32> {
             .cloned()
             .unwrap_or_else(rigd::config::SimGpuConfig::embedded_default);
         config.sim = vec![first; n.clamp(1, 8) as usize];
+    }
+    if let Some(dir) = std::env::var_os(KFD_ENV) {
+        // The emulated KFD's GPUs alone, through the kfd path (whose hang bound is the
+        // path's own, HANG_MS).
+        let dir = PathBuf::from(dir);
+        config.kfd.emulated = Some(dir.join(KFD_SOCKET));
+        config.kfd.topology = Some(dir.join(KFD_TOPOLOGY));
+        config.kfd.serve = true;
+        config.sim.clear();
     }
     let served = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

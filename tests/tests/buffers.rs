@@ -7,6 +7,9 @@ use rig_client::{CopyBox, Error, Memory, Never, Queue, Submission};
 
 #[test]
 fn open_list_facts_close() {
+    if common::only_on_sim("that its GPU is simulated") {
+        return;
+    }
     let d = Daemon::start(None);
     let rig = d.rig();
     let gpus = rig.gpus().unwrap();

@@ -17,6 +17,9 @@ fn lost(r: rig_client::Result<()>) -> (String, Fault) {
 
 #[test]
 fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_instruction() {
+    if common::only_on_sim("the faulting instruction and access") {
+        return;
+    }
     let d = Daemon::start(None);
     let dev = d.device();
     let image = dev.load_image(&code("dims")).unwrap();
@@ -64,6 +67,9 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
 
 #[test]
 fn a_packet_the_queue_cannot_run_is_a_bad_packet_at_its_position() {
+    if common::only_on_sim("the position of a packet the queue cannot run") {
+        return;
+    }
     let d = Daemon::start(None);
     let dev = d.device();
     // A PM4 type-3 header with opcode 0xff, which no command processor runs.

@@ -1,12 +1,15 @@
 //! The client through rigd's kfd path: rigd (a child process) serves the GPUs of an
-//! emulated KFD that this test process runs, and a kernel launched on one of them computes
-//! what the host computes.
+//! emulated KFD that this test process runs (so each test picks the emulated kernel's
+//! limits and sees what it holds): a kernel launched on one of them computes what the host
+//! computes, and every errno class the emulated kernel answers reaches the program as an
+//! error that names its cause. The client's other end-to-end tests run on the kfd path as
+//! the `*_kfd.rs` programs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rig_client::{Memory, Ref, Rig, Submission, f32s, put_f32s};
+use rig_client::{Error, Memory, Ref, Rig, Submission, f32s, put_f32s};
 
 const SOCKET_ENV: &str = "RIG_CLIENT_KFD_TEST_SERVE";
 const EMU_ENV: &str = "RIG_CLIENT_KFD_TEST_EMU";
@@ -50,9 +53,16 @@ impl Drop for Rigd {
 }
 
 fn rigd_on_emulated_kfd() -> (Rigd, std::sync::Arc<rig_kfd_emu::server::Server>) {
+    rigd_on(rig_kfd_emu::kernel::Config::default())
+}
+
+/// rigd serving an emulated KFD of `config`.
+fn rigd_on(
+    config: rig_kfd_emu::kernel::Config,
+) -> (Rigd, std::sync::Arc<rig_kfd_emu::server::Server>) {
     let dir = tempfile::tempdir().unwrap();
     let emu = rig_kfd_emu::start(
-        rig_kfd_emu::kernel::Config::default(),
+        config,
         &dir.path().join("kfd.sock"),
         &dir.path().join("topology"),
     )
@@ -162,4 +172,145 @@ fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
         "first difference at {:?}",
         got.iter().zip(&want).position(|(a, b)| a != b)
     );
+}
+
+/// One gfx1100, otherwise the emulation's defaults.
+fn one_gfx1100() -> rig_kfd_emu::kernel::Config {
+    rig_kfd_emu::kernel::Config {
+        models: vec!["gfx1100".into()],
+        ..Default::default()
+    }
+}
+
+/// The whole chain of an error's messages, each source's after its own.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s += &format!(": {x}");
+        src = x.source();
+    }
+    s
+}
+
+/// ENOMEM on ALLOC_MEMORY_OF_GPU: another program holds the GPU's VRAM, which rigd's own
+/// budget cannot know; the program's allocation is out of memory on the GPU.
+#[test]
+fn vram_another_program_holds_is_out_of_memory_on_the_gpu() {
+    use rig_kfd::seam::Emulated;
+    let (d, emu) = rigd_on(rig_kfd_emu::kernel::Config {
+        vram_bytes: 256 << 20,
+        ..one_gfx1100()
+    });
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    // The other program: a KFD process of its own, holding 200 MiB of the 256.
+    let node = &emu.kernel().gpus()[0].node;
+    let other = rig_kfd::kfd::Kfd::open(std::sync::Arc::new(Emulated::new(
+        d._dir.path().join("kfd.sock"),
+        d._dir.path().join("topology"),
+    )))
+    .unwrap();
+    let _render = other
+        .acquire_vm(node.gpu_id, node.drm_render_minor().unwrap())
+        .unwrap();
+    let base = other.apertures().unwrap()[0].gpuvm_base.div_ceil(4096) * 4096;
+    let (held, _) = other
+        .alloc(
+            node.gpu_id,
+            base,
+            200 << 20,
+            rig_kfd::abi::ALLOC_MEM_FLAGS_VRAM | rig_kfd::abi::ALLOC_MEM_FLAGS_WRITABLE,
+        )
+        .unwrap();
+    match dev.buffer(128 << 20, Memory::Device) {
+        Err(e @ Error::OutOfMemory { .. }) => {
+            let msg = chain(&e);
+            assert!(msg.contains("134217728 bytes asked"), "{msg}");
+            assert!(msg.to_lowercase().contains("gpu"), "{msg}");
+        }
+        other => panic!("an allocation past the GPU's free VRAM answered {other:?}"),
+    }
+    // Once the other program frees it, the allocation fits.
+    other.free(held).unwrap();
+    assert!(dev.buffer(128 << 20, Memory::Device).is_ok());
+}
+
+/// rigd's refusal of a device on a GPU of `config`, with the whole chain of its messages.
+fn refused_open(config: rig_kfd_emu::kernel::Config) -> String {
+    let (d, _emu) = rigd_on(config);
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    match rig.open_device("AMD:0") {
+        Err(e @ Error::Refused { .. }) => chain(&e),
+        Err(e) => panic!("opening the device failed unclearly: {e:?}"),
+        Ok(_) => panic!("the device opened"),
+    }
+}
+
+/// ENOMEM on CREATE_QUEUE: the process's queue slots are all used (a device needs two).
+#[test]
+fn a_process_out_of_queue_slots_is_refused_naming_them() {
+    let msg = refused_open(rig_kfd_emu::kernel::Config {
+        max_queues_per_process: 1,
+        ..one_gfx1100()
+    });
+    assert!(msg.contains("no queue left for rigd's process"), "{msg}");
+    assert!(msg.contains("errno 12"), "{msg}");
+}
+
+/// EPERM on CREATE_QUEUE: the GPU holds as many queues as amdgpu allows.
+#[test]
+fn a_gpu_holding_its_most_queues_is_refused_naming_the_limit() {
+    let msg = refused_open(rig_kfd_emu::kernel::Config {
+        max_queues_per_device: 1,
+        ..one_gfx1100()
+    });
+    assert!(msg.contains("max_num_of_queues_per_device"), "{msg}");
+    assert!(msg.contains("errno 1)"), "{msg}");
+}
+
+/// EINVAL on CREATE_QUEUE: a kernel whose context-save rule asks more than rig's sizes
+/// finds the area too small; the refusal names the sizes rig gave.
+#[test]
+fn a_context_save_area_the_kernel_finds_too_small_is_refused_with_its_sizes() {
+    let config = rig_kfd_emu::kernel::Config {
+        cwsr_extra_bytes: 4096,
+        ..one_gfx1100()
+    };
+    let node = rig_kfd_emu::kernel::Kernel::new(config.clone())
+        .unwrap()
+        .gpus()[0]
+        .node
+        .clone();
+    let want = rig_kfd::queue::ContextSave::of(&node);
+    let msg = refused_open(config);
+    assert!(
+        msg.contains(&format!(
+            "a {}-byte context-save area with a {}-byte control stack",
+            want.cwsr_bytes, want.ctl_stack_bytes
+        )),
+        "{msg}"
+    );
+    assert!(msg.contains("errno 22"), "{msg}");
+}
+
+/// GET_VERSION below the oldest KFD rig drives: the GPU is listed, not served, with both
+/// versions in the reason.
+#[test]
+fn a_kfd_older_than_rig_drives_is_listed_with_both_versions() {
+    let (d, _emu) = rigd_on(rig_kfd_emu::kernel::Config {
+        version: rig_kfd::version::Version {
+            major: 1,
+            minor: 10,
+        },
+        ..one_gfx1100()
+    });
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let gpus = rig.gpus().unwrap();
+    let why = gpus[0].unavailable.clone().expect("a GPU rig cannot drive");
+    assert!(why.contains("1.10") && why.contains("1.11"), "{why}");
+    match rig.open_device("AMD:0") {
+        Err(e) => assert!(chain(&e).contains("1.11"), "{e}"),
+        Ok(_) => panic!("a device opened on KFD 1.10"),
+    }
 }

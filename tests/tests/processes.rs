@@ -15,13 +15,17 @@ const PER_WORKER: u64 = 12_500;
 #[test]
 fn eight_processes_submit_100000_values() {
     let d = Daemon::start(None);
+    // The worker's test name: its module path less the crate (processes_kfd.rs runs this
+    // file as a module).
+    let path = concat!(module_path!(), "::worker");
+    let worker = path.split_once("::").map_or(path, |(_, rest)| rest);
     let start = Instant::now();
     let children: Vec<_> = (0..WORKERS)
         .map(|k| {
             Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "worker",
+                    worker,
                     "--include-ignored",
                     "--test-threads=1",
                     "--nocapture",

@@ -119,6 +119,26 @@ fn refused(e: KfdError) -> Refusal {
     }
 }
 
+/// CREATE_QUEUE's refusals, each naming what the kernel's errno says of the queue (its
+/// ENOMEM is of queue slots, not of memory).
+fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
+    match &e {
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Full(format!(
+            "KFD has no queue left for rigd's process (its queue slots are all used): {e}"
+        )),
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(format!(
+            "the GPU holds as many queues as KFD allows (amdgpu's max_num_of_queues_per_device): {e}"
+        )),
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
+            "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
+             context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
+             GPU, which this kernel does not take): {e}",
+            args.ring_size, args.eop_buffer_size, args.ctx_save_restore_size, args.ctl_stack_size
+        )),
+        _ => refused(e),
+    }
+}
+
 impl KfdBackend {
     /// The GPU of topology node `node`, in rigd's KFD process `process`.
     pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
@@ -363,8 +383,9 @@ pub struct KfdPath {
     held: HashMap<u64, Held>,
     queues: HashMap<u64, KfdQueue>,
     next_token: u64,
-    /// When the last doorbell was forwarded: the path's answer to "since when busy".
-    last_ring: Arc<Mutex<Option<Instant>>>,
+    /// When the last doorbell was forwarded, with the device's interrupt count just before:
+    /// the path's answer to "since when busy" until an interrupt comes after it.
+    last_ring: Arc<Mutex<Option<(Instant, u64)>>>,
 }
 
 impl KfdPath {
@@ -659,7 +680,7 @@ impl Path for KfdPath {
             for b in buffers {
                 self.free(b);
             }
-            return Err(refused(e));
+            return Err(queue_refused(e, &args));
         }
         let bells = {
             let mut d = self
@@ -696,11 +717,12 @@ impl Path for KfdPath {
         };
         let at = (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize;
         let stop = Arc::new(AtomicBool::new(false));
-        let (client, flag, kernel, last) = (
+        let (client, flag, kernel, last, listener) = (
             spec.doorbell.clone(),
             stop.clone(),
             self.shared.kfd.kernel().clone(),
             self.last_ring.clone(),
+            self.listener.clone(),
         );
         let forwarder = std::thread::Builder::new()
             .name("rigd-kfd-doorbell".into())
@@ -716,7 +738,9 @@ impl Path for KfdPath {
                         return;
                     }
                     if v != seen {
-                        *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                        let seen_irqs = listener.interrupts.load(Ordering::Acquire);
+                        *last.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some((Instant::now(), seen_irqs));
                         kernel.ring(&bells, at, v);
                         seen = v;
                     }
@@ -785,7 +809,13 @@ impl Path for KfdPath {
         if self.queues.is_empty() {
             return None;
         }
-        *self.last_ring.lock().unwrap_or_else(|e| e.into_inner())
+        // KFD tells the path of completed work only by its interrupts (every submission ends
+        // with a release that interrupts): a run lasts from the last doorbell until an
+        // interrupt after it. Work still running past that interrupt is bounded by the
+        // device's word (rigd's other hang bound).
+        let last = *self.last_ring.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|(_, irqs)| *irqs == self.listener.interrupts.load(Ordering::Acquire))
+            .map(|(at, _)| at)
     }
 
     fn progress(&self) -> u64 {
