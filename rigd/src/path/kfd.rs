@@ -122,7 +122,7 @@ fn refused(e: KfdError) -> Refusal {
 impl KfdBackend {
     /// The GPU of topology node `node`, in rigd's KFD process `process`.
     pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
-        let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+        node.gpu().map_err(|e| e.to_string())?;
         let kfd = &process.kfd;
         let minor = node
             .drm_render_minor()
@@ -138,19 +138,7 @@ impl KfdBackend {
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
         let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
         let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
-        let wgps = node.wgps(gpu.hal());
-        let desc = GpuDescription {
-            gpu,
-            kind: PathKind::Kfd,
-            budget: node.vram_bytes(),
-            bus: Some(node.bus()),
-            clock_hz,
-            mec: node.mec_firmware(),
-            wgps,
-            cache_bytes: node.cache_bytes(),
-            hang_ms: Some(HANG_MS),
-            maps_host: true,
-        };
+        let desc = describe(&node, clock_hz)?;
         let shared = Arc::new(Shared {
             kfd: KfdRef(process.clone()),
             process,
@@ -162,6 +150,64 @@ impl KfdBackend {
         });
         Ok(KfdBackend { shared, desc })
     }
+}
+
+/// What the path knows of the GPU of topology node `node` whose counter runs at `clock_hz`.
+pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
+    let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+    let wgps = node.wgps(gpu.hal());
+    Ok(GpuDescription {
+        gpu,
+        kind: PathKind::Kfd,
+        budget: node.vram_bytes(),
+        bus: Some(node.bus()),
+        clock_hz,
+        mec: node.mec_firmware(),
+        wgps,
+        cache_bytes: node.cache_bytes(),
+        hang_ms: Some(HANG_MS),
+        maps_host: true,
+    })
+}
+
+/// Processes KFD's scheduler runs on a GPU at once: amdgpu keeps VMIDs 8 to 15 for KFD's
+/// compute processes (`compute_vmid_bitmap` 0xff00), one a mapped process.
+pub const COMPUTE_VMIDS: u32 = 8;
+
+/// What a client (one worker process, one KFD process) costs on a GPU, and how many fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCost {
+    /// VRAM bytes a compute queue takes besides its ring: its EOP buffer and the
+    /// context-save area KFD asks for ([`rig_kfd::queue::ContextSave`]).
+    pub queue_bytes: u64,
+    /// Clients whose queues the GPU runs at once ([`COMPUTE_VMIDS`]); past it KFD's
+    /// scheduler time-slices the processes' queues (oversubscription).
+    pub at_once: u32,
+    /// Compute queues whose buffers the GPU's VRAM holds, nothing else allocated.
+    pub queues_fit: u64,
+}
+
+impl ClientCost {
+    /// The cost on the GPU of `node`.
+    pub fn of(node: &Node) -> ClientCost {
+        let queue_bytes =
+            EOP_BUFFER_BYTES + page_round(ContextSave::of(node).total_bytes()).unwrap_or(0);
+        ClientCost {
+            queue_bytes,
+            at_once: COMPUTE_VMIDS,
+            queues_fit: node.vram_bytes() / queue_bytes.max(1),
+        }
+    }
+}
+
+/// The most bytes of a ring of a queue of kind `kind` on the GPU of `node`.
+pub fn most_ring(node: &Node, kind: QueueKind) -> u64 {
+    let k = match kind {
+        QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
+        QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
+        QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
+    };
+    node.gpu().map_or(0, |g| g.most_ring(k)).min(MOST_RING)
 }
 
 /// The GPU counter's rate, from two GET_CLOCK_COUNTERS 20 ms apart, to the nearest MHz.
@@ -747,16 +793,7 @@ impl Path for KfdPath {
     }
 
     fn most_ring(&self, kind: QueueKind) -> u64 {
-        let k = match kind {
-            QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
-            QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
-            QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
-        };
-        self.shared
-            .node
-            .gpu()
-            .map_or(0, |g| g.most_ring(k))
-            .min(MOST_RING)
+        most_ring(&self.shared.node, kind)
     }
 
     fn clock(&self) -> u64 {
