@@ -266,11 +266,16 @@ pub struct WorkerCommand {
     pub gid: Option<u32>,
 }
 
-/// The program beside rigd's own executable: `[kfd] worker`'s default.
+/// `[kfd] worker`'s default: `rig-worker` beside rigd's own executable, or one directory
+/// up where that has none (a program Cargo built into `target/<profile>/deps`, such as a
+/// test binary serving rigd, finds the package's binaries there).
 pub fn default_program() -> PathBuf {
-    std::env::current_exe()
-        .map(|e| e.with_file_name("rig-worker"))
-        .unwrap_or_else(|_| PathBuf::from("rig-worker"))
+    let exe = std::env::current_exe().unwrap_or_default();
+    let beside = exe.with_file_name("rig-worker");
+    match exe.parent().and_then(std::path::Path::parent) {
+        Some(up) if !beside.exists() && up.join("rig-worker").exists() => up.join("rig-worker"),
+        _ => beside,
+    }
 }
 
 /// A running worker, reached from rigd.
