@@ -278,6 +278,9 @@ pub fn default_program() -> PathBuf {
     }
 }
 
+/// An answer and the descriptors that came with it.
+type Reply = (Answer, Vec<OwnedFd>);
+
 /// A running worker, reached from rigd.
 #[derive(Debug)]
 struct Link {
@@ -285,7 +288,7 @@ struct Link {
     pid: u32,
     next_id: AtomicU64,
     next_device: AtomicU64,
-    pending: Mutex<HashMap<u64, mpsc::SyncSender<(Answer, Vec<OwnedFd>)>>>,
+    pending: Mutex<HashMap<u64, mpsc::SyncSender<Reply>>>,
     /// Each device's events and the interrupts it was woken by.
     devices: Mutex<HashMap<u64, (Events, Arc<AtomicU64>)>>,
     /// Why the worker is gone, once it is reaped.
@@ -298,12 +301,7 @@ impl Link {
         lock(&self.dead).clone()
     }
 
-    fn call(
-        &self,
-        device: u64,
-        request: Request,
-        fds: &[BorrowedFd<'_>],
-    ) -> Result<(Answer, Vec<OwnedFd>), String> {
+    fn call(&self, device: u64, request: Request, fds: &[BorrowedFd<'_>]) -> Result<Reply, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = encode(&Call {
             id,
@@ -649,15 +647,11 @@ pub struct WorkerPath {
 }
 
 impl WorkerPath {
-    fn call(
-        &self,
-        request: Request,
-        fds: &[BorrowedFd<'_>],
-    ) -> Result<(Answer, Vec<OwnedFd>), String> {
+    fn call(&self, request: Request, fds: &[BorrowedFd<'_>]) -> Result<Reply, String> {
         self.worker.link.call(self.device, request, fds)
     }
 
-    fn memory(&self, r: Result<(Answer, Vec<OwnedFd>), String>) -> Result<PathMemory, Why> {
+    fn memory(&self, r: Result<Reply, String>) -> Result<PathMemory, Why> {
         match r.map_err(Why::Refused)? {
             (
                 Answer::Memory {
@@ -692,7 +686,7 @@ impl WorkerPath {
         }
     }
 
-    fn done(&self, r: Result<(Answer, Vec<OwnedFd>), String>) -> Result<(), Fault> {
+    fn done(&self, r: Result<Reply, String>) -> Result<(), Fault> {
         match r.map_err(Fault)? {
             (Answer::Done, _) => Ok(()),
             (a, _) => Err(Fault(unexpected(a))),
