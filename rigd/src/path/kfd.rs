@@ -2,10 +2,11 @@
 //! rig-kfd's system-call seam, so the same code runs on the machine's KFD and on the
 //! emulated one (`rig-kfd-emu`).
 //!
-//! One [`KfdBackend`] per KFD GPU node holds one open of KFD (the kernel makes one KFD
-//! process per address space, so every device rigd opens on the GPU shares that process's
-//! GPU VM until devices run in worker processes of their own; GPU addresses are therefore
-//! handed out by the backend). It binds the render node's VM (ACQUIRE_VM), announces the
+//! One [`KfdBackend`] per KFD GPU node holds its process's one open of KFD (the kernel
+//! makes one KFD process per address space, so every device of the process shares its GPU
+//! VM; GPU addresses are therefore handed out by the backend). rigd runs this code in a
+//! worker process per client ([`super::worker`]), so a client's devices share a VM with
+//! no other client's. It binds the render node's VM (ACQUIRE_VM), announces the
 //! runtime (RUNTIME_ENABLE), and runs one event thread over three events: signal event 0,
 //! which rig's releases name with their interrupt context 0 and whose slot the thread arms
 //! before each wait (KFD signals an event from an interrupt only if its slot was written);
