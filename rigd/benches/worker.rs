@@ -160,6 +160,50 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     let ticks = cpu_ticks(pid) - before;
     println!("idle worker with a queue: {ticks} clock ticks of CPU over 2 s");
+    drop(path);
+    // 64 idle clients, each a worker with a device and a PM4 queue.
+    const IDLE: u64 = 64;
+    let mut idle: Vec<Box<dyn Path>> = (0..IDLE)
+        .map(|c| {
+            let mut p = backend
+                .open(Events {
+                    client: 100 + c,
+                    ..events()
+                })
+                .unwrap();
+            let ring = p.alloc(MemoryKind::Pinned, 4096).unwrap();
+            let pos = p.alloc(MemoryKind::Pinned, 4096).unwrap();
+            let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+            p.queue(QueueSpec {
+                kind: QueueKind::Pm4,
+                ring: ring.address,
+                bytes: 4096,
+                read: pos.address,
+                write: pos.address + 64,
+                doorbell: bell,
+                scratch: (0, 0),
+            })
+            .unwrap();
+            p
+        })
+        .collect();
+    let pids: Vec<u32> = workers.running().iter().map(|w| w.1).collect();
+    assert_eq!(pids.len(), IDLE as usize);
+    let me = std::process::id();
+    let sum = |pids: &[u32]| pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>();
+    let (w0, e0) = (sum(&pids), cpu_ticks(me));
+    std::thread::sleep(Duration::from_secs(5));
+    let (w1, e1) = (sum(&pids), cpu_ticks(me));
+    println!(
+        "{IDLE} idle clients (a worker, a device and a queue each): workers {} ticks, the emulated KFD (this process) {} ticks of CPU over 5 s ({} ticks a second)",
+        w1 - w0,
+        e1 - e0,
+        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100)
+    );
+    idle.clear();
     let cost = backend.cost();
     println!(
         "a client's compute queue takes {} MiB of VRAM (EOP + context save); {} clients run at once; {} queues' buffers fit in VRAM",

@@ -239,3 +239,116 @@ fn a_killed_worker_loses_its_clients_devices_with_the_reason_and_others_go_on() 
     let mut again = s.backend.open(events(1, &a_seen)).unwrap();
     again.alloc(MemoryKind::Pinned, 4096).unwrap();
 }
+
+#[test]
+fn a_worker_runs_without_new_privileges_and_without_rigds_descriptors() {
+    let s = setup();
+    // A descriptor rigd left inheritable by mistake (no close-on-exec).
+    let leak_path = s._dir.path().join("leaked");
+    std::fs::write(&leak_path, b"rigd's").unwrap();
+    let leak = nix::fcntl::open(
+        &leak_path,
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap();
+    let seen = Arc::new(Seen::default());
+    let _path = s.backend.open(events(3, &seen)).unwrap();
+    let _ = nix::unistd::close(leak);
+    let pid = s.workers.running()[0].1;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    let open: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !open.iter().any(|p| p.ends_with("leaked")),
+        "the worker kept rigd's descriptor: {open:?}"
+    );
+}
+
+const RIGD_ENV: &str = "RIGD_KFD_WORKER_TEST_RIGD";
+
+/// In the child `rigds_death_ends_its_workers` starts: a rigd whose client has a device
+/// (and a queue) in a worker; it prints the worker's pid and waits to be killed.
+#[test]
+#[ignore = "a rigd run by rigds_death_ends_its_workers in a child process"]
+fn a_rigd_with_a_worker() {
+    let Some(dir) = std::env::var_os(RIGD_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let topo = dir.join("topology");
+    let workers = Workers::new(WorkerCommand {
+        program: env!("CARGO_BIN_EXE_rig-worker").into(),
+        kernel: KernelSpec::Emulated {
+            socket: dir.join("kfd.sock"),
+            topology: topo.clone(),
+        },
+        uid: None,
+        gid: None,
+    });
+    let node = rig_kfd::topology::read(&topo)
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == "gfx1100")
+        .unwrap();
+    let backend = workers.backends(&[node]).remove(0).unwrap();
+    let seen = Arc::new(Seen::default());
+    let mut path = backend.open(events(1, &seen)).unwrap();
+    let _q = pm4_queue(&mut path);
+    println!("worker {}", workers.running()[0].1);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn rigds_death_ends_its_workers_and_their_kfd_processes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let server = rig_kfd_emu::start(
+        rig_kfd_emu::kernel::Config::default(),
+        &dir.path().join("kfd.sock"),
+        &dir.path().join("topology"),
+    )
+    .unwrap();
+    let mut rigd = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_rigd_with_a_worker",
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(RIGD_ENV, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(rigd.stdout.take().unwrap());
+    let pid: i32 = out
+        .lines()
+        .map_while(Result::ok)
+        // libtest may print the test's name on the same line first.
+        .find_map(|l| {
+            l.rsplit_once("worker ")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child rigd's worker");
+    until("the worker's KFD process alone", || {
+        server.processes().len() == 1
+    });
+    assert_eq!(server.processes()[0].holdings().0, 1, "its queue");
+    rigd.kill().unwrap();
+    rigd.wait().unwrap();
+    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie no one reaped yet has ended.
+        Ok(stat) => stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
+    };
+    until("the worker to end with rigd", gone);
+    until("its KFD process to be released", || {
+        server.processes().is_empty()
+    });
+}

@@ -666,6 +666,14 @@ impl WorkerPath {
                 let host =
                     match (host, fds.pop()) {
                         (false, _) => None,
+                        // Pinned memory is a memfd the worker made: sealed against
+                        // shrinking before rigd maps it, so no worker takes its pages
+                        // from under rigd.
+                        (true, Some(fd)) if kind == Some(MemoryKind::Pinned) => {
+                            Some(SharedRegion::from_fd_sealed(fd).map_err(|e| {
+                                Why::Refused(format!("sealing the worker's Pinned memfd: {e}"))
+                            })?)
+                        }
                         (true, Some(fd)) => Some(SharedRegion::from_fd(fd).map_err(|e| {
                             Why::Refused(format!("mapping the worker's memory: {e}"))
                         })?),
