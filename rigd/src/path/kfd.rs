@@ -47,8 +47,13 @@ pub const HANG_MS: u64 = 2000;
 pub const MOST_RING: u64 = 1 << 31;
 /// Bytes of KFD's per-process doorbell page (its doorbell slice).
 const DOORBELL_SLICE: u64 = 8192;
-/// How long the event thread's wait lasts before it re-checks that its backend lives.
-const EVENT_WAIT_MS: u32 = 100;
+/// How long the event thread's wait lasts before it re-checks that its backend lives: an
+/// idle client's worker makes one WAIT_EVENTS a second.
+const EVENT_WAIT_MS: u32 = 1000;
+/// How long a doorbell forwarder spins for the client's next ring after forwarding one,
+/// before it sleeps on the doorbell's futex: the ring that comes meanwhile (work in
+/// flight) is forwarded without a wake-up, and an idle client costs nothing.
+pub const FORWARD_SPIN: Duration = Duration::from_micros(50);
 const PAGE: u64 = 4096;
 
 /// A path's listener of the backend's events: its device's callbacks and address ranges.
@@ -755,10 +760,25 @@ impl Path for KfdPath {
                 // A queue's write position starts at 0: any other value, even one rung
                 // before this thread ran, is forwarded.
                 let mut seen = 0;
+                let mut forwarded: Option<Instant> = None;
                 loop {
-                    let v = client.wait(seen, Some(Duration::from_millis(500)), || {
-                        flag.load(Ordering::Acquire)
-                    });
+                    // Spins a while after a forward: a client with work in flight rings again
+                    // soon, and the spin forwards that ring without a futex wake.
+                    let mut v = client.value();
+                    while let Some(at) = forwarded
+                        && v == seen
+                        && at.elapsed() < FORWARD_SPIN
+                        && !flag.load(Ordering::Relaxed)
+                    {
+                        std::hint::spin_loop();
+                        v = client.value();
+                    }
+                    forwarded = None;
+                    if v == seen {
+                        v = client.wait(seen, Some(Duration::from_millis(500)), || {
+                            flag.load(Ordering::Acquire)
+                        });
+                    }
                     if flag.load(Ordering::Acquire) {
                         return;
                     }
@@ -766,6 +786,7 @@ impl Path for KfdPath {
                         *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
                         kernel.ring(&bells, at, v);
                         seen = v;
+                        forwarded = Some(Instant::now());
                     }
                 }
             })
