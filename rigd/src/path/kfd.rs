@@ -18,8 +18,9 @@
 //! memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a dma-buf (KFD 1.12), and
 //! map_host registers the client's memfd as USERPTR. A queue gets its EOP buffer and
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
-//! memory) is forwarded to the KFD doorbell by a thread per queue, which sleeps on the
-//! client's doorbell until it is rung. amdgpu does not bound how long a user queue's work
+//! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
+//! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
+//! is rung. amdgpu does not bound how long a user queue's work
 //! runs, so rigd's hang watchdog does ([`HANG_MS`]).
 
 use std::collections::HashMap;
