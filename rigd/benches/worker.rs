@@ -204,7 +204,7 @@ fn main() {
             .unwrap_or(100)
     );
     idle.clear();
-    let cost = backend.cost();
+    let cost = backend.description().client_cost.unwrap();
     println!(
         "a client's compute queue takes {} MiB of VRAM (EOP + context save); {} clients run at once; {} queues' buffers fit in VRAM",
         cost.queue_bytes >> 20,

@@ -130,6 +130,13 @@ fn two_clients_are_two_kfd_processes_and_one_cannot_store_into_the_others_memory
     let mut a = s.backend.open(events(1, &a_seen)).unwrap();
     let mut b = s.backend.open(events(2, &b_seen)).unwrap();
     assert_eq!(s.server.processes().len(), 2, "one KFD process per client");
+    let cost = s.backend.description().client_cost.unwrap();
+    assert_eq!(cost.at_once, 8, "the VMIDs amdgpu keeps for KFD");
+    assert!(
+        (40 << 20..48 << 20).contains(&cost.queue_bytes),
+        "EOP and a gfx1100's context-save area: {cost:?}"
+    );
+    assert_eq!(cost.queues_fit, (4 << 30) / cost.queue_bytes);
     assert_eq!(s.workers.running().len(), 2);
     // The victim's buffer lies past everything the attacker's VM maps.
     let spacer = b.alloc(MemoryKind::Device, 256 << 20).unwrap();

@@ -174,6 +174,7 @@ pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
         cache_bytes: node.cache_bytes(),
         hang_ms: Some(HANG_MS),
         maps_host: true,
+        client_cost: Some(ClientCost::of(node)),
     })
 }
 

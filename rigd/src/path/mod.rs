@@ -49,6 +49,9 @@ pub struct GpuDescription {
     pub hang_ms: Option<u64>,
     /// Whether the GPU maps host memory (`map_host`).
     pub maps_host: bool,
+    /// What a client costs and how many fit, where the path runs each client in a KFD
+    /// process of its own (`None` for the simulated GPU).
+    pub client_cost: Option<kfd::ClientCost>,
 }
 
 /// A path's refusal of a call (the seed's `refusal`).

@@ -39,7 +39,7 @@ use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use serde::{Deserialize, Serialize};
 
-use super::kfd::{ClientCost, KfdBackend, KfdProcess};
+use super::kfd::{KfdBackend, KfdProcess};
 use super::{
     Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
     Refusal, Stopped,
@@ -569,7 +569,6 @@ impl Workers {
                 Ok(WorkerBackend {
                     workers: self.clone(),
                     node: node.clone(),
-                    cost: ClientCost::of(node),
                     desc,
                 })
             })
@@ -590,16 +589,10 @@ fn unexpected(a: Answer) -> String {
 pub struct WorkerBackend {
     workers: Arc<Workers>,
     node: Node,
-    cost: ClientCost,
     desc: GpuDescription,
 }
 
 impl WorkerBackend {
-    /// What a client costs on this GPU and how many fit.
-    pub fn cost(&self) -> ClientCost {
-        self.cost
-    }
-
     /// The workers its devices run in.
     pub fn workers(&self) -> &Arc<Workers> {
         &self.workers
