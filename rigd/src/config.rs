@@ -175,6 +175,14 @@ pub struct KfdConfig {
     /// Serve KFD's GPUs through the kfd path (on by default; off, they are listed with that
     /// reason).
     pub serve: bool,
+    /// The `rig-worker` program rigd runs each client's KFD devices in (one KFD process and
+    /// GPU address space per client); default: the file beside rigd's own executable.
+    pub worker: Option<PathBuf>,
+    /// The uid workers run as; default: rigd's. A worker needs only `/dev/kfd` and the
+    /// render nodes (the `render` group, or the emulated KFD's socket).
+    pub worker_uid: Option<u32>,
+    /// The gid workers run as; default: rigd's.
+    pub worker_gid: Option<u32>,
 }
 
 impl Default for KfdConfig {
@@ -184,6 +192,9 @@ impl Default for KfdConfig {
             emulated: None,
             topology: None,
             serve: true,
+            worker: None,
+            worker_uid: None,
+            worker_gid: None,
         }
     }
 }

@@ -89,21 +89,43 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
     }
 }
 
-fn kfd_entries(found: &KfdFound, serve: bool, out: &mut Vec<GpuEntry>) {
-    // rigd's one KFD process, opened for the first GPU it serves and shared by the rest.
-    let mut process: Option<Result<Arc<crate::path::kfd::KfdProcess>, String>> = None;
+fn kfd_entries(found: &KfdFound, config: &crate::config::KfdConfig, out: &mut Vec<GpuEntry>) {
+    use crate::path::worker::{KernelSpec, WorkerCommand, Workers};
+    // Each client's devices run in a worker process of its own; one probe worker describes
+    // the GPUs rigd serves.
+    let workers = Workers::new(WorkerCommand {
+        program: config
+            .worker
+            .clone()
+            .unwrap_or_else(crate::path::worker::default_program),
+        kernel: match &config.emulated {
+            Some(socket) => KernelSpec::Emulated {
+                socket: socket.clone(),
+                topology: found.kernel.topology().to_path_buf(),
+            },
+            None => KernelSpec::Host,
+        },
+        uid: config.worker_uid,
+        gid: config.worker_gid,
+    });
+    let served: Vec<rig_kfd::topology::Node> = found
+        .nodes
+        .iter()
+        .filter(|n| config.serve && n.gpu().is_ok())
+        .cloned()
+        .collect();
+    let mut made = workers.backends(&served).into_iter();
     for node in &found.nodes {
         let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let backend = match node.gpu() {
             Err(why) => Err(why.to_string()),
-            Ok(_) if !serve => Err(
+            Ok(_) if !config.serve => Err(
                 "the configuration's `[kfd] serve = false` lists KFD's GPUs without serving them"
                     .to_string(),
             ),
-            Ok(_) => process
-                .get_or_insert_with(|| crate::path::kfd::KfdProcess::open(found.kernel.clone()))
-                .clone()
-                .and_then(|p| crate::path::kfd::KfdBackend::new(p, node.clone()))
+            Ok(_) => made
+                .next()
+                .unwrap_or_else(|| Err("no worker described it".into()))
                 .map_err(|e| format!("the kfd path could not open it: {e}")),
         };
         let (backend, why): (Option<Arc<dyn Backend>>, Option<String>) = match backend {
@@ -152,7 +174,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
     let mut out = Vec::new();
     let kfd = scan_kfd(&config.kfd, sysfs).map_err(GpusError::Kfd)?;
     if let Some(found) = &kfd {
-        kfd_entries(found, config.kfd.serve, &mut out);
+        kfd_entries(found, &config.kfd, &mut out);
     }
     let listed: Vec<String> = out.iter().filter_map(|e| e.info.bus.clone()).collect();
     let pci: Vec<PciGpu> = scan_pci(sysfs)

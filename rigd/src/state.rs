@@ -749,7 +749,7 @@ impl State {
         let reserved = Footprint::opening();
         self.reserve(client, gpu, reserved, true)?;
         let id = DeviceId(self.next_device.fetch_add(1, Ordering::Relaxed));
-        let made = self.make_device(id, gpu, backend.as_ref());
+        let made = self.make_device(client, id, gpu, backend.as_ref());
         let mut book = self.book();
         let uid = uid_of(&book, client);
         let (mut device, reply) = match made {
@@ -792,6 +792,7 @@ impl State {
     /// Makes device `id` on `backend` and the reply that hands it over; touches no lock.
     fn make_device(
         &self,
+        client: ClientId,
         id: DeviceId,
         gpu: u32,
         backend: &dyn crate::path::Backend,
@@ -802,6 +803,7 @@ impl State {
         let on_fault = interrupt.clone();
         let faults = self.faults.clone();
         let events = Events {
+            client: client.0,
             interrupt: Arc::new(move || {
                 let _ = on_irq.write(1);
             }),

@@ -47,6 +47,7 @@ struct Seen {
 fn events(seen: &Arc<Seen>) -> Events {
     let (a, b) = (seen.clone(), seen.clone());
     Events {
+        client: 1,
         interrupt: Arc::new(move || {
             a.interrupts.fetch_add(1, Ordering::Relaxed);
         }),

@@ -2,10 +2,11 @@
 //! rig-kfd's system-call seam, so the same code runs on the machine's KFD and on the
 //! emulated one (`rig-kfd-emu`).
 //!
-//! One [`KfdBackend`] per KFD GPU node holds one open of KFD (the kernel makes one KFD
-//! process per address space, so every device rigd opens on the GPU shares that process's
-//! GPU VM until devices run in worker processes of their own; GPU addresses are therefore
-//! handed out by the backend). It binds the render node's VM (ACQUIRE_VM), announces the
+//! One [`KfdBackend`] per KFD GPU node holds its process's one open of KFD (the kernel
+//! makes one KFD process per address space, so every device of the process shares its GPU
+//! VM; GPU addresses are therefore handed out by the backend). rigd runs this code in a
+//! worker process per client ([`super::worker`]), so a client's devices share a VM with
+//! no other client's. It binds the render node's VM (ACQUIRE_VM), announces the
 //! runtime (RUNTIME_ENABLE), and runs one event thread over three events: signal event 0,
 //! which rig's releases name with their interrupt context 0 and whose slot the thread arms
 //! before each wait (KFD signals an event from an interrupt only if its slot was written);
@@ -17,8 +18,9 @@
 //! memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a dma-buf (KFD 1.12), and
 //! map_host registers the client's memfd as USERPTR. A queue gets its EOP buffer and
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
-//! memory) is forwarded to the KFD doorbell by a thread per queue, which sleeps on the
-//! client's doorbell until it is rung. amdgpu does not bound how long a user queue's work
+//! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
+//! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
+//! is rung. amdgpu does not bound how long a user queue's work
 //! runs, so rigd's hang watchdog does ([`HANG_MS`]).
 
 use std::collections::HashMap;
@@ -46,8 +48,13 @@ pub const HANG_MS: u64 = 2000;
 pub const MOST_RING: u64 = 1 << 31;
 /// Bytes of KFD's per-process doorbell page (its doorbell slice).
 const DOORBELL_SLICE: u64 = 8192;
-/// How long the event thread's wait lasts before it re-checks that its backend lives.
-const EVENT_WAIT_MS: u32 = 100;
+/// How long the event thread's wait lasts before it re-checks that its backend lives: an
+/// idle client's worker makes one WAIT_EVENTS a second.
+const EVENT_WAIT_MS: u32 = 1000;
+/// How long a doorbell forwarder spins for the client's next ring after forwarding one,
+/// before it sleeps on the doorbell's futex: the ring that comes meanwhile (work in
+/// flight) is forwarded without a wake-up, and an idle client costs nothing.
+pub const FORWARD_SPIN: Duration = Duration::from_micros(50);
 const PAGE: u64 = 4096;
 
 /// A path's listener of the backend's events: its device's callbacks and address ranges.
@@ -142,7 +149,7 @@ fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
 impl KfdBackend {
     /// The GPU of topology node `node`, in rigd's KFD process `process`.
     pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
-        let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+        node.gpu().map_err(|e| e.to_string())?;
         let kfd = &process.kfd;
         let minor = node
             .drm_render_minor()
@@ -158,19 +165,7 @@ impl KfdBackend {
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
         let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
         let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
-        let wgps = node.wgps(gpu.hal());
-        let desc = GpuDescription {
-            gpu,
-            kind: PathKind::Kfd,
-            budget: node.vram_bytes(),
-            bus: Some(node.bus()),
-            clock_hz,
-            mec: node.mec_firmware(),
-            wgps,
-            cache_bytes: node.cache_bytes(),
-            hang_ms: Some(HANG_MS),
-            maps_host: true,
-        };
+        let desc = describe(&node, clock_hz)?;
         let shared = Arc::new(Shared {
             kfd: KfdRef(process.clone()),
             process,
@@ -182,6 +177,65 @@ impl KfdBackend {
         });
         Ok(KfdBackend { shared, desc })
     }
+}
+
+/// What the path knows of the GPU of topology node `node` whose counter runs at `clock_hz`.
+pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
+    let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+    let wgps = node.wgps(gpu.hal());
+    Ok(GpuDescription {
+        gpu,
+        kind: PathKind::Kfd,
+        budget: node.vram_bytes(),
+        bus: Some(node.bus()),
+        clock_hz,
+        mec: node.mec_firmware(),
+        wgps,
+        cache_bytes: node.cache_bytes(),
+        hang_ms: Some(HANG_MS),
+        maps_host: true,
+        client_cost: Some(ClientCost::of(node)),
+    })
+}
+
+/// Processes KFD's scheduler runs on a GPU at once: amdgpu keeps VMIDs 8 to 15 for KFD's
+/// compute processes (`compute_vmid_bitmap` 0xff00), one a mapped process.
+pub const COMPUTE_VMIDS: u32 = 8;
+
+/// What a client (one worker process, one KFD process) costs on a GPU, and how many fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCost {
+    /// VRAM bytes a compute queue takes besides its ring: its EOP buffer and the
+    /// context-save area KFD asks for ([`rig_kfd::queue::ContextSave`]).
+    pub queue_bytes: u64,
+    /// Clients whose queues the GPU runs at once ([`COMPUTE_VMIDS`]); past it KFD's
+    /// scheduler time-slices the processes' queues (oversubscription).
+    pub at_once: u32,
+    /// Compute queues whose buffers the GPU's VRAM holds, nothing else allocated.
+    pub queues_fit: u64,
+}
+
+impl ClientCost {
+    /// The cost on the GPU of `node`.
+    pub fn of(node: &Node) -> ClientCost {
+        let queue_bytes =
+            EOP_BUFFER_BYTES + page_round(ContextSave::of(node).total_bytes()).unwrap_or(0);
+        ClientCost {
+            queue_bytes,
+            at_once: COMPUTE_VMIDS,
+            queues_fit: node.vram_bytes() / queue_bytes.max(1),
+        }
+    }
+}
+
+/// The most bytes of a ring of a queue of kind `kind` on the GPU of `node`.
+pub fn most_ring(node: &Node, kind: QueueKind) -> u64 {
+    let k = match kind {
+        QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
+        QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
+        QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
+    };
+    node.gpu().map_or(0, |g| g.most_ring(k)).min(MOST_RING)
 }
 
 /// The GPU counter's rate, from two GET_CLOCK_COUNTERS 20 ms apart, to the nearest MHz.
@@ -730,10 +784,25 @@ impl Path for KfdPath {
                 // A queue's write position starts at 0: any other value, even one rung
                 // before this thread ran, is forwarded.
                 let mut seen = 0;
+                let mut forwarded: Option<Instant> = None;
                 loop {
-                    let v = client.wait(seen, Some(Duration::from_millis(500)), || {
-                        flag.load(Ordering::Acquire)
-                    });
+                    // Spins a while after a forward: a client with work in flight rings again
+                    // soon, and the spin forwards that ring without a futex wake.
+                    let mut v = client.value();
+                    while let Some(at) = forwarded
+                        && v == seen
+                        && at.elapsed() < FORWARD_SPIN
+                        && !flag.load(Ordering::Relaxed)
+                    {
+                        std::hint::spin_loop();
+                        v = client.value();
+                    }
+                    forwarded = None;
+                    if v == seen {
+                        v = client.wait(seen, Some(Duration::from_millis(500)), || {
+                            flag.load(Ordering::Acquire)
+                        });
+                    }
                     if flag.load(Ordering::Acquire) {
                         return;
                     }
@@ -743,6 +812,7 @@ impl Path for KfdPath {
                             Some((Instant::now(), seen_irqs));
                         kernel.ring(&bells, at, v);
                         seen = v;
+                        forwarded = Some(Instant::now());
                     }
                 }
             })
@@ -771,16 +841,7 @@ impl Path for KfdPath {
     }
 
     fn most_ring(&self, kind: QueueKind) -> u64 {
-        let k = match kind {
-            QueueKind::Pm4 => rig_amd::gpu::QueueKind::Pm4,
-            QueueKind::Aql => rig_amd::gpu::QueueKind::Aql,
-            QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
-        };
-        self.shared
-            .node
-            .gpu()
-            .map_or(0, |g| g.most_ring(k))
-            .min(MOST_RING)
+        most_ring(&self.shared.node, kind)
     }
 
     fn clock(&self) -> u64 {

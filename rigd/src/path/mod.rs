@@ -7,14 +7,16 @@
 //! from any path. Each client device gets its own `Path`, which is what keeps one client's
 //! memory and faults away from another's.
 //!
-//! Implemented: [`sim`] (the simulated GPU). `kfd` and `vfio` are not written yet; the
-//! traits hold nothing sim-specific, so they slot in beside it.
+//! Implemented: [`sim`] (the simulated GPU), [`kfd`] (amdgpu's KFD, in rigd's own process)
+//! and [`worker`] (the kfd path run in a worker process per client, which is how rigd
+//! serves KFD's GPUs). `vfio` is not written yet.
 //!
 //! This module owns the contract only; the rings, segment and word a device is made of are
 //! [`crate::device`]'s.
 
 pub mod kfd;
 pub mod sim;
+pub mod worker;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
@@ -47,6 +49,9 @@ pub struct GpuDescription {
     pub hang_ms: Option<u64>,
     /// Whether the GPU maps host memory (`map_host`).
     pub maps_host: bool,
+    /// What a client costs and how many fit, where the path runs each client in a KFD
+    /// process of its own (`None` for the simulated GPU).
+    pub client_cost: Option<kfd::ClientCost>,
 }
 
 /// A path's refusal of a call (the seed's `refusal`).
@@ -134,6 +139,9 @@ pub enum Stopped {
 /// What the GPU tells a device: the path calls it from its own threads.
 #[derive(Clone)]
 pub struct Events {
+    /// The connection whose device it is: a path that keeps one address space per client
+    /// (kfd's worker processes) groups a client's devices by it.
+    pub client: u64,
     /// A release's interrupt (or any wake-worthy event).
     pub interrupt: Arc<dyn Fn() + Send + Sync>,
     /// A fault of the device's work, as the path's GPU reported it.

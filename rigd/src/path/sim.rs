@@ -216,6 +216,7 @@ impl SimBackend {
             cache_bytes: None,
             hang_ms: Some(u64::from(c.hang_ms)),
             maps_host: true,
+            client_cost: None,
         };
         let holding = Arc::new(Holding::new(&gpu));
         Ok(Self { gpu, desc, holding })

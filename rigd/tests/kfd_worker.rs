@@ -1,0 +1,361 @@
+//! rigd's KFD devices in worker processes, one per client, on the emulated KFD: each
+//! client's devices are in a KFD process (a GPU VM) of their own, so one client's store to
+//! another's GPU address faults for that client alone; a client's end leaves nothing in
+//! the kernel; a killed worker loses its client's devices with the reason while other
+//! clients go on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rig_proto::messages::{MemoryKind, QueueKind};
+use rig_shm::{Doorbell, SharedRegion};
+use rigd::path::worker::{KernelSpec, WorkerBackend, WorkerCommand, Workers};
+use rigd::path::{Backend, Events, Path, QueueSpec, Stopped};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    server: Arc<rig_kfd_emu::server::Server>,
+    workers: Arc<Workers>,
+    backend: WorkerBackend,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfd.sock");
+    let topo = dir.path().join("topology");
+    let server = rig_kfd_emu::start(rig_kfd_emu::kernel::Config::default(), &sock, &topo).unwrap();
+    let workers = Workers::new(WorkerCommand {
+        program: env!("CARGO_BIN_EXE_rig-worker").into(),
+        kernel: KernelSpec::Emulated {
+            socket: sock,
+            topology: topo.clone(),
+        },
+        uid: None,
+        gid: None,
+    });
+    let node = rig_kfd::topology::read(&topo)
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == "gfx1100")
+        .unwrap();
+    let backend = workers.backends(&[node]).remove(0).unwrap();
+    // The worker that described the GPU is gone with its KFD process.
+    until("the describing worker to end", || {
+        server.processes().is_empty() && workers.running().is_empty()
+    });
+    Setup {
+        _dir: dir,
+        server,
+        workers,
+        backend,
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    interrupts: AtomicU64,
+    faults: std::sync::Mutex<Vec<rig_proto::Fault>>,
+}
+
+fn events(client: u64, seen: &Arc<Seen>) -> Events {
+    let (a, b) = (seen.clone(), seen.clone());
+    Events {
+        client,
+        interrupt: Arc::new(move || {
+            a.interrupts.fetch_add(1, Ordering::Relaxed);
+        }),
+        fault: Arc::new(move |why| b.faults.lock().unwrap().push(why)),
+    }
+}
+
+fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct Queue {
+    ring: SharedRegion,
+    pos: SharedRegion,
+    pos_va: u64,
+    bell: Doorbell,
+}
+
+/// A PM4 queue on Pinned memory, and the client's doorbell for it.
+fn pm4_queue(path: &mut Box<dyn Path>) -> Queue {
+    let ring = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let pos = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let page = SharedRegion::create("doorbells", 4096).unwrap();
+    let bell = Doorbell::new(page, 0).unwrap();
+    path.queue(QueueSpec {
+        kind: QueueKind::Pm4,
+        ring: ring.address,
+        bytes: 4096,
+        read: pos.address,
+        write: pos.address + 64,
+        doorbell: bell.clone(),
+        scratch: (0, 0),
+    })
+    .unwrap();
+    Queue {
+        ring: ring.host.clone().unwrap(),
+        pos: pos.host.clone().unwrap(),
+        pos_va: pos.address,
+        bell,
+    }
+}
+
+/// A release writing `value` to GPU address `address`, the queue's `n`th packet.
+fn release(q: &Queue, n: u64, address: u64, value: u64) {
+    let mut words = [0u32; 8];
+    let r = rig_amd::pm4::ReleaseMem::timeline(
+        rig_amd::pm4::ReleaseMem::write_back(rig_amd::gpu::Generation::Gfx11),
+        address,
+        value,
+    );
+    let len = r.encode(&mut words).unwrap() as u64;
+    q.ring
+        .write_u32s((n * len * 4) as usize, &words[..len as usize]);
+    q.pos.store_u64(64, (n + 1) * len, Ordering::Release);
+    q.bell.ring((n + 1) * len);
+}
+
+#[test]
+fn two_clients_are_two_kfd_processes_and_one_cannot_store_into_the_others_memory() {
+    let s = setup();
+    let (a_seen, b_seen) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let mut a = s.backend.open(events(1, &a_seen)).unwrap();
+    let mut b = s.backend.open(events(2, &b_seen)).unwrap();
+    assert_eq!(s.server.processes().len(), 2, "one KFD process per client");
+    let cost = s.backend.description().client_cost.unwrap();
+    assert_eq!(cost.at_once, 8, "the VMIDs amdgpu keeps for KFD");
+    assert!(
+        (40 << 20..48 << 20).contains(&cost.queue_bytes),
+        "EOP and a gfx1100's context-save area: {cost:?}"
+    );
+    assert_eq!(cost.queues_fit, (4 << 30) / cost.queue_bytes);
+    assert_eq!(s.workers.running().len(), 2);
+    // The victim's buffer lies past everything the attacker's VM maps.
+    let spacer = b.alloc(MemoryKind::Device, 256 << 20).unwrap();
+    let secret = b.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let secret_host = secret.host.clone().unwrap();
+    secret_host.store_u64(0, 0x5ec2e7, Ordering::Release);
+    let q = pm4_queue(&mut a);
+    assert!(secret.address > q.pos_va + (64 << 20));
+    // The attacker's own memory takes its stores...
+    release(&q, 0, q.pos_va + 128, 7);
+    until("the attacker's own release", || {
+        q.pos.load_u64(128, Ordering::Acquire) == 7
+    });
+    // ...the victim's address is nothing in its VM.
+    release(&q, 1, secret.address, 0xbad);
+    until("the attacker's fault", || {
+        !a_seen.faults.lock().unwrap().is_empty()
+    });
+    let why = a_seen.faults.lock().unwrap()[0].clone();
+    assert_eq!(why.kind, rig_proto::FaultKind::MemoryFault, "{why}");
+    assert_eq!(why.address, Some(secret.address), "{why}");
+    assert_eq!(secret_host.load_u64(0, Ordering::Acquire), 0x5ec2e7);
+    assert!(b_seen.faults.lock().unwrap().is_empty());
+    // The victim's device works on.
+    let bq = pm4_queue(&mut b);
+    release(&bq, 0, secret.address + 8, 9);
+    until("the victim's release", || {
+        secret_host.load_u64(8, Ordering::Acquire) == 9
+    });
+    assert_eq!(secret_host.load_u64(0, Ordering::Acquire), 0x5ec2e7);
+    b.free(spacer);
+}
+
+#[test]
+fn one_worker_serves_all_of_a_clients_devices_and_ends_with_the_last() {
+    let s = setup();
+    let seen = Arc::new(Seen::default());
+    let mut one = s.backend.open(events(5, &seen)).unwrap();
+    let two = s.backend.open(events(5, &seen)).unwrap();
+    assert_eq!(s.workers.running().len(), 1);
+    assert_eq!(s.server.processes().len(), 1, "one KFD process, one GPU VM");
+    let q = pm4_queue(&mut one);
+    let m = one.alloc(MemoryKind::Mapped, 4096).unwrap();
+    m.host.as_ref().unwrap().write(0, b"mapped");
+    let client = SharedRegion::create("client", 8192).unwrap();
+    let _h = one.map_host(client.dup_fd().unwrap(), 4096, 4096).unwrap();
+    release(&q, 0, q.pos_va + 128, 1);
+    until("the release", || {
+        q.pos.load_u64(128, Ordering::Acquire) == 1
+    });
+    until("the interrupt", || one.progress() > 0);
+    let (queues, bos, events) = s.server.processes()[0].holdings();
+    assert!(queues == 1 && bos > 0 && events > 0);
+    drop(two);
+    assert_eq!(
+        s.workers.running().len(),
+        1,
+        "the client still has a device"
+    );
+    // The client's end (its disconnect drops its devices): nothing left in the kernel.
+    drop(one);
+    until("the worker and its KFD process to end", || {
+        s.workers.running().is_empty() && s.server.processes().is_empty()
+    });
+}
+
+#[test]
+fn a_killed_worker_loses_its_clients_devices_with_the_reason_and_others_go_on() {
+    let s = setup();
+    let (a_seen, b_seen) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let mut a = s.backend.open(events(1, &a_seen)).unwrap();
+    let mut b = s.backend.open(events(2, &b_seen)).unwrap();
+    let _qa = pm4_queue(&mut a);
+    let qb = pm4_queue(&mut b);
+    let pid = s
+        .workers
+        .running()
+        .into_iter()
+        .find(|(c, _)| *c == 1)
+        .unwrap()
+        .1;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    until("the lost device's fault", || {
+        !a_seen.faults.lock().unwrap().is_empty()
+    });
+    let why = a_seen.faults.lock().unwrap()[0].clone();
+    assert_eq!(why.kind, rig_proto::FaultKind::Internal, "{why}");
+    assert!(why.to_string().contains("worker died"), "{why}");
+    assert!(why.to_string().contains("signal 9"), "{why}");
+    let refused = a.alloc(MemoryKind::Pinned, 4096).unwrap_err();
+    assert!(refused.to_string().contains("worker died"), "{refused}");
+    assert_eq!(a.stop(Some(&why)), Stopped::Stopped);
+    until("the killed worker's KFD process to go", || {
+        s.server.processes().len() == 1
+    });
+    // The other client's device goes on.
+    release(&qb, 0, qb.pos_va + 128, 77);
+    until("the other client's release", || {
+        qb.pos.load_u64(128, Ordering::Acquire) == 77
+    });
+    assert!(b_seen.faults.lock().unwrap().is_empty());
+    // The client's next device gets a worker of its own again.
+    let mut again = s.backend.open(events(1, &a_seen)).unwrap();
+    again.alloc(MemoryKind::Pinned, 4096).unwrap();
+}
+
+#[test]
+fn a_worker_runs_without_new_privileges_and_without_rigds_descriptors() {
+    let s = setup();
+    // A descriptor rigd left inheritable by mistake (no close-on-exec).
+    let leak_path = s._dir.path().join("leaked");
+    std::fs::write(&leak_path, b"rigd's").unwrap();
+    let leak = nix::fcntl::open(
+        &leak_path,
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap();
+    let seen = Arc::new(Seen::default());
+    let _path = s.backend.open(events(3, &seen)).unwrap();
+    let _ = nix::unistd::close(leak);
+    let pid = s.workers.running()[0].1;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    let open: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !open.iter().any(|p| p.ends_with("leaked")),
+        "the worker kept rigd's descriptor: {open:?}"
+    );
+}
+
+const RIGD_ENV: &str = "RIGD_KFD_WORKER_TEST_RIGD";
+
+/// In the child `rigds_death_ends_its_workers` starts: a rigd whose client has a device
+/// (and a queue) in a worker; it prints the worker's pid and waits to be killed.
+#[test]
+#[ignore = "a rigd run by rigds_death_ends_its_workers in a child process"]
+fn a_rigd_with_a_worker() {
+    let Some(dir) = std::env::var_os(RIGD_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let topo = dir.join("topology");
+    let workers = Workers::new(WorkerCommand {
+        program: env!("CARGO_BIN_EXE_rig-worker").into(),
+        kernel: KernelSpec::Emulated {
+            socket: dir.join("kfd.sock"),
+            topology: topo.clone(),
+        },
+        uid: None,
+        gid: None,
+    });
+    let node = rig_kfd::topology::read(&topo)
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == "gfx1100")
+        .unwrap();
+    let backend = workers.backends(&[node]).remove(0).unwrap();
+    let seen = Arc::new(Seen::default());
+    let mut path = backend.open(events(1, &seen)).unwrap();
+    let _q = pm4_queue(&mut path);
+    println!("worker {}", workers.running()[0].1);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn rigds_death_ends_its_workers_and_their_kfd_processes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let server = rig_kfd_emu::start(
+        rig_kfd_emu::kernel::Config::default(),
+        &dir.path().join("kfd.sock"),
+        &dir.path().join("topology"),
+    )
+    .unwrap();
+    let mut rigd = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_rigd_with_a_worker",
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(RIGD_ENV, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(rigd.stdout.take().unwrap());
+    let pid: i32 = out
+        .lines()
+        .map_while(Result::ok)
+        // libtest may print the test's name on the same line first.
+        .find_map(|l| {
+            l.rsplit_once("worker ")
+                .map(|(_, p)| p.trim().parse().unwrap())
+        })
+        .expect("the child rigd's worker");
+    until("the worker's KFD process alone", || {
+        server.processes().len() == 1
+    });
+    assert_eq!(server.processes()[0].holdings().0, 1, "its queue");
+    rigd.kill().unwrap();
+    rigd.wait().unwrap();
+    let gone = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie no one reaped yet has ended.
+        Ok(stat) => stat[stat.rfind(')').unwrap() + 2..].starts_with('Z'),
+    };
+    until("the worker to end with rigd", gone);
+    until("its KFD process to be released", || {
+        server.processes().is_empty()
+    });
+}
