@@ -10,4 +10,5 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod scale;
 pub mod serve;
