@@ -823,3 +823,70 @@ pub async fn serve(endpoint: Endpoint, metrics: Arc<Metrics>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(submitted: u64, reached: u64) -> Observed {
+        Observed {
+            gpus: vec![GpuSeen {
+                index: 0,
+                name: "AMD:0".into(),
+                arch: "gfx1100".into(),
+                total_bytes: 1 << 30,
+                bus: None,
+                simulated: true,
+            }],
+            devices: vec![DeviceSeen {
+                id: 1,
+                gpu: 0,
+                pid: 1,
+                uid: 0,
+                held: MemoryHeld::default(),
+                submitted,
+                reached,
+                generations: 0,
+                faults: 0,
+                lost: None,
+            }],
+            clients: Vec::new(),
+        }
+    }
+
+    fn busy_seconds(m: &Metrics) -> f64 {
+        m.f.gpu_busy_seconds
+            .with_label_values(&["0", "AMD:0", "gfx1100"])
+            .get()
+    }
+
+    /// The sampler sleeps while all is idle: a busy look a minute after the last one
+    /// counts one period as busy, not the minute it slept through.
+    #[test]
+    fn a_busy_look_after_a_sleep_counts_one_period() {
+        let m = Metrics::new();
+        let t0 = Instant::now();
+        assert!(!m.sample(&observed(1, 1), t0));
+        assert!(m.sample(&observed(2, 1), t0 + Duration::from_secs(60)));
+        let b = busy_seconds(&m);
+        assert!(b > 0.0 && b <= SAMPLE_MS as f64 / 1000.0, "{b}");
+        // Looks at the sampler's own pace count their whole interval.
+        assert!(m.sample(
+            &observed(3, 1),
+            t0 + Duration::from_secs(60) + Duration::from_millis(5)
+        ));
+        let more = busy_seconds(&m) - b;
+        assert!((more - 0.005).abs() < 1e-9, "{more}");
+    }
+
+    /// A wake while the sampler is awake is remembered: the next sleep ends at once.
+    #[test]
+    fn a_wake_between_the_look_and_the_sleep_is_not_lost() {
+        let m = Metrics::new();
+        m.alarm.asleep.store(true, Ordering::SeqCst);
+        m.wake();
+        // Returns at once: the wake rang before the sleep began.
+        m.sleep();
+        assert!(!m.alarm.asleep.load(Ordering::SeqCst));
+    }
+}

@@ -120,8 +120,10 @@ fn main() {
         plan,
         |m| println!("scale: {m} ({:.1} s)", began.elapsed().as_secs_f64()),
         || {
-            // Every client holds its devices and does nothing.
-            std::thread::sleep(Duration::from_secs(1));
+            // Every client holds its devices and does nothing. The window begins once the
+            // blocking pool's threads that opened the devices have ended (tokio keeps an
+            // idle one 10 s): their CPU joins the process's figure when they exit.
+            std::thread::sleep(Duration::from_secs(11));
             let window = Duration::from_secs(idle_s);
             let t0 = scale::process_ticks(rigd).unwrap_or(0);
             let moved = scale::thread_deltas(rigd, window);
