@@ -18,7 +18,7 @@ use rig_client::{Buffer, Device, Kernel, Memory, Ref, Rig, Submission};
 
 /// The socket the child that serves rigd listens on.
 pub const SERVE_ENV: &str = "RIG_SCALE_SERVE";
-/// The plan, as [`Plan::to_env`] writes it, in the children.
+/// The plan, in the children (four numbers: clients, GPUs, steps, control period).
 pub const PLAN_ENV: &str = "RIG_SCALE_PLAN";
 /// The socket a worker connects to.
 pub const SOCKET_ENV: &str = "RIG_SCALE_SOCKET";
