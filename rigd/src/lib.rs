@@ -159,12 +159,13 @@ impl Daemon {
         let mut st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
         st.max_image_bytes = config.images.max_bytes;
         let shared: state::Shared = Arc::new(st);
-        let watch = state::spawn_watch(shared.clone(), rx);
+        let metrics = Arc::new(metrics::Metrics::new());
+        let on_work = metrics.clone();
+        let watch = state::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
         let access = Arc::new(AccessRule::new(
             &config.access,
             nix::unistd::geteuid().as_raw(),
         ));
-        let metrics = Arc::new(metrics::Metrics::new());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = match metrics::spawn_sampler(metrics.clone(), shared.clone(), stop.clone()) {
             Ok(t) => Some((t, stop)),
@@ -233,11 +234,13 @@ impl Daemon {
             watch,
             watch_tx,
             sampler,
+            metrics: self_metrics,
             ..
         } = self;
         server.run(listener, shutdown).await;
         if let Some((thread, stop)) = sampler {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            self_metrics.wake();
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         let _ = watch_tx.send(state::Msg::Shutdown);

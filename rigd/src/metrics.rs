@@ -3,19 +3,26 @@
 //!
 //! Two sources. Request latencies and connections are counted where they happen (the
 //! server calls [`Metrics::request`], [`Metrics::connection`], [`Metrics::refused`]).
-//! Everything about GPUs and devices is observed: a sampler thread ([`spawn_sampler`])
-//! reads the state every [`SAMPLE_MS`] ms ([`crate::state::State::observe`]) and turns what
-//! changed since the last look into counters: submissions and completions from each
-//! device's published and reached timeline values, queue growths from ring generations,
-//! faults and losses from each device's record, and busy time (a GPU is busy while any of
-//! its live devices has submitted beyond what it reached). A device that opens and closes
-//! between two looks is not seen. The sampler also keeps the latest view
-//! ([`Metrics::view`]) that gauges and rigctl read. This module owns the figures and their
-//! exposition; it changes nothing in the state.
+//! Everything about GPUs and devices is observed: a look ([`crate::state::State::observe`])
+//! turns what changed since the last one into counters: submissions and completions from
+//! each device's published and reached timeline values, queue growths from ring
+//! generations, faults and losses from each device's record, and busy time (a GPU is busy
+//! while any of its live devices has submitted beyond what it reached). A device that opens
+//! and closes between two looks is not seen. Looks also keep the latest view
+//! ([`Metrics::view`]) that gauges and rigctl read.
+//!
+//! Looks cost nothing while nothing happens. The sampler thread ([`spawn_sampler`]) looks
+//! every [`SAMPLE_MS`] ms while some GPU is busy; once a look finds none busy it sleeps
+//! until woken ([`Metrics::wake`]): by a request, by the watch thread seeing work, or at
+//! stop. A scrape and rigctl's figures take a look of their own first, so what they show
+//! is never older than the question. With 256 idle clients holding 8 devices each, rigd
+//! therefore locks no device and wakes no thread for its figures.
+//!
+//! This module owns the figures and their exposition; it changes nothing in the state.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus::{
@@ -24,7 +31,9 @@ use prometheus::{
 };
 use rig_proto::messages::MemoryHeld;
 
-/// How often the sampler looks at the state, in milliseconds.
+/// How often the sampler looks at the state while some GPU is busy, in milliseconds; it
+/// sleeps while none is. A busy look after a sleep counts at most this long as busy (the
+/// work began at some point of the sleep, which no look saw).
 pub const SAMPLE_MS: u64 = 10;
 
 /// The window over which a GPU's busy fraction is reported, in milliseconds.
@@ -325,6 +334,22 @@ pub struct Metrics {
     f: Families,
     sampling: Mutex<Sampling>,
     started: Instant,
+    /// The state looks read, once the sampler is attached ([`spawn_sampler`]).
+    state: std::sync::OnceLock<crate::state::Shared>,
+    /// One look at a time, so that counters see observations in the order they were made.
+    look: Mutex<()>,
+    /// Wakes the sampler out of its idle sleep.
+    alarm: Alarm,
+}
+
+/// The sampler's idle sleep and what ends it.
+#[derive(Debug, Default)]
+struct Alarm {
+    /// Whether the sampler sleeps (so a waker takes the lock only then).
+    asleep: AtomicBool,
+    /// Set by a wake, taken by the sampler.
+    rung: Mutex<bool>,
+    bell: Condvar,
 }
 
 /// Why a loss happened, as a label: the reason's first words, as rigd words them.
@@ -375,6 +400,9 @@ impl Metrics {
             f,
             sampling: Mutex::new(Sampling::default()),
             started: Instant::now(),
+            state: std::sync::OnceLock::new(),
+            look: Mutex::new(()),
+            alarm: Alarm::default(),
         }
     }
 
@@ -383,12 +411,47 @@ impl Metrics {
         self.started.elapsed()
     }
 
-    /// A request of `kind` took `took`.
+    /// A request of `kind` took `took`. It may have started work or changed what devices
+    /// hold: the sampler wakes if it slept.
     pub fn request(&self, kind: &'static str, took: Duration) {
         self.f
             .requests
             .with_label_values(&[kind])
             .observe(took.as_secs_f64());
+        self.wake();
+    }
+
+    /// Something may have changed that the figures must follow (work began, a device
+    /// opened, rigd stops): the sampler wakes if it sleeps. One atomic load when it does
+    /// not.
+    pub fn wake(&self) {
+        if self.alarm.asleep.load(Ordering::SeqCst) {
+            *self.alarm.rung.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            self.alarm.bell.notify_one();
+        }
+    }
+
+    /// Sleeps until [`Metrics::wake`] rings (at once if one rang since [`Alarm::asleep`]
+    /// was raised, which the sampler does before its look: no wake is lost between the
+    /// look and the sleep).
+    fn sleep(&self) {
+        let a = &self.alarm;
+        let mut rung = a.rung.lock().unwrap_or_else(|e| e.into_inner());
+        while !*rung {
+            rung = a.bell.wait(rung).unwrap_or_else(|e| e.into_inner());
+        }
+        *rung = false;
+        a.asleep.store(false, Ordering::SeqCst);
+    }
+
+    /// Takes a look at the attached state now, if any; says whether some GPU was busy.
+    fn refresh(&self) -> bool {
+        let Some(state) = self.state.get() else {
+            return false;
+        };
+        let _one = self.look.lock().unwrap_or_else(|e| e.into_inner());
+        let o = state.observe();
+        self.sample(&o, Instant::now())
     }
 
     /// A connection was accepted; the guard counts it until dropped.
@@ -403,8 +466,9 @@ impl Metrics {
         self.f.refused.with_label_values(&[reason]).inc();
     }
 
-    /// The latest view.
+    /// The view as of now (a look first, once the sampler is attached).
     pub fn view(&self) -> View {
+        self.refresh();
         self.lock().view.clone()
     }
 
@@ -412,8 +476,9 @@ impl Metrics {
         self.sampling.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes one look at the state's observation `o`, made at `now`.
-    pub fn sample(&self, o: &Observed, now: Instant) {
+    /// Takes one look at the state's observation `o`, made at `now`; says whether some GPU
+    /// was busy.
+    pub fn sample(&self, o: &Observed, now: Instant) -> bool {
         let mut s = self.lock();
         let dt =
             s.at.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
@@ -442,6 +507,8 @@ impl Metrics {
             })
             .collect();
         let mut busy: HashMap<u32, bool> = HashMap::new();
+        // Busy time between two looks far apart is not known: at most one period counts.
+        let busy_dt = dt.min(Duration::from_millis(SAMPLE_MS));
         let mut pids_on: HashMap<u32, std::collections::BTreeSet<i32>> = HashMap::new();
         let mut seen = HashMap::with_capacity(o.devices.len());
         for d in &o.devices {
@@ -506,12 +573,12 @@ impl Metrics {
                 self.f
                     .gpu_busy_seconds
                     .with_label_values(l)
-                    .inc_by(dt.as_secs_f64());
+                    .inc_by(busy_dt.as_secs_f64());
             }
             let w = s.window.entry(*index).or_default();
             w.1 += dt;
             if is_busy {
-                w.0 += dt;
+                w.0 += busy_dt;
             }
             let (b, t) = *w;
             let previous = s.view.gpus.get(index).map_or(0.0, |v| v.busy);
@@ -567,10 +634,12 @@ impl Metrics {
                 .set(int(p.devices));
         }
         s.view = View { gpus, processes };
+        !busy.is_empty()
     }
 
     /// The exposition, Prometheus text format 0.0.4 (what `promtool check metrics` reads).
     pub fn encode(&self) -> String {
+        self.refresh();
         // The sampler's lock: no scrape sees a family half updated.
         let _s = self.lock();
         prometheus::TextEncoder::new()
@@ -589,19 +658,26 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// The sampler thread: looks at `state` every [`SAMPLE_MS`] until `stop` is raised.
+/// The sampler thread: attaches `state` to `metrics` (so scrapes look too), then looks
+/// every [`SAMPLE_MS`] while some GPU is busy and sleeps until [`Metrics::wake`] while none
+/// is, until `stop` is raised (wake it after raising it).
 pub fn spawn_sampler(
     metrics: Arc<Metrics>,
     state: crate::state::Shared,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let _ = metrics.state.set(state);
     std::thread::Builder::new()
         .name("rigd-metrics".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let o = state.observe();
-                metrics.sample(&o, Instant::now());
-                std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+            while !stop.load(Ordering::SeqCst) {
+                metrics.alarm.asleep.store(true, Ordering::SeqCst);
+                if metrics.refresh() {
+                    metrics.alarm.asleep.store(false, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+                } else {
+                    metrics.sleep();
+                }
             }
         })
 }
@@ -747,5 +823,72 @@ pub async fn serve(endpoint: Endpoint, metrics: Arc<Metrics>) {
             tracing::warn!(error = %e, "metrics: accept failed");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(submitted: u64, reached: u64) -> Observed {
+        Observed {
+            gpus: vec![GpuSeen {
+                index: 0,
+                name: "AMD:0".into(),
+                arch: "gfx1100".into(),
+                total_bytes: 1 << 30,
+                bus: None,
+                simulated: true,
+            }],
+            devices: vec![DeviceSeen {
+                id: 1,
+                gpu: 0,
+                pid: 1,
+                uid: 0,
+                held: MemoryHeld::default(),
+                submitted,
+                reached,
+                generations: 0,
+                faults: 0,
+                lost: None,
+            }],
+            clients: Vec::new(),
+        }
+    }
+
+    fn busy_seconds(m: &Metrics) -> f64 {
+        m.f.gpu_busy_seconds
+            .with_label_values(&["0", "AMD:0", "gfx1100"])
+            .get()
+    }
+
+    /// The sampler sleeps while all is idle: a busy look a minute after the last one
+    /// counts one period as busy, not the minute it slept through.
+    #[test]
+    fn a_busy_look_after_a_sleep_counts_one_period() {
+        let m = Metrics::new();
+        let t0 = Instant::now();
+        assert!(!m.sample(&observed(1, 1), t0));
+        assert!(m.sample(&observed(2, 1), t0 + Duration::from_secs(60)));
+        let b = busy_seconds(&m);
+        assert!(b > 0.0 && b <= SAMPLE_MS as f64 / 1000.0, "{b}");
+        // Looks at the sampler's own pace count their whole interval.
+        assert!(m.sample(
+            &observed(3, 1),
+            t0 + Duration::from_secs(60) + Duration::from_millis(5)
+        ));
+        let more = busy_seconds(&m) - b;
+        assert!((more - 0.005).abs() < 1e-9, "{more}");
+    }
+
+    /// A wake while the sampler is awake is remembered: the next sleep ends at once.
+    #[test]
+    fn a_wake_between_the_look_and_the_sleep_is_not_lost() {
+        let m = Metrics::new();
+        m.alarm.asleep.store(true, Ordering::SeqCst);
+        m.wake();
+        // Returns at once: the wake rang before the sleep began.
+        m.sleep();
+        assert!(!m.alarm.asleep.load(Ordering::SeqCst));
     }
 }

@@ -11,4 +11,5 @@
 #![forbid(unsafe_code)]
 
 pub mod kfd;
+pub mod scale;
 pub mod serve;
