@@ -66,7 +66,8 @@ impl Served {
         let mut cmd = me();
         cmd.env(serve::SOCKET_ENV, &socket);
         if on_kfd {
-            cmd.env(serve::KFD_ENV, &dir);
+            cmd.env(serve::KFD_ENV, &dir)
+                .env(serve::WORKER_ENV, env!("CARGO_BIN_EXE_rig-tests-worker"));
         }
         let rigd = cmd.spawn().expect("start rigd");
         poll("rigd did not come up", || Rig::connect_to(&socket).is_ok());

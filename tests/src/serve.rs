@@ -23,6 +23,9 @@ pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
 /// In rigd's child: the directory of the emulated KFD to serve (its socket [`KFD_SOCKET`]
 /// and topology tree [`KFD_TOPOLOGY`]).
 pub const KFD_ENV: &str = "RIG_CLIENT_TEST_KFD";
+/// The worker program the tests' rigd runs KFD clients in (`[kfd] worker`), if set: the
+/// tests crate's `rig-tests-worker`, which only a test or bench program can name.
+pub const WORKER_ENV: &str = "RIG_CLIENT_TEST_WORKER";
 /// The emulated KFD's socket, in its directory.
 pub const KFD_SOCKET: &str = "kfd.sock";
 /// The emulated KFD's sysfs topology tree, in its directory.
@@ -93,6 +96,7 @@ pub fn main() -> Option<i32> {
         config.kfd.emulated = Some(dir.join(KFD_SOCKET));
         config.kfd.topology = Some(dir.join(KFD_TOPOLOGY));
         config.kfd.serve = true;
+        config.kfd.worker = std::env::var_os(WORKER_ENV).map(PathBuf::from);
         config.sim.clear();
     }
     let served = tokio::runtime::Builder::new_multi_thread()

@@ -30,6 +30,7 @@ fn serve_rigd_on_kfd() {
     config.kfd.emulated = Some(emu.join("kfd.sock"));
     config.kfd.topology = Some(emu.join("topology"));
     config.kfd.serve = true;
+    config.kfd.worker = Some(env!("CARGO_BIN_EXE_rig-tests-worker").into());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

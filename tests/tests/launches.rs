@@ -252,9 +252,6 @@ fn parts_on_two_queues_keep_their_after_order() {
 
 #[test]
 fn a_faulting_kernel_loses_its_device_alone() {
-    if common::needs_kfd_process_per_client("a fault losing its device alone") {
-        return;
-    }
     let d = Daemon::start(None);
     let bad = d.device();
     let good = d.device();

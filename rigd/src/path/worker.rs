@@ -266,16 +266,68 @@ pub struct WorkerCommand {
     pub gid: Option<u32>,
 }
 
-/// `[kfd] worker`'s default: `rig-worker` beside rigd's own executable, or one directory
-/// up where that has none (a program Cargo built into `target/<profile>/deps`, such as a
-/// test binary serving rigd, finds the package's binaries there).
-pub fn default_program() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let beside = exe.with_file_name("rig-worker");
-    match exe.parent().and_then(std::path::Path::parent) {
-        Some(up) if !beside.exists() && up.join("rig-worker").exists() => up.join("rig-worker"),
-        _ => beside,
+/// The arguments rigd starts a worker with.
+#[derive(Debug, clap::Parser)]
+#[command(
+    version,
+    about = "One rig client's KFD process (started by rigd, never by hand)."
+)]
+struct WorkerCli {
+    /// rigd's pid: the worker ends if rigd is gone.
+    #[arg(long)]
+    parent: u32,
+    /// Open the machine's /dev/kfd.
+    #[arg(long, conflicts_with = "emulated")]
+    host: bool,
+    /// Open the emulated KFD serving this socket instead.
+    #[arg(long, requires = "topology")]
+    emulated: Option<PathBuf>,
+    /// The emulated KFD's topology tree.
+    #[arg(long)]
+    topology: Option<PathBuf>,
+}
+
+/// The worker program's `main` (the `rig-worker` binary is this alone; a test crate can
+/// build the same program under its own name): parses rigd's arguments, confines the
+/// process, opens KFD and serves rigd on stdin until rigd closes it or dies.
+pub fn main() -> std::process::ExitCode {
+    use clap::Parser as _;
+    use std::process::ExitCode;
+    let cli = WorkerCli::parse();
+    if let Err(e) = confine(cli.parent) {
+        eprintln!("rig-worker: {e}");
+        return ExitCode::FAILURE;
     }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let spec = match (cli.host, cli.emulated, cli.topology) {
+        (false, Some(socket), Some(topology)) => KernelSpec::Emulated { socket, topology },
+        _ => KernelSpec::Host,
+    };
+    let sock = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rig-worker: no socket on stdin: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match serve(sock, spec.kernel()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("rig-worker ends: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `[kfd] worker`'s default: `rig-worker` beside rigd's own executable (where packages
+/// install both).
+pub fn default_program() -> PathBuf {
+    std::env::current_exe()
+        .unwrap_or_default()
+        .with_file_name("rig-worker")
 }
 
 /// An answer and the descriptors that came with it.

@@ -6,8 +6,8 @@
 //! What the kfd path cannot show is skipped there by one rule ([`only_on_sim`]): a test of
 //! a fact only the simulator reports (that the GPU is simulated; the instruction, packet
 //! position or queue of a fault: KFD's exception events name a GPU and an address, no
-//! queue) runs on the sim path alone; a fault's isolation between clients waits for a KFD
-//! process per client ([`needs_kfd_process_per_client`]).
+//! queue) runs on the sim path alone. A fault's isolation between clients holds there too:
+//! each client's devices run in a KFD worker process of their own.
 
 #![allow(dead_code)]
 
@@ -59,20 +59,6 @@ pub use serve::processor;
 pub fn only_on_sim(fact: &str) -> bool {
     if on_kfd() {
         eprintln!("skipped on the kfd path: only the simulator reports {fact}");
-    }
-    on_kfd()
-}
-
-/// The rule by which a test of isolation between clients' devices on one GPU is skipped on
-/// the kfd path until each client has a KFD process of its own (issue 9, item 4): KFD's
-/// memory exception names a GPU and an address, not a queue, so rigd's one KFD process
-/// cannot tell whose work faulted at an address no device holds, and loses every device of
-/// that GPU. True (and says so) in a `*_kfd.rs` program.
-pub fn needs_kfd_process_per_client(what: &str) -> bool {
-    if on_kfd() {
-        eprintln!(
-            "skipped on the kfd path: {what} needs a KFD process per client (issue 9, item 4)"
-        );
     }
     on_kfd()
 }
@@ -153,7 +139,8 @@ impl Daemon {
         .env_remove(serve::KFD_ENV)
         .stdout(std::process::Stdio::null());
         if kfd.is_some() {
-            cmd.env(serve::KFD_ENV, &dir);
+            cmd.env(serve::KFD_ENV, &dir)
+                .env(serve::WORKER_ENV, env!("CARGO_BIN_EXE_rig-tests-worker"));
         }
         if let Some(ms) = hang_ms {
             cmd.env(serve::HANG_MS_ENV, ms.to_string());
