@@ -839,6 +839,7 @@ mod tests {
                 total_bytes: 1 << 30,
                 bus: None,
                 simulated: true,
+                firmware: None,
             }],
             devices: vec![DeviceSeen {
                 id: 1,
