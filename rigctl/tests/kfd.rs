@@ -22,11 +22,31 @@ impl Drop for Served {
     }
 }
 
+/// rigd's `rig-worker`, which rigd starts for the KFD GPUs it serves: another package's
+/// binary, so Cargo names it to no test of rigctl's; it lies in the target directory above
+/// this test program (`target/<profile>/deps`) once rigd's binaries are built, as
+/// `cargo test --workspace` does.
+fn rig_worker() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let worker = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("rig-worker"))
+        .unwrap();
+    assert!(
+        worker.exists(),
+        "{} is not built: `cargo build -p rigd` (or `cargo test --workspace`) first",
+        worker.display()
+    );
+    worker
+}
+
 fn serve(dir: &Path, serve: bool) -> Served {
     let config = format!(
-        "[access]\nany = true\n[kfd]\nemulated = \"{}\"\ntopology = \"{}\"\nserve = {serve}\n",
+        "[access]\nany = true\n[kfd]\nemulated = \"{}\"\ntopology = \"{}\"\nserve = {serve}\nworker = \"{}\"\n",
         dir.join("kfd.sock").display(),
-        dir.join("topology").display()
+        dir.join("topology").display(),
+        rig_worker().display()
     );
     let config = rigd::config::Config::parse(&config, Path::new("test.toml")).unwrap();
     let socket = dir.join("rigd.sock");

@@ -24,6 +24,7 @@ fn an_emulated_kfds_gpus_are_listed_from_its_topology() {
     let c = config(KfdConfig {
         emulated: Some(t.path().join("kfd.sock")),
         topology: Some(topo),
+        worker: Some(env!("CARGO_BIN_EXE_rig-worker").into()),
         serve: false,
         ..KfdConfig::default()
     });
@@ -113,6 +114,7 @@ fn with_serve_an_emulated_kfds_gpus_are_served_through_the_kfd_path() {
     let c = config(KfdConfig {
         emulated: Some(sock),
         topology: Some(topo),
+        worker: Some(env!("CARGO_BIN_EXE_rig-worker").into()),
         serve: true,
         ..KfdConfig::default()
     });
@@ -135,6 +137,7 @@ fn emulated(t: &tempfile::TempDir) -> (std::sync::Arc<rig_kfd_emu::server::Serve
     let kfd = KfdConfig {
         emulated: Some(sock),
         topology: Some(topo),
+        worker: Some(env!("CARGO_BIN_EXE_rig-worker").into()),
         ..KfdConfig::default()
     };
     (emu, kfd)
