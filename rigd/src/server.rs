@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -127,76 +127,164 @@ pub enum SlotError {
 }
 
 /// The connection slots: how many each user holds and how many all hold.
+///
+/// A slot is the socket's, not the connection's work: it is given back as soon as rigd
+/// learns the peer closed its end, before the connection's devices are torn down. rigd
+/// learns that at once, not when the connection's task next runs: every held slot's socket
+/// is in one epoll set, and a peer over a cap has the set asked (without waiting) which
+/// sockets hung up (`EPOLLHUP`: the peer closed or died), whose slots are then given back
+/// first. So a client that closes its connections and connects again is never refused for
+/// the ones it closed, however busy rigd is. The kernel drops a socket from the set when
+/// rigd closes it, so the set never names a closed descriptor and costs none per slot.
 #[derive(Debug)]
 pub struct Slots {
     max_total: usize,
     max_per_uid: usize,
-    /// Slots held in all, and by each user holding any.
-    held: Mutex<(usize, HashMap<u32, usize>)>,
+    held: Mutex<Held>,
+    /// The held slots' sockets, to learn which peers hung up; `None` if rigd could not make
+    /// an epoll set (then a slot comes back when its connection's task ends).
+    hangups: Option<nix::sys::epoll::Epoll>,
 }
 
-/// A connection's slot, given back when dropped.
+/// What the slots hold, under one lock.
+#[derive(Debug, Default)]
+struct Held {
+    /// Slots held in all.
+    total: usize,
+    /// Slots held by each user holding any.
+    by_uid: HashMap<u32, usize>,
+    /// The user of each slot held, by its number (a slot given back leaves).
+    slots: HashMap<u64, u32>,
+    /// The next slot's number: numbers are never reused, so a late hang-up report of a
+    /// slot given back names none.
+    next: u64,
+}
+
+impl Held {
+    /// Gives back slot `id` if it is still held.
+    fn give_back(&mut self, id: u64) {
+        let Some(uid) = self.slots.remove(&id) else {
+            return;
+        };
+        self.total -= 1;
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_uid.remove(&uid);
+            }
+        }
+    }
+}
+
+/// A connection's slot, given back when dropped (or before, once its peer hung up).
 #[derive(Debug)]
 pub struct Slot {
     slots: Arc<Slots>,
-    uid: u32,
+    id: u64,
 }
+
+/// Hang-up reports read from the epoll set at a time.
+const HANGUPS_AT_ONCE: usize = 64;
 
 impl Slots {
     /// At most `max_total` slots, `max_per_uid` of them for any one user.
     pub fn new(max_total: usize, max_per_uid: usize) -> Arc<Self> {
+        use nix::sys::epoll::{Epoll, EpollCreateFlags};
+        let hangups = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot make an epoll set: a closed connection's slot comes back only once its devices are given back");
+            })
+            .ok();
         Arc::new(Self {
             max_total,
             max_per_uid,
-            held: Mutex::new((0, HashMap::new())),
+            held: Mutex::new(Held::default()),
+            hangups,
         })
     }
 
-    /// A slot for `uid`, if it and everyone together are under their caps.
-    pub fn take(self: &Arc<Self>, uid: u32) -> Result<Slot, SlotError> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, by_uid) = &mut *held;
-        let mine = by_uid.entry(uid).or_insert(0);
-        if *mine >= self.max_per_uid {
-            return Err(SlotError::PerUid {
-                uid,
-                max: self.max_per_uid,
-            });
-        }
-        if *total >= self.max_total {
-            if *mine == 0 {
-                by_uid.remove(&uid);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for `uid`'s connection `socket`, if it and everyone together are under their
+    /// caps once the slots of peers that hung up are given back.
+    pub fn take(self: &Arc<Self>, uid: u32, socket: BorrowedFd<'_>) -> Result<Slot, SlotError> {
+        let mut held = self.lock();
+        let over = |h: &Held| {
+            let mine = h.by_uid.get(&uid).copied().unwrap_or(0);
+            if mine >= self.max_per_uid {
+                Err(SlotError::PerUid {
+                    uid,
+                    max: self.max_per_uid,
+                })
+            } else if h.total >= self.max_total {
+                Err(SlotError::Full {
+                    max: self.max_total,
+                })
+            } else {
+                Ok(())
             }
-            return Err(SlotError::Full {
-                max: self.max_total,
-            });
+        };
+        if over(&held).is_err() {
+            self.give_back_hung_up(&mut held);
+            over(&held)?;
         }
-        *mine += 1;
-        *total += 1;
+        let id = held.next;
+        held.next += 1;
+        if let Some(set) = &self.hangups {
+            use nix::sys::epoll::{EpollEvent, EpollFlags};
+            // Interest in nothing but what epoll always reports (hang-up, error), once.
+            if let Err(e) = set.add(socket, EpollEvent::new(EpollFlags::EPOLLONESHOT, id)) {
+                tracing::warn!(error = %e, "cannot watch a connection for its hang-up: its slot comes back once its devices are given back");
+            }
+        }
+        held.slots.insert(id, uid);
+        *held.by_uid.entry(uid).or_insert(0) += 1;
+        held.total += 1;
         Ok(Slot {
             slots: self.clone(),
-            uid,
+            id,
         })
+    }
+
+    /// Gives back the slots whose peers hung up, without waiting.
+    fn give_back_hung_up(&self, held: &mut Held) {
+        use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
+        let Some(set) = &self.hangups else {
+            return;
+        };
+        let mut events = [EpollEvent::empty(); HANGUPS_AT_ONCE];
+        // Each socket is reported once (EPOLLONESHOT), so this ends; bounded all the same.
+        for _ in 0..=self.max_total / HANGUPS_AT_ONCE {
+            let n = match set.wait(&mut events, EpollTimeout::ZERO) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read which connections hung up");
+                    return;
+                }
+            };
+            for e in &events[..n] {
+                if e.events().contains(EpollFlags::EPOLLHUP) {
+                    held.give_back(e.data());
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
     }
 
     /// Slots held by `uid`.
     pub fn held_by(&self, uid: u32) -> usize {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.1.get(&uid).copied().unwrap_or(0)
+        self.lock().by_uid.get(&uid).copied().unwrap_or(0)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, by_uid) = &mut *held;
-        *total -= 1;
-        if let Some(n) = by_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                by_uid.remove(&self.uid);
-            }
-        }
+        self.slots.lock().give_back(self.id);
     }
 }
 
@@ -234,9 +322,9 @@ impl Server {
             let done = done_tx.clone();
             let counted = self.metrics.connection();
             tokio::spawn(async move {
-                server.connection(stream, peer, &mut stop).await;
-                drop(counted);
-                drop(slot);
+                server
+                    .connection(stream, peer, (slot, counted), &mut stop)
+                    .await;
                 drop(done);
             });
         }
@@ -281,7 +369,7 @@ impl Server {
                 ),
             )
         } else {
-            match slots.take(peer.uid) {
+            match slots.take(peer.uid, stream.as_fd()) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
                     self.metrics.refused("slots");
@@ -297,7 +385,15 @@ impl Server {
         None
     }
 
-    async fn connection(&self, stream: UnixStream, peer: Peer, stop: &mut broadcast::Receiver<()>) {
+    /// Serves one connection; `held` (its slot and its place in the figures) is given back
+    /// with its socket, before the teardown of what the client held.
+    async fn connection(
+        &self,
+        stream: UnixStream,
+        peer: Peer,
+        held: (Slot, crate::metrics::ConnectionGuard),
+        stop: &mut broadcast::Receiver<()>,
+    ) {
         let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
         conn.set_frame_timeout(ms(limits.frame_ms));
@@ -331,6 +427,10 @@ impl Server {
         // journal; a client's first device open is logged at info with its pid.
         tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
         self.serve(client, &mut conn, stop).await;
+        // The socket is done with: its slot is free for the user's next connection, which
+        // must not wait for this one's devices to be torn down.
+        drop(conn);
+        drop(held);
         // Closing its devices joins their queues' threads: off the async workers.
         let state = self.state.clone();
         if tokio::task::spawn_blocking(move || state.disconnect(client))
@@ -481,17 +581,30 @@ pub const DAEMON_NAME: &str = concat!("rigd ", env!("CARGO_PKG_VERSION"));
 mod tests {
     use super::*;
 
+    /// A socket pair: rigd's end (the slot's) and the peer's.
+    fn pair() -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        std::os::unix::net::UnixStream::pair().unwrap()
+    }
+
     #[test]
     fn slots_cap_each_user_and_everyone() {
         let s = Slots::new(3, 2);
-        let a1 = s.take(1).unwrap();
-        let _a2 = s.take(1).unwrap();
-        assert_eq!(s.take(1).unwrap_err(), SlotError::PerUid { uid: 1, max: 2 });
-        let b1 = s.take(2).unwrap();
-        assert_eq!(s.take(3).unwrap_err(), SlotError::Full { max: 3 });
+        let socks: Vec<_> = (0..6).map(|_| pair()).collect();
+        let fd = |i: usize| socks[i].0.as_fd();
+        let a1 = s.take(1, fd(0)).unwrap();
+        let _a2 = s.take(1, fd(1)).unwrap();
+        assert_eq!(
+            s.take(1, fd(2)).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 2 }
+        );
+        let b1 = s.take(2, fd(3)).unwrap();
+        assert_eq!(s.take(3, fd(4)).unwrap_err(), SlotError::Full { max: 3 });
         assert_eq!(s.held_by(3), 0);
         drop(a1);
-        let _c = s.take(3).unwrap();
+        let _c = s.take(3, fd(5)).unwrap();
         drop(b1);
         assert_eq!((s.held_by(1), s.held_by(2), s.held_by(3)), (1, 0, 1));
         let msg = SlotError::PerUid { uid: 7, max: 64 }.to_string();
@@ -499,6 +612,43 @@ mod tests {
             msg.contains("connections.per_uid") && msg.contains("64"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_slot_comes_back_when_its_peer_hangs_up_not_before() {
+        let s = Slots::new(3, 2);
+        let (mine1, peer1) = pair();
+        let (mine2, peer2) = pair();
+        let (mine3, peer3) = pair();
+        let (mine4, _peer4) = pair();
+        let first = s.take(1, mine1.as_fd()).unwrap();
+        let _second = s.take(1, mine2.as_fd()).unwrap();
+        // A peer that only stopped writing still reads its answers: it keeps its slot.
+        peer1.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(
+            s.take(1, mine3.as_fd()).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 2 }
+        );
+        // One that closed gives its slot back at once, though its connection (the Slot
+        // and rigd's end) is still being torn down.
+        drop(peer2);
+        let third = s.take(1, mine3.as_fd()).unwrap();
+        assert_eq!(s.held_by(1), 2);
+        // The same for the cap over everyone.
+        let _other = s.take(2, mine4.as_fd()).unwrap();
+        drop(peer3);
+        let (mine5, _peer5) = pair();
+        let _again = s.take(2, mine5.as_fd()).unwrap();
+        // Given back once only: the task's own drop later changes nothing.
+        drop(third);
+        assert_eq!((s.held_by(1), s.held_by(2)), (1, 2));
+        let (mine6, _peer6) = pair();
+        assert_eq!(
+            s.take(3, mine6.as_fd()).unwrap_err(),
+            SlotError::Full { max: 3 }
+        );
+        drop(first);
+        assert!(s.take(3, mine6.as_fd()).is_ok());
     }
 
     #[test]

@@ -479,3 +479,91 @@ fn groups_come_from_the_socket_not_from_proc() {
     // A member when it connected is welcomed: the groups are the socket's.
     assert_eq!(run("member"), "welcome");
 }
+
+/// `per_uid` for the reconnect tests: every connection of the user holds a device.
+const RECONNECT_PER_UID: usize = 8;
+
+fn reconnect_rigd() -> Rigd {
+    Rigd::start(&format!(
+        "[connections]\nper_uid = {RECONNECT_PER_UID}\nidle_ms = 0\n{}",
+        common::SIM
+    ))
+}
+
+/// Opens `per_uid` connections at once, each asked for the GPUs, and returns how many
+/// rigd refused (it may refuse only at the handshake). The connections are held until all
+/// are answered, so each one counts against the cap while the next connects.
+fn refusals_of_a_full_set(d: &Rigd) -> Vec<String> {
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..RECONNECT_PER_UID {
+        match rig_proto::Connection::connect(&d.socket, "again") {
+            Ok(mut c) => {
+                assert!(matches!(
+                    c.call(&Request::ListGpus, &[]),
+                    Ok((Response::Gpus(_), _))
+                ));
+                held.push(c);
+            }
+            Err(rig_proto::Error::Refused(e)) => refused.push(e.message),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    refused
+}
+
+#[test]
+fn a_closed_connection_gives_its_slot_back_at_once() {
+    let d = reconnect_rigd();
+    for round in 0..3 {
+        let mut clients: Vec<_> = (0..RECONNECT_PER_UID).map(|_| d.client("first")).collect();
+        // Each holds a device, whose teardown (its queues' threads joined) follows the close.
+        let devices: Vec<_> = clients.iter_mut().map(|c| c.open()).collect();
+        drop(devices);
+        drop(clients);
+        // The sockets are closed: every slot is free for the next connections, at once.
+        let refused = refusals_of_a_full_set(&d);
+        assert!(refused.is_empty(), "round {round}: refused {refused:?}");
+    }
+}
+
+/// The child half of `a_killed_client_gives_its_slots_back_at_once`: opens
+/// `RIGD_TEST_COUNT` connections with a device each, says so, and waits to be killed.
+#[test]
+fn child_hold_devices() {
+    let Ok(socket) = std::env::var("RIGD_TEST_DEVICES") else {
+        return;
+    };
+    let count: usize = std::env::var("RIGD_TEST_COUNT").unwrap().parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..count {
+        let mut c = rig_proto::Connection::connect(&socket, "killed").unwrap();
+        let (r, fds) = c.call(&Request::OpenDevice { gpu: 0 }, &[]).unwrap();
+        assert!(matches!(r, Response::DeviceOpened(_)), "{r:?}");
+        held.push((c, fds));
+    }
+    say("HOLDING");
+    wait_for_parent();
+    drop(held);
+}
+
+#[test]
+fn a_killed_client_gives_its_slots_back_at_once() {
+    let d = reconnect_rigd();
+    for round in 0..3 {
+        let mut child = Helper::start(
+            "child_hold_devices",
+            None,
+            &[
+                ("RIGD_TEST_DEVICES", d.socket.display().to_string()),
+                ("RIGD_TEST_COUNT", RECONNECT_PER_UID.to_string()),
+            ],
+        );
+        child.expect("HOLDING", Duration::from_secs(30));
+        child.child.kill().unwrap();
+        child.child.wait().unwrap();
+        // Its process is gone, and with it its sockets.
+        let refused = refusals_of_a_full_set(&d);
+        assert!(refused.is_empty(), "round {round}: refused {refused:?}");
+    }
+}
