@@ -29,6 +29,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -136,6 +137,11 @@ pub enum SlotError {
 /// first. So a client that closes its connections and connects again is never refused for
 /// the ones it closed, however busy rigd is. The kernel drops a socket from the set when
 /// rigd closes it, so the set never names a closed descriptor and costs none per slot.
+///
+/// A slot is not given back while its connection answers a request (from the request read
+/// to its answer made): that work is the user's and counts against its cap until done.
+/// Once given back, the connection answers nothing more (nobody can read it) and only
+/// gives back its devices, which the user's device limit bounds.
 #[derive(Debug)]
 pub struct Slots {
     max_total: usize,
@@ -153,8 +159,8 @@ struct Held {
     total: usize,
     /// Slots held by each user holding any.
     by_uid: HashMap<u32, usize>,
-    /// The user of each slot held, by its number (a slot given back leaves).
-    slots: HashMap<u64, u32>,
+    /// The user and the state of each slot held, by its number (a slot given back leaves).
+    slots: HashMap<u64, (u32, Arc<AtomicU8>)>,
     /// The next slot's number: numbers are never reused, so a late hang-up report of a
     /// slot given back names none.
     next: u64,
@@ -163,7 +169,7 @@ struct Held {
 impl Held {
     /// Gives back slot `id` if it is still held.
     fn give_back(&mut self, id: u64) {
-        let Some(uid) = self.slots.remove(&id) else {
+        let Some((uid, _)) = self.slots.remove(&id) else {
             return;
         };
         self.total -= 1;
@@ -176,11 +182,37 @@ impl Held {
     }
 }
 
-/// A connection's slot, given back when dropped (or before, once its peer hung up).
+/// A connection's slot, given back when dropped (or before, once its peer hung up while
+/// it answered no request).
 #[derive(Debug)]
 pub struct Slot {
     slots: Arc<Slots>,
     id: u64,
+    state: Arc<AtomicU8>,
+}
+
+/// A slot's state: its connection waits for a request (its slot may be given back if the
+/// peer hung up), ...
+const IDLE: u8 = 0;
+/// ... answers one (it may not), ...
+const ANSWERING: u8 = 1;
+/// ... or its slot was given back (it answers nothing more).
+const GIVEN_BACK: u8 = 2;
+
+impl Slot {
+    /// Called with a request read: `false` if the slot was given back (the peer hung up), so
+    /// the request must not be answered; else the slot is kept until [`Slot::answered`].
+    pub fn answering(&self) -> bool {
+        self.state
+            .compare_exchange(IDLE, ANSWERING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The request's answer is made (before it is sent: a peer that read it and hung up
+    /// must find its slot free).
+    pub fn answered(&self) {
+        self.state.store(IDLE, Ordering::Release);
+    }
 }
 
 /// Hang-up reports read from the epoll set at a time.
@@ -234,17 +266,20 @@ impl Slots {
         held.next += 1;
         if let Some(set) = &self.hangups {
             use nix::sys::epoll::{EpollEvent, EpollFlags};
-            // Interest in nothing but what epoll always reports (hang-up, error), once.
-            if let Err(e) = set.add(socket, EpollEvent::new(EpollFlags::EPOLLONESHOT, id)) {
+            // Interest in nothing but what epoll always reports (hang-up, error); level
+            // triggered, so a hang-up seen while the connection answers is seen again.
+            if let Err(e) = set.add(socket, EpollEvent::new(EpollFlags::empty(), id)) {
                 tracing::warn!(error = %e, "cannot watch a connection for its hang-up: its slot comes back once its devices are given back");
             }
         }
-        held.slots.insert(id, uid);
+        let state = Arc::new(AtomicU8::new(IDLE));
+        held.slots.insert(id, (uid, state.clone()));
         *held.by_uid.entry(uid).or_insert(0) += 1;
         held.total += 1;
         Ok(Slot {
             slots: self.clone(),
             id,
+            state,
         })
     }
 
@@ -255,8 +290,9 @@ impl Slots {
             return;
         };
         let mut events = [EpollEvent::empty(); HANGUPS_AT_ONCE];
-        // Each socket is reported once (EPOLLONESHOT), so this ends; bounded all the same.
-        for _ in 0..=self.max_total / HANGUPS_AT_ONCE {
+        // A socket is reported until rigd closes it, and epoll reports the ready ones in
+        // turn: enough reads to see every held slot's socket, and those closing.
+        for _ in 0..=self.max_total.div_ceil(HANGUPS_AT_ONCE) {
             let n = match set.wait(&mut events, EpollTimeout::ZERO) {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -266,7 +302,16 @@ impl Slots {
                 }
             };
             for e in &events[..n] {
-                if e.events().contains(EpollFlags::EPOLLHUP) {
+                if !e.events().contains(EpollFlags::EPOLLHUP) {
+                    continue;
+                }
+                // Not while it answers: a later read sees the hang-up again.
+                let idle = held.slots.get(&e.data()).is_some_and(|(_, state)| {
+                    state
+                        .compare_exchange(IDLE, GIVEN_BACK, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                });
+                if idle {
                     held.give_back(e.data());
                 }
             }
@@ -426,7 +471,7 @@ impl Server {
         // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
         // journal; a client's first device open is logged at info with its pid.
         tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
-        self.serve(client, &mut conn, stop).await;
+        self.serve(client, &mut conn, &held.0, stop).await;
         // The socket is done with: its slot is free for the user's next connection, which
         // must not wait for this one's devices to be torn down.
         drop(conn);
@@ -483,6 +528,7 @@ impl Server {
         &self,
         client: ClientId,
         conn: &mut ServerConnection,
+        slot: &Slot,
         stop: &mut broadcast::Receiver<()>,
     ) {
         let limits = self.connections;
@@ -530,6 +576,13 @@ impl Server {
                     return;
                 }
             };
+            if !slot.answering() {
+                tracing::debug!(
+                    client = client.0,
+                    "the peer hung up and its slot went to another connection; what it sent last is not answered"
+                );
+                return;
+            }
             let closing = matches!(request, Request::CloseDevice { .. });
             let (kind, began) = (request.name(), std::time::Instant::now());
             let (response, fds) = if crate::admin::is_admin(&request) {
@@ -548,6 +601,7 @@ impl Server {
                 };
                 reply
             };
+            slot.answered();
             self.metrics.request(kind, began.elapsed());
             match &response {
                 Response::DeviceOpened(_) => devices += 1,
@@ -649,6 +703,28 @@ mod tests {
         );
         drop(first);
         assert!(s.take(3, mine6.as_fd()).is_ok());
+    }
+
+    #[test]
+    fn a_slot_answering_a_request_is_kept_until_answered() {
+        let s = Slots::new(8, 1);
+        let (mine, peer) = pair();
+        let (next, _next_peer) = pair();
+        let busy = s.take(1, mine.as_fd()).unwrap();
+        assert!(busy.answering());
+        drop(peer);
+        // The peer hung up mid-request: the request's work still counts against the user.
+        assert_eq!(
+            s.take(1, next.as_fd()).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 1 }
+        );
+        // Answered: the hang-up, seen again, gives the slot back ...
+        busy.answered();
+        let _next = s.take(1, next.as_fd()).unwrap();
+        // ... and the old connection answers nothing more.
+        assert!(!busy.answering());
+        drop(busy);
+        assert_eq!(s.held_by(1), 1);
     }
 
     #[test]
