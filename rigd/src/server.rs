@@ -6,7 +6,9 @@
 //! not allow, and gives every other one a slot ([`Slots`]): at most `connections.per_uid`
 //! per user, so one user cannot take another's, and `daemon.max_connections` in all, which
 //! bounds rigd's descriptors. A peer over either cap is refused at once, with the limit
-//! named. A refused peer is answered without its hello being read and holds nothing; such
+//! named, but only after the slots of peers that hung up are given back: a slot is its
+//! socket's, free as soon as the peer closes it, whatever the teardown of its devices still
+//! does (see [`Slots`]). A refused peer is answered without its hello being read and holds nothing; such
 //! refusals are logged at most once a second for each reason, with a count of the rest.
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
