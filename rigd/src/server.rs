@@ -6,7 +6,9 @@
 //! not allow, and gives every other one a slot ([`Slots`]): at most `connections.per_uid`
 //! per user, so one user cannot take another's, and `daemon.max_connections` in all, which
 //! bounds rigd's descriptors. A peer over either cap is refused at once, with the limit
-//! named. A refused peer is answered without its hello being read and holds nothing; such
+//! named, but only after the slots of peers that hung up are given back: a slot is its
+//! socket's, free as soon as the peer closes it, whatever the teardown of its devices still
+//! does (see [`Slots`]). A refused peer is answered without its hello being read and holds nothing; such
 //! refusals are logged at most once a second for each reason, with a count of the rest.
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
@@ -28,7 +30,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -127,76 +130,208 @@ pub enum SlotError {
 }
 
 /// The connection slots: how many each user holds and how many all hold.
+///
+/// A slot is the socket's, not the connection's work: it is given back as soon as rigd
+/// learns the peer closed its end, before the connection's devices are torn down. rigd
+/// learns that at once, not when the connection's task next runs: every held slot's socket
+/// is in one epoll set, and a peer over a cap has the set asked (without waiting) which
+/// sockets hung up (`EPOLLHUP`: the peer closed or died), whose slots are then given back
+/// first. So a client that closes its connections and connects again is never refused for
+/// the ones it closed, however busy rigd is. The kernel drops a socket from the set when
+/// rigd closes it, so the set never names a closed descriptor and costs none per slot.
+///
+/// A slot is not given back while its connection answers a request (from the request read
+/// to its answer made): that work is the user's and counts against its cap until done.
+/// Once given back, the connection answers nothing more (nobody can read it) and only
+/// gives back its devices, which the user's device limit bounds.
 #[derive(Debug)]
 pub struct Slots {
     max_total: usize,
     max_per_uid: usize,
-    /// Slots held in all, and by each user holding any.
-    held: Mutex<(usize, HashMap<u32, usize>)>,
+    held: Mutex<Held>,
+    /// The held slots' sockets, to learn which peers hung up; `None` if rigd could not make
+    /// an epoll set (then a slot comes back when its connection's task ends).
+    hangups: Option<nix::sys::epoll::Epoll>,
 }
 
-/// A connection's slot, given back when dropped.
+/// What the slots hold, under one lock.
+#[derive(Debug, Default)]
+struct Held {
+    /// Slots held in all.
+    total: usize,
+    /// Slots held by each user holding any.
+    by_uid: HashMap<u32, usize>,
+    /// The user and the state of each slot held, by its number (a slot given back leaves).
+    slots: HashMap<u64, (u32, Arc<AtomicU8>)>,
+    /// The next slot's number: numbers are never reused, so a late hang-up report of a
+    /// slot given back names none.
+    next: u64,
+}
+
+impl Held {
+    /// Gives back slot `id` if it is still held.
+    fn give_back(&mut self, id: u64) {
+        let Some((uid, _)) = self.slots.remove(&id) else {
+            return;
+        };
+        self.total -= 1;
+        if let Some(n) = self.by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_uid.remove(&uid);
+            }
+        }
+    }
+}
+
+/// A connection's slot, given back when dropped (or before, once its peer hung up while
+/// it answered no request).
 #[derive(Debug)]
 pub struct Slot {
     slots: Arc<Slots>,
-    uid: u32,
+    id: u64,
+    state: Arc<AtomicU8>,
 }
+
+/// A slot's state: its connection waits for a request (its slot may be given back if the
+/// peer hung up), ...
+const IDLE: u8 = 0;
+/// ... answers one (it may not), ...
+const ANSWERING: u8 = 1;
+/// ... or its slot was given back (it answers nothing more).
+const GIVEN_BACK: u8 = 2;
+
+impl Slot {
+    /// Called with a request read: `false` if the slot was given back (the peer hung up), so
+    /// the request must not be answered; else the slot is kept until [`Slot::answered`].
+    pub fn answering(&self) -> bool {
+        self.state
+            .compare_exchange(IDLE, ANSWERING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The request's answer is made (before it is sent: a peer that read it and hung up
+    /// must find its slot free).
+    pub fn answered(&self) {
+        self.state.store(IDLE, Ordering::Release);
+    }
+}
+
+/// Hang-up reports read from the epoll set at a time.
+const HANGUPS_AT_ONCE: usize = 64;
 
 impl Slots {
     /// At most `max_total` slots, `max_per_uid` of them for any one user.
     pub fn new(max_total: usize, max_per_uid: usize) -> Arc<Self> {
+        use nix::sys::epoll::{Epoll, EpollCreateFlags};
+        let hangups = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot make an epoll set: a closed connection's slot comes back only once its devices are given back");
+            })
+            .ok();
         Arc::new(Self {
             max_total,
             max_per_uid,
-            held: Mutex::new((0, HashMap::new())),
+            held: Mutex::new(Held::default()),
+            hangups,
         })
     }
 
-    /// A slot for `uid`, if it and everyone together are under their caps.
-    pub fn take(self: &Arc<Self>, uid: u32) -> Result<Slot, SlotError> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, by_uid) = &mut *held;
-        let mine = by_uid.entry(uid).or_insert(0);
-        if *mine >= self.max_per_uid {
-            return Err(SlotError::PerUid {
-                uid,
-                max: self.max_per_uid,
-            });
-        }
-        if *total >= self.max_total {
-            if *mine == 0 {
-                by_uid.remove(&uid);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for `uid`'s connection `socket`, if it and everyone together are under their
+    /// caps once the slots of peers that hung up are given back.
+    pub fn take(self: &Arc<Self>, uid: u32, socket: BorrowedFd<'_>) -> Result<Slot, SlotError> {
+        let mut held = self.lock();
+        let over = |h: &Held| {
+            let mine = h.by_uid.get(&uid).copied().unwrap_or(0);
+            if mine >= self.max_per_uid {
+                Err(SlotError::PerUid {
+                    uid,
+                    max: self.max_per_uid,
+                })
+            } else if h.total >= self.max_total {
+                Err(SlotError::Full {
+                    max: self.max_total,
+                })
+            } else {
+                Ok(())
             }
-            return Err(SlotError::Full {
-                max: self.max_total,
-            });
+        };
+        if over(&held).is_err() {
+            self.give_back_hung_up(&mut held);
+            over(&held)?;
         }
-        *mine += 1;
-        *total += 1;
+        let id = held.next;
+        held.next += 1;
+        if let Some(set) = &self.hangups {
+            use nix::sys::epoll::{EpollEvent, EpollFlags};
+            // Interest in nothing but what epoll always reports (hang-up, error); level
+            // triggered, so a hang-up seen while the connection answers is seen again.
+            if let Err(e) = set.add(socket, EpollEvent::new(EpollFlags::empty(), id)) {
+                tracing::warn!(error = %e, "cannot watch a connection for its hang-up: its slot comes back once its devices are given back");
+            }
+        }
+        let state = Arc::new(AtomicU8::new(IDLE));
+        held.slots.insert(id, (uid, state.clone()));
+        *held.by_uid.entry(uid).or_insert(0) += 1;
+        held.total += 1;
         Ok(Slot {
             slots: self.clone(),
-            uid,
+            id,
+            state,
         })
+    }
+
+    /// Gives back the slots whose peers hung up, without waiting.
+    fn give_back_hung_up(&self, held: &mut Held) {
+        use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
+        let Some(set) = &self.hangups else {
+            return;
+        };
+        let mut events = [EpollEvent::empty(); HANGUPS_AT_ONCE];
+        // A socket is reported until rigd closes it, and epoll reports the ready ones in
+        // turn: enough reads to see every held slot's socket, and those closing.
+        for _ in 0..=self.max_total.div_ceil(HANGUPS_AT_ONCE) {
+            let n = match set.wait(&mut events, EpollTimeout::ZERO) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read which connections hung up");
+                    return;
+                }
+            };
+            for e in &events[..n] {
+                if !e.events().contains(EpollFlags::EPOLLHUP) {
+                    continue;
+                }
+                // Not while it answers: a later read sees the hang-up again.
+                let idle = held.slots.get(&e.data()).is_some_and(|(_, state)| {
+                    state
+                        .compare_exchange(IDLE, GIVEN_BACK, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                });
+                if idle {
+                    held.give_back(e.data());
+                }
+            }
+            if n < events.len() {
+                return;
+            }
+        }
     }
 
     /// Slots held by `uid`.
     pub fn held_by(&self, uid: u32) -> usize {
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.1.get(&uid).copied().unwrap_or(0)
+        self.lock().by_uid.get(&uid).copied().unwrap_or(0)
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|e| e.into_inner());
-        let (total, by_uid) = &mut *held;
-        *total -= 1;
-        if let Some(n) = by_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                by_uid.remove(&self.uid);
-            }
-        }
+        self.slots.lock().give_back(self.id);
     }
 }
 
@@ -234,9 +369,9 @@ impl Server {
             let done = done_tx.clone();
             let counted = self.metrics.connection();
             tokio::spawn(async move {
-                server.connection(stream, peer, &mut stop).await;
-                drop(counted);
-                drop(slot);
+                server
+                    .connection(stream, peer, (slot, counted), &mut stop)
+                    .await;
                 drop(done);
             });
         }
@@ -281,7 +416,7 @@ impl Server {
                 ),
             )
         } else {
-            match slots.take(peer.uid) {
+            match slots.take(peer.uid, stream.as_fd()) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
                     self.metrics.refused("slots");
@@ -297,7 +432,15 @@ impl Server {
         None
     }
 
-    async fn connection(&self, stream: UnixStream, peer: Peer, stop: &mut broadcast::Receiver<()>) {
+    /// Serves one connection; `held` (its slot and its place in the figures) is given back
+    /// with its socket, before the teardown of what the client held.
+    async fn connection(
+        &self,
+        stream: UnixStream,
+        peer: Peer,
+        held: (Slot, crate::metrics::ConnectionGuard),
+        stop: &mut broadcast::Receiver<()>,
+    ) {
         let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
         conn.set_frame_timeout(ms(limits.frame_ms));
@@ -330,7 +473,11 @@ impl Server {
         // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
         // journal; a client's first device open is logged at info with its pid.
         tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
-        self.serve(client, &mut conn, stop).await;
+        self.serve(client, &mut conn, &held.0, stop).await;
+        // The socket is done with: its slot is free for the user's next connection, which
+        // must not wait for this one's devices to be torn down.
+        drop(conn);
+        drop(held);
         // Closing its devices joins their queues' threads: off the async workers.
         let state = self.state.clone();
         if tokio::task::spawn_blocking(move || state.disconnect(client))
@@ -383,6 +530,7 @@ impl Server {
         &self,
         client: ClientId,
         conn: &mut ServerConnection,
+        slot: &Slot,
         stop: &mut broadcast::Receiver<()>,
     ) {
         let limits = self.connections;
@@ -430,6 +578,13 @@ impl Server {
                     return;
                 }
             };
+            if !slot.answering() {
+                tracing::debug!(
+                    client = client.0,
+                    "the peer hung up and its slot went to another connection; what it sent last is not answered"
+                );
+                return;
+            }
             let closing = matches!(request, Request::CloseDevice { .. });
             let (kind, began) = (request.name(), std::time::Instant::now());
             let (response, fds) = if crate::admin::is_admin(&request) {
@@ -448,6 +603,7 @@ impl Server {
                 };
                 reply
             };
+            slot.answered();
             self.metrics.request(kind, began.elapsed());
             match &response {
                 Response::DeviceOpened(_) => devices += 1,
@@ -481,17 +637,30 @@ pub const DAEMON_NAME: &str = concat!("rigd ", env!("CARGO_PKG_VERSION"));
 mod tests {
     use super::*;
 
+    /// A socket pair: rigd's end (the slot's) and the peer's.
+    fn pair() -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        std::os::unix::net::UnixStream::pair().unwrap()
+    }
+
     #[test]
     fn slots_cap_each_user_and_everyone() {
         let s = Slots::new(3, 2);
-        let a1 = s.take(1).unwrap();
-        let _a2 = s.take(1).unwrap();
-        assert_eq!(s.take(1).unwrap_err(), SlotError::PerUid { uid: 1, max: 2 });
-        let b1 = s.take(2).unwrap();
-        assert_eq!(s.take(3).unwrap_err(), SlotError::Full { max: 3 });
+        let socks: Vec<_> = (0..6).map(|_| pair()).collect();
+        let fd = |i: usize| socks[i].0.as_fd();
+        let a1 = s.take(1, fd(0)).unwrap();
+        let _a2 = s.take(1, fd(1)).unwrap();
+        assert_eq!(
+            s.take(1, fd(2)).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 2 }
+        );
+        let b1 = s.take(2, fd(3)).unwrap();
+        assert_eq!(s.take(3, fd(4)).unwrap_err(), SlotError::Full { max: 3 });
         assert_eq!(s.held_by(3), 0);
         drop(a1);
-        let _c = s.take(3).unwrap();
+        let _c = s.take(3, fd(5)).unwrap();
         drop(b1);
         assert_eq!((s.held_by(1), s.held_by(2), s.held_by(3)), (1, 0, 1));
         let msg = SlotError::PerUid { uid: 7, max: 64 }.to_string();
@@ -499,6 +668,65 @@ mod tests {
             msg.contains("connections.per_uid") && msg.contains("64"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_slot_comes_back_when_its_peer_hangs_up_not_before() {
+        let s = Slots::new(3, 2);
+        let (mine1, peer1) = pair();
+        let (mine2, peer2) = pair();
+        let (mine3, peer3) = pair();
+        let (mine4, _peer4) = pair();
+        let first = s.take(1, mine1.as_fd()).unwrap();
+        let _second = s.take(1, mine2.as_fd()).unwrap();
+        // A peer that only stopped writing still reads its answers: it keeps its slot.
+        peer1.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(
+            s.take(1, mine3.as_fd()).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 2 }
+        );
+        // One that closed gives its slot back at once, though its connection (the Slot
+        // and rigd's end) is still being torn down.
+        drop(peer2);
+        let third = s.take(1, mine3.as_fd()).unwrap();
+        assert_eq!(s.held_by(1), 2);
+        // The same for the cap over everyone.
+        let _other = s.take(2, mine4.as_fd()).unwrap();
+        drop(peer3);
+        let (mine5, _peer5) = pair();
+        let _again = s.take(2, mine5.as_fd()).unwrap();
+        // Given back once only: the task's own drop later changes nothing.
+        drop(third);
+        assert_eq!((s.held_by(1), s.held_by(2)), (1, 2));
+        let (mine6, _peer6) = pair();
+        assert_eq!(
+            s.take(3, mine6.as_fd()).unwrap_err(),
+            SlotError::Full { max: 3 }
+        );
+        drop(first);
+        assert!(s.take(3, mine6.as_fd()).is_ok());
+    }
+
+    #[test]
+    fn a_slot_answering_a_request_is_kept_until_answered() {
+        let s = Slots::new(8, 1);
+        let (mine, peer) = pair();
+        let (next, _next_peer) = pair();
+        let busy = s.take(1, mine.as_fd()).unwrap();
+        assert!(busy.answering());
+        drop(peer);
+        // The peer hung up mid-request: the request's work still counts against the user.
+        assert_eq!(
+            s.take(1, next.as_fd()).unwrap_err(),
+            SlotError::PerUid { uid: 1, max: 1 }
+        );
+        // Answered: the hang-up, seen again, gives the slot back ...
+        busy.answered();
+        let _next = s.take(1, next.as_fd()).unwrap();
+        // ... and the old connection answers nothing more.
+        assert!(!busy.answering());
+        drop(busy);
+        assert_eq!(s.held_by(1), 1);
     }
 
     #[test]
