@@ -94,14 +94,23 @@ pub fn config(socket: &Path, plan: Plan) -> rigd::config::Config {
     c.limits.fds = (devices * 8).max(1024);
     c.limits.mappings = (devices * 12).max(4096);
     c.limits.objects = c.limits.objects.max(devices * 4);
-    c.limits.memory_bytes = c.limits.memory_bytes.max(u64::from(devices) << 20);
+    // Each device's small buffers are cut from slabs (rig_client::slab): a Pinned and a
+    // Device slab of SLAB_BYTES each, charged whole.
+    let slabs = 2 * rig_client::slab::SLAB_BYTES;
+    c.limits.memory_bytes = c
+        .limits
+        .memory_bytes
+        .max(u64::from(devices) * (slabs + (1 << 20)));
+    // One user runs every client: it may take a whole GPU.
+    c.limits.gpu_share_percent = 100;
     // The endpoint beside the socket: the bench reads rigd's own request latencies there.
     c.metrics.listen = socket.with_file_name("metrics.sock").display().to_string();
     c.sim = vec![
         rigd::config::SimGpuConfig {
             processor: "gfx1100".into(),
-            // A little VRAM each: images and the control requests' buffers.
-            memory_bytes: 1 << 30,
+            // VRAM for each device's Device slab, its image and the control requests' buffers.
+            memory_bytes: (u64::from(plan.clients) * (rig_client::slab::SLAB_BYTES + (1 << 20)))
+                .max(1 << 30),
             // 2048 devices share the machine's cores: a device may wait many seconds for
             // its queue's turn, which the default bound (2 s) would take for a hang.
             hang_ms: 300_000,
