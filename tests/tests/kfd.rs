@@ -33,12 +33,18 @@ fn serve_rigd_on_kfd() {
     config.kfd.worker = Some(env!("CARGO_BIN_EXE_rig-tests-worker").into());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // rigd's requests run on blocking threads, which end when idle this long (10 s in
+        // rigd's own runtime); short, so a worker that dies with its starting thread shows.
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .enable_all()
         .build()
         .unwrap();
     let r = runtime.block_on(rigd::serve_until_sigterm(Path::new(&socket), &config));
     std::process::exit(if r.is_ok() { 0 } else { 1 });
 }
+
+/// How long the served rigd's idle blocking threads live.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_millis(50);
 
 struct Rigd {
     child: Child,
@@ -404,6 +410,10 @@ fn a_killed_client_leaves_nothing_in_the_emulated_kernel() {
     let start = Instant::now();
     loop {
         let left = emu.processes();
+        assert!(
+            left.iter().any(|p| Arc::ptr_eq(p, &survivor[0])),
+            "the survivor's KFD process ended too"
+        );
         let gone = left.len() == 1 && Arc::ptr_eq(&left[0], &survivor[0]);
         if gone && victim[0].holdings() == (0, 0, 0) && gpu.vram_available() == free_before {
             break;
@@ -422,4 +432,28 @@ fn a_killed_client_leaves_nothing_in_the_emulated_kernel() {
     let s = Submission::new().fill(&out, 0, 4096, 0x3c);
     dev.submit(&s).unwrap().wait().unwrap();
     assert!(out.read(|b| b.iter().all(|v| *v == 0x3c)).unwrap());
+}
+
+/// A client's worker is started on one of rigd's blocking threads, which ends once idle;
+/// the worker's parent-death signal fires when the thread that started it exits, so the
+/// worker must be started from a thread that lasts, or the client's device is lost
+/// ("worker died: ... killed by signal 9") while it sits idle.
+#[test]
+fn a_clients_worker_outlives_the_rigd_thread_that_started_it() {
+    let (d, emu) = rigd_on(one_gfx1100());
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    let out = dev.buffer(4096, Memory::Pinned).unwrap();
+    // Idle for many times the threads' keep-alive: the thread that started it has ended.
+    std::thread::sleep(BLOCKING_KEEP_ALIVE * 20);
+    assert_eq!(
+        emu.processes().len(),
+        1,
+        "the client's worker's KFD process"
+    );
+    dev.submit(&Submission::new().fill(&out, 0, 4096, 0x77))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(out.read(|b| b.iter().all(|v| *v == 0x77)).unwrap());
 }
