@@ -155,7 +155,7 @@ fn a_launch_on_a_kfd_gpu_computes_what_the_host_does() {
 
 #[test]
 fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
-    let (d, _emu) = rigd_on_emulated_kfd();
+    let (d, emu) = rigd_on_emulated_kfd();
     let rig = Rig::connect_to(&d.socket).unwrap();
     let dev = rig.open_device("AMD:1").unwrap();
     let n = 16 * 1024u64;
@@ -178,6 +178,22 @@ fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
         got == want,
         "first difference at {:?}",
         got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    // Copies and fills ran on COPY:0, an SDMA queue KFD made (its doorbell forwarded, its
+    // packets run by rig-sim's SDMA engine), beside COMPUTE:0's PM4 queue.
+    let mut types: Vec<u32> = emu
+        .processes()
+        .iter()
+        .flat_map(|p| p.queue_types())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(
+        types,
+        [
+            rig_kfd::abi::QUEUE_TYPE_COMPUTE,
+            rig_kfd::abi::QUEUE_TYPE_SDMA
+        ],
+        "the device's queues in the emulated kernel"
     );
 }
 
