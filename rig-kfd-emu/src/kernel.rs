@@ -271,6 +271,8 @@ struct Bo {
 struct EmuQueue {
     sim: rig_sim::Queue,
     slot: usize,
+    /// CREATE_QUEUE's `queue_type`.
+    kind: u32,
 }
 
 #[derive(Debug, Default)]
@@ -910,7 +912,14 @@ impl Process {
             .find(|id| !dev.queues.contains_key(id))
             .ok_or(libc::ENOMEM)?;
         dev.slots[slot] = true;
-        dev.queues.insert(id, EmuQueue { sim: q, slot });
+        dev.queues.insert(
+            id,
+            EmuQueue {
+                sim: q,
+                slot,
+                kind: a.queue_type,
+            },
+        );
         a.queue_id = id;
         a.doorbell_offset = doorbell_mmap_offset(i) + slot as u64 * DOORBELL_STRIDE;
         Ok(())
@@ -1085,6 +1094,15 @@ impl Process {
         let queues = s.devices.iter().map(|d| d.queues.len()).sum();
         let bos = s.devices.iter().map(|d| d.bos.len()).sum();
         (queues, bos, lock(&self.events.inner).map.len())
+    }
+
+    /// The `queue_type` (`abi::QUEUE_TYPE_*`) of each queue the process holds.
+    pub fn queue_types(&self) -> Vec<u32> {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .flat_map(|d| d.queues.values().map(|q| q.kind))
+            .collect()
     }
 
     /// The process's file closed: stop its queues, drop its memory and events, and fail

@@ -442,6 +442,10 @@ pub struct GpuStatus {
     /// Its firmware versions as the driver reports them, such as `mec 0x1c2`; `None` when
     /// unknown.
     pub firmware: Option<String>,
+    /// What a client costs on it and how many it runs at once, for a GPU served through
+    /// KFD; `None` for other paths (and from a rigd that predates the field).
+    #[serde(default)]
+    pub client_cost: Option<ClientCost>,
     /// Bytes of its own memory.
     pub total_bytes: u64,
     /// Bytes of it devices hold.
@@ -452,6 +456,21 @@ pub struct GpuStatus {
     pub clients: u32,
     /// Thousandths of the last second during which it had work on its queues.
     pub busy_permille: u32,
+}
+
+/// What a client costs on a GPU that KFD drives (each client is one KFD process), and the
+/// bound past which KFD's scheduler time-slices clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCost {
+    /// VRAM bytes each compute queue takes besides its ring: its EOP buffer and the
+    /// context-save area KFD asks for.
+    pub queue_bytes: u64,
+    /// Clients (KFD processes) whose queues the GPU runs at once: the VMIDs amdgpu keeps
+    /// for KFD. Past it the scheduler maps that many at a time and time-slices them.
+    pub at_once: u32,
+    /// Compute queues whose buffers its VRAM holds, nothing else allocated; past it a new
+    /// queue is refused for lack of memory.
+    pub queues_fit: u64,
 }
 
 /// One client process: its connections together.

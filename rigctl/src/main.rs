@@ -44,7 +44,8 @@ struct Cli {
 enum Command {
     /// rigd itself: version, uptime, configuration, socket.
     Status,
-    /// The GPUs rigd serves: product, path, firmware, memory used and free, busy.
+    /// The GPUs rigd serves: product, path, firmware, memory used and free, busy, and (on
+    /// the kfd path) what a client costs and how many run at once.
     Gpus,
     /// The client processes: user, program (as /proc names it), devices and memory.
     Clients,

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use rig_proto::messages::{
-    DaemonStatus, DeviceInfo, DeviceReport, GpuInfo, GpuStatus, PathKind, ProcessInfo,
+    ClientCost, DaemonStatus, DeviceInfo, DeviceReport, GpuInfo, GpuStatus, PathKind, ProcessInfo,
 };
 
 /// A table: a header row and rows, columns padded to their widest cell.
@@ -95,6 +95,16 @@ fn dash(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".into())
 }
 
+/// What a client costs on a KFD GPU and the bound: `44.0 MiB/queue, 8 at once, 93 queues fit`.
+pub fn client_cost(c: &ClientCost) -> String {
+    format!(
+        "{}/queue, {} at once, {} queues fit",
+        bytes(c.queue_bytes),
+        c.at_once,
+        c.queues_fit
+    )
+}
+
 /// `rigctl gpus` (and the top half of `rigctl top`).
 pub fn gpus(g: &[Gpu]) -> Grid {
     let rows = g
@@ -126,13 +136,14 @@ pub fn gpus(g: &[Gpu]) -> Grid {
                 } else {
                     "hardware".into()
                 },
+                dash(s.and_then(|s| s.client_cost).map(|c| client_cost(&c))),
             ]
         })
         .collect();
     Grid {
         header: vec![
             "INDEX", "NAME", "PRODUCT", "ARCH", "PATH", "BUS", "FIRMWARE", "MEMORY", "USED",
-            "FREE", "BUSY", "DEVICES", "KIND",
+            "FREE", "BUSY", "DEVICES", "KIND", "CLIENT",
         ],
         rows,
         empty: "rigd serves no GPUs",

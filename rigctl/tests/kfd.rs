@@ -1,5 +1,6 @@
 //! `rigctl gpus` of a rigd on an emulated KFD (rig-kfd-emu): each GPU's path, its firmware
-//! versions as KFD's topology gives them (mec, sdma), and why rigd does not serve one.
+//! versions as KFD's topology gives them (mec, sdma), what a client costs and how many run
+//! at once, and why rigd does not serve one.
 
 use std::path::Path;
 use std::process::Command;
@@ -116,8 +117,27 @@ fn gpus_show_the_kfd_path_and_the_firmware_kfd_reports() {
             format!("mec {}, sdma {}", n.mec_firmware(), n.sdma_firmware()),
             "{g}"
         );
+        // What a client costs (EOP buffer and context-save area a queue) and the bound:
+        // the VMIDs amdgpu keeps for KFD, 8 beside graphics, 13 on a compute-only gfx942.
+        let cost = &g["status"]["client_cost"];
+        let queue_bytes = rigd::path::kfd::ClientCost::of(n).queue_bytes;
+        assert!(queue_bytes > 4 << 20, "{g}");
+        assert_eq!(cost["queue_bytes"], queue_bytes, "{g}");
+        assert_eq!(cost["queues_fit"], n.vram_bytes() / queue_bytes, "{g}");
+        let at_once = if n.processor_name() == "gfx942" {
+            13
+        } else {
+            8
+        };
+        assert_eq!(cost["at_once"], at_once, "{g}");
     }
     let table = rigctl(&s.socket, &["gpus"]);
+    assert!(table.lines().next().unwrap().ends_with("CLIENT"), "{table}");
+    // The emulated gfx1100's 4 GiB: 44 MiB a queue, 93 queues' buffers.
+    assert!(
+        table.contains("44.0 MiB/queue, 8 at once, 93 queues fit"),
+        "{table}"
+    );
     let first = table.lines().nth(1).unwrap();
     let n = &emu.kernel().gpus()[0].node;
     assert!(

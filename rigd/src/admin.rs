@@ -152,6 +152,11 @@ impl Admin {
                     product,
                     pci_id: pci,
                     firmware,
+                    client_cost: g.client_cost.map(|c| rig_proto::ClientCost {
+                        queue_bytes: c.queue_bytes,
+                        at_once: c.at_once,
+                        queues_fit: c.queues_fit,
+                    }),
                     total_bytes: g.total_bytes,
                     used_bytes,
                     devices: u32::try_from(on.len()).unwrap_or(u32::MAX),

@@ -56,6 +56,8 @@ pub struct GpuSeen {
     pub simulated: bool,
     /// Its firmware versions as discovery found them ([`crate::gpus::GpuEntry::firmware`]).
     pub firmware: Option<String>,
+    /// What a client costs on it, from its path ([`crate::path::GpuDescription::client_cost`]).
+    pub client_cost: Option<crate::path::kfd::ClientCost>,
 }
 
 /// A device as the state shows it.
@@ -840,6 +842,7 @@ mod tests {
                 bus: None,
                 simulated: true,
                 firmware: None,
+                client_cost: None,
             }],
             devices: vec![DeviceSeen {
                 id: 1,

@@ -500,6 +500,7 @@ impl State {
                     arch: g.info.arch.clone(),
                     total_bytes: g.info.budget,
                     firmware: g.firmware.clone(),
+                    client_cost: g.backend.as_ref().and_then(|b| b.description().client_cost),
                 })
                 .collect(),
             devices,

@@ -33,12 +33,18 @@ fn serve_rigd_on_kfd() {
     config.kfd.worker = Some(env!("CARGO_BIN_EXE_rig-tests-worker").into());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // rigd's requests run on blocking threads, which end when idle this long (10 s in
+        // rigd's own runtime); short, so a worker that dies with its starting thread shows.
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
         .enable_all()
         .build()
         .unwrap();
     let r = runtime.block_on(rigd::serve_until_sigterm(Path::new(&socket), &config));
     std::process::exit(if r.is_ok() { 0 } else { 1 });
 }
+
+/// How long the served rigd's idle blocking threads live.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_millis(50);
 
 struct Rigd {
     child: Child,
@@ -149,7 +155,7 @@ fn a_launch_on_a_kfd_gpu_computes_what_the_host_does() {
 
 #[test]
 fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
-    let (d, _emu) = rigd_on_emulated_kfd();
+    let (d, emu) = rigd_on_emulated_kfd();
     let rig = Rig::connect_to(&d.socket).unwrap();
     let dev = rig.open_device("AMD:1").unwrap();
     let n = 16 * 1024u64;
@@ -172,6 +178,22 @@ fn copies_and_fills_through_every_kind_of_memory_on_a_kfd_gpu() {
         got == want,
         "first difference at {:?}",
         got.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    // Copies and fills ran on COPY:0, an SDMA queue KFD made (its doorbell forwarded, its
+    // packets run by rig-sim's SDMA engine), beside COMPUTE:0's PM4 queue.
+    let mut types: Vec<u32> = emu
+        .processes()
+        .iter()
+        .flat_map(|p| p.queue_types())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(
+        types,
+        [
+            rig_kfd::abi::QUEUE_TYPE_COMPUTE,
+            rig_kfd::abi::QUEUE_TYPE_SDMA
+        ],
+        "the device's queues in the emulated kernel"
     );
 }
 
@@ -314,4 +336,140 @@ fn a_kfd_older_than_rig_drives_is_listed_with_both_versions() {
         Err(e) => assert!(chain(&e).contains("1.11"), "{e}"),
         Ok(_) => panic!("a device opened on KFD 1.10"),
     }
+}
+
+const VICTIM_ENV: &str = "RIG_CLIENT_KFD_TEST_VICTIM";
+
+/// In the child [`a_killed_client_leaves_nothing_in_the_emulated_kernel`] starts: a client
+/// that opens a device on the kfd path, holds memory of every kind (its own memory mapped
+/// too), runs work through its queues, says so on stdout and waits to be killed.
+#[test]
+#[ignore = "a client, run by a_killed_client_leaves_nothing_in_the_emulated_kernel"]
+fn victim_client() {
+    use std::io::Write;
+    let Some(socket) = std::env::var_os(VICTIM_ENV) else {
+        return;
+    };
+    let rig = Rig::connect_to(socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    let n = 64 * 1024u64;
+    let pinned = dev.buffer(n, Memory::Pinned).unwrap();
+    let device = dev.buffer(n, Memory::Device).unwrap();
+    let mapped = dev.buffer(n, Memory::Mapped).unwrap();
+    let mine = rig_client::SharedRegion::create("victim", n as usize).unwrap();
+    let host = dev.map_host(&mine, 0, n).unwrap();
+    pinned.write(|b| b.fill(0x5a)).unwrap();
+    let s = Submission::new()
+        .copy(&pinned, 0, &device, 0, n)
+        .copy(&device, 0, &mapped, 0, n)
+        .copy(&mapped, 0, &host, 0, n);
+    dev.submit(&s).unwrap().wait().unwrap();
+    let mut got = vec![0u8; n as usize];
+    mine.read(0, &mut got);
+    assert!(got.iter().all(|b| *b == 0x5a), "the victim's copies");
+    // On a line of its own: libtest's "test victim_client ... " precedes it.
+    println!("\nvictim holding");
+    std::io::stdout().flush().unwrap();
+    // Until the test kills it (and no longer than the test would wait).
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A client process killed with SIGKILL while it holds a device on the kfd path: its
+/// worker ends with its connection, so the emulated kernel ends its KFD process, with every
+/// queue, allocation and event, and gives its VRAM back; another client's device works on.
+#[test]
+fn a_killed_client_leaves_nothing_in_the_emulated_kernel() {
+    use std::io::BufRead;
+    use std::sync::Arc;
+    let (d, emu) = rigd_on(one_gfx1100());
+    // The survivor: a client of this process, with a device and memory of its own.
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    let out = dev.buffer(4096, Memory::Pinned).unwrap();
+    let survivor = emu.processes();
+    assert_eq!(survivor.len(), 1, "the survivor's worker's KFD process");
+    let gpu = &emu.kernel().gpus()[0];
+    let free_before = gpu.vram_available();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "victim_client",
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(VICTIM_ENV, &d.socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its stdout ends (EOF) if it fails before holding; no such line then.
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l == "victim holding")),
+        "the victim client failed before holding its device: {:?}",
+        child.wait()
+    );
+    let victim: Vec<Arc<rig_kfd_emu::kernel::Process>> = emu
+        .processes()
+        .into_iter()
+        .filter(|p| !survivor.iter().any(|s| Arc::ptr_eq(s, p)))
+        .collect();
+    assert_eq!(victim.len(), 1, "the victim's worker's KFD process");
+    let (queues, bos, events) = victim[0].holdings();
+    assert!(
+        queues >= 2 && bos >= 5 && events >= 1,
+        "what the victim holds in the kernel: {queues} queues, {bos} allocations, {events} events"
+    );
+    assert!(gpu.vram_available() < free_before, "the victim's VRAM");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    loop {
+        let left = emu.processes();
+        assert!(
+            left.iter().any(|p| Arc::ptr_eq(p, &survivor[0])),
+            "the survivor's KFD process ended too"
+        );
+        let gone = left.len() == 1 && Arc::ptr_eq(&left[0], &survivor[0]);
+        if gone && victim[0].holdings() == (0, 0, 0) && gpu.vram_available() == free_before {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "20 s after the client's SIGKILL the emulated kernel still holds {} processes, the \
+             victim's holding (queues, allocations, events) {:?}, {} VRAM bytes of its",
+            left.len(),
+            victim[0].holdings(),
+            free_before.saturating_sub(gpu.vram_available())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The survivor's device works on.
+    let s = Submission::new().fill(&out, 0, 4096, 0x3c);
+    dev.submit(&s).unwrap().wait().unwrap();
+    assert!(out.read(|b| b.iter().all(|v| *v == 0x3c)).unwrap());
+}
+
+/// A client's worker is started on one of rigd's blocking threads, which ends once idle;
+/// the worker's parent-death signal fires when the thread that started it exits, so the
+/// worker must be started from a thread that lasts, or the client's device is lost
+/// ("worker died: ... killed by signal 9") while it sits idle.
+#[test]
+fn a_clients_worker_outlives_the_rigd_thread_that_started_it() {
+    let (d, emu) = rigd_on(one_gfx1100());
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    let out = dev.buffer(4096, Memory::Pinned).unwrap();
+    // Idle for many times the threads' keep-alive: the thread that started it has ended.
+    std::thread::sleep(BLOCKING_KEEP_ALIVE * 20);
+    assert_eq!(
+        emu.processes().len(),
+        1,
+        "the client's worker's KFD process"
+    );
+    dev.submit(&Submission::new().fill(&out, 0, 4096, 0x77))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(out.read(|b| b.iter().all(|v| *v == 0x77)).unwrap());
 }

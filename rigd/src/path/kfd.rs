@@ -198,9 +198,26 @@ pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
     })
 }
 
-/// Processes KFD's scheduler runs on a GPU at once: amdgpu keeps VMIDs 8 to 15 for KFD's
-/// compute processes (`compute_vmid_bitmap` 0xff00), one a mapped process.
+/// Processes KFD's scheduler runs at once on a GPU with graphics (GFX10 to GFX12): amdgpu
+/// keeps VMID 0 for the system, 1 to 7 for its own graphics and compute, and 8 to 15 for
+/// KFD (`gmc_v11_0_sw_init`, `gmc_v12_0_sw_init`: `adev->vm_manager.first_kfd_vmid = 8`
+/// of `AMDGPU_NUM_VMID` 16), one VMID a mapped process.
 pub const COMPUTE_VMIDS: u32 = 8;
+
+/// Processes KFD's scheduler runs at once on a compute-only GPU (CDNA: GC 9.4.1, 9.4.2 and
+/// the multi-AID 9.4.3 and 9.5.0, so gfx942 and gfx950): `gmc_v9_0_sw_init` sets
+/// `first_kfd_vmid` to 3 there ("3 for compute-only GPUs"), leaving VMIDs 3 to 15 to KFD.
+pub const COMPUTE_ONLY_VMIDS: u32 = 13;
+
+/// Processes KFD's scheduler runs at once on a GPU of generation `generation`: the VMIDs
+/// amdgpu keeps for KFD ([`COMPUTE_VMIDS`], [`COMPUTE_ONLY_VMIDS`]).
+pub fn compute_vmids(generation: rig_amd::gpu::Generation) -> u32 {
+    match generation {
+        // rig's GFX9 GPUs are CDNA3 and CDNA4, which have no graphics.
+        rig_amd::gpu::Generation::Gfx9 => COMPUTE_ONLY_VMIDS,
+        rig_amd::gpu::Generation::Gfx11 | rig_amd::gpu::Generation::Gfx12 => COMPUTE_VMIDS,
+    }
+}
 
 /// What a client (one worker process, one KFD process) costs on a GPU, and how many fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,7 +225,7 @@ pub struct ClientCost {
     /// VRAM bytes a compute queue takes besides its ring: its EOP buffer and the
     /// context-save area KFD asks for ([`rig_kfd::queue::ContextSave`]).
     pub queue_bytes: u64,
-    /// Clients whose queues the GPU runs at once ([`COMPUTE_VMIDS`]); past it KFD's
+    /// Clients whose queues the GPU runs at once ([`compute_vmids`]); past it KFD's
     /// scheduler time-slices the processes' queues (oversubscription).
     pub at_once: u32,
     /// Compute queues whose buffers the GPU's VRAM holds, nothing else allocated.
@@ -222,7 +239,9 @@ impl ClientCost {
             EOP_BUFFER_BYTES + page_round(ContextSave::of(node).total_bytes()).unwrap_or(0);
         ClientCost {
             queue_bytes,
-            at_once: COMPUTE_VMIDS,
+            at_once: node
+                .gpu()
+                .map_or(COMPUTE_VMIDS, |g| compute_vmids(g.generation)),
             queues_fit: node.vram_bytes() / queue_bytes.max(1),
         }
     }

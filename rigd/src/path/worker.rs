@@ -520,7 +520,7 @@ impl Worker {
         if let Some(u) = cmd.uid {
             std::os::unix::process::CommandExt::uid(&mut c, u);
         }
-        let child = c.spawn().map_err(|e| {
+        let child = spawn_from_a_lasting_thread(c).map_err(|e| {
             format!(
                 "cannot start the KFD worker {} ([kfd] worker): {e}",
                 cmd.program.display()
@@ -547,6 +547,37 @@ impl Worker {
         tracing::debug!(pid = link.pid, "started a KFD worker");
         Ok(Worker { link })
     }
+}
+
+/// A command to start, and where its child goes.
+type Spawn = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Starts `c` from a thread that lives as long as rigd. The worker's `PR_SET_PDEATHSIG`
+/// fires when the *thread* that forked it exits, not the process; requests run on tokio's
+/// blocking threads, which end after 10 s idle, and would take their workers with them.
+fn spawn_from_a_lasting_thread(c: Command) -> std::io::Result<Child> {
+    static SPAWNER: std::sync::OnceLock<Mutex<mpsc::Sender<Spawn>>> = std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Spawn>();
+        let started = std::thread::Builder::new()
+            .name("rigd-worker-spawner".into())
+            .spawn(move || {
+                for (mut c, back) in rx {
+                    let _ = back.send(c.spawn());
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "no thread to start KFD workers from");
+        }
+        Mutex::new(tx)
+    });
+    let (back, child) = mpsc::channel();
+    lock(spawner)
+        .send((c, back))
+        .map_err(|_| std::io::Error::other("rigd's worker-spawning thread is gone"))?;
+    child
+        .recv()
+        .map_err(|_| std::io::Error::other("rigd's worker-spawning thread is gone"))?
 }
 
 impl Drop for Worker {
