@@ -85,7 +85,7 @@ pub use server::{ServerConnection, reply_for};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
 /// The protocol version of this build. Both sides must speak the same one.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";
