@@ -101,6 +101,10 @@ pub fn main() -> Option<i32> {
     }
     let served = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Blocking-pool threads end soon after their work, as rigd's do when idle for long:
+        // whatever outlives the thread that made it (a KFD worker's parent-death signal)
+        // is seen in seconds-long tests too.
+        .thread_keep_alive(std::time::Duration::from_millis(50))
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
