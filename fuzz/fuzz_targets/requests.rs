@@ -69,6 +69,7 @@ fn state() -> State {
         info,
         backend: Some(Arc::new(backend)),
         why_not: None,
+        firmware: None,
     }];
     let limits = Limits {
         memory_bytes: 32 << 20,
@@ -121,7 +122,7 @@ fn peer(pid: i32) -> Peer {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
-    let mut s = state();
+    let s = state();
     let clients = [
         s.connect(peer(1), "a".into()),
         s.connect(peer(2), "b".into()),
