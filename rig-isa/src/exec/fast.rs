@@ -394,6 +394,25 @@ fn global_dword<const N: usize>(
     Ok(())
 }
 
+/// The lanes an LDS dword access runs on, after its register checks: its address register
+/// `addr` must be in range, and (when any lane runs) its data rows `first..first + rows`;
+/// `None` when EXEC is empty.
+#[inline(always)]
+fn ds_lanes(wv: &Wave, addr: u8, first: u8, rows: u8, pc: u64) -> Result<Option<u64>, ExecFault> {
+    let fault = ExecFault::VgprOutOfRange { address: pc };
+    if addr as usize >= wv.nvgpr {
+        return Err(fault);
+    }
+    let exec = wv.exec();
+    if exec == 0 {
+        return Ok(None);
+    }
+    if first as usize + rows as usize > wv.nvgpr {
+        return Err(fault);
+    }
+    Ok(Some(exec))
+}
+
 /// LDS dword stores, lane by lane in lane order (a later lane's store to the same address
 /// wins); out-of-range dwords are dropped.
 #[inline(always)]
@@ -406,17 +425,9 @@ fn ds_store<const N: usize>(
     off: u32,
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let fault = Err(ExecFault::VgprOutOfRange { address: pc });
-    if addr as usize >= wv.nvgpr {
-        return fault;
-    }
-    let exec = wv.exec();
-    if exec == 0 {
+    let Some(exec) = ds_lanes(wv, addr, data, rows, pc)? else {
         return Ok(());
-    }
-    if data as usize + rows as usize > wv.nvgpr {
-        return fault;
-    }
+    };
     let a = vrow::<N>(wv, addr);
     for l in 0..N {
         if exec >> l & 1 == 0 {
@@ -443,17 +454,9 @@ fn ds_load<const N: usize>(
     off: &[u32; 4],
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let fault = Err(ExecFault::VgprOutOfRange { address: pc });
-    if addr as usize >= wv.nvgpr {
-        return fault;
-    }
-    let exec = wv.exec();
-    if exec == 0 {
+    let Some(exec) = ds_lanes(wv, addr, d, rows, pc)? else {
         return Ok(());
-    }
-    if d as usize + rows as usize > wv.nvgpr {
-        return fault;
-    }
+    };
     let a = *vrow::<N>(wv, addr);
     let full = exec == wv.full();
     let m = lane_mask::<N>(exec);
