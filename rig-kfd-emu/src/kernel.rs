@@ -56,6 +56,10 @@ pub struct Config {
     pub models: Vec<String>,
     /// VRAM bytes of each GPU.
     pub vram_bytes: u64,
+    /// VRAM bytes of each GPU the host reaches through its BAR; `None`: all of it (a
+    /// resizable BAR). Less than `vram_bytes` plays a GPU without resizable BAR (256 MiB):
+    /// the topology lists its VRAM as private and PUBLIC VRAM is refused, as amdgpu does.
+    pub bar_bytes: Option<u64>,
     /// The KFD interface version GET_VERSION answers.
     pub version: Version,
     /// Queues one process may hold on one GPU (the doorbell page's slots).
@@ -73,6 +77,7 @@ impl Default for Config {
         Config {
             models: vec!["gfx1100".into(), "gfx1201".into(), "gfx942".into()],
             vram_bytes: 4 << 30,
+            bar_bytes: None,
             version: Version {
                 major: 1,
                 minor: 14,
@@ -159,6 +164,7 @@ impl Kernel {
                 render_minor: 128 + i as u32,
                 bus: 3 + i as u32,
                 vram_bytes: config.vram_bytes,
+                bar_bytes: config.bar_bytes.unwrap_or(config.vram_bytes),
             };
             gpus.push(Gpu {
                 node: crate::tree::node(&facts, i as u32 + 1),
@@ -237,6 +243,8 @@ impl Kernel {
             Pages::Host(region, 0) if bo.size == len && region.len() as u64 == len => {
                 Ok(region.clone())
             }
+            // VRAM without PUBLIC is NO_CPU_ACCESS: amdgpu_gem_object_mmap refuses it.
+            Pages::Vram => Err(libc::EPERM),
             _ => Err(libc::EINVAL),
         }
     }
@@ -650,6 +658,14 @@ impl Process {
             return Err(libc::EINVAL);
         }
         let gpu = &self.kernel.gpus[i];
+        // kfd_ioctl_alloc_memory_of_gpu: "Alloc host visible vram on small bar is not
+        // allowed".
+        if kinds == abi::ALLOC_MEM_FLAGS_VRAM
+            && a.flags & abi::ALLOC_MEM_FLAGS_PUBLIC != 0
+            && !gpu.facts.large_bar()
+        {
+            return Err(libc::EINVAL);
+        }
         let pages = match kinds {
             abi::ALLOC_MEM_FLAGS_VRAM if a.flags & abi::ALLOC_MEM_FLAGS_PUBLIC == 0 => {
                 gpu.reserve_vram(a.size)?;
@@ -1094,6 +1110,16 @@ impl Process {
         let queues = s.devices.iter().map(|d| d.queues.len()).sum();
         let bos = s.devices.iter().map(|d| d.bos.len()).sum();
         (queues, bos, lock(&self.events.inner).map.len())
+    }
+
+    /// The `flags` (`abi::ALLOC_MEM_FLAGS_*`) and bytes of each allocation the process
+    /// holds.
+    pub fn memory(&self) -> Vec<(u32, u64)> {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .flat_map(|d| d.bos.values().map(|b| (b.flags, b.size)))
+            .collect()
     }
 
     /// The `queue_type` (`abi::QUEUE_TYPE_*`) of each queue the process holds.

@@ -19,6 +19,10 @@ struct Args {
     /// VRAM of each GPU, in MiB.
     #[arg(long, default_value_t = 4096)]
     vram_mib: u64,
+    /// VRAM of each GPU the host reaches through its BAR, in MiB (256: a GPU without
+    /// resizable BAR); all of it if not given.
+    #[arg(long)]
+    bar_mib: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +33,7 @@ fn main() -> std::process::ExitCode {
     let config = rig_kfd_emu::kernel::Config {
         models: args.gpus,
         vram_bytes: args.vram_mib << 20,
+        bar_bytes: args.bar_mib.map(|m| m << 20),
         ..Default::default()
     };
     match rig_kfd_emu::start(config, &args.socket, &args.topology) {

@@ -20,6 +20,9 @@ pub struct NodeFacts {
     pub bus: u32,
     /// VRAM bytes.
     pub vram_bytes: u64,
+    /// VRAM bytes the host reaches through the BAR: `vram_bytes` with a large (resizable)
+    /// BAR, 256 MiB on a GPU without one.
+    pub bar_bytes: u64,
 }
 
 impl NodeFacts {
@@ -45,6 +48,11 @@ impl NodeFacts {
     pub fn gfx_target_version(&self) -> u32 {
         let p = self.gpu.processor;
         u32::from(p.major) * 10000 + u32::from(p.minor) * 100 + u32::from(p.stepping)
+    }
+
+    /// Whether the BAR spans all the VRAM (`kfd_dev_is_large_bar`: no private VRAM).
+    pub fn large_bar(&self) -> bool {
+        self.bar_bytes >= self.vram_bytes
     }
 
     /// The compute firmware version the emulation reports.
@@ -126,8 +134,14 @@ pub fn node(g: &NodeFacts, index: u32) -> Node {
                 .map(|(k, v)| (k.to_owned(), i64::from(v)))
                 .collect(),
         ),
+        // As kfd_crat.c lists it: one public bank where the BAR spans the VRAM, else all of
+        // the VRAM as one private bank.
         mem_banks: vec![MemBank {
-            heap_type: rig_kfd::topology::HEAP_FRAME_BUFFER_PUBLIC,
+            heap_type: if g.large_bar() {
+                rig_kfd::topology::HEAP_FRAME_BUFFER_PUBLIC
+            } else {
+                rig_kfd::topology::HEAP_FRAME_BUFFER_PRIVATE
+            },
             size_in_bytes: g.vram_bytes,
             width: 256,
             mem_clk_max: 1250,

@@ -112,9 +112,14 @@ impl Properties {
 
 /// `heap_type` of a memory bank: system memory.
 pub const HEAP_SYSTEM: u32 = 0;
-/// `heap_type`: VRAM the host reaches through the BAR.
+/// `heap_type`: VRAM the host reaches through the BAR. KFD lists a GPU's VRAM as one bank
+/// of this type only where the BAR spans all of it (a large or resizable BAR:
+/// `kfd_create_vcrat_image_gpu` when `local_mem_size_private` is 0).
 pub const HEAP_FRAME_BUFFER_PUBLIC: u32 = 1;
-/// `heap_type`: VRAM the host does not reach.
+/// `heap_type`: VRAM the host does not reach. Where the BAR is smaller than the VRAM
+/// (256 MiB without resizable BAR), KFD lists all of it as one bank of this type, and
+/// refuses host-visible (PUBLIC) VRAM allocations altogether
+/// (`kfd_ioctl_alloc_memory_of_gpu`: "Alloc host visible vram on small bar is not allowed").
 pub const HEAP_FRAME_BUFFER_PRIVATE: u32 = 2;
 
 /// One memory bank of a node.
@@ -323,6 +328,17 @@ impl Node {
             .fold(0u64, |sum, b| sum.saturating_add(b.size_in_bytes))
     }
 
+    /// Bytes of the GPU's own memory the host reaches through KFD (host-visible, PUBLIC
+    /// VRAM): its public frame-buffer banks. 0 on a GPU whose BAR is smaller than its VRAM,
+    /// where KFD lists the VRAM as private and gives no PUBLIC VRAM
+    /// ([`HEAP_FRAME_BUFFER_PRIVATE`]).
+    pub fn host_visible_vram_bytes(&self) -> u64 {
+        self.mem_banks
+            .iter()
+            .filter(|b| b.heap_type == HEAP_FRAME_BUFFER_PUBLIC)
+            .fold(0u64, |sum, b| sum.saturating_add(b.size_in_bytes))
+    }
+
     /// Bytes of L2 and MALL together, as the kernel states its caches; `None` if it states
     /// no L2.
     pub fn cache_bytes(&self) -> Option<u64> {
@@ -484,4 +500,44 @@ pub fn read(root: &Path) -> Result<Vec<Node>, TopologyError> {
         });
     }
     Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_banks(banks: &[(u32, u64)]) -> Node {
+        Node {
+            index: 1,
+            gpu_id: 1,
+            name: "gfx1100".into(),
+            properties: Properties(BTreeMap::new()),
+            mem_banks: banks
+                .iter()
+                .map(|&(heap_type, size_in_bytes)| MemBank {
+                    heap_type,
+                    size_in_bytes,
+                    width: 256,
+                    mem_clk_max: 1250,
+                })
+                .collect(),
+            caches: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn host_visible_vram_is_the_public_banks() {
+        // A large BAR: one public bank of all the VRAM.
+        let large = with_banks(&[(HEAP_FRAME_BUFFER_PUBLIC, 24 << 30)]);
+        assert_eq!(large.vram_bytes(), 24 << 30);
+        assert_eq!(large.host_visible_vram_bytes(), 24 << 30);
+        // A small BAR: all of it private, none host-visible through KFD.
+        let small = with_banks(&[(HEAP_FRAME_BUFFER_PRIVATE, 24 << 30)]);
+        assert_eq!(small.vram_bytes(), 24 << 30);
+        assert_eq!(small.host_visible_vram_bytes(), 0);
+        assert_eq!(
+            with_banks(&[(HEAP_SYSTEM, 1 << 30)]).host_visible_vram_bytes(),
+            0
+        );
+    }
 }

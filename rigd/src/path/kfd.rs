@@ -13,10 +13,14 @@
 //! the memory-exception event, whose faulting address picks the device it reaches; and the
 //! hardware-exception event, which reaches every device.
 //!
-//! Memory kinds map as design.md says: Device is VRAM (allocated host-visible, PUBLIC, so
-//! the path can place images; the client never gets a mapping of it), Pinned is rigd's
-//! memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a dma-buf (KFD 1.12), and
-//! map_host registers the client's memfd as USERPTR. A queue gets its EOP buffer and
+//! Memory kinds map as design.md says: Device is VRAM the host does not address (no
+//! PUBLIC flag, so it spends none of the BAR, which is 256 MiB on a GPU without resizable
+//! BAR), Pinned is rigd's memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a
+//! dma-buf (KFD 1.12; none where the BAR is small, as the topology's banks say), and
+//! map_host registers the client's memfd as USERPTR. `upload` places bytes into Device
+//! memory through the path's own staging copy: a GTT buffer of [`STAGING_BYTES`] and an
+//! SDMA queue of its own, made at the first upload and destroyed at stop, each piece
+//! copied by a COPY_LINEAR whose fence the path waits for at most [`STAGING_BOUND`]. A queue gets its EOP buffer and
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
@@ -56,6 +60,25 @@ const EVENT_WAIT_MS: u32 = 1000;
 /// flight) is forwarded without a wake-up, and an idle client costs nothing.
 pub const FORWARD_SPIN: Duration = Duration::from_micros(50);
 const PAGE: u64 = 4096;
+/// Bytes of host memory an upload into Device memory passes through at a time: the path's
+/// staging buffer (GTT), reused for every piece of an upload.
+pub const STAGING_BYTES: u64 = 1 << 20;
+/// How long an upload waits for a staging copy's fence before it reports a fault: the
+/// hang bound, as long as any work may run unseen (an SDMA engine copies a MiB in tens of
+/// microseconds).
+pub const STAGING_BOUND: Duration = Duration::from_millis(HANG_MS);
+/// Bytes of the staging queue's SDMA ring.
+const STAGING_RING: u64 = 4096;
+/// Words of one staging submission: a COPY_LINEAR, a FENCE, NOPs to a 64-byte slot, so the
+/// ring's end is always a submission's end.
+const STAGING_SLOT_WORDS: usize = 16;
+/// Where the staging buffer keeps the queue's read position, write position and fence
+/// word (each on a cache line of its own), after the ring; its bytes follow on the next
+/// page.
+const STAGING_RPTR: u64 = STAGING_RING;
+const STAGING_WPTR: u64 = STAGING_RING + 64;
+const STAGING_FENCE: u64 = STAGING_RING + 128;
+const STAGING_DATA: u64 = STAGING_RING + PAGE;
 
 /// A path's listener of the backend's events: its device's callbacks and address ranges.
 #[derive(Debug)]
@@ -187,6 +210,7 @@ pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
         gpu,
         kind: PathKind::Kfd,
         budget: node.vram_bytes(),
+        host_visible: node.host_visible_vram_bytes(),
         bus: Some(node.bus()),
         clock_hz,
         mec: node.mec_firmware(),
@@ -426,6 +450,7 @@ impl Backend for KfdBackend {
             queues: HashMap::new(),
             next_token: 1,
             last_ring: Arc::new(Mutex::new(None)),
+            staging: None,
         }))
     }
 }
@@ -435,8 +460,23 @@ struct Held {
     handle: u64,
     va: u64,
     bytes: u64,
-    /// A host mapping of Device memory, for uploads.
-    host: Option<Pages>,
+}
+
+/// The path's own way into Device memory: a GTT buffer holding an SDMA ring, its positions,
+/// a fence word and [`STAGING_BYTES`] of bytes, and the SDMA queue that reads the ring.
+#[derive(Debug)]
+struct Staging {
+    memory: Held,
+    /// The host's mapping of the buffer (through the render node).
+    host: Pages,
+    queue: u32,
+    doorbells: Arc<Pages>,
+    /// The queue's doorbell, a byte offset in `doorbells`.
+    bell: usize,
+    /// Bytes written to the ring (the queue's write position).
+    written: u64,
+    /// The value of the last fence submitted.
+    fence: u32,
 }
 
 #[derive(Debug)]
@@ -459,6 +499,8 @@ pub struct KfdPath {
     /// When the last doorbell was forwarded, with the device's interrupt count just before:
     /// the path's answer to "since when busy" until an interrupt comes after it.
     last_ring: Arc<Mutex<Option<(Instant, u64)>>>,
+    /// The staging copy into Device memory, once an upload needed it.
+    staging: Option<Staging>,
 }
 
 impl KfdPath {
@@ -546,12 +588,7 @@ impl KfdPath {
             let _ = kfd.free(handle);
             return Err(refused(e));
         }
-        Ok(Held {
-            handle,
-            va,
-            bytes,
-            host: None,
-        })
+        Ok(Held { handle, va, bytes })
     }
 
     fn release(&self, held: &Held) {
@@ -583,36 +620,26 @@ impl Path for KfdPath {
             .ok_or_else(|| Refusal::Refused(format!("cannot allocate {bytes} bytes")))?;
         let vram = abi::ALLOC_MEM_FLAGS_VRAM
             | abi::ALLOC_MEM_FLAGS_WRITABLE
-            | abi::ALLOC_MEM_FLAGS_EXECUTABLE
-            | abi::ALLOC_MEM_FLAGS_PUBLIC;
+            | abi::ALLOC_MEM_FLAGS_EXECUTABLE;
         match kind {
+            // Not PUBLIC: amdgpu places it anywhere in VRAM, outside the BAR; uploads reach
+            // it through the staging copy.
             MemoryKind::Device => {
-                let (va, handle, offset) = self.alloc_mapped(bytes, vram)?;
-                let host = self
-                    .shared
-                    .kfd
-                    .kernel()
-                    .mmap(self.shared._render.as_fd(), offset, bytes as usize)
-                    .ok();
-                Ok(self.keep(
-                    Held {
-                        handle,
-                        va,
-                        bytes,
-                        host,
-                    },
-                    Some(kind),
-                    None,
-                ))
+                let (va, handle, _) = self.alloc_mapped(bytes, vram)?;
+                Ok(self.keep(Held { handle, va, bytes }, Some(kind), None))
             }
             MemoryKind::Mapped => {
-                let (va, handle, _) = self.alloc_mapped(bytes, vram)?;
-                let held = Held {
-                    handle,
-                    va,
-                    bytes,
-                    host: None,
-                };
+                if self.shared.node.host_visible_vram_bytes() == 0 {
+                    return Err(Refusal::Refused(format!(
+                        "the GPU has no Mapped memory: its BAR is smaller than its {} MiB of \
+                         VRAM, which KFD lists as private and gives none of to the host \
+                         (enable resizable BAR in the machine's firmware for Mapped memory)",
+                        self.shared.node.vram_bytes() >> 20
+                    )));
+                }
+                let (va, handle, _) =
+                    self.alloc_mapped(bytes, vram | abi::ALLOC_MEM_FLAGS_PUBLIC)?;
+                let held = Held { handle, va, bytes };
                 let region = match self.shared.kfd.export_dmabuf(handle) {
                     Ok(fd) => SharedRegion::from_fd(fd).map_err(|e| {
                         Refusal::Refused(format!("mapping the dma-buf of Mapped memory: {e}"))
@@ -686,22 +713,17 @@ impl Path for KfdPath {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|e| *e <= held.bytes);
-        match (&held.host, &memory.host, end) {
-            (_, _, None) => Err(Fault(format!(
+        let dst = held.va + offset;
+        match (&memory.host, end) {
+            (_, None) => Err(Fault(format!(
                 "{} bytes at {offset} exceed the memory",
                 data.len()
             ))),
-            (Some(p), _, _) => {
-                p.write(offset as usize, data);
-                Ok(())
-            }
-            (None, Some(r), _) => {
+            (Some(r), _) => {
                 r.write(offset as usize, data);
                 Ok(())
             }
-            (None, None, _) => Err(Fault(
-                "the host cannot reach this Device memory to place it".into(),
-            )),
+            (None, _) => self.stage(dst, data),
         }
     }
 
@@ -874,7 +896,7 @@ impl Path for KfdPath {
         if let Some(why) = fault {
             tracing::debug!(reason = %why, "stopping a lost KFD device's queues");
         }
-        let mut all = true;
+        let mut all = self.end_staging().is_ok();
         for (_, q) in std::mem::take(&mut self.queues) {
             all &= self.end_queue(q).is_ok();
         }
@@ -920,6 +942,175 @@ impl KfdPath {
         }
         r
     }
+}
+
+/// The staging copy: how uploads reach Device memory, which the host does not address.
+impl KfdPath {
+    /// Copies `data` to GPU address `dst` (Device memory of this path) through the staging
+    /// buffer, a piece of at most [`STAGING_BYTES`] at a time, each waited for.
+    fn stage(&mut self, dst: u64, data: &[u8]) -> Result<(), Fault> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.staging.is_none() {
+            self.staging = Some(self.start_staging()?);
+        }
+        let layout = rig_amd::sdma::Layout::for_gpu(
+            self.shared.node.gpu().map_err(|e| Fault(e.to_string()))?,
+        );
+        let mut at = dst;
+        for piece in data.chunks(STAGING_BYTES as usize) {
+            let st = self.staging.as_mut().expect("made above");
+            st.host.write(STAGING_DATA as usize, piece);
+            st.fence = st.fence.wrapping_add(1);
+            let mut words = [0u32; STAGING_SLOT_WORDS];
+            let src = st.memory.va + STAGING_DATA;
+            let copy = rig_amd::sdma::CopyLinear::new(src, at, piece.len() as u64)
+                .encode(layout, &mut words)
+                .map_err(|e| Fault(format!("encoding the staging copy: {e}")))?;
+            let fence = rig_amd::sdma::Fence::new(layout, st.memory.va + STAGING_FENCE, st.fence)
+                .encode(&mut words[copy..])
+                .map_err(|e| Fault(format!("encoding the staging copy's fence: {e}")))?;
+            rig_amd::sdma::pad(&mut words[copy + fence..]);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            st.host.write((st.written % STAGING_RING) as usize, &bytes);
+            st.written += bytes.len() as u64;
+            st.host
+                .atomic_u64(STAGING_WPTR as usize)
+                .store(st.written, Ordering::Release);
+            self.shared
+                .kfd
+                .kernel()
+                .ring(&st.doorbells, st.bell, st.written);
+            if !fenced(&st.host, st.fence) {
+                // The queue may yet run: destroyed before its memory goes.
+                let _ = self.end_staging();
+                return Err(Fault(format!(
+                    "the staging copy of {} bytes into Device memory at {at:#x} did not \
+                     finish within {} ms (its SDMA queue never wrote the fence)",
+                    piece.len(),
+                    STAGING_BOUND.as_millis()
+                )));
+            }
+            at += piece.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes the staging buffer (GTT, mapped for the host through the render node) and the
+    /// SDMA queue that copies out of it.
+    fn start_staging(&mut self) -> Result<Staging, Fault> {
+        let bytes = STAGING_DATA + STAGING_BYTES;
+        let flags = abi::ALLOC_MEM_FLAGS_GTT | abi::ALLOC_MEM_FLAGS_WRITABLE;
+        let (va, handle, offset) = self.alloc_mapped(bytes, flags).map_err(|e| {
+            Fault(format!(
+                "no staging buffer for uploads into Device memory: {e}"
+            ))
+        })?;
+        let memory = Held { handle, va, bytes };
+        let kfd = &self.shared.kfd;
+        let host = match kfd
+            .kernel()
+            .mmap(self.shared._render.as_fd(), offset, bytes as usize)
+        {
+            Ok(h) => h,
+            Err(e) => {
+                self.release(&memory);
+                return Err(Fault(format!("mapping the staging buffer: {e}")));
+            }
+        };
+        let mut args = abi::CreateQueueArgs {
+            ring_base_address: va,
+            write_pointer_address: va + STAGING_WPTR,
+            read_pointer_address: va + STAGING_RPTR,
+            ring_size: STAGING_RING as u32,
+            gpu_id: self.shared.gpu_id,
+            queue_type: abi::QUEUE_TYPE_SDMA,
+            queue_percentage: abi::MAX_QUEUE_PERCENTAGE,
+            queue_priority: 7,
+            ..Default::default()
+        };
+        if let Err(e) = kfd.create_queue(&mut args) {
+            self.release(&memory);
+            return Err(Fault(format!(
+                "no SDMA queue for the staging copy: {}",
+                queue_refused(e, &args)
+            )));
+        }
+        let doorbells = match doorbell_page(&self.shared, args.doorbell_offset) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.shared.kfd.destroy_queue(args.queue_id);
+                self.release(&memory);
+                return Err(Fault(format!("mapping the staging queue's doorbell: {e}")));
+            }
+        };
+        // A fault at the buffer's addresses is this device's.
+        self.listener
+            .ranges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((va, va + bytes));
+        Ok(Staging {
+            memory,
+            host,
+            queue: args.queue_id,
+            doorbells,
+            bell: (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize,
+            written: 0,
+            fence: 0,
+        })
+    }
+
+    /// Destroys the staging queue, then frees its buffer.
+    fn end_staging(&mut self) -> Result<(), Fault> {
+        let Some(st) = self.staging.take() else {
+            return Ok(());
+        };
+        let r = self
+            .shared
+            .kfd
+            .destroy_queue(st.queue)
+            .map_err(|e| Fault(e.to_string()));
+        drop(st.host);
+        self.release(&st.memory);
+        r
+    }
+}
+
+/// Whether the staging buffer's fence word reads `want` within [`STAGING_BOUND`]: spins a
+/// little (a piece takes microseconds on a GPU), then sleeps between looks.
+fn fenced(host: &Pages, want: u32) -> bool {
+    let word = host.atomic_u32(STAGING_FENCE as usize);
+    let deadline = Instant::now() + STAGING_BOUND;
+    let mut looks = 0u32;
+    while word.load(Ordering::Acquire) != want {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        looks += 1;
+        if looks < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    true
+}
+
+/// The process's doorbell page of the GPU, mapped at the first queue's `doorbell_offset`.
+fn doorbell_page(shared: &Shared, doorbell_offset: u64) -> Result<Arc<Pages>, KfdError> {
+    let mut d = shared.doorbells.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*d {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(shared.kfd.mmap(
+        "doorbells",
+        doorbell_offset & !(DOORBELL_SLICE - 1),
+        DOORBELL_SLICE as usize,
+    )?);
+    *d = Some(p.clone());
+    Ok(p)
 }
 
 impl Drop for KfdPath {

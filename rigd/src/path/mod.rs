@@ -34,6 +34,9 @@ pub struct GpuDescription {
     pub kind: PathKind,
     /// The bytes of its own memory.
     pub budget: u64,
+    /// The bytes of its memory the host addresses through its BAR: the most Mapped memory
+    /// there can be (0 where the BAR is smaller than the VRAM and KFD gives the host none).
+    pub host_visible: u64,
     /// Its PCI function, if it has one.
     pub bus: Option<String>,
     /// The frequency of its clock, in hertz.

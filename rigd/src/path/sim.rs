@@ -209,6 +209,7 @@ impl SimBackend {
             gpu: model,
             kind: PathKind::Sim,
             budget: gpu.vram_bytes(),
+            host_visible: gpu.vram_bytes(),
             bus: None,
             clock_hz,
             mec: 0,
