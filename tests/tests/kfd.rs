@@ -473,3 +473,67 @@ fn a_clients_worker_outlives_the_rigd_thread_that_started_it() {
         .unwrap();
     assert!(out.read(|b| b.iter().all(|v| *v == 0x77)).unwrap());
 }
+
+/// A gfx1100 of 4 GiB without resizable BAR: 256 MiB reach the host, so KFD lists the
+/// VRAM as private and gives no PUBLIC VRAM.
+fn small_bar_gfx1100() -> rig_kfd_emu::kernel::Config {
+    rig_kfd_emu::kernel::Config {
+        bar_bytes: Some(256 << 20),
+        ..one_gfx1100()
+    }
+}
+
+/// On a GPU whose Device memory the host cannot reach, rigd places the image through its
+/// staging copy and the kernel's results verify; Mapped memory, which such a GPU lacks,
+/// falls back to Pinned (rigd answers that it never has it, naming the BAR); Device
+/// memory works; and no allocation in the kernel is host-visible VRAM.
+#[test]
+fn a_kernel_placed_in_device_memory_the_host_cannot_reach_launches_on_a_small_bar() {
+    let (d, emu) = rigd_on(small_bar_gfx1100());
+    let rig = Rig::connect_to(&d.socket).unwrap();
+    let dev = rig.open_device("AMD:0").unwrap();
+    let n = 1024usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let ys: Vec<f32> = (0..n).map(|i| i as f32 * 2.0).collect();
+    let x = dev.buffer(4 * n as u64, Memory::Pinned).unwrap();
+    x.write(|b| put_f32s(b, xs.iter().copied())).unwrap();
+    // y goes through Device memory: filled by a copy, read back by another.
+    let y_host = dev.buffer(4 * n as u64, Memory::Pinned).unwrap();
+    y_host.write(|b| put_f32s(b, ys.iter().copied())).unwrap();
+    let y = dev.buffer(4 * n as u64, Memory::Device).unwrap();
+    let mapped = dev.buffer(4 * n as u64, Memory::Mapped).unwrap();
+    assert_eq!(
+        mapped.memory(),
+        Memory::Pinned,
+        "no Mapped memory past a small BAR"
+    );
+    let add = dev
+        .load_image(&code("add"))
+        .unwrap()
+        .resolve("add")
+        .unwrap();
+    let s = Submission::new()
+        .copy(&y_host, 0, &y, 0, 4 * n as u64)
+        .launch(
+            &add,
+            &[0; 16],
+            &[Ref::read(&x, 0), Ref::write(&y, 8)],
+            [4, 1, 1],
+            [256, 1, 1],
+            0,
+        )
+        .after(&[0])
+        .copy(&y, 0, &mapped, 0, 4 * n as u64)
+        .after(&[1]);
+    dev.submit(&s).unwrap().wait().unwrap();
+    let got: Vec<f32> = mapped.read(|b| f32s(b).collect()).unwrap();
+    let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
+    assert_eq!(got, want);
+    let memory: Vec<(u32, u64)> = emu.processes().iter().flat_map(|p| p.memory()).collect();
+    let vram = rig_kfd::abi::ALLOC_MEM_FLAGS_VRAM;
+    let public = rig_kfd::abi::ALLOC_MEM_FLAGS_PUBLIC;
+    assert!(
+        memory.iter().any(|m| m.0 & vram != 0) && !memory.iter().any(|m| m.0 & public != 0),
+        "Device memory, the image's too, is VRAM without PUBLIC: {memory:?}"
+    );
+}
