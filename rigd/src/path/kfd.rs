@@ -20,7 +20,8 @@
 //! map_host registers the client's memfd as USERPTR. `upload` places bytes into Device
 //! memory through the path's own staging copy: a GTT buffer of [`STAGING_BYTES`] and an
 //! SDMA queue of its own, made at the first upload and destroyed at stop, each piece
-//! copied by a COPY_LINEAR whose fence the path waits for at most [`STAGING_BOUND`]. A queue gets its EOP buffer and
+//! copied by a COPY_LINEAR whose fence the path waits for at most [`STAGING_BOUND`].
+//! A queue gets its EOP buffer and
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
@@ -952,15 +953,25 @@ impl KfdPath {
         if data.is_empty() {
             return Ok(());
         }
-        if self.staging.is_none() {
-            self.staging = Some(self.start_staging()?);
+        let mut st = match self.staging.take() {
+            Some(st) => st,
+            None => self.start_staging()?,
+        };
+        let r = self.copy_through(&mut st, dst, data);
+        self.staging = Some(st);
+        if r.is_err() {
+            // The queue may yet run: destroyed before its memory goes.
+            let _ = self.end_staging();
         }
-        let layout = rig_amd::sdma::Layout::for_gpu(
-            self.shared.node.gpu().map_err(|e| Fault(e.to_string()))?,
-        );
+        r
+    }
+
+    /// Copies `data` to `dst` through `st`, piece by piece, each piece's fence waited for.
+    fn copy_through(&self, st: &mut Staging, dst: u64, data: &[u8]) -> Result<(), Fault> {
+        let gpu = self.shared.node.gpu().map_err(|e| Fault(e.to_string()))?;
+        let layout = rig_amd::sdma::Layout::for_gpu(gpu);
         let mut at = dst;
         for piece in data.chunks(STAGING_BYTES as usize) {
-            let st = self.staging.as_mut().expect("made above");
             st.host.write(STAGING_DATA as usize, piece);
             st.fence = st.fence.wrapping_add(1);
             let mut words = [0u32; STAGING_SLOT_WORDS];
@@ -983,8 +994,6 @@ impl KfdPath {
                 .kernel()
                 .ring(&st.doorbells, st.bell, st.written);
             if !fenced(&st.host, st.fence) {
-                // The queue may yet run: destroyed before its memory goes.
-                let _ = self.end_staging();
                 return Err(Fault(format!(
                     "the staging copy of {} bytes into Device memory at {at:#x} did not \
                      finish within {} ms (its SDMA queue never wrote the fence)",
