@@ -2,15 +2,19 @@
 //! that hands those decodes to the next dispatch of the same code.
 //!
 //! Code words are read ahead in small page-bounded chunks (one [`Memory::read`] per chunk, not
-//! per word). A cached entry is keyed by the code address and carries the words it was decoded
-//! from; before a dispatch reuses it those words are read again and compared, so code unloaded
-//! and reloaded at the same address (or another VMID's code there) is never run from a stale
-//! decode. Decodes that saw an unreadable page are never cached.
+//! per word). A cached entry is keyed by encoding family and code address and carries the
+//! bytes its decodes depend on (from the entry point to the end of the last decoded
+//! instruction); before a dispatch reuses it those bytes are read again (1 KiB per read) and
+//! compared, so code unloaded and reloaded at the same address (or another VMID's code there)
+//! is never run from a stale decode. Memory gives no cheaper sign of a change: a client writes
+//! its code objects through its own mapping, unseen by the page table. Words read ahead past
+//! the last decode are not kept, so a later dispatch reads them afresh. Decodes that saw an
+//! unreadable page are never cached.
 //!
 //! Does not own instruction semantics (`exec`) or decoding itself (`decode`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::decode::{DecodeError, Inst, Isa, decode_isa};
 use crate::prep::Slot;
@@ -29,51 +33,70 @@ const CACHE_SLOTS: usize = 16 * 1024;
 /// A decode kept between dispatches.
 #[derive(Clone)]
 pub(crate) struct Cached {
+    /// The code words from the entry point that the decodes depend on.
     words: Vec<u32>,
+    /// The same, as the bytes memory held (compared with one `==` per page on reuse).
+    bytes: Vec<u8>,
     dense: Vec<Option<Slot>>,
 }
 
-/// Keyed by encoding family and code address: the same words decode differently per family.
-static CACHE: Mutex<Option<HashMap<(Isa, u64), Cached>>> = Mutex::new(None);
+/// One cached decode with its key: the same words decode differently per family.
+struct Entry {
+    isa: Isa,
+    base: u64,
+    code: Cached,
+}
 
-/// Takes the cached decode of the code at `base` if its words are still those in memory.
+/// A few entries, searched in turn: cheaper than hashing the key for the one or two kernels a
+/// process usually runs, and never more than [`CACHE_ENTRIES`].
+static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn cache() -> MutexGuard<'static, Vec<Entry>> {
+    // Entries are replaced whole under the lock: a poisoned lock holds consistent state.
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes the cached decode of the code at `base` if its bytes are still those in memory.
 pub(crate) fn take(mem: &dyn Memory, isa: Isa, base: u64) -> Option<Cached> {
-    let c = CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()?
-        .remove(&(isa, base))?;
-    still_there(mem, base, &c.words).then_some(c)
+    let c = {
+        let mut entries = cache();
+        let k = entries
+            .iter()
+            .position(|e| e.isa == isa && e.base == base)?;
+        entries.swap_remove(k).code
+    };
+    still_there(mem, base, &c.bytes).then_some(c)
 }
 
 /// Offers a decode of the code at `base` for later dispatches.
-pub(crate) fn put(isa: Isa, base: u64, c: Cached) {
-    let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
-    if map.len() >= CACHE_ENTRIES && !map.contains_key(&(isa, base)) {
-        map.clear();
+pub(crate) fn put(isa: Isa, base: u64, code: Cached) {
+    let mut entries = cache();
+    if let Some(e) = entries.iter_mut().find(|e| e.isa == isa && e.base == base) {
+        e.code = code;
+        return;
     }
-    map.insert((isa, base), c);
+    if entries.len() >= CACHE_ENTRIES {
+        entries.clear();
+    }
+    entries.push(Entry { isa, base, code });
 }
 
-/// Whether memory at `base` still holds `words`, read as `Code` reads them.
-fn still_there(mem: &dyn Memory, base: u64, words: &[u32]) -> bool {
-    let mut buf = [0u8; CHUNK];
+/// Bytes compared at a time when a cached decode is checked (never across a page).
+const CHECK: usize = 1024;
+
+/// Whether memory at `base` still holds `bytes`.
+fn still_there(mem: &dyn Memory, base: u64, bytes: &[u8]) -> bool {
+    let mut buf = [0u8; CHECK];
     let mut done = 0;
-    while done < words.len() {
-        let at = base + 4 * done as u64;
-        let n = chunk_len(at).min(4 * (words.len() - done));
-        if mem.read(at, &mut buf[..n]).is_err() {
+    while done < bytes.len() {
+        let at = base.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize)
+            .min(CHECK)
+            .min(bytes.len() - done);
+        if mem.read(at, &mut buf[..n]).is_err() || buf[..n] != bytes[done..done + n] {
             return false;
         }
-        let same = buf[..n]
-            .chunks_exact(4)
-            .zip(&words[done..])
-            .all(|(b, w)| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == *w);
-        if !same {
-            return false;
-        }
-        done += n / 4;
+        done += n;
     }
     true
 }
@@ -114,14 +137,25 @@ impl<'m> Code<'m> {
         }
     }
 
-    /// The decode worth caching, if any.
-    pub(crate) fn into_cached(self) -> Option<Cached> {
-        (!self.partial && !self.words.is_empty() && self.dense.len() <= CACHE_SLOTS).then_some(
-            Cached {
-                words: self.words,
-                dense: self.dense,
-            },
-        )
+    /// The decode worth caching, if any, with the words its decodes depend on.
+    pub(crate) fn into_cached(mut self) -> Option<Cached> {
+        let span = self
+            .dense
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(k, s)| s.as_ref().map(|s| k + usize::from(s.inst.len)))?
+            .min(self.words.len());
+        if self.partial || span == 0 || self.dense.len() > CACHE_SLOTS {
+            return None;
+        }
+        self.words.truncate(span);
+        let bytes = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        Some(Cached {
+            words: self.words,
+            bytes,
+            dense: self.dense,
+        })
     }
 
     /// Instruction slots decoded so far (to pick the most complete decode to cache).
