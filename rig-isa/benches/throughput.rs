@@ -1,5 +1,5 @@
 //! Interpreter throughput: lane-instructions and wave-instructions per second for a loop of
-//! dependent FMAs (16384 work-items x 1000 iterations), a vector add of 1 M floats and the tiled
+//! dependent FMAs (65536 work-items x 1000 iterations), a vector add of 1 M floats and the tiled
 //! matrix multiply, on one thread and on all cores, with the scaling of all cores against one
 //! thread; and the cost of one small dispatch (vadd of one or four 32-item groups), setup
 //! included, and the process's first dispatch (tables and decode). The FMA loop's and the vector add's results are checked against the host.
@@ -111,9 +111,15 @@ fn small_dispatches(cores: usize, sizes: &[u32]) {
 }
 
 fn main() {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    // RIG_ISA_BENCH_THREADS sets the all-cores run's threads (default: the host's).
+    let cores = std::env::var("RIG_ISA_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
     // RIG_ISA_BENCH_N shrinks the matmul (e.g. 64 for callgrind).
     let n: u32 = std::env::var("RIG_ISA_BENCH_N")
         .ok()
@@ -130,9 +136,10 @@ fn main() {
         }
     }
 
-    // 256 groups: on 16 threads 16 each, so the last group's tail is a small part of the run
-    // (64 groups, 4 a thread, measured the tail rather than the scaling).
-    let (items, iters, a, b) = (16384u32, 1000u32, 0.999f32, 0.01f32);
+    // 1024 groups, 64 a thread on 16 threads: the run lasts long enough (about 10 ms on 16
+    // threads) that waking helpers and the last group's tail do not decide the scaling, as
+    // with 4096 work-items (64 groups, 4 a thread, a run of 1.1 ms).
+    let (items, iters, a, b) = (65536u32, 1000u32, 0.999f32, 0.01f32);
     let x = f32s(items as usize, 5);
     let fma_host: Vec<u8> = floats(&x)
         .map(|mut v| {
