@@ -35,7 +35,7 @@ const CACHE_SLOTS: usize = 16 * 1024;
 pub(crate) struct Cached {
     /// The code words from the entry point that the decodes depend on.
     words: Vec<u32>,
-    /// The same, as the bytes memory held (compared with one `==` per page on reuse).
+    /// The same, as the bytes memory held (compared with one `==` per KiB on reuse).
     bytes: Vec<u8>,
     dense: Vec<Option<Slot>>,
 }
@@ -114,6 +114,8 @@ pub(crate) struct Code<'m> {
     base: u64,
     /// Code words from `base`.
     words: Vec<u32>,
+    /// The seed's words as bytes (a prefix of `words`).
+    bytes: Vec<u8>,
     /// False once a read ahead failed: `words` ends at an unreadable page.
     readable: bool,
     dense: Vec<Option<Slot>>,
@@ -124,14 +126,19 @@ pub(crate) struct Code<'m> {
 
 impl<'m> Code<'m> {
     pub(crate) fn new(mem: &'m dyn Memory, isa: Isa, base: u64, seed: Option<Cached>) -> Self {
-        let (words, dense) = seed.map_or((Vec::new(), Vec::new()), |c| (c.words, c.dense));
+        let c = seed.unwrap_or(Cached {
+            words: Vec::new(),
+            bytes: Vec::new(),
+            dense: Vec::new(),
+        });
         Code {
             mem,
             isa,
             base,
-            words,
+            words: c.words,
+            bytes: c.bytes,
             readable: true,
-            dense,
+            dense: c.dense,
             sparse: HashMap::new(),
             partial: false,
         }
@@ -150,10 +157,15 @@ impl<'m> Code<'m> {
             return None;
         }
         self.words.truncate(span);
-        let bytes = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // `bytes` (the seed's) are the first words' already; a decode that went further adds.
+        self.bytes.truncate(4 * span);
+        let known = self.bytes.len() / 4;
+        for w in &self.words[known..] {
+            self.bytes.extend_from_slice(&w.to_le_bytes());
+        }
         Some(Cached {
             words: self.words,
-            bytes,
+            bytes: self.bytes,
             dense: self.dense,
         })
     }
