@@ -1,5 +1,6 @@
 //! Decoded code: each worker's decode of a dispatch's instructions, and a process-wide cache
-//! that hands those decodes to the next dispatch of the same code.
+//! that hands those decodes to the next dispatch of the same code (each thread keeps its last
+//! dispatch's decode aside, which its next dispatch takes without a lock).
 //!
 //! Code words are read ahead in small page-bounded chunks (one [`Memory::read`] per chunk, not
 //! per word). A cached entry is keyed by encoding family and code address and carries the
@@ -13,6 +14,7 @@
 //!
 //! Does not own instruction semantics (`exec`) or decoding itself (`decode`).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -51,34 +53,57 @@ struct Entry {
 /// process usually runs, and never more than [`CACHE_ENTRIES`].
 static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
+thread_local! {
+    /// The decode this thread's last dispatch left: the next dispatch of the same code on the
+    /// thread takes it back without a lock (a lock and its release are atomic operations, a
+    /// few percent of a small dispatch). Another thread's dispatch of that code meanwhile
+    /// decodes its own.
+    static LAST: Cell<Option<Entry>> = const { Cell::new(None) };
+}
+
 fn cache() -> MutexGuard<'static, Vec<Entry>> {
     // Entries are replaced whole under the lock: a poisoned lock holds consistent state.
     CACHE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Keeps `e` in the process-wide cache, replacing an entry of the same key.
+fn keep(entries: &mut Vec<Entry>, e: Entry) {
+    if let Some(old) = entries
+        .iter_mut()
+        .find(|o| o.isa == e.isa && o.base == e.base)
+    {
+        *old = e;
+        return;
+    }
+    if entries.len() >= CACHE_ENTRIES {
+        entries.clear();
+    }
+    entries.push(e);
+}
+
 /// Takes the cached decode of the code at `base` if its bytes are still those in memory.
 pub(crate) fn take(mem: &dyn Memory, isa: Isa, base: u64) -> Option<Cached> {
-    let c = {
-        let mut entries = cache();
-        let k = entries
-            .iter()
-            .position(|e| e.isa == isa && e.base == base)?;
-        entries.swap_remove(k).code
+    let c = match LAST.take() {
+        Some(e) if e.isa == isa && e.base == base => e.code,
+        last => {
+            let mut entries = cache();
+            if let Some(e) = last {
+                keep(&mut entries, e);
+            }
+            let k = entries
+                .iter()
+                .position(|e| e.isa == isa && e.base == base)?;
+            entries.swap_remove(k).code
+        }
     };
     still_there(mem, base, &c.bytes).then_some(c)
 }
 
 /// Offers a decode of the code at `base` for later dispatches.
 pub(crate) fn put(isa: Isa, base: u64, code: Cached) {
-    let mut entries = cache();
-    if let Some(e) = entries.iter_mut().find(|e| e.isa == isa && e.base == base) {
-        e.code = code;
-        return;
+    if let Some(e) = LAST.replace(Some(Entry { isa, base, code })) {
+        keep(&mut cache(), e);
     }
-    if entries.len() >= CACHE_ENTRIES {
-        entries.clear();
-    }
-    entries.push(Entry { isa, base, code });
 }
 
 /// Bytes compared at a time when a cached decode is checked (never across a page).

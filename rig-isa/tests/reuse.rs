@@ -168,3 +168,36 @@ fn a_change_on_the_code_s_second_page_runs_as_changed() {
     write_words(&mem, base + 0x1000, &[s_trap(6)]);
     assert_eq!(trap_of(&mem, code, 0), 6);
 }
+
+#[test]
+fn threads_switching_kernels_run_each_kernel_s_own_code() {
+    let base = 0x7_3000_0000u64;
+    let mem = FlatMemory::new(base, 0x2000);
+    // Four kernels, one trap each; threads launch them in different orders, and one kernel is
+    // rewritten in the middle.
+    for k in 0..4u16 {
+        write_words(&mem, base + 0x400 * u64::from(k), &[S_NOP, s_trap(10 + k)]);
+    }
+    std::thread::scope(|s| {
+        for t in 0..4u16 {
+            let mem = &mem;
+            s.spawn(move || {
+                for i in 0..40u16 {
+                    let k = (t + i * (t + 1)) % 4;
+                    assert_eq!(trap_of(mem, base + 0x400 * u64::from(k), 0), 10 + k);
+                }
+            });
+        }
+    });
+    write_words(&mem, base + 0xc04, &[s_trap(20)]);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    assert_eq!(trap_of(&mem, base + 0xc00, 0), 20);
+                    assert_eq!(trap_of(&mem, base, 0), 10);
+                }
+            });
+        }
+    });
+}
