@@ -378,11 +378,6 @@ pub(crate) fn execute(
     }
     // A lone worker takes the cached decode itself; several start from copies of it.
     let seed = code::take(mem, isa, d.code_address);
-    let (shared, own) = if p.threads == 1 {
-        (None, Mutex::new(seed))
-    } else {
-        (seed, Mutex::new(None))
-    };
     let work = Work {
         ctx: Ctx {
             d,
@@ -402,6 +397,9 @@ pub(crate) fn execute(
         failed: AtomicBool::new(false),
         started: std::time::Instant::now(),
     };
+    if p.threads == 1 {
+        return run_alone(&work, seed);
+    }
     let workers = AtomicUsize::new(0);
     let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
     let best: Mutex<Option<Code>> = Mutex::new(None);
@@ -412,9 +410,7 @@ pub(crate) fn execute(
             return;
         }
         let mut stats = ExecStats::default();
-        let own = own.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let seed = own.or_else(|| shared.clone());
-        let mut code = Code::new(mem, isa, d.code_address, seed);
+        let mut code = Code::new(mem, isa, d.code_address, seed.clone());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             work.run_groups(&mut code, t, &mut stats, invite)
         }))
@@ -439,6 +435,22 @@ pub(crate) fn execute(
         Some(e) => Err(e),
         None => Ok(stats),
     }
+}
+
+/// A dispatch of one worker, the calling thread: nothing to share, so no lock to share it by
+/// (each lock is atomic operations, a few percent of a small dispatch).
+fn run_alone(work: &Work, seed: Option<code::Cached>) -> Result<ExecStats, ExecFault> {
+    let (isa, at) = (work.ctx.isa, work.ctx.d.code_address);
+    let mut code = Code::new(work.mem, isa, at, seed);
+    let mut stats = ExecStats::default();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        work.run_groups(&mut code, 0, &mut stats, &|| {})
+    }))
+    .unwrap_or(Err(ExecFault::Internal));
+    if let Some(c) = code.into_cached() {
+        code::put(isa, at, c);
+    }
+    r.map(|()| stats)
 }
 
 fn run_group(
@@ -558,6 +570,20 @@ fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: u
         ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
         (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
     );
+    let live = items.saturating_sub(t0).min(ctx.lanes);
+    if x as usize + live <= dims[0] as usize {
+        // The wave's work-items lie in one row: only x counts up (a loop the compiler widens).
+        let row = match tid_cnt {
+            0 => 0,
+            1 => y << 10,
+            _ => y << 10 | z << 20,
+        };
+        for (l, v) in wave.vgpr[..live].iter_mut().enumerate() {
+            *v = row | (x + l as u32);
+        }
+        wave.set_exec(u64::MAX.checked_shr(64 - live as u32).unwrap_or(0));
+        return;
+    }
     for l in 0..ctx.lanes {
         if t0 + l >= items {
             break;
