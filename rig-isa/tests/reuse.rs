@@ -152,7 +152,7 @@ fn code_past_the_decoded_words_is_read_afresh() {
 }
 
 #[test]
-fn a_change_on_the_code_s_second_page_runs_as_changed() {
+fn a_change_on_the_second_page_of_the_code_runs_as_changed() {
     let (base, code) = (0x7_2000_0000u64, 0x7_2000_0f00u64);
     let mem = FlatMemory::new(base, 0x3000);
     // s_nops across the page boundary at base + 0x1000, then a trap on the next page.
@@ -170,7 +170,7 @@ fn a_change_on_the_code_s_second_page_runs_as_changed() {
 }
 
 #[test]
-fn threads_switching_kernels_run_each_kernel_s_own_code() {
+fn threads_switching_kernels_run_the_code_each_kernel_has_now() {
     let base = 0x7_3000_0000u64;
     let mem = FlatMemory::new(base, 0x2000);
     // Four kernels, one trap each; threads launch them in different orders, and one kernel is
