@@ -1,16 +1,22 @@
 //! Decoded code: each worker's decode of a dispatch's instructions, and a process-wide cache
-//! that hands those decodes to the next dispatch of the same code.
+//! that hands those decodes to the next dispatch of the same code (each thread keeps its last
+//! dispatch's decode aside, which its next dispatch takes without a lock).
 //!
 //! Code words are read ahead in small page-bounded chunks (one [`Memory::read`] per chunk, not
-//! per word). A cached entry is keyed by the code address and carries the words it was decoded
-//! from; before a dispatch reuses it those words are read again and compared, so code unloaded
-//! and reloaded at the same address (or another VMID's code there) is never run from a stale
-//! decode. Decodes that saw an unreadable page are never cached.
+//! per word). A cached entry is keyed by encoding family and code address and carries the
+//! bytes its decodes depend on (from the entry point to the end of the last decoded
+//! instruction); before a dispatch reuses it those bytes are read again (1 KiB per read) and
+//! compared, so code unloaded and reloaded at the same address (or another VMID's code there)
+//! is never run from a stale decode. Memory gives no cheaper sign of a change: a client writes
+//! its code objects through its own mapping, unseen by the page table. Words read ahead past
+//! the last decode are not kept, so a later dispatch reads them afresh. Decodes that saw an
+//! unreadable page are never cached.
 //!
 //! Does not own instruction semantics (`exec`) or decoding itself (`decode`).
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::decode::{DecodeError, Inst, Isa, decode_isa};
 use crate::prep::Slot;
@@ -29,51 +35,93 @@ const CACHE_SLOTS: usize = 16 * 1024;
 /// A decode kept between dispatches.
 #[derive(Clone)]
 pub(crate) struct Cached {
+    /// The code words from the entry point that the decodes depend on.
     words: Vec<u32>,
+    /// The same, as the bytes memory held (compared with one `==` per KiB on reuse).
+    bytes: Vec<u8>,
     dense: Vec<Option<Slot>>,
 }
 
-/// Keyed by encoding family and code address: the same words decode differently per family.
-static CACHE: Mutex<Option<HashMap<(Isa, u64), Cached>>> = Mutex::new(None);
+/// One cached decode with its key: the same words decode differently per family.
+struct Entry {
+    isa: Isa,
+    base: u64,
+    code: Cached,
+}
 
-/// Takes the cached decode of the code at `base` if its words are still those in memory.
+/// A few entries, searched in turn: cheaper than hashing the key for the one or two kernels a
+/// process usually runs, and never more than [`CACHE_ENTRIES`].
+static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The decode this thread's last dispatch left: the next dispatch of the same code on the
+    /// thread takes it back without a lock (a lock and its release are atomic operations, a
+    /// few percent of a small dispatch). Another thread's dispatch of that code meanwhile
+    /// decodes its own.
+    static LAST: Cell<Option<Entry>> = const { Cell::new(None) };
+}
+
+fn cache() -> MutexGuard<'static, Vec<Entry>> {
+    // Entries are replaced whole under the lock: a poisoned lock holds consistent state.
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps `e` in the process-wide cache, replacing an entry of the same key.
+fn keep(entries: &mut Vec<Entry>, e: Entry) {
+    if let Some(old) = entries
+        .iter_mut()
+        .find(|o| o.isa == e.isa && o.base == e.base)
+    {
+        *old = e;
+        return;
+    }
+    if entries.len() >= CACHE_ENTRIES {
+        entries.clear();
+    }
+    entries.push(e);
+}
+
+/// Takes the cached decode of the code at `base` if its bytes are still those in memory.
 pub(crate) fn take(mem: &dyn Memory, isa: Isa, base: u64) -> Option<Cached> {
-    let c = CACHE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()?
-        .remove(&(isa, base))?;
-    still_there(mem, base, &c.words).then_some(c)
+    let c = match LAST.take() {
+        Some(e) if e.isa == isa && e.base == base => e.code,
+        last => {
+            let mut entries = cache();
+            if let Some(e) = last {
+                keep(&mut entries, e);
+            }
+            let k = entries
+                .iter()
+                .position(|e| e.isa == isa && e.base == base)?;
+            entries.swap_remove(k).code
+        }
+    };
+    still_there(mem, base, &c.bytes).then_some(c)
 }
 
 /// Offers a decode of the code at `base` for later dispatches.
-pub(crate) fn put(isa: Isa, base: u64, c: Cached) {
-    let mut g = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
-    if map.len() >= CACHE_ENTRIES && !map.contains_key(&(isa, base)) {
-        map.clear();
+pub(crate) fn put(isa: Isa, base: u64, code: Cached) {
+    if let Some(e) = LAST.replace(Some(Entry { isa, base, code })) {
+        keep(&mut cache(), e);
     }
-    map.insert((isa, base), c);
 }
 
-/// Whether memory at `base` still holds `words`, read as `Code` reads them.
-fn still_there(mem: &dyn Memory, base: u64, words: &[u32]) -> bool {
-    let mut buf = [0u8; CHUNK];
+/// Bytes compared at a time when a cached decode is checked (never across a page).
+const CHECK: usize = 1024;
+
+/// Whether memory at `base` still holds `bytes`.
+fn still_there(mem: &dyn Memory, base: u64, bytes: &[u8]) -> bool {
+    let mut buf = [0u8; CHECK];
     let mut done = 0;
-    while done < words.len() {
-        let at = base + 4 * done as u64;
-        let n = chunk_len(at).min(4 * (words.len() - done));
-        if mem.read(at, &mut buf[..n]).is_err() {
+    while done < bytes.len() {
+        let at = base.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize)
+            .min(CHECK)
+            .min(bytes.len() - done);
+        if mem.read(at, &mut buf[..n]).is_err() || buf[..n] != bytes[done..done + n] {
             return false;
         }
-        let same = buf[..n]
-            .chunks_exact(4)
-            .zip(&words[done..])
-            .all(|(b, w)| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == *w);
-        if !same {
-            return false;
-        }
-        done += n / 4;
+        done += n;
     }
     true
 }
@@ -91,6 +139,8 @@ pub(crate) struct Code<'m> {
     base: u64,
     /// Code words from `base`.
     words: Vec<u32>,
+    /// The seed's words as bytes (a prefix of `words`).
+    bytes: Vec<u8>,
     /// False once a read ahead failed: `words` ends at an unreadable page.
     readable: bool,
     dense: Vec<Option<Slot>>,
@@ -101,27 +151,48 @@ pub(crate) struct Code<'m> {
 
 impl<'m> Code<'m> {
     pub(crate) fn new(mem: &'m dyn Memory, isa: Isa, base: u64, seed: Option<Cached>) -> Self {
-        let (words, dense) = seed.map_or((Vec::new(), Vec::new()), |c| (c.words, c.dense));
+        let c = seed.unwrap_or(Cached {
+            words: Vec::new(),
+            bytes: Vec::new(),
+            dense: Vec::new(),
+        });
         Code {
             mem,
             isa,
             base,
-            words,
+            words: c.words,
+            bytes: c.bytes,
             readable: true,
-            dense,
+            dense: c.dense,
             sparse: HashMap::new(),
             partial: false,
         }
     }
 
-    /// The decode worth caching, if any.
-    pub(crate) fn into_cached(self) -> Option<Cached> {
-        (!self.partial && !self.words.is_empty() && self.dense.len() <= CACHE_SLOTS).then_some(
-            Cached {
-                words: self.words,
-                dense: self.dense,
-            },
-        )
+    /// The decode worth caching, if any, with the words its decodes depend on.
+    pub(crate) fn into_cached(mut self) -> Option<Cached> {
+        let span = self
+            .dense
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(k, s)| s.as_ref().map(|s| k + usize::from(s.inst.len)))?
+            .min(self.words.len());
+        if self.partial || span == 0 || self.dense.len() > CACHE_SLOTS {
+            return None;
+        }
+        self.words.truncate(span);
+        // `bytes` (the seed's) are the first words' already; a decode that went further adds.
+        self.bytes.truncate(4 * span);
+        let known = self.bytes.len() / 4;
+        for w in &self.words[known..] {
+            self.bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        Some(Cached {
+            words: self.words,
+            bytes: self.bytes,
+            dense: self.dense,
+        })
     }
 
     /// Instruction slots decoded so far (to pick the most complete decode to cache).

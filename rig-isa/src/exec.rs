@@ -283,7 +283,9 @@ struct Work<'a> {
     mine: u64,
     next: AtomicU64,
     failed: AtomicBool,
-    started: std::time::Instant,
+    /// When the dispatch began, if helpers may join it (a clock read is tens of nanoseconds,
+    /// a few percent of a small dispatch).
+    started: Option<std::time::Instant>,
 }
 
 impl Work<'_> {
@@ -345,7 +347,7 @@ impl Work<'_> {
                 return Err(e);
             }
             // Helpers join once the work has proven longer than waking them costs.
-            if j + 1 < self.mine && self.started.elapsed() >= INVITE_AFTER {
+            if j + 1 < self.mine && self.started.is_some_and(|t| t.elapsed() >= INVITE_AFTER) {
                 invite();
             }
         }
@@ -378,11 +380,6 @@ pub(crate) fn execute(
     }
     // A lone worker takes the cached decode itself; several start from copies of it.
     let seed = code::take(mem, isa, d.code_address);
-    let (shared, own) = if p.threads == 1 {
-        (None, Mutex::new(seed))
-    } else {
-        (seed, Mutex::new(None))
-    };
     let work = Work {
         ctx: Ctx {
             d,
@@ -400,8 +397,11 @@ pub(crate) fn execute(
         mine: p.mine,
         next: AtomicU64::new(0),
         failed: AtomicBool::new(false),
-        started: std::time::Instant::now(),
+        started: (p.threads > 1).then(std::time::Instant::now),
     };
+    if p.threads == 1 {
+        return run_alone(&work, seed);
+    }
     let workers = AtomicUsize::new(0);
     let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
     let best: Mutex<Option<Code>> = Mutex::new(None);
@@ -412,9 +412,7 @@ pub(crate) fn execute(
             return;
         }
         let mut stats = ExecStats::default();
-        let own = own.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let seed = own.or_else(|| shared.clone());
-        let mut code = Code::new(mem, isa, d.code_address, seed);
+        let mut code = Code::new(mem, isa, d.code_address, seed.clone());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             work.run_groups(&mut code, t, &mut stats, invite)
         }))
@@ -439,6 +437,22 @@ pub(crate) fn execute(
         Some(e) => Err(e),
         None => Ok(stats),
     }
+}
+
+/// A dispatch of one worker, the calling thread: nothing to share, so no lock to share it by
+/// (each lock is atomic operations, a few percent of a small dispatch).
+fn run_alone(work: &Work, seed: Option<code::Cached>) -> Result<ExecStats, ExecFault> {
+    let (isa, at) = (work.ctx.isa, work.ctx.d.code_address);
+    let mut code = Code::new(work.mem, isa, at, seed);
+    let mut stats = ExecStats::default();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        work.run_groups(&mut code, 0, &mut stats, &|| {})
+    }))
+    .unwrap_or(Err(ExecFault::Internal));
+    if let Some(c) = code.into_cached() {
+        code::put(isa, at, c);
+    }
+    r.map(|()| stats)
 }
 
 fn run_group(
@@ -558,6 +572,20 @@ fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: u
         ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
         (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
     );
+    let live = items.saturating_sub(t0).min(ctx.lanes);
+    if x as usize + live <= dims[0] as usize {
+        // The wave's work-items lie in one row: only x counts up (a loop the compiler widens).
+        let row = match tid_cnt {
+            0 => 0,
+            1 => y << 10,
+            _ => y << 10 | z << 20,
+        };
+        for (l, v) in wave.vgpr[..live].iter_mut().enumerate() {
+            *v = row | (x + l as u32);
+        }
+        wave.set_exec(u64::MAX.checked_shr(64 - live as u32).unwrap_or(0));
+        return;
+    }
     for l in 0..ctx.lanes {
         if t0 + l >= items {
             break;

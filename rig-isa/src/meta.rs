@@ -240,39 +240,46 @@ fn compute(format: Format, op: u16) -> Meta {
 /// Semantic ids per format: gfx1100's opcodes and those of operations new in GFX12 (at most
 /// 1024 + 1024, for VALU).
 const SEM_IDS: usize = 2048;
+/// Formats, in `Format`'s order (its last is `Mubuf`).
+const FORMATS: usize = Format::Mubuf as usize + 1;
+
+/// One entry per format and semantic id, each computed when first asked for: a dispatch pays
+/// for the few operations its code uses, not for every id of every format (about 37,000
+/// entries of string work, milliseconds, when the table was built whole at first use).
+/// Untouched entries are zero pages of the binary's bss.
+static TABLE: [OnceLock<Meta>; FORMATS * SEM_IDS] = [const { OnceLock::new() }; FORMATS * SEM_IDS];
 
 /// Facts about `i`'s opcode.
 pub(crate) fn meta(i: &Inst) -> &'static Meta {
-    static T: OnceLock<Vec<Meta>> = OnceLock::new();
-    const FORMATS: [Format; 18] = [
-        Format::Sop2,
-        Format::Sopk,
-        Format::Sop1,
-        Format::Sopc,
-        Format::Sopp,
-        Format::Smem,
-        Format::Vop1,
-        Format::Vop2,
-        Format::Vopc,
-        Format::Vop3,
-        Format::Vop3sd,
-        Format::Vop3p,
-        Format::Vopd,
-        Format::Ds,
-        Format::Flat,
-        Format::Global,
-        Format::Scratch,
-        Format::Mubuf,
-    ];
-    let t = T.get_or_init(|| {
-        let mut v = Vec::with_capacity(FORMATS.len() * SEM_IDS);
-        for f in FORMATS {
-            for op in 0..SEM_IDS as u16 {
-                v.push(compute(f, op));
-            }
-        }
-        v
-    });
-    let k = i.format as usize;
-    &t[k * SEM_IDS + (i.op as usize % SEM_IDS)]
+    let op = i.op % SEM_IDS as u16;
+    TABLE[i.format as usize * SEM_IDS + op as usize].get_or_init(|| compute(i.format, op))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_come_from_the_names() {
+        use crate::opcodes::{op_ds, op_global};
+        let global = |op| meta(&Inst::decode_stub(Format::Global, op));
+        let m = global(op_global::GLOBAL_LOAD_I16);
+        assert_eq!((m.kind, m.bytes, m.signed), (MemKind::Load, 2, true));
+        let m = global(op_global::GLOBAL_STORE_D16_HI_B16);
+        assert_eq!(
+            (m.kind, m.bytes, m.d16, m.hi),
+            (MemKind::Store, 2, true, true)
+        );
+        let m = global(op_global::GLOBAL_ATOMIC_CMPSWAP_B64);
+        assert_eq!((m.kind, m.bytes), (MemKind::Atomic(Atomic::CmpSwap), 8));
+        let m = meta(&Inst::decode_stub(Format::Ds, op_ds::DS_MAX_RTN_F32));
+        assert_eq!((m.kind, m.rtn), (MemKind::Atomic(Atomic::MaxF), true));
+        // Every format's table has its own entries.
+        let sop = meta(&Inst::decode_stub(Format::Sop1, 0));
+        assert!(!std::ptr::eq(
+            sop,
+            meta(&Inst::decode_stub(Format::Sop2, 0))
+        ));
+        assert_eq!(sop.name, meta(&Inst::decode_stub(Format::Sop1, 0)).name);
+    }
 }

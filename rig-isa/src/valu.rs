@@ -72,47 +72,46 @@ fn fp_kind(t: Option<&&str>) -> u8 {
 }
 
 fn info(op: u16) -> OpInfo {
-    static T: OnceLock<Vec<OpInfo>> = OnceLock::new();
-    let t = T.get_or_init(|| {
-        (0..1024u16)
-            .map(|op| {
-                let n = disasm::valu_name(op);
-                let t: Vec<&str> = n
-                    .split('_')
-                    .filter(|t| {
-                        t.len() > 1
-                            && matches!(t.as_bytes()[0], b'f' | b'i' | b'u' | b'b')
-                            && t[1..].parse::<u32>().is_ok()
-                    })
-                    .collect();
-                let is16 =
-                    |t: Option<&&str>| t.is_some_and(|t| t.ends_with("16") && !t.starts_with("pk"));
-                let cmp = n.starts_with("v_cmp");
-                let pk = n.contains("_pk_") || n.starts_with("v_pack") || n.contains("dot2");
-                // Packed sources, one 16-bit result.
-                let dot16 = n == "v_dot2_f16_f16" || n == "v_dot2_bf16_bf16";
-                OpInfo {
-                    w: disasm::valu_widths(op),
-                    f16: t.last().is_some_and(|t| *t == "f16"),
-                    f64src: n.ends_with("f64"),
-                    src16: !pk && is16(t.last()),
-                    dst16: dot16 || (!pk && !cmp && is16(t.first())),
-                    // Class tests must see denormals; moves and selects move bits.
-                    src_fp: if n.contains("class") || pk {
-                        0
-                    } else {
-                        fp_kind(t.last())
-                    },
-                    dst_fp: if cmp || pk || n.contains("class") {
-                        0
-                    } else {
-                        fp_kind(t.first())
-                    },
-                }
-            })
-            .collect()
-    });
-    t[op as usize & 1023]
+    // Each entry computed when first asked for: a first launch pays for its own operations'
+    // string work, not for all 1024.
+    static T: [OnceLock<OpInfo>; 1024] = [const { OnceLock::new() }; 1024];
+    let op = op & 1023;
+    *T[op as usize].get_or_init(|| op_info(op))
+}
+
+fn op_info(op: u16) -> OpInfo {
+    let n = disasm::valu_name(op);
+    let t: Vec<&str> = n
+        .split('_')
+        .filter(|t| {
+            t.len() > 1
+                && matches!(t.as_bytes()[0], b'f' | b'i' | b'u' | b'b')
+                && t[1..].parse::<u32>().is_ok()
+        })
+        .collect();
+    let is16 = |t: Option<&&str>| t.is_some_and(|t| t.ends_with("16") && !t.starts_with("pk"));
+    let cmp = n.starts_with("v_cmp");
+    let pk = n.contains("_pk_") || n.starts_with("v_pack") || n.contains("dot2");
+    // Packed sources, one 16-bit result.
+    let dot16 = n == "v_dot2_f16_f16" || n == "v_dot2_bf16_bf16";
+    OpInfo {
+        w: disasm::valu_widths(op),
+        f16: t.last().is_some_and(|t| *t == "f16"),
+        f64src: n.ends_with("f64"),
+        src16: !pk && is16(t.last()),
+        dst16: dot16 || (!pk && !cmp && is16(t.first())),
+        // Class tests must see denormals; moves and selects move bits.
+        src_fp: if n.contains("class") || pk {
+            0
+        } else {
+            fp_kind(t.last())
+        },
+        dst_fp: if cmp || pk || n.contains("class") {
+            0
+        } else {
+            fp_kind(t.first())
+        },
+    }
 }
 
 /// One value per lane (64-bit operands whole).

@@ -1,10 +1,15 @@
-//! A thread keeps its waves and LDS from one dispatch for the next: dispatches of other shapes
-//! (wave64 after wave32, other VGPR counts, LDS after none) on the same thread run as if their
-//! waves were new.
+//! What one dispatch leaves for the next is never stale. A thread keeps its waves and LDS:
+//! dispatches of other shapes (wave64 after wave32, other VGPR counts, LDS after none) on the
+//! same thread run as if their waves were new. The process keeps decodes by code address: code
+//! changed there, anywhere in the words a decode used or past them, runs as changed.
 
 mod common;
 
+use std::sync::atomic::AtomicBool;
+
 use common::{Arg, Case, mem_for, prepare, read_back, run};
+use rig_isa::testing::FlatMemory;
+use rig_isa::{Dispatch, ExecFault, Memory, execute};
 
 fn f32s(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -76,4 +81,123 @@ fn dispatches_of_other_shapes_on_one_thread_start_fresh() {
             "{name}.{opt} after a dispatch of another shape differs from the host"
         );
     }
+}
+
+const S_NOP: u32 = 0xbf80_0000;
+
+fn s_trap(code: u16) -> u32 {
+    0xbf90_0000 | u32::from(code)
+}
+
+/// One wave of 32 at `code` with s0 = `s0`; the trap it ends with (panics if it ends otherwise).
+fn trap_of(mem: &FlatMemory, code: u64, s0: u32) -> u16 {
+    let d = Dispatch {
+        code_address: code,
+        pgm_rsrc1: 0,
+        pgm_rsrc2: 1 << 1, // one user SGPR
+        pgm_rsrc3: 0,
+        user_sgprs: vec![s0],
+        grid_items: [32, 1, 1],
+        group_size: [32, 1, 1],
+        wave64: false,
+        lds_bytes: 0,
+        scratch: None,
+    };
+    match execute(&d, mem, &AtomicBool::new(false), 1) {
+        Err(ExecFault::Trap { code, .. }) => code,
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+fn write_words(mem: &FlatMemory, at: u64, words: &[u32]) {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    mem.write(at, &bytes).expect("code");
+}
+
+// Each test below has its own code address: the decode cache is the process's.
+
+#[test]
+fn a_changed_literal_runs_as_changed() {
+    let (base, code) = (0x7_0000_0000u64, 0x7_0000_0000u64);
+    let mem = FlatMemory::new(base, 0x1000);
+    // s_cmp_eq_u32 s0, 5 (literal) ; s_cbranch_scc0 +1 ; s_trap 2 ; s_trap 1
+    write_words(
+        &mem,
+        code,
+        &[0xbf06_ff00, 5, 0xbfa1_0001, s_trap(2), s_trap(1)],
+    );
+    assert_eq!(trap_of(&mem, code, 5), 2);
+    assert_eq!(trap_of(&mem, code, 5), 2);
+    // Only the literal word changes: the cached decode of its instruction must not serve.
+    write_words(&mem, code + 4, &[6]);
+    assert_eq!(trap_of(&mem, code, 5), 1);
+    assert_eq!(trap_of(&mem, code, 6), 2);
+}
+
+#[test]
+fn code_past_the_decoded_words_is_read_afresh() {
+    let (base, code) = (0x7_1000_0000u64, 0x7_1000_0000u64);
+    let mem = FlatMemory::new(base, 0x1000);
+    // s_cmp_eq_u32 s0, 5 ; s_cbranch_scc0 +1 ; s_trap 2 ; s_trap 1 (not reached with s0 = 5)
+    write_words(
+        &mem,
+        code,
+        &[0xbf06_ff00, 5, 0xbfa1_0001, s_trap(2), s_trap(1)],
+    );
+    assert_eq!(trap_of(&mem, code, 5), 2);
+    // The word after the last decoded instruction was read ahead, never decoded; it changes,
+    // and the next dispatch takes the branch to it.
+    write_words(&mem, code + 16, &[s_trap(3)]);
+    assert_eq!(trap_of(&mem, code, 6), 3);
+}
+
+#[test]
+fn a_change_on_the_second_page_of_the_code_runs_as_changed() {
+    let (base, code) = (0x7_2000_0000u64, 0x7_2000_0f00u64);
+    let mem = FlatMemory::new(base, 0x3000);
+    // s_nops across the page boundary at base + 0x1000, then a trap on the next page.
+    let nops = 0x200 / 4;
+    let mut words = vec![S_NOP; nops];
+    words.push(s_trap(4));
+    write_words(&mem, code, &words);
+    assert_eq!(trap_of(&mem, code, 0), 4);
+    assert_eq!(trap_of(&mem, code, 0), 4);
+    write_words(&mem, code + 4 * nops as u64, &[s_trap(5)]);
+    assert_eq!(trap_of(&mem, code, 0), 5);
+    // And a word changed just past the boundary (the first page unchanged).
+    write_words(&mem, base + 0x1000, &[s_trap(6)]);
+    assert_eq!(trap_of(&mem, code, 0), 6);
+}
+
+#[test]
+fn threads_switching_kernels_run_the_code_each_kernel_has_now() {
+    let base = 0x7_3000_0000u64;
+    let mem = FlatMemory::new(base, 0x2000);
+    // Four kernels, one trap each; threads launch them in different orders, and one kernel is
+    // rewritten in the middle.
+    for k in 0..4u16 {
+        write_words(&mem, base + 0x400 * u64::from(k), &[S_NOP, s_trap(10 + k)]);
+    }
+    std::thread::scope(|s| {
+        for t in 0..4u16 {
+            let mem = &mem;
+            s.spawn(move || {
+                for i in 0..40u16 {
+                    let k = (t + i * (t + 1)) % 4;
+                    assert_eq!(trap_of(mem, base + 0x400 * u64::from(k), 0), 10 + k);
+                }
+            });
+        }
+    });
+    write_words(&mem, base + 0xc04, &[s_trap(20)]);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..10 {
+                    assert_eq!(trap_of(&mem, base + 0xc00, 0), 20);
+                    assert_eq!(trap_of(&mem, base, 0), 10);
+                }
+            });
+        }
+    });
 }
