@@ -154,49 +154,48 @@ impl<'a> Window<'a> {
         (bad == 0).then_some(k)
     }
 
-    /// Loads `out.len()` (1 to 4) words per active lane from `at[l]` into `out[j][l]`; false,
+    /// Loads `R` (1 to 4) words per active lane from `at[l]` into `out[j][l]`; false,
     /// touching nothing, when an active lane's access is not all in the window.
     #[inline(always)]
-    pub(crate) fn load_lanes<const N: usize>(
+    pub(crate) fn load_lanes<const N: usize, const R: usize>(
         &self,
         at: &[u64; N],
         exec: u64,
-        out: &mut [[u32; N]],
+        out: &mut [[u32; N]; R],
     ) -> bool {
-        let rows = out.len();
-        let Some(k) = self.lane_words(at, exec, rows) else {
+        let Some(k) = self.lane_words(at, exec, R) else {
             return false;
         };
         self.each_lane::<N>(exec, |l| {
-            for (j, r) in out.iter_mut().enumerate() {
-                // SAFETY: lane_words checked k[l] + rows <= words for this active lane.
-                r[l] = unsafe { self.word_unchecked(k[l] + j) }.load(Ordering::Relaxed);
+            for j in 0..R {
+                // SAFETY: lane_words checked k[l] + R <= words for this active lane.
+                out[j][l] = unsafe { self.word_unchecked(k[l] + j) }.load(Ordering::Relaxed);
             }
         });
         true
     }
 
-    /// Stores `data.len()` (1 to 4) words per active lane, lane by lane in lane order (a later
+    /// Stores `R` (1 to 4) words per active lane, lane by lane in lane order (a later
     /// lane wins where accesses overlap), `data[j][l]` to `at[l] + 4 j`; false, touching
     /// nothing, when the window is read-only or an active lane's access is not all in it.
     #[inline(always)]
-    pub(crate) fn store_lanes<const N: usize>(
+    pub(crate) fn store_lanes<const N: usize, const R: usize>(
         &self,
         at: &[u64; N],
         exec: u64,
-        data: &[[u32; N]],
+        data: &[[u32; N]; R],
     ) -> bool {
         if !self.writable {
             return false;
         }
-        let Some(k) = self.lane_words(at, exec, data.len()) else {
+        let Some(k) = self.lane_words(at, exec, R) else {
             return false;
         };
         self.each_lane::<N>(exec, |l| {
-            for (j, r) in data.iter().enumerate() {
-                // SAFETY: lane_words checked k[l] + rows <= words for this active lane, and
-                // the window is writable.
-                unsafe { self.word_unchecked(k[l] + j) }.store(r[l], Ordering::Relaxed);
+            for j in 0..R {
+                // SAFETY: lane_words checked k[l] + R <= words for this active lane, and the
+                // window is writable.
+                unsafe { self.word_unchecked(k[l] + j) }.store(data[j][l], Ordering::Relaxed);
             }
         });
         true

@@ -11,7 +11,7 @@ use super::{Wave, mem_fault};
 use crate::ExecFault;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
 use crate::simd::Wide;
-use crate::window::Tlb;
+use crate::window::{Tlb, Window};
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -364,10 +364,29 @@ fn global_dword<const N: usize>(
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
     let first = at[exec.trailing_zeros() as usize];
     if let Some(w) = tlb.find(first, bytes, !load) {
-        let done = if load {
-            w.load_lanes(&at, exec, vg)
-        } else {
-            w.store_lanes(&at, exec, vg)
+        // The row count as a constant: the lane loop then has no loop inside.
+        #[inline(always)]
+        fn go<const N: usize, const R: usize>(
+            w: &Window,
+            at: &[u64; N],
+            exec: u64,
+            vg: &mut [[u32; N]],
+            load: bool,
+        ) -> bool {
+            let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
+                return false;
+            };
+            if load {
+                w.load_lanes(at, exec, vg)
+            } else {
+                w.store_lanes(at, exec, vg)
+            }
+        }
+        let done = match rows {
+            1 => go::<N, 1>(w, &at, exec, vg, load),
+            2 => go::<N, 2>(w, &at, exec, vg, load),
+            3 => go::<N, 3>(w, &at, exec, vg, load),
+            _ => go::<N, 4>(w, &at, exec, vg, load),
         };
         if done {
             return Ok(());
