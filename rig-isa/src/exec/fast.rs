@@ -476,6 +476,44 @@ fn ds_store<const N: usize>(
         return Ok(());
     };
     let a = vrow::<N>(wv, addr);
+    let src = &wv.vgpr.as_chunks::<N>().0[data as usize..data as usize + rows as usize];
+    // One bounds check for the whole store when every active lane's dwords fit.
+    let m = lane_mask::<N>(exec);
+    let mut hi = 0u32;
+    for l in 0..N {
+        hi = hi.max(a[l] & m[l]);
+    }
+    let n = 4 * rows as usize;
+    if hi as u64 + off as u64 + n as u64 <= lds.len() as u64 {
+        let all = if N == 64 { u64::MAX } else { (1u64 << N) - 1 };
+        let mut apart = 0u32;
+        for l in 0..N {
+            apart |= a[l] ^ a[0].wrapping_add(4 * l as u32);
+        }
+        if exec == all && rows == 1 && apart == 0 {
+            // Consecutive dwords: one copy (a[0] + off + 4 N = hi + off + 4, checked).
+            let x = (a[0] + off) as usize;
+            for (c, v) in lds[x..x + 4 * N]
+                .as_chunks_mut::<4>()
+                .0
+                .iter_mut()
+                .zip(&src[0])
+            {
+                *c = v.to_le_bytes();
+            }
+            return Ok(());
+        }
+        for l in 0..N {
+            if exec >> l & 1 == 0 {
+                continue;
+            }
+            let x = (a[l] + off) as usize;
+            for (k, c) in lds[x..x + n].as_chunks_mut::<4>().0.iter_mut().enumerate() {
+                *c = src[k][l].to_le_bytes();
+            }
+        }
+        return Ok(());
+    }
     for l in 0..N {
         if exec >> l & 1 == 0 {
             continue;
@@ -507,22 +545,16 @@ fn ds_load<const N: usize>(
     let a = *vrow::<N>(wv, addr);
     let full = exec == wv.full();
     let m = lane_mask::<N>(exec);
-    for (k, &o) in off.iter().take(rows as usize).enumerate() {
-        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize + k];
-        match crate::simd::gather_dwords(lds, &a, o) {
-            Some(v) if full => *row = v,
-            Some(v) => {
-                for l in 0..N {
-                    row[l] = (v[l] & m[l]) | (row[l] & !m[l]);
-                }
-            }
-            // Some lane (active or not) reaches past the LDS: lane by lane.
-            None => {
-                for l in 0..N {
-                    let v = lds_read(lds, a[l].wrapping_add(o));
-                    row[l] = (v & m[l]) | (row[l] & !m[l]);
-                }
-            }
+    let rows = rows as usize;
+    let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize..d as usize + rows];
+    if crate::simd::lds_load_rows(lds, &a, &m, full, &off[..rows], vg) {
+        return Ok(());
+    }
+    // Some active lane reaches past the LDS: lane by lane.
+    for (row, &o) in vg.iter_mut().zip(off) {
+        for l in 0..N {
+            let v = lds_read(lds, a[l].wrapping_add(o));
+            row[l] = (v & m[l]) | (row[l] & !m[l]);
         }
     }
     Ok(())
@@ -867,12 +899,21 @@ mod tests {
                             wave(lanes, seed, exec, rsrc1),
                         );
                         if i.format == Format::Ds && seed % 3 != 2 && i.src[0] < 256 + 16 {
-                            // LDS addresses in range for every lane, or for most.
+                            // LDS addresses in range for every lane, or for most; every
+                            // other time at consecutive dwords (from an aligned base or not).
                             let r = (i.src[0] as usize - 256) * lanes;
                             let m = if seed % 3 == 0 { 0x7ff } else { 0xfff };
+                            let next = seed % 4 < 2;
                             for w in [&mut a, &mut b] {
-                                for x in &mut w.vgpr[r..r + lanes] {
+                                for (l, x) in w.vgpr[r..r + lanes].iter_mut().enumerate() {
                                     *x &= m;
+                                    if next {
+                                        *x = (seed % 4) * 2 + 0x100 + 4 * l as u32;
+                                        if seed % 3 == 1 {
+                                            // The highest lanes past the LDS.
+                                            *x += 4096 - 4 * lanes as u32;
+                                        }
+                                    }
                                 }
                             }
                         }
