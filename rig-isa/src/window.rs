@@ -16,6 +16,9 @@
 //!
 //! The one module of the crate besides `simd` that dereferences raw pointers.
 
+// Lane loops index several lane arrays in step; iterators would obscure that.
+#![allow(clippy::needless_range_loop)]
+
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -392,7 +395,7 @@ mod tests {
             fn window(&self, addr: u64) -> Option<Window<'_>> {
                 let g = self.generation.load(Ordering::Acquire);
                 // Mapped while the generation is even.
-                (g % 2 == 0 && addr < 16)
+                (g.is_multiple_of(2) && addr < 16)
                     .then(|| Window::new(0, &self.words, true).until_changed(&self.generation, g))
             }
         }

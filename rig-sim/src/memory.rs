@@ -1113,6 +1113,40 @@ mod tests {
     }
 
     #[test]
+    fn a_kernels_stores_racing_the_hosts_keep_every_word_whole() {
+        // v0 <<= 4; v[4:7] = 0x12345678; 20000 times: global_store_b128 v0, v[4:7], s[0:1].
+        const STORES: [u32; 14] = [
+            0x30000084, 0x7e0802ff, 0x12345678, 0x7e0a0304, 0x7e0c0304, 0x7e0e0304, 0xbe8400ff,
+            0x00004e20, 0xdc760000, 0x00000400, 0x80848104, 0xbf078004, 0xbfa2fffb, 0xbfb00000,
+        ];
+        let (kernel, host) = (0x1234_5678u32, [0xaaaa_aaaau32, 0x5555_5555]);
+        let vm = vm();
+        vm.alloc_vram(0x10000, PAGE).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let k = s.spawn(|| launch(&vm, &STORES, &[0x10000, 0], &stop));
+            let mut n = 0usize;
+            while !k.is_finished() {
+                let at = 0x10000 + 4 * (n % 128) as u64;
+                vm.store_u32(at, host[n % 2], Ordering::Relaxed).unwrap();
+                let v = vm.load_u32(at, Ordering::Relaxed).unwrap();
+                assert!(
+                    v == kernel || host.contains(&v),
+                    "word {at:#x} torn: {v:#x}"
+                );
+                n += 1;
+            }
+            k.join().unwrap().unwrap();
+        });
+        let mut got = vec![0u8; 512];
+        vm.read(0x10000, &mut got).unwrap();
+        for c in got.as_chunks::<4>().0 {
+            let v = u32::from_le_bytes(*c);
+            assert!(v == kernel || host.contains(&v), "a word torn: {v:#x}");
+        }
+    }
+
+    #[test]
     fn copies_cross_runs_and_backings() {
         let vm = vm();
         let r = SharedRegion::create("host", 8 * PAGE as usize).unwrap();
