@@ -137,32 +137,84 @@ impl<'a> Window<'a> {
         unsafe { &*self.ptr.as_ptr().add(k) }
     }
 
-    /// The word indices of each active lane's access of `rows` words at `at[l]`; `None` when
-    /// an active lane's access is not word-aligned from `base` or leaves the window.
+    /// The word indices of each active lane's access of `rows` words at its address; `None`
+    /// when an active lane's access is not word-aligned from `base` or leaves the window (or,
+    /// for [`Lanes::Split`], when the active lanes' high words differ or the window spans 4
+    /// GiB or more: the caller then asks with [`Lanes::Full`]).
     #[inline(always)]
     fn lane_words<const N: usize>(
         &self,
-        at: &[u64; N],
+        at: &Lanes<N>,
         exec: u64,
         rows: usize,
     ) -> Option<[usize; N]> {
         let limit = self.len().checked_sub(4 * rows as u64)?;
-        let mut bad = 0u64;
         let mut k = [0usize; N];
-        for l in 0..N {
-            let off = at[l].wrapping_sub(self.base);
-            bad |= (((off > limit) | (off & 3 != 0)) as u64 & exec >> l) & 1;
-            k[l] = (off >> 2) as usize;
+        match *at {
+            Lanes::Full(at) => {
+                let mut bad = 0u64;
+                for l in 0..N {
+                    let off = at[l].wrapping_sub(self.base);
+                    bad |= (((off > limit) | (off & 3 != 0)) as u64 & exec >> l) & 1;
+                    k[l] = (off >> 2) as usize;
+                }
+                (bad == 0).then_some(k)
+            }
+            Lanes::Split { lo, hi, add } => {
+                if self.len() > u32::MAX as u64 {
+                    return None;
+                }
+                // EXEC as all-ones / all-zeros words, by 32-bit shifts (8 lanes per AVX2 shift).
+                let mut m = [u32::MAX; N];
+                let all = if N >= 64 { u64::MAX } else { (1u64 << N) - 1 };
+                if exec & all != all {
+                    let halves = [exec as u32, (exec >> 32) as u32];
+                    for l in 0..N {
+                        m[l] = 0u32.wrapping_sub(halves[l / 32] >> (l % 32) & 1);
+                    }
+                }
+                let f = (exec.trailing_zeros() as usize).min(N - 1);
+                // Lane l's offset is b + lo[l] (mod 2^64), b the same for every lane.
+                let mut b = add.wrapping_sub(self.base);
+                if let Some(hi) = hi {
+                    let h = hi[f];
+                    let mut other = 0u32;
+                    for l in 0..N {
+                        other |= (hi[l] ^ h) & m[l];
+                    }
+                    if other != 0 {
+                        return None;
+                    }
+                    b = b.wrapping_add((h as u64) << 32);
+                }
+                let b32 = b as u32;
+                let (mut mn, mut mx, mut odd) = (u32::MAX, 0u32, 0u32);
+                for l in 0..N {
+                    mn = mn.min(lo[l] | !m[l]);
+                    mx = mx.max(lo[l] & m[l]);
+                    odd |= b32.wrapping_add(lo[l]) & m[l];
+                }
+                // Every active offset in [0, limit]: as b + lo < 2^32 + 2^64 and limit <
+                // 2^32, that is b (read as signed) + min >= 0 and b + max <= limit.
+                let bs = b as i64 as i128;
+                if odd & 3 != 0 || bs + (mn as i128) < 0 || bs + mx as i128 > limit as i128 {
+                    return None;
+                }
+                // Offsets below 2^32: their low 32 bits are all of them.
+                for l in 0..N {
+                    k[l] = (b32.wrapping_add(lo[l]) >> 2) as usize;
+                }
+                Some(k)
+            }
         }
-        (bad == 0).then_some(k)
     }
 
-    /// Loads `R` (1 to 4) words per active lane from `at[l]` into `out[j][l]`; false,
+    /// Loads `R` (1 to 4) words per active lane from its address into `out[j][l]`; false,
     /// touching nothing, when an active lane's access is not all in the window.
     #[inline(always)]
     pub(crate) fn load_lanes<const N: usize, const R: usize>(
         &self,
-        at: &[u64; N],
+        at: &Lanes<N>,
         exec: u64,
         out: &mut [[u32; N]; R],
     ) -> bool {
@@ -179,12 +231,12 @@ impl<'a> Window<'a> {
     }
 
     /// Stores `R` (1 to 4) words per active lane, lane by lane in lane order (a later
-    /// lane wins where accesses overlap), `data[j][l]` to `at[l] + 4 j`; false, touching
+    /// lane wins where accesses overlap), `data[j][l]` to its address plus `4 j`; false, touching
     /// nothing, when the window is read-only or an active lane's access is not all in it.
     #[inline(always)]
     pub(crate) fn store_lanes<const N: usize, const R: usize>(
         &self,
-        at: &[u64; N],
+        at: &Lanes<N>,
         exec: u64,
         data: &[[u32; N]; R],
     ) -> bool {
@@ -250,6 +302,19 @@ impl<'a> Window<'a> {
         }
         ok
     }
+}
+
+/// Each lane's address, as a vector memory instruction forms it.
+#[derive(Clone, Copy)]
+pub(crate) enum Lanes<'v, const N: usize> {
+    /// 64-bit addresses.
+    Full(&'v [u64; N]),
+    /// `(hi[l] << 32 | lo[l]) + add`, or `lo[l] + add` without `hi` (all wrapping).
+    Split {
+        lo: &'v [u32; N],
+        hi: Option<&'v [u32; N]>,
+        add: u64,
+    },
 }
 
 /// Windows a worker keeps during one dispatch.
@@ -340,20 +405,20 @@ mod tests {
             *a = 0x1000 + 8 * l as u64;
         }
         let mut out = [[0u32; 32]; 2];
-        assert!(w.load_lanes(&at, u32::MAX as u64, &mut out));
+        assert!(w.load_lanes(&Lanes::Full(&at), u32::MAX as u64, &mut out));
         assert_eq!((out[0][3], out[1][3]), (6, 7));
         // Lane 31's second word is the window's last: in. One word further: out.
         at[31] = 0x1000 + 62 * 4;
-        assert!(w.load_lanes(&at, u32::MAX as u64, &mut out));
+        assert!(w.load_lanes(&Lanes::Full(&at), u32::MAX as u64, &mut out));
         at[31] += 4;
-        assert!(!w.load_lanes(&at, u32::MAX as u64, &mut out));
+        assert!(!w.load_lanes(&Lanes::Full(&at), u32::MAX as u64, &mut out));
         // ...unless the lane is inactive; unaligned refuses.
-        assert!(w.load_lanes(&at, 0x7fff_ffff, &mut out));
+        assert!(w.load_lanes(&Lanes::Full(&at), 0x7fff_ffff, &mut out));
         at[0] += 2;
-        assert!(!w.load_lanes(&at, 0x7fff_ffff, &mut out));
+        assert!(!w.load_lanes(&Lanes::Full(&at), 0x7fff_ffff, &mut out));
         assert!(!w.contains(0xffc, 8) && w.contains(0x10fc, 4) && !w.contains(0x10fc, 5));
         let ro = Window::new(0x1000, &words, false);
-        assert!(!ro.store_lanes(&[0x1000; 32], 1, &[[9; 32]]));
+        assert!(!ro.store_lanes(&Lanes::Full(&[0x1000; 32]), 1, &[[9; 32]]));
         assert!(!ro.store(0x1000, 9));
     }
 

@@ -11,7 +11,7 @@ use super::{Wave, mem_fault};
 use crate::ExecFault;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
 use crate::simd::Wide;
-use crate::window::{Tlb, Window};
+use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -343,54 +343,73 @@ fn global_dword<const N: usize>(
         return Ok(());
     }
     let imm = imm as i64 as u64;
-    let lo = vrow::<N>(wv, addr);
-    let mut at = [0u64; N];
-    match saddr {
-        None => {
-            let hi = vrow::<N>(wv, addr + 1);
-            for l in 0..N {
-                at[l] = (lo[l] as u64 | (hi[l] as u64) << 32).wrapping_add(imm);
-            }
-        }
+    // Copies: a load may overwrite its address registers.
+    let lo = *vrow::<N>(wv, addr);
+    let (hi, add) = match saddr {
+        None => (Some(*vrow::<N>(wv, addr + 1)), imm),
         Some(s) => {
             let s = s as usize;
-            let base = (wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32).wrapping_add(imm);
-            for l in 0..N {
-                at[l] = base.wrapping_add(lo[l] as u64);
-            }
+            let base = wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32;
+            (None, base.wrapping_add(imm))
         }
-    }
+    };
     let (rows, bytes) = (rows as usize, 4 * rows as u64);
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
-    let first = at[exec.trailing_zeros() as usize];
-    if let Some(w) = tlb.find(first, bytes, !load) {
-        // The row count as a constant: the lane loop then has no loop inside.
-        #[inline(always)]
-        fn go<const N: usize, const R: usize>(
-            w: &Window,
-            at: &[u64; N],
-            exec: u64,
-            vg: &mut [[u32; N]],
-            load: bool,
-        ) -> bool {
-            let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
-                return false;
-            };
-            if load {
-                w.load_lanes(at, exec, vg)
-            } else {
-                w.store_lanes(at, exec, vg)
-            }
-        }
-        let done = match rows {
-            1 => go::<N, 1>(w, &at, exec, vg, load),
-            2 => go::<N, 2>(w, &at, exec, vg, load),
-            3 => go::<N, 3>(w, &at, exec, vg, load),
-            _ => go::<N, 4>(w, &at, exec, vg, load),
+    // The row count as a constant: the lane loop then has no loop inside.
+    #[inline(always)]
+    fn go<const N: usize, const R: usize>(
+        w: &Window,
+        at: &Lanes<N>,
+        exec: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
+            return false;
         };
-        if done {
-            return Ok(());
+        if load {
+            w.load_lanes(at, exec, vg)
+        } else {
+            w.store_lanes(at, exec, vg)
         }
+    }
+    #[inline(always)]
+    fn rows_of<const N: usize>(
+        w: &Window,
+        at: &Lanes<N>,
+        exec: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        match vg.len() {
+            1 => go::<N, 1>(w, at, exec, vg, load),
+            2 => go::<N, 2>(w, at, exec, vg, load),
+            3 => go::<N, 3>(w, at, exec, vg, load),
+            _ => go::<N, 4>(w, at, exec, vg, load),
+        }
+    }
+    let f = exec.trailing_zeros() as usize;
+    let high = hi.map_or(0, |h| (h[f] as u64) << 32);
+    let first = (high | lo[f] as u64).wrapping_add(add);
+    let split = Lanes::Split {
+        lo: &lo,
+        hi: hi.as_ref(),
+        add,
+    };
+    if let Some(w) = tlb.find(first, bytes, !load)
+        && rows_of(w, &split, exec, vg, load)
+    {
+        return Ok(());
+    }
+    let mut at = [0u64; N];
+    for l in 0..N {
+        let high = hi.map_or(0, |h| (h[l] as u64) << 32);
+        at[l] = (high | lo[l] as u64).wrapping_add(add);
+    }
+    if let Some(w) = tlb.find(first, bytes, !load)
+        && rows_of(w, &Lanes::Full(&at), exec, vg, load)
+    {
+        return Ok(());
     }
     let mem = tlb.mem();
     for l in 0..N {
@@ -934,7 +953,8 @@ mod tests {
                                     } else if seed % 3 == 0 {
                                         0x100 + stride * l as u32
                                     } else {
-                                        mix(l as u32, seed) & 0x7fc
+                                        mix(l as u32, seed)
+                                            & if seed % 7 == 3 { 0x7ff } else { 0x7fc }
                                     };
                                     if r + lanes + l < w.vgpr.len() {
                                         w.vgpr[r + l] = base + off;
