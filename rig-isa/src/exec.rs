@@ -183,6 +183,8 @@ struct Group<'a> {
     lds: Vec<u8>,
     waves: Vec<Wave>,
     mem: &'a dyn Memory,
+    /// The worker's windows onto `mem`, for this dispatch.
+    tlb: crate::window::Tlb<'a>,
 }
 
 /// Everything a worker needs to run groups.
@@ -302,6 +304,7 @@ impl Work<'_> {
             lds: kit.lds,
             waves: Vec::new(),
             mem: self.mem,
+            tlb: crate::window::Tlb::new(self.mem),
         };
         let mut spare = kit.waves;
         let r = self.groups_loop(code, t, stats, invite, &mut group, &mut spare);
@@ -678,7 +681,7 @@ fn run_wave(
         wave.pc = pc + 4 * s.inst.len as u64;
         if !matches!(s.fast, Fast::General)
             && matches!(
-                fast::run(ctx.wide, wave, &mut g.lds, g.mem, &s.fast, pc)?,
+                fast::run(ctx.wide, wave, &mut g.lds, &mut g.tlb, &s.fast, pc)?,
                 fast::Ran::Done
             )
         {

@@ -51,6 +51,22 @@ pub trait Memory: Sync {
     fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault>;
     /// 8-byte variant of [`Memory::atomic_u32`].
     fn atomic_u64(&self, addr: u64, op: &dyn Fn(u64) -> u64) -> Result<u64, MemoryFault>;
+    /// A window onto the mapped run of memory holding `addr`, which the interpreter keeps
+    /// during a dispatch and accesses word by word (relaxed atomics) instead of calling
+    /// [`Memory::read`]/[`Memory::write`] per lane. `None` (the default) when `addr` is not
+    /// mapped or the memory has no host view of it: accesses then go through the per-access
+    /// methods, which is also how every fault is found.
+    ///
+    /// A window must show exactly the words `read` and `write` reach at its addresses while
+    /// it is current ([`Window::is_current`]): a memory whose mappings may change during a
+    /// dispatch makes its windows with [`Window::until_changed`] and moves that generation at
+    /// every unmap, so that later accesses fault; and it keeps the window's memory out of
+    /// reuse while the window lives, so that an access racing an unmap reaches nobody else's.
+    fn window(&self, addr: u64) -> Option<Window<'_>> {
+        let _ = addr;
+        None
+    }
+
     /// The GPU's clock now, in ticks: what `s_sendmsg_rtn` REALTIME returns and, in its low 20
     /// bits, what `s_getreg` SHADER_CYCLES reads. rig-sim answers its GPU's clock (the epoch
     /// and rate of the command processor's timestamps); the default, for memories with no GPU
@@ -119,9 +135,11 @@ mod prep;
 mod simd;
 pub mod testing;
 mod valu;
+mod window;
 
 pub use exec::{PRIVATE_APERTURE_HI, SHARED_APERTURE_HI};
 pub use pool::parallel;
+pub use window::Window;
 
 /// A share of a dispatch's workgroups: the linear workgroup ids `first`, `first + stride`,
 /// `first + 2 * stride`, ... below the dispatch's workgroup count. Linear ids count x fastest,

@@ -170,13 +170,15 @@ pub(crate) enum Fast {
         rows: u8,
         off: u32,
     },
-    /// `global_load_b32` / `global_store_b32`: the lane's address is the VGPR pair from
+    /// `global_load_b32`..`b128` / `global_store_b32`..`b128`: `rows` dwords per lane
+    /// to or from the registers from `data`; the lane's address is the VGPR pair from
     /// `addr`, or the SGPR pair `saddr` plus the VGPR `addr`, plus `imm`.
     GlobalDword {
         load: bool,
         addr: u8,
         saddr: Option<u8>,
         data: u8,
+        rows: u8,
         imm: i32,
         top: u16,
     },
@@ -474,15 +476,24 @@ fn shift64(i: &Inst) -> Option<Fast> {
     Some(Fast::Shift64 { f, a, b, d, top: t })
 }
 
-/// Global dword loads and stores, the scalar base (if any) an SGPR pair.
+/// Global loads and stores of 1 to 4 whole dwords (`global_load_b32`..`b128`,
+/// `global_store_b32`..`b128`), the scalar base (if any) an SGPR pair.
 fn global_dword(i: &Inst) -> Option<Fast> {
-    let m = meta(i);
-    let load = match m.kind {
-        MemKind::Load => true,
-        MemKind::Store => false,
+    use crate::opcodes::op_global::*;
+    let (load, rows) = match i.op {
+        GLOBAL_LOAD_B32 => (true, 1),
+        GLOBAL_LOAD_B64 => (true, 2),
+        GLOBAL_LOAD_B96 => (true, 3),
+        GLOBAL_LOAD_B128 => (true, 4),
+        GLOBAL_STORE_B32 => (false, 1),
+        GLOBAL_STORE_B64 => (false, 2),
+        GLOBAL_STORE_B96 => (false, 3),
+        GLOBAL_STORE_B128 => (false, 4),
         _ => return None,
     };
-    if m.bytes != 4 || m.exotic {
+    let m = meta(i);
+    let kind = if load { MemKind::Load } else { MemKind::Store };
+    if m.kind != kind || m.bytes != 4 * rows || m.exotic || m.d16 {
         return None;
     }
     let addr = vgpr(i.src[0])?;
@@ -498,8 +509,9 @@ fn global_dword(i: &Inst) -> Option<Fast> {
         addr,
         saddr,
         data,
+        rows,
         imm: i.imm,
-        top: a_top.max(data as u16 + 1),
+        top: a_top.max(data as u16 + rows as u16),
     })
 }
 

@@ -45,21 +45,78 @@ fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The little-endian dwords of `bytes` at byte offsets `a[l] + o`, every lane; `None` when one
-/// would reach past `bytes` (the caller then checks lane by lane).
+/// A wave's LDS dword loads of several registers: `rows[k][l]` gets the little-endian dword
+/// of `bytes` at `a[l] + off[k]`, for the lanes whose mask word `m[l]` is all ones (`full`:
+/// every lane's), the others keep theirs. One bounds check for the whole access (inactive
+/// lanes' addresses are not looked at), contiguous lanes as a plain copy, else a gather.
+/// False, writing nothing, when an active lane's dword would reach past `bytes` (the caller
+/// then goes lane by lane).
 #[inline(always)]
-pub(crate) fn gather_dwords<const N: usize>(
+pub(crate) fn lds_load_rows<const N: usize>(
     bytes: &[u8],
     a: &[u32; N],
-    o: u32,
-) -> Option<[u32; N]> {
+    m: &[u32; N],
+    full: bool,
+    off: &[u32],
+    rows: &mut [[u32; N]],
+) -> bool {
+    // Inactive lanes read at 0 (their address may be anything).
+    let masked: [u32; N];
+    let am = if full {
+        a
+    } else {
+        masked = std::array::from_fn(|l| a[l] & m[l]);
+        &masked
+    };
     let mut hi = 0u32;
-    for &x in a {
+    for &x in am {
         hi = hi.max(x);
     }
-    if hi as u64 + o as u64 + 4 > bytes.len() as u64 {
-        return None;
+    let mut omax = 0u32;
+    for &o in off {
+        omax = omax.max(o);
     }
+    if hi as u64 + omax as u64 + 4 > bytes.len() as u64 {
+        return false;
+    }
+    // Every lane at the next dword: lane l at `a0 + 4 l` (no wrap: the last is `hi`).
+    let contiguous = full && {
+        let mut apart = 0u32;
+        for l in 0..N {
+            apart |= am[l].wrapping_sub(4 * l as u32) ^ am[0];
+        }
+        apart == 0
+    };
+    for k in 0..rows.len().min(off.len()) {
+        let o = off[k];
+        let v = if contiguous {
+            // am[0] + o + 4 N = hi + o + 4 <= bytes.len() (checked above).
+            let x = (am[0] + o) as usize;
+            let src = bytes[x..x + 4 * N].as_chunks::<4>().0;
+            let mut v = [0u32; N];
+            for l in 0..N {
+                v[l] = u32::from_le_bytes(src[l]);
+            }
+            v
+        } else {
+            gather_dwords(bytes, am, o)
+        };
+        let row = &mut rows[k];
+        if full {
+            *row = v;
+        } else {
+            for l in 0..N {
+                row[l] = (v[l] & m[l]) | (row[l] & !m[l]);
+            }
+        }
+    }
+    true
+}
+
+/// The little-endian dwords of `bytes` at byte offsets `a[l] + o`, every lane; the caller
+/// checked that every `a[l] + o + 4 <= bytes.len()`.
+#[inline(always)]
+fn gather_dwords<const N: usize>(bytes: &[u8], a: &[u32; N], o: u32) -> [u32; N] {
     let mut out = [0u32; N];
     #[cfg(target_arch = "x86_64")]
     if N.is_multiple_of(8)
@@ -67,15 +124,15 @@ pub(crate) fn gather_dwords<const N: usize>(
         && std::arch::is_x86_feature_detected!("avx2")
     {
         // SAFETY: the CPU has AVX2 (checked just above), and every `a[l] + o + 4` is at most
-        // `bytes.len()` (checked above, without wrapping), which fits an i32 offset.
+        // `bytes.len()` (the caller's check, without wrapping), which fits an i32 offset.
         unsafe { gather_avx2(bytes, a, o, &mut out) };
-        return Some(out);
+        return out;
     }
     for l in 0..N {
         let x = (a[l] + o) as usize;
         out[l] = u32::from_le_bytes([bytes[x], bytes[x + 1], bytes[x + 2], bytes[x + 3]]);
     }
-    Some(out)
+    out
 }
 
 /// Eight lanes per `vpgatherdd`.

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::{Memory, MemoryFault};
+use crate::{Memory, MemoryFault, Window};
 
 /// Flat memory: `[base, base + len)` is mapped, everything else faults.
 #[derive(Debug)]
@@ -102,6 +102,12 @@ impl Memory for FlatMemory {
             }
         }
         Ok(())
+    }
+
+    fn window(&self, addr: u64) -> Option<Window<'_>> {
+        // The whole range is one run, never unmapped while borrowed.
+        self.range(addr, 1, false).ok()?;
+        Some(Window::new(self.base, &self.words, true))
     }
 
     fn atomic_u32(&self, addr: u64, op: &dyn Fn(u32) -> u32) -> Result<u32, MemoryFault> {

@@ -11,14 +11,17 @@
 //! shared with other processes, so this module never makes references to mapped bytes: it
 //! copies through raw pointers and uses atomics for words.
 //!
-//! **Lifetime of what an access translated.** Short accesses (words, packets, a kernel's loads
-//! and stores) run while holding the page table, so an unmap waits for them. A long copy or
-//! fill translates a chunk into a `Span` and runs it without the table; the span holds what
-//! it translated: a host region stays mapped, and VRAM pages unmapped meanwhile go back to the
-//! arena only when the last span of their allocation lets go (`VramRun`). So a copy racing
-//! an unmap writes or reads only pages that no one else can have been given, and its next
-//! chunk faults. The arena zeroes pages when it takes them back, so an allocation never
-//! sees another's bytes.
+//! **Lifetime of what an access translated.** Short accesses (words, packets, a kernel's
+//! accesses through `Memory::read`/`write`) run while holding the page table, so an unmap
+//! waits for them. A long copy or fill translates a chunk into a `Span` and runs it without
+//! the table; the span holds what it translated: a host region stays mapped, and VRAM pages
+//! unmapped meanwhile go back to the arena only when the last span of their allocation lets
+//! go (`VramRun`). So a copy racing an unmap writes or reads only pages that no one else can
+//! have been given, and its next chunk faults. The interpreter's windows
+//! (`rig_isa::Memory::window`: a whole entry, as relaxed-atomic words) hold their memory the
+//! same way, and are current only until the next unmap (the table's generation), after
+//! which the interpreter translates again and faults. The arena zeroes pages when it takes
+//! them back, so an allocation never sees another's bytes.
 //!
 //! It does not own VRAM (the `vram` arena) or decide addresses (the daemon does).
 
@@ -225,6 +228,10 @@ pub struct Vm {
     vmid: u32,
     vram: Arc<Vram>,
     table: RwLock<BTreeMap<u64, Entry>>,
+    /// Moved at every unmap, with the table held for writing: a [`rig_isa::Window`] made
+    /// before it is no longer current, so the interpreter's next access to an unmapped page
+    /// translates again and faults.
+    generation: AtomicU64,
     /// The GPU's clock, which kernels read (`s_sendmsg_rtn` REALTIME, SHADER_CYCLES); unset
     /// in address spaces made without a GPU (unit tests).
     clock: Option<crate::ClockRelation>,
@@ -241,6 +248,7 @@ impl Vm {
             vmid,
             vram,
             table: RwLock::new(BTreeMap::new()),
+            generation: AtomicU64::new(0),
             clock: None,
         }
     }
@@ -363,6 +371,9 @@ impl Vm {
                 run.release(o + (cut_start - s), cut_end - cut_start);
             }
             unmapped += cut_end - cut_start;
+        }
+        if unmapped > 0 {
+            self.generation.fetch_add(1, Ordering::Release);
         }
         Ok(unmapped)
     }
@@ -678,6 +689,7 @@ impl Vm {
     /// Unmaps everything (at drop of the address space).
     pub(crate) fn clear(&self) {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::Release);
         for (_, e) in std::mem::take(&mut *table) {
             if let Backing::Vram(run, o) = &e.backing {
                 run.release(*o, e.bytes);
@@ -800,6 +812,35 @@ impl rig_isa::Memory for Vm {
         self.rmw_u64(addr, op).map_err(Into::into)
     }
 
+    /// The whole mapping run (page-table entry) holding `addr`, holding what backs it (as a
+    /// copy's span does), current until the next unmap of this address space.
+    fn window(&self, addr: u64) -> Option<rig_isa::Window<'_>> {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let (&start, e) = table.range(..=addr).next_back()?;
+        if addr - start >= e.bytes {
+            return None;
+        }
+        let words = usize::try_from(e.bytes / 4).ok()?;
+        let (ptr, keep): (*mut u8, Box<dyn Send + Sync>) = match &e.backing {
+            Backing::Vram(run, o) => (self.vram.ptr(*o), Box::new(run.hold())),
+            Backing::Host(r, o) => {
+                // PANIC: map_host checked that offset + bytes lies in the region (a usize).
+                let off = usize::try_from(*o).expect("host offsets fit usize");
+                // SAFETY: o < o + bytes <= region.len(), so this stays in the mapping.
+                (unsafe { r.as_ptr().add(off) }, Box::new(r.clone()))
+            }
+        };
+        // Read with the table held: an unmap moves it with the table held for writing.
+        let seen = self.generation.load(Ordering::Acquire);
+        let ptr = std::ptr::NonNull::new(ptr.cast::<AtomicU32>())?;
+        // SAFETY: the entry's bytes start page-aligned (so word-aligned) and are mapped for
+        // e.bytes; `keep` holds them (VRAM pages stay out of the arena, a host region stays
+        // mapped) as long as the window lives; writes go through only if the entry is
+        // writable; and this module reaches mapped bytes only through atomics and raw copies.
+        let w = unsafe { rig_isa::Window::from_raw(start, ptr, words, e.writable, keep) };
+        Some(w.until_changed(&self.generation, seen))
+    }
+
     fn clock_ticks(&self) -> u64 {
         match self.clock {
             Some(c) => c.now(),
@@ -916,6 +957,193 @@ mod tests {
         c.alloc_vram(0, 8 * PAGE).unwrap();
         c.read(0, &mut got).unwrap();
         assert!(got.iter().all(|x| *x == 0), "reused pages are zero");
+    }
+
+    #[test]
+    fn a_window_stops_being_current_at_an_unmap_and_keeps_its_pages_from_others() {
+        use rig_isa::Memory;
+        let vram = Arc::new(Vram::new(16 * PAGE).unwrap());
+        let (a, b) = (Vm::new(1, vram.clone()), Vm::new(2, vram.clone()));
+        a.alloc_vram(0, 8 * PAGE).unwrap();
+        a.alloc_vram(0x100000, 4 * PAGE).unwrap();
+        let w = a.window(3 * PAGE + 8).expect("mapped");
+        assert_eq!((w.base(), w.len(), w.writable()), (0, 8 * PAGE, true));
+        assert!(a.window(8 * PAGE).is_none(), "unmapped: no window");
+        // Mapping more elsewhere changes nothing it shows.
+        a.alloc_vram(0x200000, PAGE).unwrap();
+        assert!(w.is_current());
+        assert_eq!(a.unmap(0, 8 * PAGE).unwrap(), 8 * PAGE);
+        assert!(
+            !w.is_current(),
+            "an unmap ends it: the next access translates, and faults"
+        );
+        assert!(a.window(3 * PAGE).is_none());
+        assert_eq!(vram.free_bytes(), 3 * PAGE, "A's pages wait for the window");
+        b.alloc_vram(0, 3 * PAGE).unwrap();
+        assert!(
+            b.alloc_vram(0x100000, PAGE).is_err(),
+            "none of A's pages for B"
+        );
+        drop(w);
+        assert_eq!(vram.free_bytes(), 8 * PAGE, "the window gave them back");
+        let r = SharedRegion::create("host", 2 * PAGE as usize).unwrap();
+        a.map_host(0x400000, &r, 0, 2 * PAGE, false).unwrap();
+        let w = a.window(0x400000 + PAGE).expect("mapped");
+        assert_eq!(
+            (w.base(), w.len(), w.writable()),
+            (0x400000, 2 * PAGE, false)
+        );
+    }
+
+    /// A kernel of one wave32 with `user` in s0.. run on `vm` at `code` (words at 0x7f0000).
+    fn launch(
+        vm: &Vm,
+        code: &[u32],
+        user: &[u32],
+        stop: &AtomicBool,
+    ) -> Result<(), rig_isa::ExecFault> {
+        let at = 0x7f0000;
+        vm.alloc_vram(at, PAGE).unwrap();
+        let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+        vm.write(at, &bytes).unwrap();
+        let d = rig_isa::Dispatch {
+            code_address: at,
+            pgm_rsrc1: 0,
+            pgm_rsrc2: (user.len() as u32) << 1,
+            pgm_rsrc3: 0,
+            user_sgprs: user.to_vec(),
+            grid_items: [32, 1, 1],
+            group_size: [32, 1, 1],
+            wave64: false,
+            lds_bytes: 0,
+            scratch: None,
+        };
+        rig_isa::execute(&d, vm, stop, 1).map(|_| ())
+    }
+
+    /// `v0 <<= 4; global_load_b128 v[4:7], v0, s[0:1]; global_store_b128 v0, v[4:7], s[2:3]`:
+    /// each lane copies its 16 bytes.
+    const COPY_B128: [u32; 7] = [
+        0x30000084, 0xdc5e0000, 0x04000000, 0xbf8903f7, 0xdc760000, 0x00020400, 0xbfb00000,
+    ];
+
+    #[test]
+    fn a_kernels_dwordx4_straddling_into_an_unmapped_page_faults_at_the_page_edge() {
+        let vm = vm();
+        vm.alloc_vram(0x10000, PAGE).unwrap();
+        vm.alloc_vram(0x20000, 2 * PAGE).unwrap();
+        let src: Vec<u8> = (0..PAGE as u32).map(|i| (i * 7 + 1) as u8).collect();
+        vm.write(0x10000, &src).unwrap();
+        let stop = AtomicBool::new(false);
+        // The last lane's 16 bytes start 8 bytes before the end of the page.
+        let edge = 0x11000u64;
+        let from = edge - 31 * 16 - 8;
+        let e = launch(&vm, &COPY_B128, &[from as u32, 0, 0x20000, 0], &stop).unwrap_err();
+        assert_eq!(
+            e,
+            rig_isa::ExecFault::Memory {
+                fault: rig_isa::MemoryFault {
+                    address: edge,
+                    write: false
+                },
+                pc: 0x7f0004
+            }
+        );
+        // Stores: lanes before the last store, the last stores its bytes before the edge.
+        let to = 0x20000 + PAGE - 31 * 16 - 8;
+        vm.unmap(0x20000 + PAGE, PAGE).unwrap();
+        vm.unmap(0x7f0000, PAGE).unwrap();
+        let e = launch(&vm, &COPY_B128, &[0x10000, 0, to as u32, 0], &stop).unwrap_err();
+        assert_eq!(
+            e,
+            rig_isa::ExecFault::Memory {
+                fault: rig_isa::MemoryFault {
+                    address: 0x20000 + PAGE,
+                    write: true
+                },
+                pc: 0x7f0010
+            }
+        );
+        let mut got = vec![0u8; 31 * 16 + 8];
+        vm.read(to, &mut got).unwrap();
+        assert!(
+            got[..] == src[..31 * 16 + 8],
+            "every byte before the edge was stored"
+        );
+    }
+
+    #[test]
+    fn a_kernel_spinning_on_a_word_faults_once_its_page_is_unmapped() {
+        // v1 = 0; v2 = 1; store v2 at s[2:3] (started); loop: load s[0:1] until nonzero.
+        const SPIN: [u32; 10] = [
+            0x7e020280, 0x7e040281, 0xdc6a0000, 0x00020201, 0xdc520000, 0x03000001, 0xbf8903f7,
+            0x7c940680, 0xbfa4fffb, 0xbfb00000,
+        ];
+        let vm = vm();
+        vm.alloc_vram(0x10000, PAGE).unwrap();
+        vm.alloc_vram(0x20000, PAGE).unwrap();
+        let stop = AtomicBool::new(false);
+        let r = std::thread::scope(|s| {
+            let k = s.spawn(|| launch(&vm, &SPIN, &[0x10000, 0, 0x20000, 0], &stop));
+            let started = std::time::Instant::now();
+            while vm.load_u32(0x20000, Ordering::Acquire).unwrap() == 0 {
+                assert!(started.elapsed().as_secs() < 20, "the kernel never started");
+                std::thread::yield_now();
+            }
+            // The kernel spins on its window onto 0x10000: the unmap must reach it.
+            vm.unmap(0x10000, PAGE).unwrap();
+            let unmapped = std::time::Instant::now();
+            while !k.is_finished() && unmapped.elapsed().as_secs() < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            stop.store(true, Ordering::Relaxed);
+            k.join().unwrap()
+        });
+        assert_eq!(
+            r,
+            Err(rig_isa::ExecFault::Memory {
+                fault: rig_isa::MemoryFault {
+                    address: 0x10000,
+                    write: false
+                },
+                pc: 0x7f0010
+            }),
+            "a freed page faults (not Stopped: still reading it)"
+        );
+    }
+
+    #[test]
+    fn a_kernels_stores_racing_the_hosts_keep_every_word_whole() {
+        // v0 <<= 4; v[4:7] = 0x12345678; 20000 times: global_store_b128 v0, v[4:7], s[0:1].
+        const STORES: [u32; 14] = [
+            0x30000084, 0x7e0802ff, 0x12345678, 0x7e0a0304, 0x7e0c0304, 0x7e0e0304, 0xbe8400ff,
+            0x00004e20, 0xdc760000, 0x00000400, 0x80848104, 0xbf078004, 0xbfa2fffb, 0xbfb00000,
+        ];
+        let (kernel, host) = (0x1234_5678u32, [0xaaaa_aaaau32, 0x5555_5555]);
+        let vm = vm();
+        vm.alloc_vram(0x10000, PAGE).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let k = s.spawn(|| launch(&vm, &STORES, &[0x10000, 0], &stop));
+            let mut n = 0usize;
+            while !k.is_finished() {
+                let at = 0x10000 + 4 * (n % 128) as u64;
+                vm.store_u32(at, host[n % 2], Ordering::Relaxed).unwrap();
+                let v = vm.load_u32(at, Ordering::Relaxed).unwrap();
+                assert!(
+                    v == kernel || host.contains(&v),
+                    "word {at:#x} torn: {v:#x}"
+                );
+                n += 1;
+            }
+            k.join().unwrap().unwrap();
+        });
+        let mut got = vec![0u8; 512];
+        vm.read(0x10000, &mut got).unwrap();
+        for c in got.as_chunks::<4>().0 {
+            let v = u32::from_le_bytes(*c);
+            assert!(v == kernel || host.contains(&v), "a word torn: {v:#x}");
+        }
     }
 
     #[test]

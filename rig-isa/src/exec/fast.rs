@@ -8,9 +8,10 @@
 
 use super::ds::{lds_read, lds_write};
 use super::{Wave, mem_fault};
+use crate::ExecFault;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
 use crate::simd::Wide;
-use crate::{ExecFault, Memory};
+use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
 pub(super) enum Ran {
@@ -27,7 +28,7 @@ pub(super) fn run(
     wide: Wide,
     wv: &mut Wave,
     lds: &mut [u8],
-    mem: &dyn Memory,
+    tlb: &mut Tlb,
     f: &Fast,
     pc: u64,
 ) -> Result<Ran, ExecFault> {
@@ -35,9 +36,9 @@ pub(super) fn run(
         #[inline(always)]
         || {
             if wv.lanes == 32 {
-                run_n::<32>(wv, lds, mem, f, pc)
+                run_n::<32>(wv, lds, tlb, f, pc)
             } else {
-                run_n::<64>(wv, lds, mem, f, pc)
+                run_n::<64>(wv, lds, tlb, f, pc)
             }
         },
     )
@@ -47,7 +48,7 @@ pub(super) fn run(
 fn run_n<const N: usize>(
     wv: &mut Wave,
     lds: &mut [u8],
-    mem: &dyn Memory,
+    tlb: &mut Tlb,
     f: &Fast,
     pc: u64,
 ) -> Result<Ran, ExecFault> {
@@ -105,11 +106,12 @@ fn run_n<const N: usize>(
             addr,
             saddr,
             data,
+            rows,
             imm,
             top,
         } => {
             range(wv, *top)?;
-            global_dword::<N>(wv, mem, *load, *addr, *saddr, *data, *imm, pc)?;
+            global_dword::<N>(wv, tlb, *load, *addr, *saddr, *data, *rows, *imm, pc)?;
         }
         Fast::DsLoad { addr, d, rows, off } => ds_load::<N>(wv, lds, *addr, *d, *rows, off, pc)?,
         Fast::DsStore {
@@ -318,78 +320,142 @@ fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, 
     write::<N>(wv, d + 1, &hi);
 }
 
-/// Global dword loads and stores: every lane's address first (a load may overwrite its own
-/// address register), then each run of active lanes at consecutive dwords as one access; a
-/// run that faults is redone lane by lane, so the fault names the exact lane address.
+/// Global loads and stores of `rows` dwords per lane: every lane's address first (a load may
+/// overwrite its own address register); when every active lane's access lies in one window
+/// of the worker's cache, a word copy per lane; else lane by lane in lane order, through a
+/// window where one holds the lane's access and through `Memory` otherwise, so a fault names
+/// the lane's address as the general executor's does.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn global_dword<const N: usize>(
     wv: &mut Wave,
-    mem: &dyn Memory,
+    tlb: &mut Tlb,
     load: bool,
     addr: u8,
     saddr: Option<u8>,
     data: u8,
+    rows: u8,
     imm: i32,
     pc: u64,
 ) -> Result<(), ExecFault> {
     let exec = wv.exec();
+    if exec == 0 {
+        return Ok(());
+    }
     let imm = imm as i64 as u64;
-    let lo = vrow::<N>(wv, addr);
-    let mut at = [0u64; N];
-    match saddr {
-        None => {
-            let hi = vrow::<N>(wv, addr + 1);
-            for l in 0..N {
-                at[l] = (lo[l] as u64 | (hi[l] as u64) << 32).wrapping_add(imm);
-            }
-        }
+    // Copies: a load may overwrite its address registers.
+    let lo = *vrow::<N>(wv, addr);
+    let (hi, add) = match saddr {
+        None => (Some(*vrow::<N>(wv, addr + 1)), imm),
         Some(s) => {
             let s = s as usize;
-            let base = (wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32).wrapping_add(imm);
-            for l in 0..N {
-                at[l] = base.wrapping_add(lo[l] as u64);
-            }
+            let base = wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32;
+            (None, base.wrapping_add(imm))
+        }
+    };
+    let (rows, bytes) = (rows as usize, 4 * rows as u64);
+    let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
+    // The row count as a constant: the lane loop then has no loop inside.
+    #[inline(always)]
+    fn go<const N: usize, const R: usize>(
+        w: &Window,
+        at: &Lanes<N>,
+        exec: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
+            return false;
+        };
+        if load {
+            w.load_lanes(at, exec, vg)
+        } else {
+            w.store_lanes(at, exec, vg)
         }
     }
-    let mut buf = [0u8; 4 * 64];
-    let mut l = 0;
-    while l < N {
+    #[inline(always)]
+    fn rows_of<const N: usize>(
+        w: &Window,
+        at: &Lanes<N>,
+        exec: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        match vg.len() {
+            1 => go::<N, 1>(w, at, exec, vg, load),
+            2 => go::<N, 2>(w, at, exec, vg, load),
+            3 => go::<N, 3>(w, at, exec, vg, load),
+            _ => go::<N, 4>(w, at, exec, vg, load),
+        }
+    }
+    let f = exec.trailing_zeros() as usize;
+    let high = hi.map_or(0, |h| (h[f] as u64) << 32);
+    let first = (high | lo[f] as u64).wrapping_add(add);
+    let split = Lanes::Split {
+        lo: &lo,
+        hi: hi.as_ref(),
+        add,
+    };
+    if let Some(w) = tlb.find(first, bytes, !load)
+        && rows_of(w, &split, exec, vg, load)
+    {
+        return Ok(());
+    }
+    let mut at = [0u64; N];
+    for l in 0..N {
+        let high = hi.map_or(0, |h| (h[l] as u64) << 32);
+        at[l] = (high | lo[l] as u64).wrapping_add(add);
+    }
+    if let Some(w) = tlb.find(first, bytes, !load)
+        && rows_of(w, &Lanes::Full(&at), exec, vg, load)
+    {
+        return Ok(());
+    }
+    let mem = tlb.mem();
+    for l in 0..N {
         if exec >> l & 1 == 0 {
-            l += 1;
             continue;
         }
-        let start = l;
-        while l + 1 < N && exec >> (l + 1) & 1 != 0 && at[l + 1] == at[l].wrapping_add(4) {
-            l += 1;
-        }
-        let end = l + 1;
-        let run = &mut buf[..4 * (end - start)];
-        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize];
+        let a = at[l];
+        let w = tlb.find(a, bytes, !load);
         if load {
-            if mem.read(at[start], run).is_ok() {
-                for (v, c) in row[start..end].iter_mut().zip(run.as_chunks::<4>().0) {
-                    *v = u32::from_le_bytes(*c);
+            let mut v = [0u32; 4];
+            let mut ok = false;
+            if let Some(w) = w {
+                ok = true;
+                for (j, x) in v.iter_mut().take(rows).enumerate() {
+                    match w.load(a.wrapping_add(4 * j as u64)) {
+                        Some(y) => *x = y,
+                        None => ok = false,
+                    }
                 }
-            } else {
-                for k in start..end {
-                    let mut b4 = [0u8; 4];
-                    mem.read(at[k], &mut b4).map_err(mem_fault(pc))?;
-                    row[k] = u32::from_le_bytes(b4);
+            }
+            if !ok {
+                let mut b = [0u8; 16];
+                mem.read(a, &mut b[..rows * 4]).map_err(mem_fault(pc))?;
+                for (x, c) in v.iter_mut().zip(b.as_chunks::<4>().0) {
+                    *x = u32::from_le_bytes(*c);
                 }
+            }
+            for j in 0..rows {
+                vg[j][l] = v[j];
             }
         } else {
-            for (c, v) in run.as_chunks_mut::<4>().0.iter_mut().zip(&row[start..end]) {
-                *c = v.to_le_bytes();
-            }
-            if mem.write(at[start], run).is_err() {
-                for k in start..end {
-                    mem.write(at[k], &row[k].to_le_bytes())
-                        .map_err(mem_fault(pc))?;
+            // Word-aligned in a writable window: every word goes through it.
+            if let Some(w) = w
+                && a.wrapping_sub(w.base()) & 3 == 0
+            {
+                for j in 0..rows {
+                    w.store(a.wrapping_add(4 * j as u64), vg[j][l]);
                 }
+                continue;
             }
+            let mut b = [0u8; 16];
+            for (c, r) in b.as_chunks_mut::<4>().0.iter_mut().zip(vg.iter()) {
+                *c = r[l].to_le_bytes();
+            }
+            mem.write(a, &b[..rows * 4]).map_err(mem_fault(pc))?;
         }
-        l = end;
     }
     Ok(())
 }
@@ -429,6 +495,44 @@ fn ds_store<const N: usize>(
         return Ok(());
     };
     let a = vrow::<N>(wv, addr);
+    let src = &wv.vgpr.as_chunks::<N>().0[data as usize..data as usize + rows as usize];
+    // One bounds check for the whole store when every active lane's dwords fit.
+    let m = lane_mask::<N>(exec);
+    let mut hi = 0u32;
+    for l in 0..N {
+        hi = hi.max(a[l] & m[l]);
+    }
+    let n = 4 * rows as usize;
+    if hi as u64 + off as u64 + n as u64 <= lds.len() as u64 {
+        let all = if N == 64 { u64::MAX } else { (1u64 << N) - 1 };
+        let mut apart = 0u32;
+        for l in 0..N {
+            apart |= a[l] ^ a[0].wrapping_add(4 * l as u32);
+        }
+        if exec == all && rows == 1 && apart == 0 {
+            // Consecutive dwords: one copy (a[0] + off + 4 N = hi + off + 4, checked).
+            let x = (a[0] + off) as usize;
+            for (c, v) in lds[x..x + 4 * N]
+                .as_chunks_mut::<4>()
+                .0
+                .iter_mut()
+                .zip(&src[0])
+            {
+                *c = v.to_le_bytes();
+            }
+            return Ok(());
+        }
+        for l in 0..N {
+            if exec >> l & 1 == 0 {
+                continue;
+            }
+            let x = (a[l] + off) as usize;
+            for (k, c) in lds[x..x + n].as_chunks_mut::<4>().0.iter_mut().enumerate() {
+                *c = src[k][l].to_le_bytes();
+            }
+        }
+        return Ok(());
+    }
     for l in 0..N {
         if exec >> l & 1 == 0 {
             continue;
@@ -460,22 +564,16 @@ fn ds_load<const N: usize>(
     let a = *vrow::<N>(wv, addr);
     let full = exec == wv.full();
     let m = lane_mask::<N>(exec);
-    for (k, &o) in off.iter().take(rows as usize).enumerate() {
-        let row = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize + k];
-        match crate::simd::gather_dwords(lds, &a, o) {
-            Some(v) if full => *row = v,
-            Some(v) => {
-                for l in 0..N {
-                    row[l] = (v[l] & m[l]) | (row[l] & !m[l]);
-                }
-            }
-            // Some lane (active or not) reaches past the LDS: lane by lane.
-            None => {
-                for l in 0..N {
-                    let v = lds_read(lds, a[l].wrapping_add(o));
-                    row[l] = (v & m[l]) | (row[l] & !m[l]);
-                }
-            }
+    let rows = rows as usize;
+    let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize..d as usize + rows];
+    if crate::simd::lds_load_rows(lds, &a, &m, full, &off[..rows], vg) {
+        return Ok(());
+    }
+    // Some active lane reaches past the LDS: lane by lane.
+    for (row, &o) in vg.iter_mut().zip(off) {
+        for l in 0..N {
+            let v = lds_read(lds, a[l].wrapping_add(o));
+            row[l] = (v & m[l]) | (row[l] & !m[l]);
         }
     }
     Ok(())
@@ -484,6 +582,7 @@ fn ds_load<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Memory;
     use crate::decode::{Format, Inst, decode};
     use crate::prep::Slot;
     use crate::testing::FlatMemory;
@@ -665,6 +764,46 @@ mod tests {
             &[0xdc520000, 0x077c000f],
             "global_load_b32 v7, v[15:16], off",
         ),
+        (
+            &[0xdc560000, 0x077c0002],
+            "global_load_b64 v[7:8], v[2:3], off",
+        ),
+        (
+            &[0xdc5a0010, 0x07040003],
+            "global_load_b96 v[7:9], v3, s[4:5] offset:16",
+        ),
+        (
+            &[0xdc5e1ff0, 0x067c0002],
+            "global_load_b128 v[6:9], v[2:3], off offset:-16",
+        ),
+        (
+            &[0xdc5e0000, 0x027c0002],
+            "global_load_b128 v[2:5], v[2:3], off",
+        ),
+        (
+            &[0xdc5e0000, 0x0d040003],
+            "global_load_b128 v[13:16], v3, s[4:5]",
+        ),
+        (
+            &[0xdc6e0000, 0x007c0802],
+            "global_store_b64 v[2:3], v[8:9], off",
+        ),
+        (
+            &[0xdc720008, 0x00040803],
+            "global_store_b96 v3, v[8:10], s[4:5] offset:8",
+        ),
+        (
+            &[0xdc760004, 0x007c0602],
+            "global_store_b128 v[2:3], v[6:9], off offset:4",
+        ),
+        (
+            &[0xdc760000, 0x00040c03],
+            "global_store_b128 v3, v[12:15], s[4:5]",
+        ),
+        (
+            &[0xdc760000, 0x00040d03],
+            "global_store_b128 v3, v[13:16], s[4:5]",
+        ),
     ];
 
     fn mix(k: u32, seed: u32) -> u32 {
@@ -779,28 +918,43 @@ mod tests {
                             wave(lanes, seed, exec, rsrc1),
                         );
                         if i.format == Format::Ds && seed % 3 != 2 && i.src[0] < 256 + 16 {
-                            // LDS addresses in range for every lane, or for most.
+                            // LDS addresses in range for every lane, or for most; every
+                            // other time at consecutive dwords (from an aligned base or not).
                             let r = (i.src[0] as usize - 256) * lanes;
                             let m = if seed % 3 == 0 { 0x7ff } else { 0xfff };
+                            let next = seed % 4 < 2;
                             for w in [&mut a, &mut b] {
-                                for x in &mut w.vgpr[r..r + lanes] {
+                                for (l, x) in w.vgpr[r..r + lanes].iter_mut().enumerate() {
                                     *x &= m;
+                                    if next {
+                                        *x = (seed % 4) * 2 + 0x100 + 4 * l as u32;
+                                        if seed % 3 == 1 {
+                                            // The highest lanes past the LDS.
+                                            *x += 4096 - 4 * lanes as u32;
+                                        }
+                                    }
                                 }
                             }
                         }
                         if i.format == Format::Global && seed % 3 != 2 {
-                            // Addresses in memory (consecutive dwords, or scattered), the
-                            // scalar base at its start.
+                            // Addresses in memory (consecutive dwords, lanes 4 to 16 bytes
+                            // apart, or scattered, or at its end so some lanes' accesses
+                            // leave it), the scalar base at its start.
+                            let stride = 4 * (1 + (seed / 3) % 4);
+                            let end = seed % 5 == 0;
                             let (r, pair) = ((i.src[0] as usize - 256) * lanes, i.saddr == 124);
                             let base = if pair { MEM_BASE as u32 } else { 0 };
                             for w in [&mut a, &mut b] {
                                 w.sgpr[4] = MEM_BASE as u32;
                                 w.sgpr[5] = 0;
                                 for l in 0..lanes {
-                                    let off = if seed % 3 == 0 {
-                                        0x100 + 4 * l as u32
+                                    let off = if end {
+                                        MEM_BYTES as u32 - 32 + 4 * (l as u32 % 8)
+                                    } else if seed % 3 == 0 {
+                                        0x100 + stride * l as u32
                                     } else {
-                                        mix(l as u32, seed) & 0x7fc
+                                        mix(l as u32, seed)
+                                            & if seed % 7 == 3 { 0x7ff } else { 0x7fc }
                                     };
                                     if r + lanes + l < w.vgpr.len() {
                                         w.vgpr[r + l] = base + off;
@@ -813,7 +967,8 @@ mod tests {
                         }
                         let (mem_a, mem_b) = (memory(seed), memory(seed));
                         let (mut lds_a, mut lds_b) = (lds.clone(), lds.clone());
-                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mem_a, &s.fast, 0);
+                        let mut tlb = Tlb::new(&mem_a);
+                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, 0);
                         if matches!(ra, Ok(Ran::General)) {
                             fell_back = true;
                             continue;

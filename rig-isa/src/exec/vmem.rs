@@ -128,8 +128,8 @@ pub(super) fn vmem(
     if bytes == 0 || m.exotic {
         return Err(unsupported(i, pc));
     }
-    if (load || store) && bytes == 4 && i.format == Format::Global {
-        return global_dwords(wv, mem, &op, load);
+    if (load || store) && i.format == Format::Global && matches!(bytes, 4 | 8 | 12 | 16) && !m.d16 {
+        return global_dwords(wv, mem, &op, load, bytes / 4);
     }
     if load {
         return self::load(wv, lds, mem, &op, bytes, signed, m);
@@ -148,18 +148,27 @@ pub(super) fn vmem(
     }
 }
 
-/// Global dword loads and stores: runs of active lanes touching consecutive dwords are one
-/// access each. A run that faults is redone lane by lane, so the fault names the exact lane
-/// address.
+/// Global loads and stores of `rows` whole dwords per lane, their registers checked first
+/// (as the fast form does). Dwords: runs of active lanes touching consecutive dwords are one
+/// access each, a run that faults redone lane by lane so the fault names the exact lane
+/// address; wider accesses lane by lane.
 #[inline(always)]
-fn global_dwords(wv: &mut Wave, mem: &dyn Memory, op: &VmOp, load: bool) -> Result<(), ExecFault> {
+fn global_dwords(
+    wv: &mut Wave,
+    mem: &dyn Memory,
+    op: &VmOp,
+    load: bool,
+    rows: usize,
+) -> Result<(), ExecFault> {
     let (i, pc, lanes) = (op.i, op.pc, wv.lanes);
     let ar = if i.saddr == src::NULL {
         op.address_pair(wv)?
     } else {
         op.row(wv, i.src[0], 0)?
     };
-    let vr = op.row(wv, if load { i.dst } else { i.src[1] }, 0)?;
+    let data = if load { i.dst } else { i.src[1] };
+    op.row(wv, data, rows as u16 - 1)?;
+    let vr = op.row(wv, data, 0)?;
     let sbase = if i.saddr == src::NULL {
         0
     } else {
@@ -173,6 +182,24 @@ fn global_dwords(wv: &mut Wave, mem: &dyn Memory, op: &VmOp, load: bool) -> Resu
         };
         a.wrapping_add(i.imm as i64 as u64)
     };
+    if rows > 1 {
+        let n = 4 * rows;
+        for l in (0..lanes).filter(|&l| op.active(l)) {
+            let mut b = [0u8; 16];
+            if load {
+                mem.read(addr(wv, l), &mut b[..n]).map_err(mem_fault(pc))?;
+                for (k, c) in b[..n].as_chunks::<4>().0.iter().enumerate() {
+                    wv.vgpr[vr + k * lanes + l] = u32::from_le_bytes(*c);
+                }
+            } else {
+                for (k, c) in b[..n].as_chunks_mut::<4>().0.iter_mut().enumerate() {
+                    *c = wv.vgpr[vr + k * lanes + l].to_le_bytes();
+                }
+                mem.write(addr(wv, l), &b[..n]).map_err(mem_fault(pc))?;
+            }
+        }
+        return Ok(());
+    }
     let mut buf = [0u8; 256];
     let mut l = 0;
     while l < lanes {
