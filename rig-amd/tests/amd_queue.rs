@@ -202,7 +202,10 @@ fn a_descriptor_keeps_its_fields_at_their_offsets() {
         96 * 32 * 1024
     );
     // 1 KiB a wave: WAVESIZE counts 256-byte granules on GFX11, WAVES the slots.
-    assert_eq!(u32_at(amd_queue::COMPUTE_TMPRING_SIZE), 96 * 32 | 4 << 12);
+    assert_eq!(
+        u32_at(amd_queue::COMPUTE_TMPRING_SIZE),
+        (96 * 32) | (4 << 12)
+    );
     assert_eq!(u32_at(amd_queue::SCRATCH_WAVE64_LANE_BYTE_SIZE), 16);
     assert_eq!(
         u32_at(amd_queue::SCRATCH_RESOURCE_DESCRIPTOR),
