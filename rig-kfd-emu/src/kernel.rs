@@ -884,6 +884,13 @@ impl Process {
         let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
         let bell =
             Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
+        if aql {
+            // A hardware doorbell store is an event; the emulated processor sleeps until the
+            // slot's value changes, and ROCr's first ring of an AQL queue is packet index 0,
+            // so the slot starts from a value no ring stores (before the queue exists, so
+            // nothing sleeps on it).
+            bell.ring(u64::MAX);
+        }
         let space = dev.space.clone().ok_or(libc::EINVAL)?;
         let events = self.events.clone();
         let faults = self.events.clone();

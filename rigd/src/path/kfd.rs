@@ -22,6 +22,14 @@
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
 //! is rung. amdgpu does not bound how long a user queue's work
 //! runs, so rigd's hang watchdog does ([`HANG_MS`]).
+//!
+//! An AQL queue also gets its `amd_queue_t` ([`rig_amd::aql::AmdQueue`]), a Pinned page of
+//! its own: the ring, and the scratch every kernel gets (the device's, `QueueSpec::scratch`),
+//! which the command processor reads there. Its write and read dispatch ids are the queue's
+//! write and read pointers for KFD, as ROCr gives them; the forwarder stores the client's
+//! write position in the first before it rings (with the last packet's index, as ROCr does)
+//! and passes the second on to the client's read position, at each ring and wake and every
+//! [`AQL_READ_POLL`] while packets are in flight.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
