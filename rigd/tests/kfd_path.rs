@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rig_amd::aql::{AmdQueue, KernelDispatch, Packet};
+use rig_amd::aql::{AmdQueue, Barrier, KernelDispatch, Packet};
 use rig_amd::code_object::CodeObject;
 use rig_amd::kernarg::{self, Grid};
 use rig_kfd::seam::{Emulated, Kernel};
@@ -459,4 +459,39 @@ fn a_gfx942_aql_queue_holds_its_ring_and_scratch_in_its_amd_queue() {
         before + 2,
         "stop frees the queue's EOP buffer, context-save area and amd_queue_t (the ring and positions stay)"
     );
+}
+
+#[test]
+fn an_aql_queues_read_position_reaches_the_client_as_its_packets_run() {
+    let s = setup("gfx942");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let q = aql_queue(&mut path, (0, 0));
+    // Barrier-AND packets with no signal complete at once; 200 go round the 64-slot ring
+    // three times, each placed once the read position the client sees leaves it room.
+    let barrier = Packet::BarrierAnd(Barrier {
+        header: Default::default(),
+        dep_signal: [0; 5],
+        completion_signal: 0,
+    })
+    .encode()
+    .unwrap();
+    for i in 0..200u64 {
+        until("room in the ring", || {
+            q.pos.load_u64(0, Ordering::Acquire) + 64 > i
+        });
+        let at = (i % 64) as usize * 64;
+        for (k, w) in barrier.iter().enumerate().skip(1) {
+            q.ring.store_u32(at + 4 * k, *w, Ordering::Relaxed);
+        }
+        q.ring.store_u32(at, barrier[0], Ordering::Release);
+        q.pos.store_u64(64, i + 1, Ordering::Release);
+        q.bell.ring(i + 1);
+    }
+    until("every packet", || {
+        q.pos.load_u64(0, Ordering::Acquire) == 200
+    });
+    let d = s.server.processes()[0].amd_queues()[0].unwrap();
+    assert_eq!((d.read_dispatch_id, d.write_dispatch_id), (200, 200));
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
 }
