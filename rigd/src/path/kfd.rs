@@ -151,8 +151,16 @@ fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
         KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
             "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
              context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
-             GPU, which this kernel does not take): {e}",
-            args.ring_size, args.eop_buffer_size, args.ctx_save_restore_size, args.ctl_stack_size
+             GPU, which this kernel does not take){}: {e}",
+            args.ring_size,
+            args.eop_buffer_size,
+            args.ctx_save_restore_size,
+            args.ctl_stack_size,
+            if args.queue_type == abi::QUEUE_TYPE_COMPUTE_AQL {
+                ", read and write pointers in the amd_queue_t's page of their own"
+            } else {
+                ""
+            }
         )),
         _ => refused(e),
     }
