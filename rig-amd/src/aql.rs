@@ -17,8 +17,23 @@
 //! writes and its simulator runs.
 //!
 //! Packets are given as 16 little-endian words; word 0 holds the header in its low half.
-//! This module owns the packet formats only: not the signal layout (`amd_signal_t`) or the
-//! queue descriptor (`amd_queue_t`).
+//! This module owns the packet formats and the queue descriptor ([`AmdQueue`], ROCr's
+//! `amd_queue_t`), not the signal layout (`amd_signal_t`).
+//!
+//! # The queue descriptor
+//!
+//! A KFD AQL queue's packet processor takes what the packets do not say from the queue's
+//! `amd_queue_t` (`amd_hsa_queue.h` of ROCR-Runtime; [`amd_queue`] holds its offsets): the
+//! ring (an `hsa_queue_t` at its start), the write and read dispatch ids, and each kernel's
+//! scratch (its buffer resource, backing memory and size, COMPUTE_TMPRING_SIZE). The runtime
+//! places it in memory the GPU reads and gives CREATE_QUEUE the addresses of its
+//! `write_dispatch_id` and `read_dispatch_id` as the queue's write and read pointers (ROCr's
+//! `AqlQueue`, tinygrad's `ops_kfd`): KFD makes the read pointer the queue's
+//! CP_HQD_PQ_RPTR_REPORT_ADDR and the write pointer its WPTR_POLL_ADDR
+//! (`kfd_mqd_manager_v9.c`, `_v11.c`), with CP_HQD_AQL_CONTROL's CONTROL0 set for AQL, and
+//! the command processor finds the descriptor at the read pointer less
+//! [`amd_queue::READ_DISPATCH_ID`] ([`AmdQueue::at_read_pointer`]), the offset the runtime
+//! also stores in `read_dispatch_id_field_base_byte_offset`.
 
 pub use crate::pm4::EncodeError;
 use thiserror::Error;
@@ -510,5 +525,261 @@ pub fn decode(words: &[u32]) -> Result<Packet, DecodeError> {
             }))
         }
         _ => Err(DecodeError::UnknownType { kind, header: h }),
+    }
+}
+
+/// Byte offsets of `amd_queue_t`'s fields (ROCR-Runtime `runtime/hsa-runtime/inc/
+/// amd_hsa_queue.h`; its first 40 bytes are HSA's `hsa_queue_t`). `rig-amd/tests/amd_queue.rs`
+/// checks them against a C compiler's layout of the public field list.
+pub mod amd_queue {
+    /// Bytes of the descriptor (`sizeof(amd_queue_t)`).
+    pub const BYTES: usize = 256;
+    /// Alignment of the descriptor (`AMD_QUEUE_ALIGN_BYTES`).
+    pub const ALIGN: u64 = 64;
+    /// `hsa_queue_t.type` (u32): [`super::QUEUE_TYPE_MULTI`] or [`super::QUEUE_TYPE_SINGLE`].
+    pub const TYPE: usize = 0;
+    /// `hsa_queue_t.features` (u32).
+    pub const FEATURES: usize = 4;
+    /// `hsa_queue_t.base_address` (u64): the ring.
+    pub const BASE_ADDRESS: usize = 8;
+    /// `hsa_queue_t.doorbell_signal` (u64).
+    pub const DOORBELL_SIGNAL: usize = 16;
+    /// `hsa_queue_t.size` (u32): packets in the ring.
+    pub const SIZE: usize = 24;
+    /// `hsa_queue_t.id` (u64).
+    pub const ID: usize = 32;
+    /// `caps` (u32).
+    pub const CAPS: usize = 40;
+    /// `write_dispatch_id` (u64): the next packet the producer writes.
+    pub const WRITE_DISPATCH_ID: usize = 56;
+    /// `group_segment_aperture_base_hi` (u32).
+    pub const GROUP_SEGMENT_APERTURE_BASE_HI: usize = 64;
+    /// `private_segment_aperture_base_hi` (u32).
+    pub const PRIVATE_SEGMENT_APERTURE_BASE_HI: usize = 68;
+    /// `max_cu_id` (u32).
+    pub const MAX_CU_ID: usize = 72;
+    /// `max_wave_id` (u32).
+    pub const MAX_WAVE_ID: usize = 76;
+    /// `max_legacy_doorbell_dispatch_id_plus_1` (u64).
+    pub const MAX_LEGACY_DOORBELL_DISPATCH_ID_PLUS_1: usize = 80;
+    /// `legacy_doorbell_lock` (u32).
+    pub const LEGACY_DOORBELL_LOCK: usize = 88;
+    /// `read_dispatch_id` (u64): the packets the processor has taken.
+    pub const READ_DISPATCH_ID: usize = 128;
+    /// `read_dispatch_id_field_base_byte_offset` (u32).
+    pub const READ_DISPATCH_ID_FIELD_BASE_BYTE_OFFSET: usize = 136;
+    /// `compute_tmpring_size` (u32): COMPUTE_TMPRING_SIZE for the queue's kernels.
+    pub const COMPUTE_TMPRING_SIZE: usize = 140;
+    /// `scratch_resource_descriptor` (4 x u32): the private segment buffer resource.
+    pub const SCRATCH_RESOURCE_DESCRIPTOR: usize = 144;
+    /// `scratch_backing_memory_location` (u64).
+    pub const SCRATCH_BACKING_MEMORY_LOCATION: usize = 160;
+    /// `scratch_backing_memory_byte_size` (u64).
+    pub const SCRATCH_BACKING_MEMORY_BYTE_SIZE: usize = 168;
+    /// `scratch_wave64_lane_byte_size` (u32).
+    pub const SCRATCH_WAVE64_LANE_BYTE_SIZE: usize = 176;
+    /// `queue_properties` (u32).
+    pub const QUEUE_PROPERTIES: usize = 180;
+    /// `queue_inactive_signal` (u64).
+    pub const QUEUE_INACTIVE_SIGNAL: usize = 192;
+}
+
+/// `HSA_QUEUE_TYPE_MULTI`: several producers.
+pub const QUEUE_TYPE_MULTI: u32 = 0;
+/// `HSA_QUEUE_TYPE_SINGLE`: one producer.
+pub const QUEUE_TYPE_SINGLE: u32 = 1;
+/// `HSA_QUEUE_FEATURE_KERNEL_DISPATCH`.
+pub const QUEUE_FEATURE_KERNEL_DISPATCH: u32 = 1;
+/// `AMD_QUEUE_PROPERTIES_IS_PTR64` (bit 1 of `queue_properties`): 64-bit addresses.
+pub const QUEUE_PROPERTIES_IS_PTR64: u32 = 1 << 1;
+
+/// The fields of an `amd_queue_t` rig writes and its packet processor reads; the others
+/// (legacy doorbell, debugger and async-reclaim words) are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AmdQueue {
+    /// `hsa_queue_t.type`.
+    pub queue_type: u32,
+    /// `hsa_queue_t.features`.
+    pub features: u32,
+    /// GPU address of the ring.
+    pub base_address: u64,
+    /// `hsa_queue_t.doorbell_signal` (0: the producer rings the hardware doorbell itself).
+    pub doorbell_signal: u64,
+    /// Packets in the ring.
+    pub size: u32,
+    /// `hsa_queue_t.id`: KFD's queue id.
+    pub id: u64,
+    /// The next packet the producer writes.
+    pub write_dispatch_id: u64,
+    /// High half of the LDS aperture's base.
+    pub group_segment_aperture_base_hi: u32,
+    /// High half of the scratch aperture's base.
+    pub private_segment_aperture_base_hi: u32,
+    /// Compute units less one.
+    pub max_cu_id: u32,
+    /// Wave slots of a compute unit less one.
+    pub max_wave_id: u32,
+    /// Packets the processor has taken.
+    pub read_dispatch_id: u64,
+    /// [`amd_queue::READ_DISPATCH_ID`], as the runtime writes it.
+    pub read_dispatch_id_field_base_byte_offset: u32,
+    /// COMPUTE_TMPRING_SIZE of the queue's scratch.
+    pub compute_tmpring_size: u32,
+    /// The scratch buffer resource handed to kernels as their private segment buffer.
+    pub scratch_resource_descriptor: [u32; 4],
+    /// GPU address of the scratch.
+    pub scratch_backing_memory_location: u64,
+    /// Bytes of the scratch.
+    pub scratch_backing_memory_byte_size: u64,
+    /// Scratch bytes per lane of a wave64 wave.
+    pub scratch_wave64_lane_byte_size: u32,
+    /// `queue_properties` ([`QUEUE_PROPERTIES_IS_PTR64`]).
+    pub queue_properties: u32,
+}
+
+fn put32(b: &mut [u8; amd_queue::BYTES], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put64(b: &mut [u8; amd_queue::BYTES], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get32(b: &[u8; amd_queue::BYTES], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn get64(b: &[u8; amd_queue::BYTES], at: usize) -> u64 {
+    join(get32(b, at), get32(b, at + 4))
+}
+
+impl AmdQueue {
+    /// A descriptor of the ring of `ring_bytes` at `ring`, with no scratch: one producer,
+    /// kernel dispatch, 64-bit addresses, the read id's offset stated.
+    pub fn new(ring: u64, ring_bytes: u64) -> AmdQueue {
+        AmdQueue {
+            queue_type: QUEUE_TYPE_SINGLE,
+            features: QUEUE_FEATURE_KERNEL_DISPATCH,
+            base_address: ring,
+            size: u32::try_from(ring_bytes / BYTES as u64).unwrap_or(u32::MAX),
+            read_dispatch_id_field_base_byte_offset: amd_queue::READ_DISPATCH_ID as u32,
+            queue_properties: QUEUE_PROPERTIES_IS_PTR64,
+            ..AmdQueue::default()
+        }
+    }
+
+    /// The descriptor's address for a queue whose read pointer (CREATE_QUEUE's
+    /// `read_pointer_address`) is `read_pointer`: where the command processor finds it.
+    pub const fn at_read_pointer(read_pointer: u64) -> Option<u64> {
+        read_pointer.checked_sub(amd_queue::READ_DISPATCH_ID as u64)
+    }
+
+    /// Sets the scratch every kernel of the queue gets: `bytes` at `base`, shared by `waves`
+    /// wave slots (the GPU's compute units times their waves), as the generation of `hal`
+    /// counts it: the buffer resource ([`crate::dispatch::scratch_resource`]),
+    /// COMPUTE_TMPRING_SIZE of `waves` waves of the bytes each gets (whole granules), and
+    /// those bytes per lane of a wave64 wave. No scratch (`bytes` or `waves` 0) clears it.
+    pub fn set_scratch(&mut self, hal: &crate::hal::Hal, base: u64, bytes: u64, waves: u32) {
+        if bytes == 0 || waves == 0 {
+            self.scratch_resource_descriptor = [0; 4];
+            self.scratch_backing_memory_location = 0;
+            self.scratch_backing_memory_byte_size = 0;
+            self.compute_tmpring_size = 0;
+            self.scratch_wave64_lane_byte_size = 0;
+            return;
+        }
+        let granule = u64::from(hal.scratch_granule);
+        let wave_bytes = bytes / u64::from(waves) / granule * granule;
+        self.scratch_resource_descriptor = crate::dispatch::scratch_resource(base, bytes);
+        self.scratch_backing_memory_location = base;
+        self.scratch_backing_memory_byte_size = bytes;
+        self.compute_tmpring_size = hal.tmpring_size(waves, wave_bytes);
+        self.scratch_wave64_lane_byte_size =
+            u32::try_from(wave_bytes / u64::from(crate::hal::Hal::lanes(true))).unwrap_or(u32::MAX);
+    }
+
+    /// The descriptor's bytes, little-endian, zero where a field is not kept here.
+    pub fn to_bytes(&self) -> [u8; amd_queue::BYTES] {
+        use amd_queue as o;
+        let mut b = [0u8; o::BYTES];
+        put32(&mut b, o::TYPE, self.queue_type);
+        put32(&mut b, o::FEATURES, self.features);
+        put64(&mut b, o::BASE_ADDRESS, self.base_address);
+        put64(&mut b, o::DOORBELL_SIGNAL, self.doorbell_signal);
+        put32(&mut b, o::SIZE, self.size);
+        put64(&mut b, o::ID, self.id);
+        put64(&mut b, o::WRITE_DISPATCH_ID, self.write_dispatch_id);
+        put32(
+            &mut b,
+            o::GROUP_SEGMENT_APERTURE_BASE_HI,
+            self.group_segment_aperture_base_hi,
+        );
+        put32(
+            &mut b,
+            o::PRIVATE_SEGMENT_APERTURE_BASE_HI,
+            self.private_segment_aperture_base_hi,
+        );
+        put32(&mut b, o::MAX_CU_ID, self.max_cu_id);
+        put32(&mut b, o::MAX_WAVE_ID, self.max_wave_id);
+        put64(&mut b, o::READ_DISPATCH_ID, self.read_dispatch_id);
+        put32(
+            &mut b,
+            o::READ_DISPATCH_ID_FIELD_BASE_BYTE_OFFSET,
+            self.read_dispatch_id_field_base_byte_offset,
+        );
+        put32(&mut b, o::COMPUTE_TMPRING_SIZE, self.compute_tmpring_size);
+        for (i, w) in self.scratch_resource_descriptor.iter().enumerate() {
+            put32(&mut b, o::SCRATCH_RESOURCE_DESCRIPTOR + 4 * i, *w);
+        }
+        put64(
+            &mut b,
+            o::SCRATCH_BACKING_MEMORY_LOCATION,
+            self.scratch_backing_memory_location,
+        );
+        put64(
+            &mut b,
+            o::SCRATCH_BACKING_MEMORY_BYTE_SIZE,
+            self.scratch_backing_memory_byte_size,
+        );
+        put32(
+            &mut b,
+            o::SCRATCH_WAVE64_LANE_BYTE_SIZE,
+            self.scratch_wave64_lane_byte_size,
+        );
+        put32(&mut b, o::QUEUE_PROPERTIES, self.queue_properties);
+        b
+    }
+
+    /// The fields kept here of the descriptor in `b` (any bytes decode).
+    pub fn from_bytes(b: &[u8; amd_queue::BYTES]) -> AmdQueue {
+        use amd_queue as o;
+        let mut scratch_resource_descriptor = [0u32; 4];
+        for (i, w) in scratch_resource_descriptor.iter_mut().enumerate() {
+            *w = get32(b, o::SCRATCH_RESOURCE_DESCRIPTOR + 4 * i);
+        }
+        AmdQueue {
+            queue_type: get32(b, o::TYPE),
+            features: get32(b, o::FEATURES),
+            base_address: get64(b, o::BASE_ADDRESS),
+            doorbell_signal: get64(b, o::DOORBELL_SIGNAL),
+            size: get32(b, o::SIZE),
+            id: get64(b, o::ID),
+            write_dispatch_id: get64(b, o::WRITE_DISPATCH_ID),
+            group_segment_aperture_base_hi: get32(b, o::GROUP_SEGMENT_APERTURE_BASE_HI),
+            private_segment_aperture_base_hi: get32(b, o::PRIVATE_SEGMENT_APERTURE_BASE_HI),
+            max_cu_id: get32(b, o::MAX_CU_ID),
+            max_wave_id: get32(b, o::MAX_WAVE_ID),
+            read_dispatch_id: get64(b, o::READ_DISPATCH_ID),
+            read_dispatch_id_field_base_byte_offset: get32(
+                b,
+                o::READ_DISPATCH_ID_FIELD_BASE_BYTE_OFFSET,
+            ),
+            compute_tmpring_size: get32(b, o::COMPUTE_TMPRING_SIZE),
+            scratch_resource_descriptor,
+            scratch_backing_memory_location: get64(b, o::SCRATCH_BACKING_MEMORY_LOCATION),
+            scratch_backing_memory_byte_size: get64(b, o::SCRATCH_BACKING_MEMORY_BYTE_SIZE),
+            scratch_wave64_lane_byte_size: get32(b, o::SCRATCH_WAVE64_LANE_BYTE_SIZE),
+            queue_properties: get32(b, o::QUEUE_PROPERTIES),
+        }
     }
 }

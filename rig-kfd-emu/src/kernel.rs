@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rig_amd::aql::AmdQueue;
 use rig_kfd::abi::{self, Command};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
 use rig_kfd::version::Version;
@@ -281,6 +282,8 @@ struct EmuQueue {
     slot: usize,
     /// CREATE_QUEUE's `queue_type`.
     kind: u32,
+    /// Where an AQL queue's command processor finds its `amd_queue_t`; 0 for other kinds.
+    amd_queue: u64,
 }
 
 #[derive(Debug, Default)]
@@ -818,6 +821,14 @@ impl Process {
             .any(|b| b.mapped && va >= b.va && va.saturating_add(bytes) <= b.va + b.size)
     }
 
+    /// Whether `va` lies in a mapped allocation of exactly the one page it lies in.
+    fn in_own_page(dev: &Device, va: u64) -> bool {
+        let page = va & !(PAGE - 1);
+        dev.bos
+            .values()
+            .any(|b| b.mapped && b.va == page && b.size == PAGE)
+    }
+
     fn create_queue(self: &Arc<Self>, a: &mut abi::CreateQueueArgs) -> Result<(), Errno> {
         let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
         let kind = match a.queue_type {
@@ -847,6 +858,24 @@ impl Process {
         if !buffers_ok {
             return Err(libc::EINVAL);
         }
+        // An AQL queue's read and write pointers are its amd_queue_t's dispatch ids, which the
+        // runtime keeps in a page of their own: Linux 6.12's kfd_queue_acquire_buffers wants
+        // each pointer's mapping to begin at its page and be one page (kfd_queue_buffer_get
+        // with PAGE_SIZE), as MES on GFX11 and later needs of the write pointer's.
+        let aql = kind == rig_amd::gpu::QueueKind::Aql;
+        if aql
+            && !(Self::in_own_page(dev, a.read_pointer_address)
+                && Self::in_own_page(dev, a.write_pointer_address))
+        {
+            return Err(libc::EINVAL);
+        }
+        // The command processor finds an AQL queue's amd_queue_t at its read pointer and
+        // reads each kernel's scratch there.
+        let queue_va = if aql {
+            AmdQueue::at_read_pointer(a.read_pointer_address).ok_or(libc::EINVAL)?
+        } else {
+            0
+        };
         if kind != rig_amd::gpu::QueueKind::Sdma {
             let want = ContextSave::of(&gpu.node);
             if a.eop_buffer_size != EOP_BUFFER_BYTES
@@ -871,6 +900,13 @@ impl Process {
         let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
         let bell =
             Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
+        if aql {
+            // A hardware doorbell store is an event; the emulated processor sleeps until the
+            // slot's value changes, and ROCr's first ring of an AQL queue is packet index 0,
+            // so the slot starts from a value no ring stores (before the queue exists, so
+            // nothing sleeps on it).
+            bell.ring(u64::MAX);
+        }
         let space = dev.space.clone().ok_or(libc::EINVAL)?;
         let events = self.events.clone();
         let faults = self.events.clone();
@@ -885,7 +921,7 @@ impl Process {
                 rptr_va: a.read_pointer_address,
                 wptr_va: a.write_pointer_address,
                 doorbell: bell,
-                queue_va: 0,
+                queue_va,
                 scratch: (0, 0),
             },
             Arc::new(move |irq| events.interrupt(irq.context)),
@@ -934,6 +970,7 @@ impl Process {
                 sim: q,
                 slot,
                 kind: a.queue_type,
+                amd_queue: queue_va,
             },
         );
         a.queue_id = id;
@@ -1129,6 +1166,25 @@ impl Process {
             .iter()
             .flat_map(|d| d.queues.values().map(|q| q.kind))
             .collect()
+    }
+
+    /// The `amd_queue_t` of each AQL queue the process holds, as its command processor reads
+    /// it now (`None` where its page tables refuse the read), for tests of what a runtime
+    /// gave the queue.
+    pub fn amd_queues(&self) -> Vec<Option<AmdQueue>> {
+        let s = lock(&self.state);
+        let mut out = Vec::new();
+        for dev in &s.devices {
+            for q in dev.queues.values().filter(|q| q.amd_queue != 0) {
+                let mut b = [0u8; rig_amd::aql::amd_queue::BYTES];
+                let read = dev
+                    .space
+                    .as_ref()
+                    .and_then(|sp| sp.read(q.amd_queue, &mut b).ok());
+                out.push(read.map(|()| AmdQueue::from_bytes(&b)));
+            }
+        }
+        out
     }
 
     /// The process's file closed: stop its queues, drop its memory and events, and fail

@@ -599,3 +599,47 @@ fn the_emulation_runs_as_a_process_of_its_own() {
     let e = kfd.clock_counters(gpu.gpu_id).unwrap_err();
     assert!(e.to_string().contains("GET_CLOCK_COUNTERS"), "{e}");
 }
+
+#[test]
+fn an_aql_queues_pointers_must_each_lie_in_a_page_of_their_own() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx942");
+    let q = pm4_queue_args(&mut p);
+    // The runtime's amd_queue_t: a page of its own holding both dispatch ids.
+    let (page, _, _) = p.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let (two_pages, _, _) = p.mem(8192, abi::ALLOC_MEM_FLAGS_GTT);
+    let aql = abi::CreateQueueArgs {
+        queue_type: abi::QUEUE_TYPE_COMPUTE_AQL,
+        read_pointer_address: page + 128,
+        write_pointer_address: page + 56,
+        ..q.args
+    };
+    type Change = Box<dyn Fn(&mut abi::CreateQueueArgs)>;
+    let bad: Vec<(&str, Change)> = vec![
+        (
+            "read pointer in a mapping of two pages",
+            Box::new(move |a| a.read_pointer_address = two_pages + 128),
+        ),
+        (
+            "write pointer in a mapping that begins before its page",
+            Box::new(move |a| a.write_pointer_address = two_pages + 4096 + 56),
+        ),
+        (
+            "read pointer where nothing is mapped",
+            Box::new(move |a| a.read_pointer_address = two_pages + (1 << 30)),
+        ),
+    ];
+    for (what, change) in bad {
+        let mut a = aql;
+        change(&mut a);
+        let e = p.kfd.create_queue(&mut a).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
+    }
+    let mut a = aql;
+    p.kfd.create_queue(&mut a).unwrap();
+    assert_eq!(
+        emu.server.processes()[0].amd_queues().len(),
+        1,
+        "the queue's amd_queue_t is found at its read pointer"
+    );
+}

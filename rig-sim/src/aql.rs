@@ -15,11 +15,18 @@
 //! and raises an interrupt with that id as context. A kernel dispatch's workgroups are dealt
 //! round-robin to the model's dies, which run their shares at once ([`crate::dispatch::spread`]).
 //!
+//! A queue with an `amd_queue_t` (a KFD queue: [`crate::QueueDesc::queue_va`]) gives each
+//! kernel the scratch its descriptor holds at the dispatch, as the hardware's processor reads
+//! it: the backing memory's location and bytes ([`rig_amd::aql::AmdQueue`]), read through the
+//! queue's page tables (a descriptor it cannot read faults the queue with the address), so a
+//! runtime that grows its scratch between dispatches is seen. A queue without one (the sim
+//! path's) gives every kernel the scratch it was made with.
+//!
 //! Packets come from rig-amd's [`rig_amd::aql::decode`].
 
 use std::sync::atomic::Ordering;
 
-use rig_amd::aql::{self, Packet};
+use rig_amd::aql::{self, AmdQueue, Packet, amd_queue};
 use rig_amd::gpu::Gpu;
 use rig_shm::ring::{Geometry, Unit};
 
@@ -63,6 +70,20 @@ impl Aql {
         }
     }
 
+    /// The scratch of the next kernel: from the queue's `amd_queue_t` if it has one.
+    fn scratch(&self, vm: &crate::memory::Vm) -> Result<(u64, u64), FaultReason> {
+        if self.queue_va == 0 {
+            return Ok(self.scratch);
+        }
+        let mut bytes = [0u8; amd_queue::BYTES];
+        vm.read(self.queue_va, &mut bytes)?;
+        let q = AmdQueue::from_bytes(&bytes);
+        Ok((
+            q.scratch_backing_memory_location,
+            q.scratch_backing_memory_byte_size,
+        ))
+    }
+
     fn bad(&self, reason: String) -> FaultReason {
         FaultReason::BadPacket {
             position: self.pos,
@@ -90,6 +111,7 @@ impl Processor for Aql {
             let completion = match packet {
                 Packet::Invalid => return Ok(()),
                 Packet::KernelDispatch(p) => {
+                    let scratch = self.scratch(vm)?;
                     let launch = AqlLaunch {
                         packet_va: slot_va,
                         dispatch_id: self.pos,
@@ -100,7 +122,7 @@ impl Processor for Aql {
                         group_segment_size: p.group_segment_size,
                         kernel_object: p.kernel_object,
                         kernarg_address: p.kernarg_address,
-                        scratch: self.scratch,
+                        scratch,
                     };
                     let d = dispatch::from_aql(self.model, vm, &launch)?;
                     if d.group_size.contains(&0) {

@@ -78,10 +78,13 @@ pub struct QueueDesc {
     /// The doorbell the client rings after moving the write position.
     pub doorbell: Doorbell,
     /// AQL: GPU address of the queue's `amd_queue_t`, handed to kernels that ask for the
-    /// queue pointer; 0 if none. Other kinds ignore it.
+    /// queue pointer; 0 if none. With one, each kernel's scratch is read from it at the
+    /// dispatch, as the hardware's packet processor reads it (a KFD queue's, found at its read
+    /// pointer: [`rig_amd::aql::AmdQueue::at_read_pointer`]). Other kinds ignore it.
     pub queue_va: u64,
-    /// AQL: the scratch memory every kernel of the queue gets, as (GPU address, bytes);
-    /// (0, 0) if none. Other kinds ignore it (a PM4 dispatch names its scratch).
+    /// AQL without an `amd_queue_t`: the scratch memory every kernel of the queue gets, as
+    /// (GPU address, bytes); (0, 0) if none. Other kinds ignore it (a PM4 dispatch names its
+    /// scratch).
     pub scratch: (u64, u64),
 }
 

@@ -1,18 +1,25 @@
 //! rigd's kfd path on the emulated KFD: memory of each kind, host mappings, a PM4 queue
 //! whose client doorbell is forwarded to KFD's and whose release interrupts the device,
-//! a GPU page fault reported to the device with its address, and a stop that leaves no
-//! queue behind in the emulated kernel; on a GPU whose BAR is smaller than its VRAM, Device
-//! memory the host does not address, placed through the path's staging copy.
+//! a GPU page fault reported to the device with its address, a stop that leaves no
+//! queue behind in the emulated kernel, and AQL queues with their `amd_queue_t`: a kernel
+//! with a private array runs with the scratch the descriptor gives it (gfx1100), scratch
+//! the descriptor places where nothing is mapped faults the device there, and a gfx942
+//! queue's descriptor holds what KFD's command processor reads; on a GPU whose BAR is
+//! smaller than its VRAM, Device memory the host does not address, placed through the
+//! path's staging copy.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use rig_amd::aql::{AmdQueue, Barrier, KernelDispatch, Packet};
+use rig_amd::code_object::CodeObject;
+use rig_amd::kernarg::{self, Grid};
 use rig_kfd::seam::{Emulated, Kernel};
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use rigd::path::kfd::{KfdBackend, KfdProcess};
-use rigd::path::{Backend, Events, Path, QueueSpec, Stopped};
+use rigd::path::{Backend, Events, Path, PathMemory, QueueHandle, QueueSpec, Stopped};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -392,4 +399,290 @@ fn a_staging_copy_that_never_finishes_is_a_fault_naming_its_bound() {
     let ms = rigd::path::kfd::STAGING_BOUND.as_millis();
     assert!(why.0.contains(&format!("within {ms} ms")), "{why}");
     assert!(start.elapsed() >= rigd::path::kfd::STAGING_BOUND);
+}
+
+/// An AQL queue of 64 packets on Pinned memory whose every kernel gets `scratch`: its ring
+/// (every slot INVALID), its positions page (read at 0, write at 64) and the client's
+/// doorbell.
+struct Aql {
+    ring: SharedRegion,
+    pos: SharedRegion,
+    bell: Doorbell,
+    handle: QueueHandle,
+    _memory: [PathMemory; 2],
+}
+
+fn aql_queue(path: &mut Box<dyn Path>, scratch: (u64, u64)) -> Aql {
+    let ring = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let pos = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let r = ring.host.clone().unwrap();
+    for slot in 0..64 {
+        r.store_u32(
+            slot * 64,
+            u32::from(rig_amd::aql::TYPE_INVALID),
+            Ordering::Relaxed,
+        );
+    }
+    let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+    let handle = path
+        .queue(QueueSpec {
+            kind: QueueKind::Aql,
+            ring: ring.address,
+            bytes: 4096,
+            read: pos.address,
+            write: pos.address + 64,
+            doorbell: bell.clone(),
+            scratch,
+        })
+        .unwrap();
+    Aql {
+        ring: r,
+        pos: pos.host.clone().unwrap(),
+        bell,
+        handle,
+        _memory: [ring, pos],
+    }
+}
+
+const ITEMS: usize = 256;
+
+/// The committed gfx1100 `scratch` kernel (kernels/src/scratch.cl: a private array of 320
+/// words per item), or `None`, saying so, when it is absent.
+fn scratch_kernel() -> Option<CodeObject> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/scratch.co");
+    let Ok(bytes) = std::fs::read(&path) else {
+        println!(
+            "skipped: {} is absent (kernels/build.sh makes it)",
+            path.display()
+        );
+        return None;
+    };
+    Some(CodeObject::parse(&bytes).unwrap())
+}
+
+/// Places `co`'s `scratch` kernel in Device memory, its input and kernel arguments in Pinned
+/// memory, and submits one dispatch of ITEMS items on `q`; answers the Pinned memory (input
+/// at 4096, output after it), the seeds, and the code's memory.
+fn launch_scratch(
+    path: &mut Box<dyn Path>,
+    co: &CodeObject,
+    q: &Aql,
+) -> (PathMemory, Vec<u32>, PathMemory) {
+    let k = co.kernel("scratch").unwrap().clone();
+    let code = path.alloc(MemoryKind::Device, co.image_size()).unwrap();
+    let mut image = vec![0u8; co.image_size() as usize];
+    co.place(code.address, &mut image).unwrap();
+    path.upload(&code, 0, &image).unwrap();
+    let mem = path.alloc(MemoryKind::Pinned, 8192).unwrap();
+    let host = mem.host.clone().unwrap();
+    let seeds: Vec<u32> = (0..ITEMS as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+        .collect();
+    for (i, s) in seeds.iter().enumerate() {
+        host.write(4096 + 4 * i, &s.to_le_bytes());
+    }
+    let (input, out) = (mem.address + 4096, mem.address + 4096 + 4 * ITEMS as u64);
+    let mut params = input.to_le_bytes().to_vec();
+    params.extend(out.to_le_bytes());
+    let grid = Grid {
+        groups: [(ITEMS / 64) as u32, 1, 1],
+        group_size: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    let mut ka = vec![0u8; 1024];
+    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
+    host.write(0, &ka[..n]);
+    let words = Packet::KernelDispatch(KernelDispatch {
+        header: Default::default(),
+        dimensions: 1,
+        workgroup_size: [64, 1, 1],
+        grid_size: [ITEMS as u32, 1, 1],
+        private_segment_size: k.private_segment_size(),
+        group_segment_size: 0,
+        kernel_object: code.address + k.descriptor_offset(),
+        kernarg_address: mem.address,
+        completion_signal: 0,
+    })
+    .encode()
+    .unwrap();
+    for (i, w) in words.iter().enumerate().skip(1) {
+        q.ring.store_u32(4 * i, *w, Ordering::Relaxed);
+    }
+    q.ring.store_u32(0, words[0], Ordering::Release);
+    q.pos.store_u64(64, 1, Ordering::Release);
+    q.bell.ring(1);
+    (mem, seeds, code)
+}
+
+/// Scratch for every wave slot of the GPU, as rigd sizes a kernel's: its bytes per wave
+/// times compute units times their waves.
+fn scratch_bytes(gpu: &rig_amd::gpu::Gpu, co: &CodeObject) -> u64 {
+    let k = co.kernel("scratch").unwrap();
+    gpu.hal().wave_scratch(k.private_segment_size(), k.wave64())
+        * u64::from(gpu.compute_units * gpu.waves_per_cu)
+}
+
+#[test]
+fn an_aql_queue_runs_a_kernel_with_the_scratch_of_its_amd_queue() {
+    let Some(co) = scratch_kernel() else {
+        return;
+    };
+    let s = setup("gfx1100");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let gpu = s.backend.description().gpu.clone();
+    let scratch = path
+        .alloc(MemoryKind::Device, scratch_bytes(&gpu, &co))
+        .unwrap();
+    let kernel = &s.server.processes()[0];
+    let before = kernel.holdings().1;
+    let q = aql_queue(&mut path, (scratch.address, scratch.bytes));
+    assert_eq!(
+        kernel.holdings().1,
+        before + 5,
+        "ring, positions, EOP buffer, context-save area and the amd_queue_t"
+    );
+    let (mem, seeds, _code) = launch_scratch(&mut path, &co, &q);
+    until("the client's read position", || {
+        q.pos.load_u64(0, Ordering::Acquire) == 1 || !seen.faults.lock().unwrap().is_empty()
+    });
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
+    let host = mem.host.as_ref().unwrap();
+    for (i, seed) in seeds.iter().enumerate() {
+        let t: Vec<u32> = (0..320u32)
+            .map(|k| seed.wrapping_mul(k).wrapping_add(i as u32))
+            .collect();
+        let want = (0..64u32).fold(0u32, |acc, k| {
+            acc.wrapping_add(t[(seed.wrapping_add(k * 37) % 320) as usize])
+        });
+        assert_eq!(
+            host.load_u32(4096 + 4 * ITEMS + 4 * i, Ordering::Acquire),
+            want,
+            "out[{i}]"
+        );
+    }
+    let d = kernel.amd_queues()[0].expect("the command processor reads the amd_queue_t");
+    assert_eq!(
+        d.read_dispatch_id, 1,
+        "KFD's read pointer is the descriptor's"
+    );
+    assert_eq!(
+        d.write_dispatch_id, 1,
+        "KFD's write pointer is the descriptor's"
+    );
+    assert_eq!(d.scratch_backing_memory_location, scratch.address);
+    let held = kernel.holdings().1;
+    path.retire(q.handle).unwrap();
+    assert_eq!(kernel.holdings().0, 0, "no queue left in the kernel");
+    assert_eq!(
+        kernel.holdings().1,
+        held - 3,
+        "retire frees the EOP buffer, the context-save area and the amd_queue_t"
+    );
+}
+
+#[test]
+fn scratch_the_amd_queue_places_where_nothing_is_mapped_faults_the_device_there() {
+    let Some(co) = scratch_kernel() else {
+        return;
+    };
+    let s = setup("gfx1100");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let gpu = s.backend.description().gpu.clone();
+    let bytes = scratch_bytes(&gpu, &co);
+    // Far past anything the path handed out: mapped by no one.
+    let bad = 0x70_0000_0000u64;
+    let q = aql_queue(&mut path, (bad, bytes));
+    let _launched = launch_scratch(&mut path, &co, &q);
+    until("the fault", || !seen.faults.lock().unwrap().is_empty());
+    let why = seen.faults.lock().unwrap()[0].clone();
+    assert_eq!(why.kind, rig_proto::FaultKind::MemoryFault, "{why}");
+    let at = why.address.expect("the faulting address");
+    assert!(
+        (bad..bad + bytes).contains(&at),
+        "the kernel faults in the scratch its queue names: {why}"
+    );
+    assert_eq!(path.stop(None), Stopped::Stopped);
+    assert_eq!(s.server.processes()[0].holdings().0, 0);
+}
+
+#[test]
+fn a_gfx942_aql_queue_holds_its_ring_and_scratch_in_its_amd_queue() {
+    let s = setup("gfx942");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let gpu = s.backend.description().gpu.clone();
+    let waves = gpu.compute_units * gpu.waves_per_cu;
+    let wave_bytes = 4096u64;
+    let scratch = path
+        .alloc(MemoryKind::Device, wave_bytes * u64::from(waves))
+        .unwrap();
+    let kernel = &s.server.processes()[0];
+    let before = kernel.holdings().1;
+    let _q = aql_queue(&mut path, (scratch.address, scratch.bytes));
+    assert_eq!(
+        kernel.queue_types(),
+        vec![rig_kfd::abi::QUEUE_TYPE_COMPUTE_AQL]
+    );
+    let d = kernel.amd_queues()[0].expect("the command processor reads the amd_queue_t");
+    let mut want = AmdQueue::new(d.base_address, 4096);
+    want.id = d.id;
+    want.max_cu_id = gpu.compute_units - 1;
+    want.max_wave_id = gpu.waves_per_cu - 1;
+    want.set_scratch(gpu.hal(), scratch.address, scratch.bytes, waves);
+    assert_eq!(d, want);
+    assert_eq!(d.size, 64, "packets of the ring");
+    assert_eq!(d.read_dispatch_id_field_base_byte_offset, 128);
+    // GFX9 counts WAVESIZE in 1 KiB granules: 4 of them a wave.
+    assert_eq!(gpu.hal().scratch_granule, 1024);
+    assert_eq!(gpu.hal().tmpring_wave_bytes(d.compute_tmpring_size), 4096);
+    assert_eq!(d.scratch_wave64_lane_byte_size, 64);
+    assert_eq!(
+        d.scratch_resource_descriptor,
+        rig_amd::dispatch::scratch_resource(scratch.address, scratch.bytes)
+    );
+    assert_eq!(path.stop(None), Stopped::Stopped);
+    assert_eq!(kernel.holdings().0, 0, "no queue left in the kernel");
+    assert_eq!(
+        kernel.holdings().1,
+        before + 2,
+        "stop frees the queue's EOP buffer, context-save area and amd_queue_t (the ring and positions stay)"
+    );
+}
+
+#[test]
+fn an_aql_queues_read_position_reaches_the_client_as_its_packets_run() {
+    let s = setup("gfx942");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let q = aql_queue(&mut path, (0, 0));
+    // Barrier-AND packets with no signal complete at once; 200 go round the 64-slot ring
+    // three times, each placed once the read position the client sees leaves it room.
+    let barrier = Packet::BarrierAnd(Barrier {
+        header: Default::default(),
+        dep_signal: [0; 5],
+        completion_signal: 0,
+    })
+    .encode()
+    .unwrap();
+    for i in 0..200u64 {
+        until("room in the ring", || {
+            q.pos.load_u64(0, Ordering::Acquire) + 64 > i
+        });
+        let at = (i % 64) as usize * 64;
+        for (k, w) in barrier.iter().enumerate().skip(1) {
+            q.ring.store_u32(at + 4 * k, *w, Ordering::Relaxed);
+        }
+        q.ring.store_u32(at, barrier[0], Ordering::Release);
+        q.pos.store_u64(64, i + 1, Ordering::Release);
+        q.bell.ring(i + 1);
+    }
+    until("every packet", || {
+        q.pos.load_u64(0, Ordering::Acquire) == 200
+    });
+    let d = s.server.processes()[0].amd_queues()[0].unwrap();
+    assert_eq!((d.read_dispatch_id, d.write_dispatch_id), (200, 200));
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
 }

@@ -27,6 +27,14 @@
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
 //! is rung. amdgpu does not bound how long a user queue's work
 //! runs, so rigd's hang watchdog does ([`HANG_MS`]).
+//!
+//! An AQL queue also gets its `amd_queue_t` ([`rig_amd::aql::AmdQueue`]), a Pinned page of
+//! its own: the ring, and the scratch every kernel gets (the device's, `QueueSpec::scratch`),
+//! which the command processor reads there. Its write and read dispatch ids are the queue's
+//! write and read pointers for KFD, as ROCr gives them; the forwarder stores the client's
+//! write position in the first before it rings (with the last packet's index, as ROCr does)
+//! and passes the second on to the client's read position, at each ring and wake and every
+//! [`AQL_READ_POLL`] while packets are in flight.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -34,6 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use rig_amd::aql::{AmdQueue, amd_queue};
 use rig_kfd::abi;
 use rig_kfd::kfd::{HostPages, Kfd, KfdError};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -80,6 +89,9 @@ const STAGING_RPTR: u64 = STAGING_RING;
 const STAGING_WPTR: u64 = STAGING_RING + 64;
 const STAGING_FENCE: u64 = STAGING_RING + 128;
 const STAGING_DATA: u64 = STAGING_RING + PAGE;
+/// How often a doorbell forwarder passes an AQL queue's read position on to the client
+/// while its packets are in flight (it does at each ring and wake besides).
+pub const AQL_READ_POLL: Duration = Duration::from_millis(1);
 
 /// A path's listener of the backend's events: its device's callbacks and address ranges.
 #[derive(Debug)]
@@ -163,8 +175,16 @@ fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
         KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
             "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
              context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
-             GPU, which this kernel does not take): {e}",
-            args.ring_size, args.eop_buffer_size, args.ctx_save_restore_size, args.ctl_stack_size
+             GPU, which this kernel does not take){}: {e}",
+            args.ring_size,
+            args.eop_buffer_size,
+            args.ctx_save_restore_size,
+            args.ctl_stack_size,
+            if args.queue_type == abi::QUEUE_TYPE_COMPUTE_AQL {
+                ", read and write pointers in the amd_queue_t's page of their own"
+            } else {
+                ""
+            }
         )),
         _ => refused(e),
     }
@@ -449,6 +469,7 @@ impl Backend for KfdBackend {
             listener,
             held: HashMap::new(),
             queues: HashMap::new(),
+            hosts: HashMap::new(),
             next_token: 1,
             last_ring: Arc::new(Mutex::new(None)),
             staging: None,
@@ -489,6 +510,33 @@ struct KfdQueue {
     buffers: Vec<PathMemory>,
 }
 
+/// An AQL queue's words the forwarder keeps: its `amd_queue_t` (the path's page, whose
+/// dispatch ids are KFD's read and write pointers) and the client's read position.
+#[derive(Debug)]
+struct AqlWords {
+    queue: SharedRegion,
+    read: (SharedRegion, usize),
+}
+
+impl AqlWords {
+    /// Copies the queue's read dispatch id to the client's read position; returns it.
+    fn publish_read(&self) -> u64 {
+        let r = self
+            .queue
+            .load_u64(amd_queue::READ_DISPATCH_ID, Ordering::Acquire);
+        self.read.0.store_u64(self.read.1, r, Ordering::Release);
+        r
+    }
+
+    /// The client's write position `v` becomes the queue's write dispatch id; answers the
+    /// doorbell's value: the last packet's index, as ROCr and tinygrad ring an AQL queue.
+    fn wrote(&self, v: u64) -> u64 {
+        self.queue
+            .store_u64(amd_queue::WRITE_DISPATCH_ID, v, Ordering::Release);
+        v.wrapping_sub(1)
+    }
+}
+
 /// One device's share of a KFD GPU.
 #[derive(Debug)]
 pub struct KfdPath {
@@ -496,6 +544,9 @@ pub struct KfdPath {
     listener: Arc<Listener>,
     held: HashMap<u64, Held>,
     queues: HashMap<u64, KfdQueue>,
+    /// The host mappings of the memory given, by token: where an AQL queue's read position
+    /// reaches the client.
+    hosts: HashMap<u64, (u64, u64, SharedRegion)>,
     next_token: u64,
     /// When the last doorbell was forwarded, with the device's interrupt count just before:
     /// the path's answer to "since when busy" until an interrupt comes after it.
@@ -534,6 +585,9 @@ impl KfdPath {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((held.va, held.va + held.bytes));
+        if let Some(r) = &host {
+            self.hosts.insert(token, (held.va, held.bytes, r.clone()));
+        }
         let m = PathMemory {
             address: held.va,
             bytes: held.bytes,
@@ -590,6 +644,52 @@ impl KfdPath {
             return Err(refused(e));
         }
         Ok(Held { handle, va, bytes })
+    }
+
+    /// The host mapping of the 8 bytes at `va`, if memory the path gave holds them.
+    fn host_word(&self, va: u64) -> Option<(SharedRegion, usize)> {
+        self.hosts.values().find_map(|(a, bytes, r)| {
+            let off = va
+                .checked_sub(*a)
+                .filter(|o| o.saturating_add(8) <= *bytes)?;
+            Some((r.clone(), usize::try_from(off).ok()?))
+        })
+    }
+
+    /// An AQL queue's `amd_queue_t`: Pinned memory of one page (KFD wants the read and
+    /// write pointers each in a mapping of one page of its own), describing the ring of
+    /// `spec` and the scratch every kernel gets (`spec.scratch`, shared by the GPU's wave
+    /// slots as rigd sizes it), and where the client reads the queue's read position.
+    fn amd_queue(&mut self, spec: &QueueSpec) -> Result<(PathMemory, AqlWords), Refusal> {
+        let read = self.host_word(spec.read).ok_or_else(|| {
+            Refusal::Refused(format!(
+                "the AQL queue's read position at {:#x} is not in memory this path gave",
+                spec.read
+            ))
+        })?;
+        let gpu = self
+            .shared
+            .node
+            .gpu()
+            .map_err(|e| Refusal::Refused(e.to_string()))?;
+        let mut q = AmdQueue::new(spec.ring, spec.bytes);
+        q.max_cu_id = gpu.compute_units.saturating_sub(1);
+        q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);
+        q.set_scratch(
+            gpu.hal(),
+            spec.scratch.0,
+            spec.scratch.1,
+            gpu.compute_units.saturating_mul(gpu.waves_per_cu),
+        );
+        let m = self.alloc(MemoryKind::Pinned, PAGE)?;
+        let Some(host) = m.host.clone() else {
+            self.free(m);
+            return Err(Refusal::Refused(
+                "Pinned memory came without a host mapping".into(),
+            ));
+        };
+        host.write(0, &q.to_bytes());
+        Ok((m, AqlWords { queue: host, read }))
     }
 
     fn release(&self, held: &Held) {
@@ -701,6 +801,7 @@ impl Path for KfdPath {
     }
 
     fn free(&mut self, memory: PathMemory) {
+        self.hosts.remove(&memory.token);
         if let Some(h) = self.held.remove(&memory.token) {
             self.release(&h);
         }
@@ -772,6 +873,23 @@ impl Path for KfdPath {
             args.ctl_stack_size = cs.ctl_stack_bytes as u32;
             buffers.push(ctx);
         }
+        let mut aql = None;
+        if spec.kind == QueueKind::Aql {
+            match self.amd_queue(&spec) {
+                Ok((m, words)) => {
+                    args.read_pointer_address = m.address + amd_queue::READ_DISPATCH_ID as u64;
+                    args.write_pointer_address = m.address + amd_queue::WRITE_DISPATCH_ID as u64;
+                    buffers.push(m);
+                    aql = Some(words);
+                }
+                Err(e) => {
+                    for b in buffers {
+                        self.free(b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         if let Err(e) = self.shared.kfd.create_queue(&mut args) {
             for b in buffers {
                 self.free(b);
@@ -812,6 +930,10 @@ impl Path for KfdPath {
             }
         };
         let at = (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize;
+        if let Some(w) = &aql {
+            w.queue
+                .store_u64(amd_queue::ID, u64::from(args.queue_id), Ordering::Release);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (client, flag, kernel, last, listener) = (
             spec.doorbell.clone(),
@@ -841,18 +963,29 @@ impl Path for KfdPath {
                     }
                     forwarded = None;
                     if v == seen {
-                        v = client.wait(seen, Some(Duration::from_millis(500)), || {
-                            flag.load(Ordering::Acquire)
-                        });
+                        // An AQL queue's packets still in flight: its read position is
+                        // passed on at least every AQL_READ_POLL.
+                        let slice = match &aql {
+                            Some(w) if w.publish_read() < seen => AQL_READ_POLL,
+                            _ => Duration::from_millis(500),
+                        };
+                        v = client.wait(seen, Some(slice), || flag.load(Ordering::Acquire));
                     }
                     if flag.load(Ordering::Acquire) {
                         return;
+                    }
+                    if let Some(w) = &aql {
+                        w.publish_read();
                     }
                     if v != seen {
                         let seen_irqs = listener.interrupts.load(Ordering::Acquire);
                         *last.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some((Instant::now(), seen_irqs));
-                        kernel.ring(&bells, at, v);
+                        let value = match &aql {
+                            Some(w) => w.wrote(v),
+                            None => v,
+                        };
+                        kernel.ring(&bells, at, value);
                         seen = v;
                         forwarded = Some(Instant::now());
                     }
