@@ -1,10 +1,11 @@
 //! The emulated kernel: KFD's ioctls with the kernel's validation and errnos, over rig-sim.
 //!
 //! One [`Kernel`] holds the emulated GPUs (each a [`rig_sim::SimGpu`] shared by every process
-//! that opens it). A [`Process`] is one open of `/dev/kfd`: per GPU one GPU VM (a rig-sim
-//! address space, made by ACQUIRE_VM), its allocations, queues and doorbell page, and the
-//! process's events. Closing the process's file tears all of it down, as the kernel's
-//! `kfd_process_notifier_release` does.
+//! that opens it). A [`Process`] is one KFD process (one client process, however often it
+//! opens `/dev/kfd`: [`crate::server`] finds it): per GPU one GPU VM (a rig-sim address
+//! space, made by ACQUIRE_VM), its allocations, queues and doorbell page, and the process's
+//! events. The client's exit ends its queues ([`Process::end_queues`], as the kernel's
+//! `kfd_process_notifier_release`), and its last reference the rest ([`Process::release`]).
 //!
 //! The errnos are amdgpu's (`kfd_chardev.c`, `kfd_events.c`, `kfd_queue.c`,
 //! `amdgpu_amdkfd_gpuvm.c`): EINVAL for malformed arguments, unknown GPUs and handles,
@@ -190,7 +191,7 @@ impl Kernel {
         self.gpus.iter().position(|g| g.facts.gpu_id == gpu_id)
     }
 
-    /// Opens `/dev/kfd`: a new process.
+    /// A new KFD process (the first open of `/dev/kfd` by a client process).
     pub fn open_kfd(self: &Arc<Self>) -> Arc<Process> {
         Arc::new(Process {
             kernel: self.clone(),
@@ -294,7 +295,7 @@ struct State {
     gone: bool,
 }
 
-/// One open `/dev/kfd`.
+/// One KFD process.
 #[derive(Debug)]
 pub struct Process {
     kernel: Arc<Kernel>,
@@ -1105,16 +1106,26 @@ impl Process {
             .collect()
     }
 
-    /// The process's file closed: stop its queues, drop its memory and events, and fail
-    /// its waits.
-    pub fn release(&self) {
+    /// The process's address space went (`kfd_process_notifier_release`): its queues are
+    /// destroyed.
+    pub fn end_queues(&self) {
         let mut s = lock(&self.state);
-        s.gone = true;
         for (i, dev) in s.devices.iter_mut().enumerate() {
             for (_, q) in std::mem::take(&mut dev.queues) {
                 q.sim.stop();
+                dev.slots[q.slot] = false;
                 self.kernel.gpus[i].queues.fetch_sub(1, Ordering::AcqRel);
             }
+        }
+    }
+
+    /// The process's last reference went (its address space and every file of it): stop
+    /// its queues, drop its memory and events, and fail its waits.
+    pub fn release(&self) {
+        self.end_queues();
+        let mut s = lock(&self.state);
+        s.gone = true;
+        for (i, dev) in s.devices.iter_mut().enumerate() {
             for (_, bo) in std::mem::take(&mut dev.bos) {
                 if bo.mapped
                     && let Some(space) = &dev.space
