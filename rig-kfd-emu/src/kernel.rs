@@ -67,6 +67,10 @@ pub struct Config {
     /// `rig_kfd::queue::ContextSave`'s, as a kernel or firmware whose rule differs asks (0:
     /// Linux 6.12's rule).
     pub cwsr_extra_bytes: u64,
+    /// Whether ALLOC_MEMORY_OF_GPU gives the MMIO_REMAP (HDP flush) page; without it the
+    /// allocation answers ENOMEM, as amdgpu does on a GPU whose register page it cannot
+    /// remap (pages larger than 4 KiB, SR-IOV functions).
+    pub mmio_remap: bool,
 }
 
 impl Default for Config {
@@ -81,6 +85,7 @@ impl Default for Config {
             max_queues_per_process: (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize,
             max_queues_per_device: 4096,
             cwsr_extra_bytes: 0,
+            mmio_remap: true,
         }
     }
 }
@@ -256,6 +261,8 @@ enum Pages {
     Host(SharedRegion, u64),
     /// The process's doorbell page.
     Doorbells,
+    /// The MMIO_REMAP page (the HDP flush registers).
+    Mmio,
 }
 
 #[derive(Debug)]
@@ -271,6 +278,8 @@ struct Bo {
 #[derive(Debug)]
 struct EmuQueue {
     sim: rig_sim::Queue,
+    /// Its doorbell's front end (stopped after the queue, when dropped).
+    front: crate::hdp::Front,
     slot: usize,
     /// CREATE_QUEUE's `queue_type`.
     kind: u32,
@@ -284,6 +293,8 @@ struct Device {
     bos: BTreeMap<u32, Bo>,
     next_bo: u32,
     doorbells: Option<SharedRegion>,
+    /// The GPU's HDP flush page as this process sees it.
+    hdp: Option<Arc<crate::hdp::Hdp>>,
     slots: Vec<bool>,
     queues: BTreeMap<u32, EmuQueue>,
 }
@@ -609,6 +620,7 @@ impl Process {
         dev.space = Some(self.kernel.gpus[i].sim.create_address_space());
         dev.render = Some(token);
         dev.doorbells = Some(region);
+        dev.hdp = Some(crate::hdp::Hdp::new().map_err(|_| libc::ENOMEM)?);
         dev.slots = vec![false; self.kernel.config.max_queues_per_process];
         dev.next_bo = 1;
         // The process reaches its allocations' pages through this render node.
@@ -628,7 +640,7 @@ impl Process {
                 | abi::ALLOC_MEM_FLAGS_USERPTR
                 | abi::ALLOC_MEM_FLAGS_DOORBELL
                 | abi::ALLOC_MEM_FLAGS_MMIO_REMAP);
-        if kinds.count_ones() != 1 || kinds == abi::ALLOC_MEM_FLAGS_MMIO_REMAP {
+        if kinds.count_ones() != 1 {
             return Err(libc::EINVAL);
         }
         if a.size == 0 || !page_aligned(a.size) || !page_aligned(a.va_addr) {
@@ -692,6 +704,17 @@ impl Process {
                 }
                 Pages::Doorbells
             }
+            // kfd_ioctl_alloc_memory_of_gpu: one page, and ENOMEM where the GPU has no
+            // remapped register page.
+            abi::ALLOC_MEM_FLAGS_MMIO_REMAP => {
+                if a.size != crate::hdp::PAGE_BYTES {
+                    return Err(libc::EINVAL);
+                }
+                if !self.kernel.config.mmio_remap {
+                    return Err(libc::ENOMEM);
+                }
+                Pages::Mmio
+            }
             _ => return Err(libc::EINVAL),
         };
         let idr = dev.next_bo;
@@ -715,7 +738,10 @@ impl Process {
             },
         );
         a.handle = handle(a.gpu_id, idr);
-        if kinds != abi::ALLOC_MEM_FLAGS_USERPTR {
+        if kinds == abi::ALLOC_MEM_FLAGS_MMIO_REMAP {
+            // "MMIO is mapped through kfd device": KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID.
+            a.mmap_offset = mmio_mmap_offset(a.gpu_id);
+        } else if kinds != abi::ALLOC_MEM_FLAGS_USERPTR {
             a.mmap_offset = mmap_offset;
         }
         Ok(())
@@ -766,6 +792,7 @@ impl Process {
             let dev = &mut s.devices[i];
             let space = dev.space.clone().ok_or(libc::EINVAL)?;
             let doorbells = dev.doorbells.clone();
+            let hdp = dev.hdp.clone();
             let bo = dev.bos.get_mut(&(a.handle as u32)).ok_or(libc::EINVAL)?;
             if bo.mapped == map {
                 a.n_success += 1;
@@ -780,6 +807,10 @@ impl Process {
                     }
                     Pages::Doorbells => match &doorbells {
                         Some(region) => space.map_host(bo.va, region, 0, bo.size, true),
+                        None => return Err(libc::EINVAL),
+                    },
+                    Pages::Mmio => match &hdp {
+                        Some(h) => space.map_host(bo.va, h.page(), 0, bo.size, true),
                         None => return Err(libc::EINVAL),
                     },
                 };
@@ -856,6 +887,14 @@ impl Process {
         let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
         let bell =
             Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
+        let hdp = dev.hdp.clone().ok_or(libc::EINVAL)?;
+        let (front, bell) = match crate::hdp::Front::start(bell, hdp) {
+            Ok(f) => f,
+            Err(_) => {
+                gpu.queues.fetch_sub(1, Ordering::AcqRel);
+                return Err(libc::ENOMEM);
+            }
+        };
         let space = dev.space.clone().ok_or(libc::EINVAL)?;
         let events = self.events.clone();
         let faults = self.events.clone();
@@ -917,6 +956,7 @@ impl Process {
             id,
             EmuQueue {
                 sim: q,
+                front,
                 slot,
                 kind: a.queue_type,
             },
@@ -1079,6 +1119,14 @@ impl Process {
         }
         let s = lock(&self.state);
         for (i, dev) in s.devices.iter().enumerate() {
+            if offset == mmio_mmap_offset(self.kernel.gpus[i].facts.gpu_id) {
+                return match &dev.hdp {
+                    Some(h) if self.kernel.config.mmio_remap && len == crate::hdp::PAGE_BYTES => {
+                        Ok(h.page().clone())
+                    }
+                    _ => Err(libc::EINVAL),
+                };
+            }
             if offset == doorbell_mmap_offset(i) {
                 return match &dev.doorbells {
                     Some(r) if len == DOORBELL_SLICE_BYTES => Ok(r.clone()),
@@ -1095,6 +1143,26 @@ impl Process {
         let queues = s.devices.iter().map(|d| d.queues.len()).sum();
         let bos = s.devices.iter().map(|d| d.bos.len()).sum();
         (queues, bos, lock(&self.events.inner).map.len())
+    }
+
+    /// Per queue the process holds: the doorbells its front end passed on, and how many
+    /// of them an HDP flush came before ([`crate::hdp`]).
+    pub fn doorbells_flushed(&self) -> Vec<(u64, u64)> {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .flat_map(|d| d.queues.values().map(|q| q.front.counts()))
+            .collect()
+    }
+
+    /// HDP flushes the process's stores asked for and its queues' doorbells took.
+    pub fn hdp_flushes(&self) -> u64 {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .filter_map(|d| d.hdp.as_ref())
+            .map(|h| h.flushes())
+            .sum()
     }
 
     /// The `queue_type` (`abi::QUEUE_TYPE_*`) of each queue the process holds.
@@ -1149,6 +1217,12 @@ impl Process {
         e.gone = true;
         self.events.changed.notify_all();
     }
+}
+
+/// The mmap offset of GPU `gpu_id`'s MMIO_REMAP page on `/dev/kfd`: the kernel's
+/// `KFD_MMAP_TYPE_MMIO` (0 in the top two bits) with `KFD_MMAP_GPU_ID` (bits 46 up).
+pub fn mmio_mmap_offset(gpu_id: u32) -> u64 {
+    u64::from(gpu_id & 0xffff) << 46
 }
 
 /// The mmap offset of device `index`'s doorbell page on `/dev/kfd`.

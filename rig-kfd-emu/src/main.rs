@@ -19,6 +19,9 @@ struct Args {
     /// VRAM of each GPU, in MiB.
     #[arg(long, default_value_t = 4096)]
     vram_mib: u64,
+    /// Refuse the MMIO_REMAP (HDP flush) page (ENOMEM), as a GPU without one does.
+    #[arg(long)]
+    no_mmio_remap: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +32,7 @@ fn main() -> std::process::ExitCode {
     let config = rig_kfd_emu::kernel::Config {
         models: args.gpus,
         vram_bytes: args.vram_mib << 20,
+        mmio_remap: !args.no_mmio_remap,
         ..Default::default()
     };
     match rig_kfd_emu::start(config, &args.socket, &args.topology) {

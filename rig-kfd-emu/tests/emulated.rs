@@ -782,3 +782,41 @@ fn a_forked_child_using_the_parents_file_gets_ebadf_and_touches_nothing() {
     p.kfd.unmap(h, g).unwrap();
     p.kfd.free(h).unwrap();
 }
+
+/// ALLOC_MEMORY_OF_GPU with MMIO_REMAP: one page, mapped through `/dev/kfd` at the offset
+/// it answers; ENOMEM where the GPU has no remapped register page.
+#[test]
+fn the_mmio_remap_page_is_one_page_mapped_through_kfd() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1201");
+    let g = p.node.gpu_id;
+    let flags = abi::ALLOC_MEM_FLAGS_MMIO_REMAP | abi::ALLOC_MEM_FLAGS_WRITABLE;
+    let va = p.va(8192);
+    let e = p.kfd.alloc(g, va, 8192, flags).unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL, "not one page: {e}");
+    let (h, off) = p.kfd.alloc(g, va, 4096, flags).unwrap();
+    assert_eq!(
+        off,
+        u64::from(g) << 46,
+        "KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID"
+    );
+    let page = p.kfd.mmap("the HDP page", off, 4096).unwrap();
+    assert_eq!(
+        page.atomic_u32(abi::MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
+            .load(Ordering::Acquire),
+        rig_kfd_emu::hdp::IDLE
+    );
+    assert!(p.kfd.mmap("the HDP page", off, 8192).is_err());
+    p.kfd.map(h, g).unwrap();
+    p.kfd.unmap(h, g).unwrap();
+    p.kfd.free(h).unwrap();
+
+    let emu = emulate(Config {
+        mmio_remap: false,
+        ..Config::default()
+    });
+    let mut p = Proc::open(&emu, "gfx1201");
+    let va = p.va(4096);
+    let e = p.kfd.alloc(p.node.gpu_id, va, 4096, flags).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM, "{e}");
+}

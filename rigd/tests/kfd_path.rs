@@ -203,3 +203,74 @@ fn two_gpus_of_one_kfd_process_each_wake_their_own_devices() {
         seen.interrupts.load(Ordering::Relaxed) > 0
     });
 }
+
+fn setup_with(config: rig_kfd_emu::kernel::Config, processor: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kfd.sock");
+    let topo = dir.path().join("topology");
+    let server = rig_kfd_emu::start(config, &sock, &topo).unwrap();
+    let kernel: Arc<dyn Kernel> = Arc::new(Emulated::new(&sock, &topo));
+    let node = rig_kfd::topology::read(&topo)
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == processor)
+        .unwrap();
+    let backend = KfdBackend::new(KfdProcess::open(kernel).unwrap(), node).unwrap();
+    Setup {
+        _dir: dir,
+        server,
+        backend,
+    }
+}
+
+/// Host writes through the BAR (Mapped memory) pass the GPU's host data path: the
+/// forwarder stores to its flush register before every doorbell it forwards, so the
+/// emulated queue finds a flush before each (rig_kfd_emu::hdp).
+#[test]
+fn a_forwarded_doorbell_after_a_mapped_write_was_preceded_by_an_hdp_flush() {
+    let s = setup("gfx1100");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mapped = path.alloc(MemoryKind::Mapped, 4096).unwrap();
+    let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
+    mapped.host.as_ref().unwrap().write(0, b"through the BAR");
+    submit(&ring, &pos, &bell, pos_va + 128, 7);
+    until("the release", || pos.load_u64(128, Ordering::Acquire) == 7);
+    let process = s.server.processes()[0].clone();
+    let counts = process.doorbells_flushed();
+    assert_eq!(counts.len(), 1, "one queue");
+    let (doorbells, flushed) = counts[0];
+    assert!(doorbells >= 1, "the queue saw its doorbells");
+    assert_eq!(flushed, doorbells, "every doorbell came after an HDP flush");
+    assert!(process.hdp_flushes() >= 1);
+}
+
+/// Where KFD gives no MMIO_REMAP page (ENOMEM), the path cannot flush the host's writes
+/// through the BAR: Mapped memory is refused naming why, and Device and Pinned still work.
+#[test]
+fn mapped_memory_is_refused_where_kfd_gives_no_hdp_flush_page() {
+    let s = setup_with(
+        rig_kfd_emu::kernel::Config {
+            mmio_remap: false,
+            ..Default::default()
+        },
+        "gfx1100",
+    );
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let e = path.alloc(MemoryKind::Mapped, 4096).unwrap_err();
+    let why = e.to_string();
+    assert!(matches!(e, rigd::path::Refusal::Refused(_)), "{why}");
+    assert!(why.contains("HDP") && why.contains("MMIO_REMAP"), "{why}");
+    assert!(
+        why.contains("Cannot allocate memory"),
+        "names KFD's errno: {why}"
+    );
+    let dev = path.alloc(MemoryKind::Device, 4096).unwrap();
+    let pinned = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
+    submit(&ring, &pos, &bell, pos_va + 128, 5);
+    until("the release", || pos.load_u64(128, Ordering::Acquire) == 5);
+    path.free(dev);
+    path.free(pinned);
+}
