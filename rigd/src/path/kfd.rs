@@ -20,8 +20,10 @@
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
-//! is rung. amdgpu does not bound how long a user queue's work
-//! runs, so rigd's hang watchdog does ([`HANG_MS`]).
+//! is rung; before each forward it stores to the GPU's HDP flush register (KFD's MMIO_REMAP
+//! page), so the client's writes through the BAR are in memory before the command processor
+//! reads its packets, and without that page Mapped memory is refused. amdgpu does not bound
+//! how long a user queue's work runs, so rigd's hang watchdog does ([`HANG_MS`]).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
