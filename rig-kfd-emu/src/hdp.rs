@@ -29,8 +29,9 @@ pub const PAGE_BYTES: u64 = 4096;
 /// How long a front end polls its doorbell after a ring before it sleeps on it (as the
 /// path's forwarder does), so a ring during work in flight costs no futex wake.
 const POLL: Duration = Duration::from_micros(50);
-/// Longest a front end sleeps before it looks at its stop flag again.
-const RECHECK: Duration = Duration::from_millis(500);
+/// Longest a front end sleeps before it looks at its stop flag again (a stop wakes it; a
+/// client that clears the doorbell's sleeping word can defeat that wake).
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// A process's MMIO_REMAP page on one GPU and the flushes taken from it.
 #[derive(Debug)]
