@@ -820,3 +820,51 @@ fn the_mmio_remap_page_is_one_page_mapped_through_kfd() {
     let e = p.kfd.alloc(p.node.gpu_id, va, 4096, flags).unwrap_err();
     assert_eq!(errno(&e), libc::ENOMEM, "{e}");
 }
+
+/// The KFD process ends with its process's address space, its memory with its last file:
+/// a process that exits while a child it forked still holds its file loses its queues at
+/// once and its memory only when the child's inherited file closes.
+#[test]
+fn an_inherited_file_keeps_an_exited_processs_memory_until_it_closes() {
+    let emu = emulate(Config::default());
+    let kernel = emu.own_kernel();
+    let (mut release, held) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (mut link, child) = in_child(move |link| {
+        let mut p = Proc::open_through(kernel, "gfx1100");
+        let mut q = pm4_queue_args(&mut p);
+        q.create(&p);
+        // A grandchild inherits the file and keeps it until the test says.
+        let (_grandchild_link, _) = in_child(move |_| {
+            use std::io::Read;
+            let _ = (&held).read(&mut [0u8; 1]);
+        });
+        link.send(1);
+        // p's files close here in this process; the grandchild's copies stay open.
+    });
+    link.recv();
+    assert!(child_succeeded(child));
+    let procs = emu.server.processes();
+    assert_eq!(procs.len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs[0].holdings().0 != 0 {
+        assert!(Instant::now() < deadline, "the queue outlived its process");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        procs[0].holdings().1 >= 4,
+        "the memory stays while a file of it is open"
+    );
+    assert_eq!(emu.server.processes().len(), 1);
+    use std::io::Write;
+    release.write_all(&[1]).unwrap();
+    while !emu.server.processes().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the memory outlived its last file"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(procs[0].holdings(), (0, 0, 0));
+    assert_eq!(emu.server.kernel().gpus()[0].vram_available(), 4 << 30);
+}
