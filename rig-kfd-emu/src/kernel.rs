@@ -1,10 +1,11 @@
 //! The emulated kernel: KFD's ioctls with the kernel's validation and errnos, over rig-sim.
 //!
 //! One [`Kernel`] holds the emulated GPUs (each a [`rig_sim::SimGpu`] shared by every process
-//! that opens it). A [`Process`] is one open of `/dev/kfd`: per GPU one GPU VM (a rig-sim
-//! address space, made by ACQUIRE_VM), its allocations, queues and doorbell page, and the
-//! process's events. Closing the process's file tears all of it down, as the kernel's
-//! `kfd_process_notifier_release` does.
+//! that opens it). A [`Process`] is one KFD process (one client process, however often it
+//! opens `/dev/kfd`: [`crate::server`] finds it): per GPU one GPU VM (a rig-sim address
+//! space, made by ACQUIRE_VM), its allocations, queues and doorbell page, and the process's
+//! events. The client's exit ends its queues ([`Process::end_queues`], as the kernel's
+//! `kfd_process_notifier_release`), and its last reference the rest ([`Process::release`]).
 //!
 //! The errnos are amdgpu's (`kfd_chardev.c`, `kfd_events.c`, `kfd_queue.c`,
 //! `amdgpu_amdkfd_gpuvm.c`): EINVAL for malformed arguments, unknown GPUs and handles,
@@ -71,6 +72,10 @@ pub struct Config {
     /// `rig_kfd::queue::ContextSave`'s, as a kernel or firmware whose rule differs asks (0:
     /// Linux 6.12's rule).
     pub cwsr_extra_bytes: u64,
+    /// Whether ALLOC_MEMORY_OF_GPU gives the MMIO_REMAP (HDP flush) page; without it the
+    /// allocation answers ENOMEM, as amdgpu does on a GPU whose register page it cannot
+    /// remap (pages larger than 4 KiB, SR-IOV functions).
+    pub mmio_remap: bool,
 }
 
 impl Default for Config {
@@ -86,6 +91,7 @@ impl Default for Config {
             max_queues_per_process: (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize,
             max_queues_per_device: 4096,
             cwsr_extra_bytes: 0,
+            mmio_remap: true,
         }
     }
 }
@@ -197,7 +203,7 @@ impl Kernel {
         self.gpus.iter().position(|g| g.facts.gpu_id == gpu_id)
     }
 
-    /// Opens `/dev/kfd`: a new process.
+    /// A new KFD process (the first open of `/dev/kfd` by a client process).
     pub fn open_kfd(self: &Arc<Self>) -> Arc<Process> {
         Arc::new(Process {
             kernel: self.clone(),
@@ -264,6 +270,8 @@ enum Pages {
     Host(SharedRegion, u64),
     /// The process's doorbell page.
     Doorbells,
+    /// The MMIO_REMAP page (the HDP flush registers).
+    Mmio,
 }
 
 #[derive(Debug)]
@@ -279,6 +287,8 @@ struct Bo {
 #[derive(Debug)]
 struct EmuQueue {
     sim: rig_sim::Queue,
+    /// Its doorbell's front end (stopped after the queue, when dropped).
+    front: crate::hdp::Front,
     slot: usize,
     /// CREATE_QUEUE's `queue_type`.
     kind: u32,
@@ -294,6 +304,8 @@ struct Device {
     bos: BTreeMap<u32, Bo>,
     next_bo: u32,
     doorbells: Option<SharedRegion>,
+    /// The GPU's HDP flush page as this process sees it.
+    hdp: Option<Arc<crate::hdp::Hdp>>,
     slots: Vec<bool>,
     queues: BTreeMap<u32, EmuQueue>,
 }
@@ -305,7 +317,7 @@ struct State {
     gone: bool,
 }
 
-/// One open `/dev/kfd`.
+/// One KFD process.
 #[derive(Debug)]
 pub struct Process {
     kernel: Arc<Kernel>,
@@ -619,6 +631,7 @@ impl Process {
         dev.space = Some(self.kernel.gpus[i].sim.create_address_space());
         dev.render = Some(token);
         dev.doorbells = Some(region);
+        dev.hdp = Some(crate::hdp::Hdp::new().map_err(|_| libc::ENOMEM)?);
         dev.slots = vec![false; self.kernel.config.max_queues_per_process];
         dev.next_bo = 1;
         // The process reaches its allocations' pages through this render node.
@@ -638,7 +651,7 @@ impl Process {
                 | abi::ALLOC_MEM_FLAGS_USERPTR
                 | abi::ALLOC_MEM_FLAGS_DOORBELL
                 | abi::ALLOC_MEM_FLAGS_MMIO_REMAP);
-        if kinds.count_ones() != 1 || kinds == abi::ALLOC_MEM_FLAGS_MMIO_REMAP {
+        if kinds.count_ones() != 1 {
             return Err(libc::EINVAL);
         }
         if a.size == 0 || !page_aligned(a.size) || !page_aligned(a.va_addr) {
@@ -710,6 +723,17 @@ impl Process {
                 }
                 Pages::Doorbells
             }
+            // kfd_ioctl_alloc_memory_of_gpu: one page, and ENOMEM where the GPU has no
+            // remapped register page.
+            abi::ALLOC_MEM_FLAGS_MMIO_REMAP => {
+                if a.size != crate::hdp::PAGE_BYTES {
+                    return Err(libc::EINVAL);
+                }
+                if !self.kernel.config.mmio_remap {
+                    return Err(libc::ENOMEM);
+                }
+                Pages::Mmio
+            }
             _ => return Err(libc::EINVAL),
         };
         let idr = dev.next_bo;
@@ -733,7 +757,10 @@ impl Process {
             },
         );
         a.handle = handle(a.gpu_id, idr);
-        if kinds != abi::ALLOC_MEM_FLAGS_USERPTR {
+        if kinds == abi::ALLOC_MEM_FLAGS_MMIO_REMAP {
+            // "MMIO is mapped through kfd device": KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID.
+            a.mmap_offset = mmio_mmap_offset(a.gpu_id);
+        } else if kinds != abi::ALLOC_MEM_FLAGS_USERPTR {
             a.mmap_offset = mmap_offset;
         }
         Ok(())
@@ -784,6 +811,7 @@ impl Process {
             let dev = &mut s.devices[i];
             let space = dev.space.clone().ok_or(libc::EINVAL)?;
             let doorbells = dev.doorbells.clone();
+            let hdp = dev.hdp.clone();
             let bo = dev.bos.get_mut(&(a.handle as u32)).ok_or(libc::EINVAL)?;
             if bo.mapped == map {
                 a.n_success += 1;
@@ -798,6 +826,10 @@ impl Process {
                     }
                     Pages::Doorbells => match &doorbells {
                         Some(region) => space.map_host(bo.va, region, 0, bo.size, true),
+                        None => return Err(libc::EINVAL),
+                    },
+                    Pages::Mmio => match &hdp {
+                        Some(h) => space.map_host(bo.va, h.page(), 0, bo.size, true),
                         None => return Err(libc::EINVAL),
                     },
                 };
@@ -900,13 +932,15 @@ impl Process {
         let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
         let bell =
             Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
-        if aql {
-            // A hardware doorbell store is an event; the emulated processor sleeps until the
-            // slot's value changes, and ROCr's first ring of an AQL queue is packet index 0,
-            // so the slot starts from a value no ring stores (before the queue exists, so
-            // nothing sleeps on it).
-            bell.ring(u64::MAX);
-        }
+        let hdp = dev.hdp.clone().ok_or(libc::EINVAL)?;
+        let (front, bell) =
+            match crate::hdp::Front::start(bell, hdp, if aql { u64::MAX } else { 0 }) {
+                Ok(f) => f,
+                Err(_) => {
+                    gpu.queues.fetch_sub(1, Ordering::AcqRel);
+                    return Err(libc::ENOMEM);
+                }
+            };
         let space = dev.space.clone().ok_or(libc::EINVAL)?;
         let events = self.events.clone();
         let faults = self.events.clone();
@@ -968,6 +1002,7 @@ impl Process {
             id,
             EmuQueue {
                 sim: q,
+                front,
                 slot,
                 kind: a.queue_type,
                 amd_queue: queue_va,
@@ -1131,6 +1166,14 @@ impl Process {
         }
         let s = lock(&self.state);
         for (i, dev) in s.devices.iter().enumerate() {
+            if offset == mmio_mmap_offset(self.kernel.gpus[i].facts.gpu_id) {
+                return match &dev.hdp {
+                    Some(h) if self.kernel.config.mmio_remap && len == crate::hdp::PAGE_BYTES => {
+                        Ok(h.page().clone())
+                    }
+                    _ => Err(libc::EINVAL),
+                };
+            }
             if offset == doorbell_mmap_offset(i) {
                 return match &dev.doorbells {
                     Some(r) if len == DOORBELL_SLICE_BYTES => Ok(r.clone()),
@@ -1157,6 +1200,26 @@ impl Process {
             .iter()
             .flat_map(|d| d.bos.values().map(|b| (b.flags, b.size)))
             .collect()
+    }
+
+    /// Per queue the process holds: the doorbells its front end passed on, and how many
+    /// of them an HDP flush came before ([`crate::hdp`]).
+    pub fn doorbells_flushed(&self) -> Vec<(u64, u64)> {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .flat_map(|d| d.queues.values().map(|q| q.front.counts()))
+            .collect()
+    }
+
+    /// HDP flushes the process's stores asked for and its queues' doorbells took.
+    pub fn hdp_flushes(&self) -> u64 {
+        let s = lock(&self.state);
+        s.devices
+            .iter()
+            .filter_map(|d| d.hdp.as_ref())
+            .map(|h| h.flushes())
+            .sum()
     }
 
     /// The `queue_type` (`abi::QUEUE_TYPE_*`) of each queue the process holds.
@@ -1187,16 +1250,26 @@ impl Process {
         out
     }
 
-    /// The process's file closed: stop its queues, drop its memory and events, and fail
-    /// its waits.
-    pub fn release(&self) {
+    /// The process's address space went (`kfd_process_notifier_release`): its queues are
+    /// destroyed.
+    pub fn end_queues(&self) {
         let mut s = lock(&self.state);
-        s.gone = true;
         for (i, dev) in s.devices.iter_mut().enumerate() {
             for (_, q) in std::mem::take(&mut dev.queues) {
                 q.sim.stop();
+                dev.slots[q.slot] = false;
                 self.kernel.gpus[i].queues.fetch_sub(1, Ordering::AcqRel);
             }
+        }
+    }
+
+    /// The process's last reference went (its address space and every file of it): stop
+    /// its queues, drop its memory and events, and fail its waits.
+    pub fn release(&self) {
+        self.end_queues();
+        let mut s = lock(&self.state);
+        s.gone = true;
+        for (i, dev) in s.devices.iter_mut().enumerate() {
             for (_, bo) in std::mem::take(&mut dev.bos) {
                 if bo.mapped
                     && let Some(space) = &dev.space
@@ -1220,6 +1293,12 @@ impl Process {
         e.gone = true;
         self.events.changed.notify_all();
     }
+}
+
+/// The mmap offset of GPU `gpu_id`'s MMIO_REMAP page on `/dev/kfd`: the kernel's
+/// `KFD_MMAP_TYPE_MMIO` (0 in the top two bits) with `KFD_MMAP_GPU_ID` (bits 46 up).
+pub fn mmio_mmap_offset(gpu_id: u32) -> u64 {
+    u64::from(gpu_id & 0xffff) << 46
 }
 
 /// The mmap offset of device `index`'s doorbell page on `/dev/kfd`.

@@ -4,6 +4,8 @@
 //! - [`kernel`]: the ioctls, with the kernel's validation and errnos; one simulated GPU per
 //!   emulated GPU, shared by every process that opens it; one GPU VM per process; doorbell
 //!   and event pages; memory and hardware exception events from the GPU's faults;
+//! - [`hdp`]: the host data path's flush page (MMIO_REMAP) and each queue's doorbell front
+//!   end, which counts the doorbells a flush came before;
 //! - [`server`]: the Unix socket through which rig-kfd's `seam::Emulated` reaches it;
 //! - [`tree`]: the sysfs topology tree it presents (gfx1100, gfx1201 and gfx942 nodes by
 //!   default).
@@ -11,6 +13,7 @@
 //! The binary `rig-kfd-emu --socket S --topology DIR` writes the tree and serves `S`.
 #![deny(missing_docs)]
 
+pub mod hdp;
 pub mod kernel;
 pub mod server;
 pub mod tree;

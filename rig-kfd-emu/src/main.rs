@@ -23,6 +23,9 @@ struct Args {
     /// resizable BAR); all of it if not given.
     #[arg(long)]
     bar_mib: Option<u64>,
+    /// Refuse the MMIO_REMAP (HDP flush) page (ENOMEM), as a GPU without one does.
+    #[arg(long)]
+    no_mmio_remap: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,6 +37,7 @@ fn main() -> std::process::ExitCode {
         models: args.gpus,
         vram_bytes: args.vram_mib << 20,
         bar_bytes: args.bar_mib.map(|m| m << 20),
+        mmio_remap: !args.no_mmio_remap,
         ..Default::default()
     };
     match rig_kfd_emu::start(config, &args.socket, &args.topology) {

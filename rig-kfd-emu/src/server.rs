@@ -1,18 +1,34 @@
-//! The emulation's socket: each connection is an open file of a client process.
+//! The emulation's socket: each connection is an open file of a client process, and each
+//! client process (the kernel's word for it: the pid the socket's credentials carry) is one
+//! KFD process.
 //!
-//! A connection's first message opens `/dev/kfd` (a new process), a render node, or a
-//! further channel of a process the same client opened (so its threads can be in calls at
-//! once, as they can in the kernel). Then each message is one call, each answer its result
-//! ([`rig_kfd::seam::wire`]). The process ends when the connection that opened it closes,
-//! as a KFD process ends with its file.
+//! A connection's first message opens `/dev/kfd`, a render node, or a further channel of a
+//! KFD file the client opened (so its threads can be in calls at once, as they can in the
+//! kernel). Then each message is one call, each answer its result ([`rig_kfd::seam::wire`]).
+//!
+//! The kernel's rules (`kfd_chardev.c`, `kfd_process.c`), which this module holds the
+//! emulation to:
+//!
+//! - `kfd_open` finds the caller's KFD process by its address space (`current->mm`) or makes
+//!   one: every open of `/dev/kfd` by one process reaches the same KFD process. Here the
+//!   caller is the sender's pid, which the socket layer writes into every message
+//!   (`SO_PASSCRED`), not anything the caller says.
+//! - `kfd_ioctl` answers EBADF to a caller other than the process that opened the file (a
+//!   forked child using an inherited descriptor); `kfd_mmap` maps the caller's own process's
+//!   pages (EINVAL if it has none), whatever file it names.
+//! - The KFD process ends with the address space, not with the file: when the process
+//!   exits (a pidfd, readable at exit), its queues are destroyed; its memory and events go
+//!   once no file of it is open either (the kernel's last reference). A process that closes
+//!   its files and lives on keeps its KFD process, and its next open finds it again.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::io::IoSliceMut;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use nix::sys::socket::{self, sockopt};
+use nix::sys::socket::{self, ControlMessageOwned, MsgFlags, sockopt};
 use rig_kfd::seam::{self, wire};
 use rig_shm::SharedRegion;
 
@@ -25,10 +41,63 @@ pub const MAX_CONNECTIONS: usize = 1024;
 #[derive(Debug)]
 pub struct Server {
     kernel: Arc<Kernel>,
-    /// Live processes: token -> (process, the opener's pid).
-    processes: Mutex<HashMap<u64, (Arc<Process>, i32)>>,
+    table: Mutex<Table>,
     next: AtomicU64,
     connections: AtomicU64,
+}
+
+/// KFD processes: the kernel's table (by address space; here by pid) and every process
+/// whose memory or events are not yet released.
+#[derive(Debug, Default)]
+struct Table {
+    /// Live client processes to their KFD process's token.
+    by_pid: HashMap<i32, u64>,
+    /// Token to KFD process.
+    processes: HashMap<u64, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    process: Arc<Process>,
+    /// The client process that made it.
+    pid: i32,
+    /// Its open `/dev/kfd` files.
+    files: usize,
+    /// Whether the client process exited (its address space is gone).
+    exited: bool,
+}
+
+/// One message received: its length, the descriptors it carried and the sender's pid, as
+/// the kernel wrote it (0 if none came).
+type Received = (usize, Vec<OwnedFd>, i32);
+
+/// Receives one message with its sender's credentials; `Ok(None)` when the peer closed.
+fn recv_from(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Option<Received>, nix::Error> {
+    let mut space = nix::cmsg_space!([RawFd; 4], libc::ucred);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = socket::recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let (mut fds, mut pid) = (Vec::new(), 0);
+    for c in msg.cmsgs()? {
+        match c {
+            ControlMessageOwned::ScmRights(raw) => {
+                fds.extend(raw.into_iter().map(rig_kfd::sys::own_received_fd));
+            }
+            ControlMessageOwned::ScmCredentials(cred) => pid = cred.pid(),
+            _ => {}
+        }
+    }
+    if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(nix::errno::Errno::EMSGSIZE);
+    }
+    if msg.bytes == 0 {
+        return Ok(None);
+    }
+    Ok(Some((msg.bytes, fds, pid)))
 }
 
 fn answer(sock: BorrowedFd<'_>, code: i32, a: u64, args: &[u8], array: &[u8], fds: &[OwnedFd]) {
@@ -56,7 +125,7 @@ impl Server {
     pub fn new(kernel: Arc<Kernel>) -> Arc<Server> {
         Arc::new(Server {
             kernel,
-            processes: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table::default()),
             next: AtomicU64::new(1),
             connections: AtomicU64::new(0),
         })
@@ -67,10 +136,11 @@ impl Server {
         &self.kernel
     }
 
-    /// The processes open now.
+    /// The KFD processes that hold anything: every live client process's, and an exited
+    /// one's until its last file closes.
     pub fn processes(&self) -> Vec<Arc<Process>> {
-        let p = self.processes.lock().unwrap_or_else(|e| e.into_inner());
-        p.values().map(|(p, _)| p.clone()).collect()
+        let t = self.lock();
+        t.processes.values().map(|e| e.process.clone()).collect()
     }
 
     /// Binds `path` and serves it on a thread of its own until the process exits.
@@ -82,6 +152,9 @@ impl Server {
             socket::SockFlag::SOCK_CLOEXEC,
             None,
         )?;
+        // Every message then carries its sender's pid, written by the kernel; accepted
+        // sockets inherit it, and a message sent before the accept carries it too.
+        socket::setsockopt(&sock, sockopt::PassCred, &true)?;
         let addr = socket::UnixAddr::new(path)?;
         socket::bind(sock.as_raw_fd(), &addr)?;
         socket::listen(
@@ -127,29 +200,30 @@ impl Server {
         }
     }
 
-    fn serve(&self, conn: OwnedFd) {
+    fn serve(self: &Arc<Self>, conn: OwnedFd) {
         let sock = conn.as_fd();
+        if socket::setsockopt(&conn, sockopt::PassCred, &true).is_err() {
+            return;
+        }
         let mut buf = vec![0u8; wire::HEADER_BYTES + wire::MAX_ARGS + wire::MAX_ARRAY];
-        let Ok(Some((n, _))) = seam::recv(sock, &mut buf) else {
+        let Ok(Some((n, _, pid))) = recv_from(sock, &mut buf) else {
             return;
         };
         let Some((h, _, _)) = wire::Header::decode(&buf[..n]) else {
             return fail(sock, libc::EINVAL);
         };
-        let pid = socket::getsockopt(&conn, sockopt::PeerCredentials).map_or(-1, |c| c.pid());
         if h.code != wire::OP_OPEN {
             return fail(sock, libc::EINVAL);
         }
         match h.a {
-            0 => {
-                let process = self.kernel.open_kfd();
-                let token = self.next.fetch_add(1, Ordering::Relaxed);
-                self.lock().insert(token, (process.clone(), pid));
-                answer(sock, 0, token, &[], &[], &[]);
-                self.serve_process(sock, &process, &mut buf);
-                self.lock().remove(&token);
-                process.release();
-            }
+            0 => match self.open_kfd(pid) {
+                Ok((token, process)) => {
+                    answer(sock, 0, token, &[], &[], &[]);
+                    self.serve_process(sock, token, &process, &mut buf);
+                    self.closed(token);
+                }
+                Err(e) => fail(sock, e),
+            },
             1 => {
                 let Ok(minor) = u32::try_from(h.b) else {
                     return fail(sock, libc::ENOENT);
@@ -164,31 +238,131 @@ impl Server {
                 }
             }
             2 => {
-                let found = self.lock().get(&h.b).cloned();
+                // A channel is the emulation's, not the kernel's: it is the file it names,
+                // and each call on it is checked as a call on that file.
+                let found = self.lock().processes.get(&h.b).map(|e| e.process.clone());
                 match found {
-                    Some((process, owner)) if owner == pid => {
+                    Some(process) => {
                         answer(sock, 0, h.b, &[], &[], &[]);
-                        self.serve_process(sock, &process, &mut buf);
+                        self.serve_process(sock, h.b, &process, &mut buf);
                     }
-                    Some(_) => fail(sock, libc::EPERM),
-                    None => fail(sock, libc::ENODEV),
+                    None => fail(sock, libc::EBADF),
                 }
             }
             _ => fail(sock, libc::EINVAL),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (Arc<Process>, i32)>> {
-        self.processes.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn serve_process(&self, sock: BorrowedFd<'_>, process: &Arc<Process>, buf: &mut [u8]) {
-        while let Ok(Some((n, mut fds))) = seam::recv(sock, buf) {
+    /// `kfd_open` by client process `pid`: its KFD process (found or made) and token.
+    fn open_kfd(self: &Arc<Self>, pid: i32) -> Result<(u64, Arc<Process>), i32> {
+        if pid <= 0 {
+            // No credentials: a sender the emulation cannot name.
+            return Err(libc::EPERM);
+        }
+        let mut t = self.lock();
+        if let Some(token) = t.by_pid.get(&pid).copied()
+            && let Some(e) = t.processes.get_mut(&token)
+        {
+            e.files += 1;
+            return Ok((token, e.process.clone()));
+        }
+        // Watches the process's exit, as the kernel's MMU notifier sees its mm go.
+        let pidfd = rustix::process::Pid::from_raw(pid)
+            .ok_or(libc::EPERM)
+            .and_then(|p| {
+                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+                    .map_err(|e| e.raw_os_error())
+            })?;
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("kfd-emu-exit".into())
+            .spawn(move || {
+                let mut fds = [nix::poll::PollFd::new(
+                    pidfd.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                while let Err(nix::errno::Errno::EINTR) =
+                    nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
+                {}
+                me.exited(token);
+            })
+            .map_err(|_| libc::ENOMEM)?;
+        let process = self.kernel.open_kfd();
+        t.by_pid.insert(pid, token);
+        t.processes.insert(
+            token,
+            Entry {
+                process: process.clone(),
+                pid,
+                files: 1,
+                exited: false,
+            },
+        );
+        Ok((token, process))
+    }
+
+    /// The client process of `token` exited: its queues go now (`kfd_process_notifier_release`),
+    /// the rest once its files are closed.
+    fn exited(&self, token: u64) {
+        let mut t = self.lock();
+        let Some(e) = t.processes.get_mut(&token) else {
+            return;
+        };
+        e.exited = true;
+        let (pid, process, files) = (e.pid, e.process.clone(), e.files);
+        if t.by_pid.get(&pid) == Some(&token) {
+            t.by_pid.remove(&pid);
+        }
+        process.end_queues();
+        if files == 0 {
+            // Released before it leaves the table: a process listed holds what it says.
+            process.release();
+            t.processes.remove(&token);
+        }
+    }
+
+    /// A `/dev/kfd` file of `token` closed.
+    fn closed(&self, token: u64) {
+        let mut t = self.lock();
+        let Some(e) = t.processes.get_mut(&token) else {
+            return;
+        };
+        e.files = e.files.saturating_sub(1);
+        if !(e.exited && e.files == 0) {
+            return;
+        }
+        e.process.release();
+        t.processes.remove(&token);
+    }
+
+    /// The KFD process of client process `pid`, if it has one.
+    fn process_of(&self, pid: i32) -> Option<Arc<Process>> {
+        let t = self.lock();
+        let token = t.by_pid.get(&pid)?;
+        t.processes.get(token).map(|e| e.process.clone())
+    }
+
+    fn serve_process(
+        &self,
+        sock: BorrowedFd<'_>,
+        token: u64,
+        process: &Arc<Process>,
+        buf: &mut [u8],
+    ) {
+        let owner = self.lock().processes.get(&token).map_or(0, |e| e.pid);
+        while let Ok(Some((n, mut fds, pid))) = recv_from(sock, buf) {
             let Some((h, args, array)) = wire::Header::decode(&buf[..n]) else {
                 fail(sock, libc::EINVAL);
                 continue;
             };
             match h.code {
+                // The kernel's `kfd_ioctl`: "Using KFD FD in wrong process".
+                wire::OP_IOCTL if pid != owner => fail(sock, libc::EBADF),
                 wire::OP_IOCTL => {
                     let mut args = args.to_vec();
                     let mut array = array.to_vec();
@@ -211,9 +385,15 @@ impl Server {
                         Err(e) => fail(sock, e),
                     }
                 }
-                wire::OP_MMAP => match process
-                    .mmap(h.a, h.b)
-                    .and_then(|r| r.dup_fd().map_err(|_| libc::EMFILE))
+                // `kfd_mmap` maps the caller's own process's pages.
+                wire::OP_MMAP => match if pid == owner {
+                    Some(process.clone())
+                } else {
+                    self.process_of(pid)
+                }
+                .ok_or(libc::EINVAL)
+                .and_then(|p| p.mmap(h.a, h.b))
+                .and_then(|r| r.dup_fd().map_err(|_| libc::EMFILE))
                 {
                     Ok(fd) => answer(sock, 0, 0, &[], &[], &[fd]),
                     Err(e) => fail(sock, e),
@@ -224,7 +404,7 @@ impl Server {
     }
 
     fn serve_render(&self, sock: BorrowedFd<'_>, token: u64, buf: &mut [u8]) {
-        while let Ok(Some((n, _))) = seam::recv(sock, buf) {
+        while let Ok(Some((n, _, _))) = recv_from(sock, buf) {
             let Some((h, _, _)) = wire::Header::decode(&buf[..n]) else {
                 fail(sock, libc::EINVAL);
                 continue;

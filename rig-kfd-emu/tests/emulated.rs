@@ -21,6 +21,64 @@ struct Emu {
     _dir: tempfile::TempDir,
     server: Arc<Server>,
     kernel: Arc<dyn Kernel>,
+    sock: std::path::PathBuf,
+    topo: std::path::PathBuf,
+}
+
+/// The parent's or the child's end of the link to the other process.
+struct Link(std::os::unix::net::UnixStream);
+
+impl Link {
+    fn send(&mut self, v: u64) {
+        use std::io::Write;
+        self.0.write_all(&v.to_le_bytes()).unwrap();
+    }
+
+    fn recv(&mut self) -> u64 {
+        use std::io::Read;
+        let mut b = [0u8; 8];
+        self.0.read_exact(&mut b).unwrap();
+        u64::from_le_bytes(b)
+    }
+}
+
+/// A child process (KFD makes one KFD process per process: a second client must be a
+/// process of its own) running `f` with its end of the link; returns the parent's end and
+/// the child's pid.
+fn in_child(f: impl FnOnce(&mut Link)) -> (Link, libc::pid_t) {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    // SAFETY: the child runs only `f` (which talks to the emulation through sockets and
+    // allocates through glibc's fork-safe malloc) and leaves with _exit, running nothing
+    // of the parent's other threads' state.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        drop(a);
+        let mut link = Link(b);
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut link))).is_ok();
+        // SAFETY: ends the child without unwinding into the test harness's copy.
+        unsafe { libc::_exit(if ok { 0 } else { 101 }) };
+    }
+    drop(b);
+    // A child that hangs fails the test instead of hanging it.
+    a.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    (Link(a), pid)
+}
+
+/// Waits for the child `pid`; true if it ran to its end.
+fn child_succeeded(pid: libc::pid_t) -> bool {
+    let mut status = 0;
+    // SAFETY: waits for this test's own child.
+    let got = unsafe { libc::waitpid(pid, &mut status, 0) };
+    got == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+}
+
+impl Emu {
+    /// A kernel seam of this process's own (a forked child's calls must not share the
+    /// parent's channels).
+    fn own_kernel(&self) -> Arc<dyn Kernel> {
+        Arc::new(Emulated::new(&self.sock, &self.topo))
+    }
 }
 
 fn emulate(config: Config) -> Emu {
@@ -33,6 +91,8 @@ fn emulate(config: Config) -> Emu {
         _dir: dir,
         server,
         kernel,
+        sock,
+        topo,
     }
 }
 
@@ -56,8 +116,12 @@ fn errno(e: &KfdError) -> i32 {
 
 impl Proc {
     fn open(emu: &Emu, processor: &str) -> Proc {
-        let kfd = Kfd::open(emu.kernel.clone()).unwrap();
-        let node = topology::read(emu.kernel.topology())
+        Proc::open_through(emu.kernel.clone(), processor)
+    }
+
+    fn open_through(kernel: Arc<dyn Kernel>, processor: &str) -> Proc {
+        let kfd = Kfd::open(kernel.clone()).unwrap();
+        let node = topology::read(kernel.topology())
             .unwrap()
             .into_iter()
             .find(|n| n.is_gpu() && n.processor_name() == processor)
@@ -373,12 +437,18 @@ fn queue_errnos_are_the_kernels() {
     let e = p.kfd.create_queue(&mut q.args.clone()).unwrap_err();
     assert_eq!(errno(&e), libc::ENOMEM);
     // Another process fills the device's last slot, then the device refuses.
-    let mut p2 = Proc::open(&emu, "gfx1100");
-    let q2 = pm4_queue_args(&mut p2);
-    p2.kfd.create_queue(&mut q2.args.clone()).unwrap();
-    let e = p2.kfd.create_queue(&mut q2.args.clone()).unwrap_err();
-    assert_eq!(errno(&e), libc::EPERM);
-    assert!(e.to_string().contains("CREATE_QUEUE"), "{e}");
+    let kernel = emu.own_kernel();
+    let (mut link, child) = in_child(move |link| {
+        let mut p2 = Proc::open_through(kernel, "gfx1100");
+        let q2 = pm4_queue_args(&mut p2);
+        p2.kfd.create_queue(&mut q2.args.clone()).unwrap();
+        let e = p2.kfd.create_queue(&mut q2.args.clone()).unwrap_err();
+        link.send(errno(&e) as u64);
+        link.send(u64::from(e.to_string().contains("CREATE_QUEUE")));
+        link.recv();
+    });
+    assert_eq!(link.recv() as i32, libc::EPERM);
+    assert!(link.recv() == 1, "the error names CREATE_QUEUE");
     // RUNTIME_ENABLE once queues exist.
     let e = p.kfd.runtime_enable().unwrap_err();
     assert_eq!(errno(&e), libc::EEXIST);
@@ -387,6 +457,8 @@ fn queue_errnos_are_the_kernels() {
         p.kfd.destroy_queue(id).unwrap();
     }
     p.kfd.create_queue(&mut q.args.clone()).unwrap();
+    link.send(0);
+    assert!(child_succeeded(child));
 }
 
 #[test]
@@ -484,20 +556,32 @@ fn a_dmabuf_of_mapped_vram_shares_its_pages() {
 #[test]
 fn a_closed_process_leaves_no_queue_memory_or_event_behind() {
     let emu = emulate(Config::default());
-    let mut p = Proc::open(&emu, "gfx1100");
-    let mut q = pm4_queue_args(&mut p);
-    q.create(&p);
-    p.kfd.create_event(abi::EVENT_SIGNAL, false, 0, 0).unwrap();
+    let kernel = emu.own_kernel();
+    let (mut link, child) = in_child(move |link| {
+        let mut p = Proc::open_through(kernel, "gfx1100");
+        let mut q = pm4_queue_args(&mut p);
+        q.create(&p);
+        p.kfd.create_event(abi::EVENT_SIGNAL, false, 0, 0).unwrap();
+        link.send(1);
+        link.recv();
+        drop(q);
+        drop(p);
+    });
+    link.recv();
     let procs = emu.server.processes();
     assert_eq!(procs.len(), 1);
     let held = procs[0].holdings();
     assert_eq!((held.0, held.2), (1, 1));
     assert!(held.1 >= 4);
-    drop(q);
-    drop(p);
+    // The process closes its files and exits: KFD's process ends with it.
+    link.send(0);
+    assert!(child_succeeded(child));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !emu.server.processes().is_empty() {
-        assert!(Instant::now() < deadline, "the process outlived its file");
+        assert!(
+            Instant::now() < deadline,
+            "the KFD process outlived its process"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(procs[0].holdings(), (0, 0, 0));
@@ -525,16 +609,26 @@ fn vram_is_reserved_at_alloc_across_processes_public_or_not() {
     assert_eq!(errno(&e), libc::ENOMEM);
     assert_eq!(a.kfd.available_memory(g).unwrap(), 24 << 20);
     // Another process's host-visible VRAM counts too.
-    let mut b = Proc::open(&emu, "gfx1100");
-    let (vb1, vb2) = (b.va(40 << 20), b.va(16 << 20));
-    let e = b.kfd.alloc(g, vb1, 40 << 20, public).unwrap_err();
-    assert_eq!(errno(&e), libc::ENOMEM);
-    b.kfd.alloc(g, vb2, 16 << 20, public).unwrap();
-    assert_eq!(b.kfd.available_memory(g).unwrap(), 8 << 20);
+    let kernel = emu.own_kernel();
+    let (mut link, child) = in_child(move |link| {
+        let mut b = Proc::open_through(kernel, "gfx1100");
+        let (vb1, vb2) = (b.va(40 << 20), b.va(16 << 20));
+        let e = b.kfd.alloc(g, vb1, 40 << 20, public).unwrap_err();
+        link.send(errno(&e) as u64);
+        b.kfd.alloc(g, vb2, 16 << 20, public).unwrap();
+        link.send(b.kfd.available_memory(g).unwrap());
+        link.recv();
+        link.send(b.kfd.available_memory(g).unwrap());
+        link.recv();
+    });
+    assert_eq!(link.recv() as i32, libc::ENOMEM);
+    assert_eq!(link.recv(), 8 << 20);
     a.kfd.free(h).unwrap();
-    assert_eq!(b.kfd.available_memory(g).unwrap(), 48 << 20);
+    link.send(0);
+    assert_eq!(link.recv(), 48 << 20);
     // A process that ends gives back what it held.
-    drop(b);
+    link.send(0);
+    assert!(child_succeeded(child));
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.kfd.available_memory(g).unwrap() != 64 << 20 {
         assert!(
@@ -549,16 +643,26 @@ fn vram_is_reserved_at_alloc_across_processes_public_or_not() {
 fn two_processes_have_separate_gpu_vms_on_one_gpu() {
     let emu = emulate(Config::default());
     let mut a = Proc::open(&emu, "gfx1100");
-    let mut b = Proc::open(&emu, "gfx1100");
+    let kernel = emu.own_kernel();
+    let (mut link, child) = in_child(move |link| {
+        let mut b = Proc::open_through(kernel, "gfx1100");
+        let (va_b, _, off_b) = b.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+        link.send(va_b);
+        link.recv();
+        b.host(off_b, 4096).write(0, b"b");
+        link.send(0);
+    });
     // The same GPU address in both: two allocations, no overlap error.
     let (va_a, _, off_a) = a.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
-    let (va_b, _, off_b) = b.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let va_b = link.recv();
     assert_eq!(va_a, va_b);
     a.host(off_a, 4096).write(0, b"a");
-    b.host(off_b, 4096).write(0, b"b");
+    link.send(0);
+    link.recv();
     let mut x = [0u8; 1];
     a.host(off_a, 4096).read(0, &mut x);
     assert_eq!(&x, b"a");
+    assert!(child_succeeded(child));
 }
 
 #[test]
@@ -642,4 +746,169 @@ fn an_aql_queues_pointers_must_each_lie_in_a_page_of_their_own() {
         1,
         "the queue's amd_queue_t is found at its read pointer"
     );
+}
+
+/// `kfd_open` finds the caller's KFD process by its address space: a second open in one
+/// process reaches the same KFD process, one GPU VM.
+#[test]
+fn two_opens_in_one_process_share_one_kfd_process() {
+    let emu = emulate(Config::default());
+    let mut a = Proc::open(&emu, "gfx1100");
+    let b = Kfd::open(emu.own_kernel()).unwrap();
+    assert_eq!(emu.server.processes().len(), 1, "one KFD process");
+    let g = a.node.gpu_id;
+    let (va, h, _) = a.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    // The allocation made through one file is the other's: its handle frees through it,
+    // and its address is taken in the one VM.
+    assert_eq!(
+        errno(&b.alloc(g, va, 4096, abi::ALLOC_MEM_FLAGS_GTT).unwrap_err()),
+        libc::EINVAL,
+        "the address is taken in the shared VM"
+    );
+    b.unmap(h, g).unwrap();
+    b.free(h).unwrap();
+    assert_eq!(emu.server.processes()[0].holdings().1, 0);
+    // The VM is bound to a's render node; another render node for it is EBUSY.
+    let e = b
+        .acquire_vm(g, a.node.drm_render_minor().unwrap())
+        .unwrap_err();
+    assert_eq!(errno(&e), libc::EBUSY);
+    // Closing a file does not end the KFD process: it lives as long as its process.
+    drop(b);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(emu.server.processes().len(), 1);
+    a.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+}
+
+/// `kfd_ioctl` answers EBADF to a process other than the one that opened the file (a forked
+/// child using an inherited descriptor), which touches nothing of the opener's.
+#[test]
+fn a_forked_child_using_the_parents_file_gets_ebadf_and_touches_nothing() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let g = p.node.gpu_id;
+    let (va, h, _) = p.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    let before = emu.server.processes()[0].holdings();
+    let next = p.va(4096);
+    let (mut link, child) = in_child(|link| {
+        // The parent's Kfd, inherited with its descriptors.
+        // Answers go back as values (0: the call succeeded), not as the child's panics.
+        let calls = [
+            p.kfd.free(h).err(),
+            p.kfd.unmap(h, g).err(),
+            p.kfd.alloc(g, next, 4096, abi::ALLOC_MEM_FLAGS_GTT).err(),
+            p.kfd.create_event(abi::EVENT_SIGNAL, false, 0, 0).err(),
+        ];
+        for e in &calls {
+            link.send(e.as_ref().map_or(0, |e| errno(e) as u64));
+        }
+        let named = calls[0]
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("FREE_MEMORY_OF_GPU"));
+        link.send(u64::from(named));
+    });
+    for _ in 0..4 {
+        assert_eq!(link.recv() as i32, libc::EBADF);
+    }
+    assert_eq!(link.recv(), 1, "the error names the ioctl");
+    assert!(child_succeeded(child));
+    assert_eq!(emu.server.processes().len(), 1, "the child made no process");
+    assert_eq!(emu.server.processes()[0].holdings(), before);
+    // The parent's memory is still its own.
+    assert_eq!(
+        errno(
+            &p.kfd
+                .alloc(g, va, 4096, abi::ALLOC_MEM_FLAGS_GTT)
+                .unwrap_err()
+        ),
+        libc::EINVAL
+    );
+    p.kfd.unmap(h, g).unwrap();
+    p.kfd.free(h).unwrap();
+}
+
+/// ALLOC_MEMORY_OF_GPU with MMIO_REMAP: one page, mapped through `/dev/kfd` at the offset
+/// it answers; ENOMEM where the GPU has no remapped register page.
+#[test]
+fn the_mmio_remap_page_is_one_page_mapped_through_kfd() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1201");
+    let g = p.node.gpu_id;
+    let flags = abi::ALLOC_MEM_FLAGS_MMIO_REMAP | abi::ALLOC_MEM_FLAGS_WRITABLE;
+    let va = p.va(8192);
+    let e = p.kfd.alloc(g, va, 8192, flags).unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL, "not one page: {e}");
+    let (h, off) = p.kfd.alloc(g, va, 4096, flags).unwrap();
+    assert_eq!(
+        off,
+        u64::from(g) << 46,
+        "KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID"
+    );
+    let page = p.kfd.mmap("the HDP page", off, 4096).unwrap();
+    assert_eq!(
+        page.atomic_u32(abi::MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
+            .load(Ordering::Acquire),
+        rig_kfd_emu::hdp::IDLE
+    );
+    assert!(p.kfd.mmap("the HDP page", off, 8192).is_err());
+    p.kfd.map(h, g).unwrap();
+    p.kfd.unmap(h, g).unwrap();
+    p.kfd.free(h).unwrap();
+
+    let emu = emulate(Config {
+        mmio_remap: false,
+        ..Config::default()
+    });
+    let mut p = Proc::open(&emu, "gfx1201");
+    let va = p.va(4096);
+    let e = p.kfd.alloc(p.node.gpu_id, va, 4096, flags).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOMEM, "{e}");
+}
+
+/// The KFD process ends with its process's address space, its memory with its last file:
+/// a process that exits while a child it forked still holds its file loses its queues at
+/// once and its memory only when the child's inherited file closes.
+#[test]
+fn an_inherited_file_keeps_an_exited_processs_memory_until_it_closes() {
+    let emu = emulate(Config::default());
+    let kernel = emu.own_kernel();
+    let (mut release, held) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (mut link, child) = in_child(move |link| {
+        let mut p = Proc::open_through(kernel, "gfx1100");
+        let mut q = pm4_queue_args(&mut p);
+        q.create(&p);
+        // A grandchild inherits the file and keeps it until the test says.
+        let (_grandchild_link, _) = in_child(move |_| {
+            use std::io::Read;
+            let _ = (&held).read(&mut [0u8; 1]);
+        });
+        link.send(1);
+        // p's files close here in this process; the grandchild's copies stay open.
+    });
+    link.recv();
+    assert!(child_succeeded(child));
+    let procs = emu.server.processes();
+    assert_eq!(procs.len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while procs[0].holdings().0 != 0 {
+        assert!(Instant::now() < deadline, "the queue outlived its process");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        procs[0].holdings().1 >= 4,
+        "the memory stays while a file of it is open"
+    );
+    assert_eq!(emu.server.processes().len(), 1);
+    use std::io::Write;
+    release.write_all(&[1]).unwrap();
+    while !emu.server.processes().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the memory outlived its last file"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(procs[0].holdings(), (0, 0, 0));
+    assert_eq!(emu.server.kernel().gpus()[0].vram_available(), 4 << 30);
 }

@@ -487,6 +487,12 @@ pub const ALLOC_MEM_FLAGS_USERPTR: u32 = 1 << 2;
 pub const ALLOC_MEM_FLAGS_DOORBELL: u32 = 1 << 3;
 /// `KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP`: the HDP flush page.
 pub const ALLOC_MEM_FLAGS_MMIO_REMAP: u32 = 1 << 4;
+/// `KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL` (of the header's `enum kfd_mmio_remap`, which the
+/// header test's `#ifdef`s cannot see): the byte offset, in the MMIO_REMAP page, of the
+/// register whose store flushes the host data path's writes into memory (amdgpu stores 0).
+pub const MMIO_REMAP_HDP_MEM_FLUSH_CNTL: usize = 0;
+/// `KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL`: the offset of the register-write flush.
+pub const MMIO_REMAP_HDP_REG_FLUSH_CNTL: usize = 4;
 /// `KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE`.
 pub const ALLOC_MEM_FLAGS_WRITABLE: u32 = 1 << 31;
 /// `KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE`.

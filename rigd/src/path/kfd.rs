@@ -25,8 +25,10 @@
 //! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
-//! is rung. amdgpu does not bound how long a user queue's work
-//! runs, so rigd's hang watchdog does ([`HANG_MS`]).
+//! is rung; before each forward it stores to the GPU's HDP flush register (KFD's MMIO_REMAP
+//! page), so the client's writes through the BAR are in memory before the command processor
+//! reads its packets, and without that page Mapped memory is refused. amdgpu does not bound
+//! how long a user queue's work runs, so rigd's hang watchdog does ([`HANG_MS`]).
 //!
 //! An AQL queue also gets its `amd_queue_t` ([`rig_amd::aql::AmdQueue`]), a Pinned page of
 //! its own: the ring, and the scratch every kernel gets (the device's, `QueueSpec::scratch`),
@@ -134,6 +136,38 @@ struct Shared {
     _render: OwnedFd,
     next_va: Mutex<(u64, u64)>,
     doorbells: Mutex<Option<Arc<Pages>>>,
+    /// The GPU's HDP flush page (MMIO_REMAP) and its handle, or why KFD gave none.
+    hdp: Result<(Arc<Pages>, u64), String>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Ok((_, handle)) = &self.hdp
+            && let Err(e) = self.kfd.free(*handle)
+        {
+            tracing::warn!(error = %e, "freeing the HDP flush page failed");
+        }
+    }
+}
+
+/// Allocates and maps the HDP flush page of GPU `gpu_id` at `va` (one page): the
+/// register page KFD remaps into the process (`ALLOC_MEM_FLAGS_MMIO_REMAP`, mapped through
+/// `/dev/kfd` at the offset the allocation gives), whose `MMIO_REMAP_HDP_MEM_FLUSH_CNTL`
+/// the doorbell forwarders store to.
+fn map_hdp(kfd: &Kfd, gpu_id: u32, va: u64) -> Result<(Arc<Pages>, u64), String> {
+    let flags = abi::ALLOC_MEM_FLAGS_MMIO_REMAP
+        | abi::ALLOC_MEM_FLAGS_WRITABLE
+        | abi::ALLOC_MEM_FLAGS_COHERENT;
+    let (handle, offset) = kfd
+        .alloc(gpu_id, va, PAGE, flags)
+        .map_err(|e| e.to_string())?;
+    match kfd.mmap("the HDP flush page", offset, PAGE as usize) {
+        Ok(p) => Ok((Arc::new(p), handle)),
+        Err(e) => {
+            let _ = kfd.free(handle);
+            Err(e.to_string())
+        }
+    }
 }
 
 /// The process's KFD, reached from a GPU's shared state.
@@ -208,6 +242,12 @@ impl KfdBackend {
             .find(|a| a.gpu_id == node.gpu_id)
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
         let base = ap.gpuvm_base.div_ceil(PAGE) * PAGE;
+        // The HDP page takes the aperture's first page (and a guard page after it).
+        let hdp = map_hdp(kfd, node.gpu_id, base);
+        if let Err(why) = &hdp {
+            tracing::info!(gpu = node.gpu_id, %why, "no HDP flush page: Mapped memory is refused");
+        }
+        let base = base + 2 * PAGE;
         let clock_hz = measure_clock_hz(kfd, node.gpu_id)?;
         let desc = describe(&node, clock_hz)?;
         let shared = Arc::new(Shared {
@@ -218,6 +258,7 @@ impl KfdBackend {
             _render: render,
             next_va: Mutex::new((base, ap.gpuvm_limit)),
             doorbells: Mutex::new(None),
+            hdp,
         });
         Ok(KfdBackend { shared, desc })
     }
@@ -738,6 +779,14 @@ impl Path for KfdPath {
                         self.shared.node.vram_bytes() >> 20
                     )));
                 }
+                // Host writes through the BAR reach the GPU's memory only once the HDP is
+                // flushed; without its register, the path cannot promise that.
+                if let Err(why) = &self.shared.hdp {
+                    return Err(Refusal::Refused(format!(
+                        "Mapped memory needs the GPU's HDP flush register, and KFD gave no \
+                         MMIO_REMAP page for it: {why}"
+                    )));
+                }
                 let (va, handle, _) =
                     self.alloc_mapped(bytes, vram | abi::ALLOC_MEM_FLAGS_PUBLIC)?;
                 let held = Held { handle, va, bytes };
@@ -942,6 +991,7 @@ impl Path for KfdPath {
             self.last_ring.clone(),
             self.listener.clone(),
         );
+        let hdp = self.shared.hdp.as_ref().ok().map(|(p, _)| p.clone());
         let forwarder = std::thread::Builder::new()
             .name("rigd-kfd-doorbell".into())
             .spawn(move || {
@@ -981,6 +1031,12 @@ impl Path for KfdPath {
                         let seen_irqs = listener.interrupts.load(Ordering::Acquire);
                         *last.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some((Instant::now(), seen_irqs));
+                        // Every host write the client made through the BAR before ringing is
+                        // in memory before the command processor reads its packets.
+                        if let Some(h) = &hdp {
+                            h.atomic_u32(abi::MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
+                                .store(0, Ordering::Release);
+                        }
                         let value = match &aql {
                             Some(w) => w.wrote(v),
                             None => v,
