@@ -16,7 +16,6 @@ use crate::code::{self, Code};
 use crate::decode::{Format, Inst, Isa, src};
 use crate::opcodes::{self, op_smem};
 use crate::opcodes_gfx12::{new_global, new_smem};
-use crate::prep::Fast;
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
@@ -626,48 +625,74 @@ fn run_wave(
     w: usize,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
-    let start = stats.instructions;
+    // One issue loop per lane count, compiled for the host's vector unit with the fast forms
+    // inlined into it: a form costs no call and no per-issue feature or lane-count test.
+    ctx.wide.run(
+        #[inline(always)]
+        || {
+            if ctx.lanes == 32 {
+                issue_loop::<32>(ctx, code, g, w, stats)
+            } else {
+                issue_loop::<64>(ctx, code, g, w, stats)
+            }
+        },
+    )
+}
+
+#[inline(always)]
+fn issue_loop<const N: usize>(
+    ctx: &Ctx,
+    code: &mut Code,
+    g: &mut Group,
+    w: usize,
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
+    // The counters live in registers while the wave runs and go back to `stats` when it
+    // stops (they are per worker, so the stop check also happens across many short waves).
+    let (start, mut n, mut lanes) = (stats.instructions, stats.instructions, 0u64);
     // EXEC and its lane count, recounted only when EXEC changes (no popcnt in the baseline
     // x86-64 target: counting costs a dozen instructions).
     let e = g.waves[w].exec();
     let mut counted = (e, e.count_ones() as u64);
-    loop {
-        // Counted per worker (stats), so the check also happens across many short waves.
-        if stats.instructions.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
-            return Err(ExecFault::Stopped);
+    let r = loop {
+        if n.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
+            break Err(ExecFault::Stopped);
         }
         let wave = &mut g.waves[w];
         let pc = wave.pc;
-        let s = code.fetch(pc)?;
-        stats.instructions += 1;
+        let s = match code.fetch(pc) {
+            Ok(s) => s,
+            Err(e) => break Err(e),
+        };
+        n += 1;
         if s.vector {
             let e = wave.exec();
             if e != counted.0 {
                 counted = (e, e.count_ones() as u64);
             }
-            stats.lane_instructions += counted.1;
+            lanes += counted.1;
         }
         wave.pc = pc + 4 * s.inst.len as u64;
-        if !matches!(s.fast, Fast::General)
-            && matches!(
-                fast::run(ctx.wide, wave, &mut g.lds, g.mem, &s.fast, pc)?,
-                fast::Ran::Done
-            )
-        {
-            continue;
-        }
-        match step(ctx, g, w, &s.inst, pc) {
+        let flow = match fast::issue::<N>(wave, &mut g.lds, g.mem, &s.fast, pc) {
+            Ok(fast::Ran::Done) => continue,
+            Ok(fast::Ran::General) => step(ctx, g, w, &s.inst, pc),
+            Ok(fast::Ran::Yield) => Ok(Flow::Yield),
+            Ok(fast::Ran::MayYield) => Ok(Flow::MayYield),
+            Err(e) => Err(e),
+        };
+        match flow {
             Ok(Flow::Next) => {}
             // A wave may spin on what another wave of its group stores: once it has had its
             // slice, the others run.
-            Ok(Flow::MayYield) if g.waves.len() > 1 && stats.instructions - start >= SLICE => {
-                return Ok(());
-            }
+            Ok(Flow::MayYield) if g.waves.len() > 1 && n - start >= SLICE => break Ok(()),
             Ok(Flow::MayYield) => {}
-            Ok(Flow::Yield) => return Ok(()),
-            Err(e) => return Err(e),
+            Ok(Flow::Yield) => break Ok(()),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    stats.instructions = n;
+    stats.lane_instructions += lanes;
+    r
 }
 
 enum Flow {
@@ -796,8 +821,8 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     } else {
         wv.sread(i.saddr, 0) as u64
     };
-    let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff);
     if let Some((bytes, signed)) = small {
+        let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff);
         // Naturally aligned like the hardware's (the low bits below the size are ignored).
         let a = addr & !(bytes as u64 - 1);
         let mut b = [0u8; 2];
@@ -811,9 +836,6 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
         wv.swrite(i.dst, v);
         return Ok(());
     }
-    let addr = addr & !3;
-    let mut buf = [0u8; 64];
-    mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
     let d = if n >= 3 {
         i.dst & !3
     } else if n == 2 {
@@ -821,9 +843,28 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     } else {
         i.dst
     };
-    for k in 0..n {
-        let v = u32::from_le_bytes([buf[4 * k], buf[4 * k + 1], buf[4 * k + 2], buf[4 * k + 3]]);
-        wv.swrite(d + k as u16, v);
+    s_load(wv, mem, base, i.imm, soff, d as usize, n, pc)
+}
+
+/// `n` dwords (at most 16) at `base + imm + soff` (dword-aligned down) into the SGPRs from
+/// `d` (those past the writable ones are dropped).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn s_load(
+    wv: &mut Wave,
+    mem: &dyn Memory,
+    base: u64,
+    imm: i32,
+    soff: u64,
+    d: usize,
+    n: usize,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let addr = base.wrapping_add(imm as i64 as u64).wrapping_add(soff) & !3;
+    let mut buf = [0u8; 64];
+    mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
+    for (k, c) in buf[..4 * n].as_chunks::<4>().0.iter().enumerate() {
+        wv.swrite((d + k) as u16, u32::from_le_bytes(*c));
     }
     Ok(())
 }
