@@ -16,6 +16,7 @@ use crate::code::{self, Code};
 use crate::decode::{Format, Inst, Isa, src};
 use crate::opcodes::{self, op_smem};
 use crate::opcodes_gfx12::{new_global, new_smem};
+use crate::prep::Fast;
 use crate::valu::Lanes;
 use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
 
@@ -647,24 +648,47 @@ fn issue_loop<const N: usize>(
     w: usize,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
+    let many = g.waves.len() > 1;
+    let (wave, lds, mem) = (&mut g.waves[w], &mut g.lds[..], g.mem);
     // The counters live in registers while the wave runs and go back to `stats` when it
-    // stops (they are per worker, so the stop check also happens across many short waves).
+    // stops. The stop check counts down what is left to the next multiple of STOP_CHECK of
+    // the worker's count, so it also happens across many short waves.
     let (start, mut n, mut lanes) = (stats.instructions, stats.instructions, 0u64);
+    // (A count that is a multiple checks at once, as a wave that yields after its slice
+    // resumes there.)
+    let mut left = (STOP_CHECK - n % STOP_CHECK) % STOP_CHECK;
     // EXEC and its lane count, recounted only when EXEC changes (no popcnt in the baseline
     // x86-64 target: counting costs a dozen instructions).
-    let e = g.waves[w].exec();
+    let e = wave.exec();
     let mut counted = (e, e.count_ones() as u64);
-    let r = loop {
-        if n.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
-            break Err(ExecFault::Stopped);
+    let r = 'issue: loop {
+        if left == 0 {
+            if ctx.stop.load(Ordering::Relaxed) {
+                break Err(ExecFault::Stopped);
+            }
+            left = STOP_CHECK;
         }
-        let wave = &mut g.waves[w];
-        let pc = wave.pc;
-        let s = match code.fetch(pc) {
+        let mut pc = wave.pc;
+        let mut s = match code.fetch(pc) {
             Ok(s) => s,
             Err(e) => break Err(e),
         };
+        // Scalar waits and hints only advance the PC: they skip the rest of the issue (the
+        // stop check's count includes them).
+        while matches!(s.fast, Fast::Nop) && !s.vector && left > 1 {
+            n += 1;
+            left -= 1;
+            pc += 4 * s.inst.len as u64;
+            s = match code.fetch(pc) {
+                Ok(s) => s,
+                Err(e) => {
+                    wave.pc = pc;
+                    break 'issue Err(e);
+                }
+            };
+        }
         n += 1;
+        left -= 1;
         if s.vector {
             let e = wave.exec();
             if e != counted.0 {
@@ -673,9 +697,9 @@ fn issue_loop<const N: usize>(
             lanes += counted.1;
         }
         wave.pc = pc + 4 * s.inst.len as u64;
-        let flow = match fast::issue::<N>(wave, &mut g.lds, g.mem, &s.fast, pc) {
+        let flow = match fast::issue::<N>(wave, lds, mem, &s.fast, pc) {
             Ok(fast::Ran::Done) => continue,
-            Ok(fast::Ran::General) => step(ctx, g, w, &s.inst, pc),
+            Ok(fast::Ran::General) => step(ctx, wave, lds, mem, &s.inst, pc),
             Ok(fast::Ran::Yield) => Ok(Flow::Yield),
             Ok(fast::Ran::MayYield) => Ok(Flow::MayYield),
             Err(e) => Err(e),
@@ -684,7 +708,7 @@ fn issue_loop<const N: usize>(
             Ok(Flow::Next) => {}
             // A wave may spin on what another wave of its group stores: once it has had its
             // slice, the others run.
-            Ok(Flow::MayYield) if g.waves.len() > 1 && n - start >= SLICE => break Ok(()),
+            Ok(Flow::MayYield) if many && n - start >= SLICE => break Ok(()),
             Ok(Flow::MayYield) => {}
             Ok(Flow::Yield) => break Ok(()),
             Err(e) => break Err(e),
@@ -729,46 +753,51 @@ fn mem_fault(pc: u64) -> impl Fn(MemoryFault) -> ExecFault {
     move |fault| ExecFault::Memory { fault, pc }
 }
 
-fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+fn step(
+    ctx: &Ctx,
+    wv: &mut Wave,
+    lds: &mut [u8],
+    mem: &dyn Memory,
+    i: &Inst,
+    pc: u64,
+) -> Result<Flow, ExecFault> {
     // Semantic ids past gfx1100's tables are operations later generations brought.
     match i.format {
         Format::Sop2 if i.op as usize >= opcodes::SOP2.len() => {
-            scalar12::sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sop2(wv, i, pc).map(|_| Flow::Next)
         }
         Format::Sop1 if i.op as usize >= opcodes::SOP1.len() => {
-            scalar12::sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sop1(wv, i, pc).map(|_| Flow::Next)
         }
         Format::Sopc if i.op as usize >= opcodes::SOPC.len() => {
-            scalar12::sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sopc(wv, i, pc).map(|_| Flow::Next)
         }
-        Format::Sopp if i.op as usize >= opcodes::SOPP.len() => {
-            scalar12::sopp(&mut g.waves[w], i, pc)
-        }
-        Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sop1 => sop1(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
-        Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sopk => sopk(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
-        Format::Sopp => sopp(&mut g.waves[w], i, pc),
-        Format::Smem => smem(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
+        Format::Sopp if i.op as usize >= opcodes::SOPP.len() => scalar12::sopp(wv, i, pc),
+        Format::Sop2 => sop2(wv, i, pc).map(|_| Flow::Next),
+        Format::Sop1 => sop1(wv, mem, i, pc).map(|_| Flow::Next),
+        Format::Sopc => sopc(wv, i, pc).map(|_| Flow::Next),
+        Format::Sopk => sopk(wv, mem, i, pc).map(|_| Flow::Next),
+        Format::Sopp => sopp(wv, i, pc),
+        Format::Smem => smem(wv, mem, i, pc).map(|_| Flow::Next),
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::valu(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Vop3p if i.dpp.is_none() => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::vop3p(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Vop3p => Err(unsupported(i, pc)),
         Format::Vopd => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::vopd(&mut v, t, i, pc).map(|_| Flow::Next)
         }
-        Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
-        Format::Mubuf => mubuf::mubuf(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
+        Format::Ds => ds(wv, lds, i, pc).map(|_| Flow::Next),
+        Format::Mubuf => mubuf::mubuf(wv, mem, i, pc).map(|_| Flow::Next),
         // Memory is coherent at issue: GFX12's cache writeback and invalidate do nothing.
         Format::Global if no_effect(i) => Ok(Flow::Next),
         Format::Flat | Format::Global | Format::Scratch => {
-            vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
+            vmem(ctx, wv, lds, mem, i, pc).map(|_| Flow::Next)
         }
     }
 }

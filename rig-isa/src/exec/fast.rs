@@ -992,15 +992,7 @@ mod tests {
             wave_bytes: 0,
             wide: Wide::detect(),
         };
-        let spare = wave(w.lanes, 0, 0, 0);
-        let mut g = super::super::Group {
-            lds: lds.to_vec(),
-            waves: vec![std::mem::replace(w, spare)],
-            mem,
-        };
-        let r = super::super::step(&ctx, &mut g, 0, i, pc);
-        lds.copy_from_slice(&g.lds);
-        *w = g.waves.pop().expect("the wave");
+        let r = super::super::step(&ctx, w, lds, mem, i, pc);
         r.map(|f| match f {
             super::super::Flow::Next => "next",
             super::super::Flow::Yield => "yield",
