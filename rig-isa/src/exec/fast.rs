@@ -356,10 +356,17 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
 fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
     let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
-    let mut bits = 0u64;
-    for l in 0..N {
-        bits |= (c.eval(a[l], b[l]) as u64) << l;
-    }
+    // One lane loop per relation (chosen once, not per lane, then folded into the loop).
+    let bits = match c.rel {
+        0 => 0,
+        1 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 1, ..c }.eval(x, y)),
+        2 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 2, ..c }.eval(x, y)),
+        3 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 3, ..c }.eval(x, y)),
+        4 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 4, ..c }.eval(x, y)),
+        5 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 5, ..c }.eval(x, y)),
+        6 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 6, ..c }.eval(x, y)),
+        _ => u64::MAX,
+    };
     let bits = bits & wv.exec();
     wv.sgpr[d as usize] = bits as u32;
     if N == 64 {
@@ -435,6 +442,16 @@ fn cndmask<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, mask: u8, d: u
         r[l] = (b[l] & m[l]) | (a[l] & !m[l]);
     }
     write::<N>(wv, d, &r);
+}
+
+/// The lane mask of `f` over the lanes of `a` and `b`.
+#[inline(always)]
+fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) -> bool) -> u64 {
+    let mut bits = 0u64;
+    for l in 0..N {
+        bits |= (f(a[l], b[l]) as u64) << l;
+    }
+    bits
 }
 
 /// A 64-bit shift into the pair from `d` (lanes in EXEC).
