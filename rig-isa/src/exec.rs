@@ -458,58 +458,64 @@ fn run_group(
     });
     let items = dims[0] as usize * dims[1] as usize * dims[2] as usize;
     let nwaves = items.div_ceil(ctx.lanes);
-    // The group's buffers are reused from the worker's previous group.
-    pool.append(&mut group.waves);
+    // The group's buffers are reused from the worker's previous group, its waves reset in
+    // place (a wave is over half a KiB: moving it in and out of the pool cost a short kernel
+    // more than some of its instructions).
+    while group.waves.len() > nwaves {
+        pool.extend(group.waves.pop());
+    }
+    while group.waves.len() < nwaves {
+        group
+            .waves
+            .push(pool.pop().unwrap_or_else(|| new_wave(ctx)));
+    }
     group.lds.clear();
     group.lds.resize(d.lds_bytes as usize, 0);
-    for w in 0..nwaves {
+    for (w, wave) in group.waves.iter_mut().enumerate() {
         let slot = (worker * ctx.waves_per_group + w) as u32;
-        let mut wave = fresh_wave(ctx, pool, slot);
-        system_sgprs(ctx, &mut wave, id, nwaves);
-        work_item_ids(ctx, &mut wave, w * ctx.lanes, dims, items);
-        group.waves.push(wave);
+        reset_wave(ctx, wave, slot);
+        system_sgprs(ctx, wave, id, nwaves);
+        work_item_ids(ctx, wave, w * ctx.lanes, dims, items);
     }
     stats.workgroups += 1;
     stats.waves += nwaves as u64;
-    schedule(ctx, code, group, pool, stats)
+    schedule(ctx, code, group, stats)
 }
 
-/// A wave in its launch state at the program's entry, recycled from `pool` when it can be
-/// (allocation dominated small kernels).
-fn fresh_wave(ctx: &Ctx, pool: &mut Vec<Wave>, slot: u32) -> Wave {
-    let d = ctx.d;
-    match pool.pop() {
-        Some(mut wave) => {
-            // The wave may come from another dispatch (see `Kit`): its shape too is reset.
-            wave.sgpr = [0; 128];
-            wave.vgpr.clear();
-            wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
-            wave.nvgpr = ctx.nvgpr;
-            wave.lanes = ctx.lanes;
-            wave.rsrc1 = d.pgm_rsrc1;
-            wave.scc = false;
-            wave.pc = d.code_address;
-            wave.done = false;
-            wave.at_barrier = false;
-            wave.flat_scratch = 0;
-            wave.slot = slot;
-            wave
-        }
-        None => Wave {
-            sgpr: [0; 128],
-            vgpr: vec![0; ctx.nvgpr * ctx.lanes],
-            nvgpr: ctx.nvgpr,
-            lanes: ctx.lanes,
-            scc: false,
-            pc: d.code_address,
-            done: false,
-            at_barrier: false,
-            flat_scratch: 0,
-            slot,
-            tmp: Box::new([[0; 64]; 4]),
-            rsrc1: d.pgm_rsrc1,
-        },
+/// A wave of the dispatch's shape (to be reset before it runs).
+fn new_wave(ctx: &Ctx) -> Wave {
+    Wave {
+        sgpr: [0; 128],
+        vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+        nvgpr: ctx.nvgpr,
+        lanes: ctx.lanes,
+        scc: false,
+        pc: ctx.d.code_address,
+        done: false,
+        at_barrier: false,
+        flat_scratch: 0,
+        slot: 0,
+        tmp: Box::new([[0; 64]; 4]),
+        rsrc1: ctx.d.pgm_rsrc1,
     }
+}
+
+/// Puts a wave in its launch state at the program's entry. The wave may come from another
+/// dispatch (see `Kit`): its shape too is reset.
+fn reset_wave(ctx: &Ctx, wave: &mut Wave, slot: u32) {
+    let d = ctx.d;
+    wave.sgpr = [0; 128];
+    wave.vgpr.clear();
+    wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
+    wave.nvgpr = ctx.nvgpr;
+    wave.lanes = ctx.lanes;
+    wave.rsrc1 = d.pgm_rsrc1;
+    wave.scc = false;
+    wave.pc = d.code_address;
+    wave.done = false;
+    wave.at_barrier = false;
+    wave.flat_scratch = 0;
+    wave.slot = slot;
 }
 
 /// The SGPRs COMPUTE_PGM_RSRC2 asks for, in order: user SGPRs, workgroup ids, workgroup
@@ -590,7 +596,6 @@ fn schedule(
     ctx: &Ctx,
     code: &mut Code,
     group: &mut Group,
-    pool: &mut Vec<Wave>,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
     loop {
@@ -604,7 +609,6 @@ fn schedule(
         }
         let live = group.waves.iter().filter(|w| !w.done).count();
         if live == 0 {
-            pool.append(&mut group.waves);
             return Ok(());
         }
         if group.waves.iter().filter(|w| !w.done).all(|w| w.at_barrier) {
