@@ -1,7 +1,8 @@
-//! The fast issue forms (`prep::Fast`) run on a wave: each a loop over a constant 32 or 64
-//! lanes on `u32` rows (the lanes of a VGPR are contiguous), computing every lane and then
-//! selecting by EXEC as a bitmask, so the loops compile to vector code. Semantics are those of
-//! the general executor, bit for bit (tested below against it on random states).
+//! The fast issue forms (`prep::Fast`) run on a wave, inlined into the issue loop: each vector
+//! form a loop over a constant 32 or 64 lanes on `u32` rows (the lanes of a VGPR are
+//! contiguous), computing every lane and then selecting by EXEC as a bitmask, so the loops
+//! compile to vector code; the scalar forms on resolved SGPR indices and values. Semantics are
+//! those of the general executor, bit for bit (tested below against it on random states).
 
 // Lane loops index several lane arrays in step; iterators would obscure that.
 #![allow(clippy::needless_range_loop)]
