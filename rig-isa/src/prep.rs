@@ -345,6 +345,8 @@ pub(crate) enum Fast {
         src_top: u16,
         top: u16,
     },
+    /// `v_readfirstlane_b32` of VGPR `a` into SGPR `d` (below VCC).
+    Readfirstlane { a: u8, d: u8 },
     /// `v_cndmask_b32`: `b` where the lane's bit of the mask in SGPR `mask` (at most VCC_LO)
     /// is set, else `a`.
     Cndmask {
@@ -446,6 +448,7 @@ pub(crate) fn select(i: &Inst) -> Fast {
             .or_else(|| shift64(i))
             .or_else(|| cmp(i))
             .or_else(|| cndmask(i))
+            .or_else(|| readfirstlane(i))
             .unwrap_or(Fast::General),
         Format::Vopd => dual(i).unwrap_or(Fast::General),
         Format::Vopc => cmp(i).unwrap_or(Fast::General),
@@ -950,5 +953,17 @@ fn cndmask(i: &Inst) -> Option<Fast> {
         mask: mask as u8,
         d,
         top: top(&[a, b], &[d]),
+    })
+}
+
+/// `v_readfirstlane_b32` (VOP1) of a VGPR into an SGPR below VCC.
+fn readfirstlane(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop1 || i.op != V_READFIRSTLANE_B32 || i.dpp.is_some() {
+        return None;
+    }
+    let d = (i.dst < src::VCC_LO).then_some(i.dst as u8)?;
+    Some(Fast::Readfirstlane {
+        a: vgpr(i.src[0])?,
+        d,
     })
 }

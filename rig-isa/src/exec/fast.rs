@@ -156,6 +156,17 @@ pub(super) fn issue<const N: usize>(
             range(wv, *src_top)?;
             mad_u64::<N>(wv, *a, *b, *c, *d, *carry, *top, pc)?;
         }
+        Fast::Readfirstlane { a, d } => {
+            range(wv, *a as u16 + 1)?;
+            // The first active lane, lane 0 when none is.
+            let e = wv.exec();
+            let l = if e == 0 {
+                0
+            } else {
+                e.trailing_zeros() as usize
+            };
+            wv.sgpr[*d as usize] = vrow::<N>(wv, *a)[l];
+        }
         Fast::Cndmask { a, b, mask, d, top } => {
             range(wv, *top)?;
             cndmask::<N>(wv, *a, *b, *mask, *d);
@@ -962,6 +973,9 @@ mod tests {
             "v_cndmask_b32_e64 v7, 1.0, v9, s12",
         ),
         (&[0x02221303], "v_cndmask_b32_e32 v17, v3, v9, vcc_lo"),
+        (&[0x7e0e0503], "v_readfirstlane_b32 s7, v3"),
+        (&[0x7e000509], "v_readfirstlane_b32 s0, v9"),
+        (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
     ];
 
     fn mix(k: u32, seed: u32) -> u32 {
