@@ -203,9 +203,10 @@ impl<'m> Code<'m> {
     #[inline]
     pub(crate) fn fetch(&mut self, pc: u64) -> Result<&Slot, ExecFault> {
         // The hot case (decoded before) stays small enough to inline into the issue loop.
-        let off = pc.wrapping_sub(self.base);
-        let k = (off / 4) as usize;
-        if off.is_multiple_of(4) && off < DENSE_SPAN && matches!(self.dense.get(k), Some(Some(_))) {
+        // A misaligned offset rotates its low bits to the top, past any table index; the
+        // table never reaches past DENSE_SPAN.
+        let k = pc.wrapping_sub(self.base).rotate_right(2) as usize;
+        if matches!(self.dense.get(k), Some(Some(_))) {
             return self.dense[k].as_ref().ok_or(ExecFault::Internal);
         }
         self.fetch_slow(pc)

@@ -475,58 +475,64 @@ fn run_group(
     });
     let items = dims[0] as usize * dims[1] as usize * dims[2] as usize;
     let nwaves = items.div_ceil(ctx.lanes);
-    // The group's buffers are reused from the worker's previous group.
-    pool.append(&mut group.waves);
+    // The group's buffers are reused from the worker's previous group, its waves reset in
+    // place (a wave is over half a KiB: moving it in and out of the pool cost a short kernel
+    // more than some of its instructions).
+    while group.waves.len() > nwaves {
+        pool.extend(group.waves.pop());
+    }
+    while group.waves.len() < nwaves {
+        group
+            .waves
+            .push(pool.pop().unwrap_or_else(|| new_wave(ctx)));
+    }
     group.lds.clear();
     group.lds.resize(d.lds_bytes as usize, 0);
-    for w in 0..nwaves {
+    for (w, wave) in group.waves.iter_mut().enumerate() {
         let slot = (worker * ctx.waves_per_group + w) as u32;
-        let mut wave = fresh_wave(ctx, pool, slot);
-        system_sgprs(ctx, &mut wave, id, nwaves);
-        work_item_ids(ctx, &mut wave, w * ctx.lanes, dims, items);
-        group.waves.push(wave);
+        reset_wave(ctx, wave, slot);
+        system_sgprs(ctx, wave, id, nwaves);
+        work_item_ids(ctx, wave, w * ctx.lanes, dims, items);
     }
     stats.workgroups += 1;
     stats.waves += nwaves as u64;
-    schedule(ctx, code, group, pool, stats)
+    schedule(ctx, code, group, stats)
 }
 
-/// A wave in its launch state at the program's entry, recycled from `pool` when it can be
-/// (allocation dominated small kernels).
-fn fresh_wave(ctx: &Ctx, pool: &mut Vec<Wave>, slot: u32) -> Wave {
-    let d = ctx.d;
-    match pool.pop() {
-        Some(mut wave) => {
-            // The wave may come from another dispatch (see `Kit`): its shape too is reset.
-            wave.sgpr = [0; 128];
-            wave.vgpr.clear();
-            wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
-            wave.nvgpr = ctx.nvgpr;
-            wave.lanes = ctx.lanes;
-            wave.rsrc1 = d.pgm_rsrc1;
-            wave.scc = false;
-            wave.pc = d.code_address;
-            wave.done = false;
-            wave.at_barrier = false;
-            wave.flat_scratch = 0;
-            wave.slot = slot;
-            wave
-        }
-        None => Wave {
-            sgpr: [0; 128],
-            vgpr: vec![0; ctx.nvgpr * ctx.lanes],
-            nvgpr: ctx.nvgpr,
-            lanes: ctx.lanes,
-            scc: false,
-            pc: d.code_address,
-            done: false,
-            at_barrier: false,
-            flat_scratch: 0,
-            slot,
-            tmp: Box::new([[0; 64]; 4]),
-            rsrc1: d.pgm_rsrc1,
-        },
+/// A wave of the dispatch's shape (to be reset before it runs).
+fn new_wave(ctx: &Ctx) -> Wave {
+    Wave {
+        sgpr: [0; 128],
+        vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+        nvgpr: ctx.nvgpr,
+        lanes: ctx.lanes,
+        scc: false,
+        pc: ctx.d.code_address,
+        done: false,
+        at_barrier: false,
+        flat_scratch: 0,
+        slot: 0,
+        tmp: Box::new([[0; 64]; 4]),
+        rsrc1: ctx.d.pgm_rsrc1,
     }
+}
+
+/// Puts a wave in its launch state at the program's entry. The wave may come from another
+/// dispatch (see `Kit`): its shape too is reset.
+fn reset_wave(ctx: &Ctx, wave: &mut Wave, slot: u32) {
+    let d = ctx.d;
+    wave.sgpr = [0; 128];
+    wave.vgpr.clear();
+    wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
+    wave.nvgpr = ctx.nvgpr;
+    wave.lanes = ctx.lanes;
+    wave.rsrc1 = d.pgm_rsrc1;
+    wave.scc = false;
+    wave.pc = d.code_address;
+    wave.done = false;
+    wave.at_barrier = false;
+    wave.flat_scratch = 0;
+    wave.slot = slot;
 }
 
 /// The SGPRs COMPUTE_PGM_RSRC2 asks for, in order: user SGPRs, workgroup ids, workgroup
@@ -621,7 +627,6 @@ fn schedule(
     ctx: &Ctx,
     code: &mut Code,
     group: &mut Group,
-    pool: &mut Vec<Wave>,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
     loop {
@@ -635,7 +640,6 @@ fn schedule(
         }
         let live = group.waves.iter().filter(|w| !w.done).count();
         if live == 0 {
-            pool.append(&mut group.waves);
             return Ok(());
         }
         if group.waves.iter().filter(|w| !w.done).all(|w| w.at_barrier) {
@@ -657,48 +661,97 @@ fn run_wave(
     w: usize,
     stats: &mut ExecStats,
 ) -> Result<(), ExecFault> {
-    let start = stats.instructions;
+    // One issue loop per lane count, compiled for the host's vector unit with the fast forms
+    // inlined into it: a form costs no call and no per-issue feature or lane-count test.
+    ctx.wide.run(
+        #[inline(always)]
+        || {
+            if ctx.lanes == 32 {
+                issue_loop::<32>(ctx, code, g, w, stats)
+            } else {
+                issue_loop::<64>(ctx, code, g, w, stats)
+            }
+        },
+    )
+}
+
+#[inline(always)]
+fn issue_loop<const N: usize>(
+    ctx: &Ctx,
+    code: &mut Code,
+    g: &mut Group,
+    w: usize,
+    stats: &mut ExecStats,
+) -> Result<(), ExecFault> {
+    let many = g.waves.len() > 1;
+    let (wave, lds, mem, tlb) = (&mut g.waves[w], &mut g.lds[..], g.mem, &mut g.tlb);
+    // The counters live in registers while the wave runs and go back to `stats` when it
+    // stops. The stop check counts down what is left to the next multiple of STOP_CHECK of
+    // the worker's count, so it also happens across many short waves.
+    let (start, mut n, mut lanes) = (stats.instructions, stats.instructions, 0u64);
+    // (A count that is a multiple checks at once, as a wave that yields after its slice
+    // resumes there.)
+    let mut left = (STOP_CHECK - n % STOP_CHECK) % STOP_CHECK;
     // EXEC and its lane count, recounted only when EXEC changes (no popcnt in the baseline
     // x86-64 target: counting costs a dozen instructions).
-    let e = g.waves[w].exec();
+    let e = wave.exec();
     let mut counted = (e, e.count_ones() as u64);
-    loop {
-        // Counted per worker (stats), so the check also happens across many short waves.
-        if stats.instructions.is_multiple_of(STOP_CHECK) && ctx.stop.load(Ordering::Relaxed) {
-            return Err(ExecFault::Stopped);
+    let r = 'issue: loop {
+        if left == 0 {
+            if ctx.stop.load(Ordering::Relaxed) {
+                break Err(ExecFault::Stopped);
+            }
+            left = STOP_CHECK;
         }
-        let wave = &mut g.waves[w];
-        let pc = wave.pc;
-        let s = code.fetch(pc)?;
-        stats.instructions += 1;
+        let mut pc = wave.pc;
+        let mut s = match code.fetch(pc) {
+            Ok(s) => s,
+            Err(e) => break Err(e),
+        };
+        // Scalar waits and hints only advance the PC: they skip the rest of the issue (the
+        // stop check's count includes them).
+        while matches!(s.fast, Fast::Nop) && !s.vector && left > 1 {
+            n += 1;
+            left -= 1;
+            pc += 4 * s.inst.len as u64;
+            s = match code.fetch(pc) {
+                Ok(s) => s,
+                Err(e) => {
+                    wave.pc = pc;
+                    break 'issue Err(e);
+                }
+            };
+        }
+        n += 1;
+        left -= 1;
         if s.vector {
             let e = wave.exec();
             if e != counted.0 {
                 counted = (e, e.count_ones() as u64);
             }
-            stats.lane_instructions += counted.1;
+            lanes += counted.1;
         }
         wave.pc = pc + 4 * s.inst.len as u64;
-        if !matches!(s.fast, Fast::General)
-            && matches!(
-                fast::run(ctx.wide, wave, &mut g.lds, &mut g.tlb, &s.fast, pc)?,
-                fast::Ran::Done
-            )
-        {
-            continue;
-        }
-        match step(ctx, g, w, &s.inst, pc) {
+        let flow = match fast::issue::<N>(wave, lds, tlb, &s.fast, pc) {
+            Ok(fast::Ran::Done) => continue,
+            Ok(fast::Ran::General) => step(ctx, wave, lds, mem, &s.inst, pc),
+            Ok(fast::Ran::Yield) => Ok(Flow::Yield),
+            Ok(fast::Ran::MayYield) => Ok(Flow::MayYield),
+            Err(e) => Err(e),
+        };
+        match flow {
             Ok(Flow::Next) => {}
             // A wave may spin on what another wave of its group stores: once it has had its
             // slice, the others run.
-            Ok(Flow::MayYield) if g.waves.len() > 1 && stats.instructions - start >= SLICE => {
-                return Ok(());
-            }
+            Ok(Flow::MayYield) if many && n - start >= SLICE => break Ok(()),
             Ok(Flow::MayYield) => {}
-            Ok(Flow::Yield) => return Ok(()),
-            Err(e) => return Err(e),
+            Ok(Flow::Yield) => break Ok(()),
+            Err(e) => break Err(e),
         }
-    }
+    };
+    stats.instructions = n;
+    stats.lane_instructions += lanes;
+    r
 }
 
 enum Flow {
@@ -735,46 +788,51 @@ fn mem_fault(pc: u64) -> impl Fn(MemoryFault) -> ExecFault {
     move |fault| ExecFault::Memory { fault, pc }
 }
 
-fn step(ctx: &Ctx, g: &mut Group, w: usize, i: &Inst, pc: u64) -> Result<Flow, ExecFault> {
+fn step(
+    ctx: &Ctx,
+    wv: &mut Wave,
+    lds: &mut [u8],
+    mem: &dyn Memory,
+    i: &Inst,
+    pc: u64,
+) -> Result<Flow, ExecFault> {
     // Semantic ids past gfx1100's tables are operations later generations brought.
     match i.format {
         Format::Sop2 if i.op as usize >= opcodes::SOP2.len() => {
-            scalar12::sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sop2(wv, i, pc).map(|_| Flow::Next)
         }
         Format::Sop1 if i.op as usize >= opcodes::SOP1.len() => {
-            scalar12::sop1(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sop1(wv, i, pc).map(|_| Flow::Next)
         }
         Format::Sopc if i.op as usize >= opcodes::SOPC.len() => {
-            scalar12::sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next)
+            scalar12::sopc(wv, i, pc).map(|_| Flow::Next)
         }
-        Format::Sopp if i.op as usize >= opcodes::SOPP.len() => {
-            scalar12::sopp(&mut g.waves[w], i, pc)
-        }
-        Format::Sop2 => sop2(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sop1 => sop1(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
-        Format::Sopc => sopc(&mut g.waves[w], i, pc).map(|_| Flow::Next),
-        Format::Sopk => sopk(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
-        Format::Sopp => sopp(&mut g.waves[w], i, pc),
-        Format::Smem => smem(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
+        Format::Sopp if i.op as usize >= opcodes::SOPP.len() => scalar12::sopp(wv, i, pc),
+        Format::Sop2 => sop2(wv, i, pc).map(|_| Flow::Next),
+        Format::Sop1 => sop1(wv, mem, i, pc).map(|_| Flow::Next),
+        Format::Sopc => sopc(wv, i, pc).map(|_| Flow::Next),
+        Format::Sopk => sopk(wv, mem, i, pc).map(|_| Flow::Next),
+        Format::Sopp => sopp(wv, i, pc),
+        Format::Smem => smem(wv, mem, i, pc).map(|_| Flow::Next),
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::valu(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Vop3p if i.dpp.is_none() => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::vop3p(&mut v, t, i, pc).map(|_| Flow::Next)
         }
         Format::Vop3p => Err(unsupported(i, pc)),
         Format::Vopd => {
-            let (mut v, t) = g.waves[w].as_valu();
+            let (mut v, t) = wv.as_valu();
             crate::valu::vopd(&mut v, t, i, pc).map(|_| Flow::Next)
         }
-        Format::Ds => ds(&mut g.waves[w], &mut g.lds, i, pc).map(|_| Flow::Next),
-        Format::Mubuf => mubuf::mubuf(&mut g.waves[w], g.mem, i, pc).map(|_| Flow::Next),
+        Format::Ds => ds(wv, lds, i, pc).map(|_| Flow::Next),
+        Format::Mubuf => mubuf::mubuf(wv, mem, i, pc).map(|_| Flow::Next),
         // Memory is coherent at issue: GFX12's cache writeback and invalidate do nothing.
         Format::Global if no_effect(i) => Ok(Flow::Next),
         Format::Flat | Format::Global | Format::Scratch => {
-            vmem(ctx, &mut g.waves[w], &mut g.lds, g.mem, i, pc).map(|_| Flow::Next)
+            vmem(ctx, wv, lds, mem, i, pc).map(|_| Flow::Next)
         }
     }
 }
@@ -827,8 +885,8 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     } else {
         wv.sread(i.saddr, 0) as u64
     };
-    let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff);
     if let Some((bytes, signed)) = small {
+        let addr = base.wrapping_add(i.imm as i64 as u64).wrapping_add(soff);
         // Naturally aligned like the hardware's (the low bits below the size are ignored).
         let a = addr & !(bytes as u64 - 1);
         let mut b = [0u8; 2];
@@ -842,9 +900,6 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
         wv.swrite(i.dst, v);
         return Ok(());
     }
-    let addr = addr & !3;
-    let mut buf = [0u8; 64];
-    mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
     let d = if n >= 3 {
         i.dst & !3
     } else if n == 2 {
@@ -852,9 +907,28 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
     } else {
         i.dst
     };
-    for k in 0..n {
-        let v = u32::from_le_bytes([buf[4 * k], buf[4 * k + 1], buf[4 * k + 2], buf[4 * k + 3]]);
-        wv.swrite(d + k as u16, v);
+    s_load(wv, mem, base, i.imm, soff, d as usize, n, pc)
+}
+
+/// `n` dwords (at most 16) at `base + imm + soff` (dword-aligned down) into the SGPRs from
+/// `d` (those past the writable ones are dropped).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn s_load(
+    wv: &mut Wave,
+    mem: &dyn Memory,
+    base: u64,
+    imm: i32,
+    soff: u64,
+    d: usize,
+    n: usize,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let addr = base.wrapping_add(imm as i64 as u64).wrapping_add(soff) & !3;
+    let mut buf = [0u8; 64];
+    mem.read(addr, &mut buf[..4 * n]).map_err(mem_fault(pc))?;
+    for (k, c) in buf[..4 * n].as_chunks::<4>().0.iter().enumerate() {
+        wv.swrite((d + k) as u16, u32::from_le_bytes(*c));
     }
     Ok(())
 }

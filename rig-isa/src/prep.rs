@@ -18,7 +18,8 @@
 
 use crate::decode::{Format, Inst, src};
 use crate::meta::{MemKind, meta};
-use crate::opcodes::{op_ds, op_valu::*, op_vopdx};
+use crate::opcodes::{self, op_ds, op_smem, op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+use crate::opcodes::{op_valu::*, op_vopdx};
 
 /// A source of a fast form: where each lane's 32-bit value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +116,124 @@ pub(crate) struct Cmp32 {
     pub signed: bool,
 }
 
+impl Cmp32 {
+    /// The relation of `a` to `b`.
+    #[inline(always)]
+    pub(crate) fn eval(self, a: u32, b: u32) -> bool {
+        // Signed order is unsigned order with the sign bit flipped.
+        let flip = if self.signed { 0x8000_0000 } else { 0 };
+        let (x, y) = (a ^ flip, b ^ flip);
+        match self.rel {
+            0 => false,
+            1 => x < y,
+            2 => x == y,
+            3 => x <= y,
+            4 => x > y,
+            5 => x != y,
+            6 => x >= y,
+            _ => true,
+        }
+    }
+}
+
+/// A 32-bit scalar ALU operation of two sources: its result and SCC (`exec::scalar::salu`
+/// holds the semantics, which the general SOP2 path runs too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Salu {
+    /// `a` (SCC kept).
+    Mov,
+    AddU,
+    SubU,
+    AddI,
+    SubI,
+    Addc,
+    Subb,
+    MinI,
+    MinU,
+    MaxI,
+    MaxU,
+    /// `(a << n) + b`, n in 1..=4.
+    LshlAdd(u8),
+    MulI,
+    MulHiU,
+    MulHiI,
+    AbsDiffI,
+    Lshl,
+    Lshr,
+    Ashr,
+    And,
+    Or,
+    Xor,
+    Nand,
+    Nor,
+    Xnor,
+    AndNot1,
+    OrNot1,
+    BfeU,
+    BfeI,
+    Bfm,
+    Cselect,
+    PackLl,
+    PackLh,
+    PackHh,
+}
+
+/// The 32-bit SOP2 operation of gfx1100's opcode `op`.
+pub(crate) fn salu_of_sop2(op: u16) -> Option<Salu> {
+    use op_sop2::*;
+    Some(match op {
+        S_ADD_U32 => Salu::AddU,
+        S_SUB_U32 => Salu::SubU,
+        S_ADD_I32 => Salu::AddI,
+        S_SUB_I32 => Salu::SubI,
+        S_ADDC_U32 => Salu::Addc,
+        S_SUBB_U32 => Salu::Subb,
+        S_MIN_I32 => Salu::MinI,
+        S_MIN_U32 => Salu::MinU,
+        S_MAX_I32 => Salu::MaxI,
+        S_MAX_U32 => Salu::MaxU,
+        S_LSHL1_ADD_U32 => Salu::LshlAdd(1),
+        S_LSHL2_ADD_U32 => Salu::LshlAdd(2),
+        S_LSHL3_ADD_U32 => Salu::LshlAdd(3),
+        S_LSHL4_ADD_U32 => Salu::LshlAdd(4),
+        S_MUL_I32 => Salu::MulI,
+        S_MUL_HI_U32 => Salu::MulHiU,
+        S_MUL_HI_I32 => Salu::MulHiI,
+        S_ABSDIFF_I32 => Salu::AbsDiffI,
+        S_LSHL_B32 => Salu::Lshl,
+        S_LSHR_B32 => Salu::Lshr,
+        S_ASHR_I32 => Salu::Ashr,
+        S_AND_B32 => Salu::And,
+        S_OR_B32 => Salu::Or,
+        S_XOR_B32 => Salu::Xor,
+        S_NAND_B32 => Salu::Nand,
+        S_NOR_B32 => Salu::Nor,
+        S_XNOR_B32 => Salu::Xnor,
+        S_AND_NOT1_B32 => Salu::AndNot1,
+        S_OR_NOT1_B32 => Salu::OrNot1,
+        S_BFE_U32 => Salu::BfeU,
+        S_BFE_I32 => Salu::BfeI,
+        S_BFM_B32 => Salu::Bfm,
+        S_CSELECT_B32 => Salu::Cselect,
+        S_PACK_LL_B32_B16 => Salu::PackLl,
+        S_PACK_LH_B32_B16 => Salu::PackLh,
+        S_PACK_HH_B32_B16 => Salu::PackHh,
+        _ => return None,
+    })
+}
+
+/// What a scalar branch tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cond {
+    Always,
+    Scc0,
+    Scc1,
+    Vccz,
+    Vccnz,
+    Execz,
+    Execnz,
+}
+
 /// The carry-in of a fast integer add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CarryIn {
@@ -189,6 +308,55 @@ pub(crate) enum Fast {
         d: u8,
         rows: u8,
         off: [u32; 4],
+    },
+    /// A 32-bit scalar ALU operation into SGPR `d` (not the null register nor EXEC_HI), with
+    /// SCC.
+    Salu {
+        f: Salu,
+        a: Operand,
+        b: Operand,
+        d: u8,
+    },
+    /// A 32-bit scalar compare into SCC.
+    Scmp { c: Cmp32, a: Operand, b: Operand },
+    /// A scalar branch to the PC plus `rel` bytes when `cond` holds; `back` when that is not
+    /// forward (the wave may yield there).
+    Branch { cond: Cond, rel: i32, back: bool },
+    /// `s_endpgm`.
+    End,
+    /// `s_barrier`.
+    Barrier,
+    /// `s_load_b32`..`b512`: `n` dwords from the SGPR pair `base` plus `imm` (and SGPR
+    /// `soff`) into SGPRs from `d` (`d + n` at most VCC_LO).
+    Sload {
+        base: u8,
+        imm: i32,
+        soff: Option<u8>,
+        d: u8,
+        n: u8,
+    },
+    /// `v_mad_u64_u32`: `a * b + c` into the pair from `d`, the carry-out mask into SGPR
+    /// `carry` (at most VCC_LO; `None` for the null register). `src_top` covers the sources
+    /// (checked before the carry is written), `top` the destination too.
+    MadU64 {
+        a: Operand,
+        b: Operand,
+        c: Operand64,
+        d: u8,
+        carry: Option<u8>,
+        src_top: u16,
+        top: u16,
+    },
+    /// `v_readfirstlane_b32` of VGPR `a` into SGPR `d` (below VCC).
+    Readfirstlane { a: u8, d: u8 },
+    /// `v_cndmask_b32`: `b` where the lane's bit of the mask in SGPR `mask` (at most VCC_LO)
+    /// is set, else `a`.
+    Cndmask {
+        a: Operand,
+        b: Operand,
+        mask: u8,
+        d: u8,
+        top: u16,
     },
 }
 
@@ -281,10 +449,17 @@ pub(crate) fn select(i: &Inst) -> Fast {
             .or_else(|| add_co(i))
             .or_else(|| shift64(i))
             .or_else(|| cmp(i))
+            .or_else(|| cndmask(i))
+            .or_else(|| readfirstlane(i))
             .unwrap_or(Fast::General),
         Format::Vopd => dual(i).unwrap_or(Fast::General),
-        Format::Vop3sd => add_co(i).unwrap_or(Fast::General),
         Format::Vopc => cmp(i).unwrap_or(Fast::General),
+        Format::Vop3sd => add_co(i).or_else(|| mad_u64(i)).unwrap_or(Fast::General),
+        Format::Sop1 | Format::Sop2 | Format::Sopk | Format::Sopc => {
+            scalar(i).unwrap_or(Fast::General)
+        }
+        Format::Sopp => sopp(i).unwrap_or(Fast::General),
+        Format::Smem => s_load(i).unwrap_or(Fast::General),
         Format::Ds => ds_load(i).or_else(|| ds_store(i)).unwrap_or(Fast::General),
         Format::Global => global_dword(i).unwrap_or(Fast::General),
         _ => Fast::General,
@@ -572,5 +747,235 @@ fn ds_load(i: &Inst) -> Option<Fast> {
         d,
         rows: rows as u8,
         off,
+    })
+}
+
+/// A scalar source: an SGPR, an inline constant or a literal (not VCCZ/EXECZ/SCC).
+fn soperand(s: u16, lit: u32) -> Option<Operand> {
+    (s < 256).then(|| operand(s, lit)).flatten()
+}
+
+/// The 32-bit SOP1/SOP2/SOPK/SOPC operations of gfx1100 (semantic ids past its tables are
+/// later generations' and stay general).
+fn scalar(i: &Inst) -> Option<Fast> {
+    let dst = || (i.dst <= 126 && i.dst != src::NULL).then_some(i.dst as u8);
+    let cmp = |rel: u8, signed: bool| Cmp32 { rel, signed };
+    match i.format {
+        Format::Sop2 if (i.op as usize) < opcodes::SOP2.len() => Some(Fast::Salu {
+            f: salu_of_sop2(i.op)?,
+            a: soperand(i.src[0], i.literal)?,
+            b: soperand(i.src[1], i.literal)?,
+            d: dst()?,
+        }),
+        Format::Sop1 if i.op == op_sop1::S_MOV_B32 => Some(Fast::Salu {
+            f: Salu::Mov,
+            a: soperand(i.src[0], i.literal)?,
+            b: Operand::Const(0),
+            d: dst()?,
+        }),
+        Format::Sopc => {
+            use op_sopc::*;
+            let c = match i.op {
+                S_CMP_EQ_I32 => cmp(2, true),
+                S_CMP_LG_I32 => cmp(5, true),
+                S_CMP_GT_I32 => cmp(4, true),
+                S_CMP_GE_I32 => cmp(6, true),
+                S_CMP_LT_I32 => cmp(1, true),
+                S_CMP_LE_I32 => cmp(3, true),
+                S_CMP_EQ_U32 => cmp(2, false),
+                S_CMP_LG_U32 => cmp(5, false),
+                S_CMP_GT_U32 => cmp(4, false),
+                S_CMP_GE_U32 => cmp(6, false),
+                S_CMP_LT_U32 => cmp(1, false),
+                S_CMP_LE_U32 => cmp(3, false),
+                _ => return None,
+            };
+            Some(Fast::Scmp {
+                c,
+                a: soperand(i.src[0], i.literal)?,
+                b: soperand(i.src[1], i.literal)?,
+            })
+        }
+        Format::Sopk => {
+            use op_sopk::*;
+            let k = i.imm as u16;
+            let sk = Operand::Const(k as i16 as i32 as u32);
+            let uk = Operand::Const(k as u32);
+            let d = soperand(i.dst, 0)?;
+            let (c, b) = match i.op {
+                S_MOVK_I32 => {
+                    return Some(Fast::Salu {
+                        f: Salu::Mov,
+                        a: sk,
+                        b: Operand::Const(0),
+                        d: dst()?,
+                    });
+                }
+                S_ADDK_I32 | S_MULK_I32 => {
+                    let f = if i.op == S_ADDK_I32 {
+                        Salu::AddI
+                    } else {
+                        Salu::MulI
+                    };
+                    return Some(Fast::Salu {
+                        f,
+                        a: d,
+                        b: sk,
+                        d: dst()?,
+                    });
+                }
+                S_CMPK_EQ_I32 => (cmp(2, true), sk),
+                S_CMPK_LG_I32 => (cmp(5, true), sk),
+                S_CMPK_GT_I32 => (cmp(4, true), sk),
+                S_CMPK_GE_I32 => (cmp(6, true), sk),
+                S_CMPK_LT_I32 => (cmp(1, true), sk),
+                S_CMPK_LE_I32 => (cmp(3, true), sk),
+                S_CMPK_EQ_U32 => (cmp(2, false), uk),
+                S_CMPK_LG_U32 => (cmp(5, false), uk),
+                S_CMPK_GT_U32 => (cmp(4, false), uk),
+                S_CMPK_GE_U32 => (cmp(6, false), uk),
+                S_CMPK_LT_U32 => (cmp(1, false), uk),
+                S_CMPK_LE_U32 => (cmp(3, false), uk),
+                _ => return None,
+            };
+            Some(Fast::Scmp { c, a: d, b })
+        }
+        _ => None,
+    }
+}
+
+/// The branches, `s_endpgm` and `s_barrier` of gfx1100's SOPP.
+fn sopp(i: &Inst) -> Option<Fast> {
+    use op_sopp::*;
+    if i.op as usize >= opcodes::SOPP.len() {
+        return None;
+    }
+    let cond = match i.op {
+        S_ENDPGM => return Some(Fast::End),
+        S_BARRIER => return Some(Fast::Barrier),
+        S_BRANCH => Cond::Always,
+        S_CBRANCH_SCC0 => Cond::Scc0,
+        S_CBRANCH_SCC1 => Cond::Scc1,
+        S_CBRANCH_VCCZ => Cond::Vccz,
+        S_CBRANCH_VCCNZ => Cond::Vccnz,
+        S_CBRANCH_EXECZ => Cond::Execz,
+        S_CBRANCH_EXECNZ => Cond::Execnz,
+        _ => return None,
+    };
+    let rel = 4 + 4 * (i.imm as u16 as i16 as i32);
+    Some(Fast::Branch {
+        cond,
+        rel,
+        back: rel <= 0,
+    })
+}
+
+/// `s_load_b32`..`b512` from an SGPR pair, into SGPRs below VCC.
+fn s_load(i: &Inst) -> Option<Fast> {
+    use op_smem::*;
+    let n: u8 = match i.op {
+        S_LOAD_B32 => 1,
+        S_LOAD_B64 => 2,
+        S_LOAD_B128 => 4,
+        S_LOAD_B256 => 8,
+        S_LOAD_B512 => 16,
+        _ => return None,
+    };
+    let base = match i.src[0] {
+        s @ 0..=105 => (s & !1) as u8,
+        _ => return None,
+    };
+    let soff = match i.saddr {
+        src::NULL => None,
+        s @ 0..=105 => Some(s as u8),
+        _ => return None,
+    };
+    let d = i.dst & !(n.min(4) as u16 - 1);
+    (d + n as u16 <= src::VCC_LO).then_some(Fast::Sload {
+        base,
+        imm: i.imm,
+        soff,
+        d: d as u8,
+        n,
+    })
+}
+
+/// `v_mad_u64_u32` (VOP3SD) without clamp, its addend a VGPR pair, an SGPR pair or an
+/// integer inline constant, its carry-out below VCC_HI or the null register.
+fn mad_u64(i: &Inst) -> Option<Fast> {
+    if i.op != V_MAD_U64_U32
+        || i.dpp.is_some()
+        || i.clamp
+        || i.omod != 0
+        || i.neg != 0
+        || i.abs != 0
+    {
+        return None;
+    }
+    let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
+    let c = match i.src[2] {
+        s @ 256..=510 => Operand64::Vgpr((s - 256) as u8),
+        s @ 0..=105 => Operand64::Sgpr((s & !1) as u8),
+        s @ 128..=208 => Operand64::Const(constant(s, 0, false)? as i32 as i64 as u64),
+        _ => return None,
+    };
+    let carry = match i.sdst {
+        src::NULL => None,
+        s if s <= src::VCC_LO => Some(s as u8),
+        _ => return None,
+    };
+    let d = vgpr(i.dst).filter(|&d| d < 255)?;
+    let mut src_top = top(&[a, b], &[]);
+    if let Operand64::Vgpr(r) = c {
+        src_top = src_top.max(r as u16 + 2);
+    }
+    Some(Fast::MadU64 {
+        a,
+        b,
+        c,
+        d,
+        carry,
+        src_top,
+        top: src_top.max(d as u16 + 2),
+    })
+}
+
+/// `v_cndmask_b32` (VOP2 with VCC, VOP3 with an SGPR mask below VCC_HI) without modifiers.
+fn cndmask(i: &Inst) -> Option<Fast> {
+    if i.op != V_CNDMASK_B32
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.clamp
+        || i.omod != 0
+        || i.op_sel != 0
+    {
+        return None;
+    }
+    let mask = match i.format {
+        Format::Vop2 => src::VCC_LO,
+        Format::Vop3 if i.src[2] <= src::VCC_LO => i.src[2],
+        _ => return None,
+    };
+    let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
+    let d = vgpr(i.dst)?;
+    Some(Fast::Cndmask {
+        a,
+        b,
+        mask: mask as u8,
+        d,
+        top: top(&[a, b], &[d]),
+    })
+}
+
+/// `v_readfirstlane_b32` (VOP1) of a VGPR into an SGPR below VCC.
+fn readfirstlane(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop1 || i.op != V_READFIRSTLANE_B32 || i.dpp.is_some() {
+        return None;
+    }
+    let d = (i.dst < src::VCC_LO).then_some(i.dst as u8)?;
+    Some(Fast::Readfirstlane {
+        a: vgpr(i.src[0])?,
+        d,
     })
 }

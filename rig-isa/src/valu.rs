@@ -192,7 +192,8 @@ impl WaveRef<'_> {
     }
     fn set_mask(&mut self, s: u16, v: u64) {
         self.swrite(s, v as u32);
-        if self.lanes == 64 {
+        // The null register names no pair: M0 after it is not the mask's high half.
+        if self.lanes == 64 && s != src::NULL {
             self.swrite(s + 1, (v >> 32) as u32);
         }
     }

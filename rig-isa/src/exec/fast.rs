@@ -1,7 +1,8 @@
-//! The fast issue forms (`prep::Fast`) run on a wave: each a loop over a constant 32 or 64
-//! lanes on `u32` rows (the lanes of a VGPR are contiguous), computing every lane and then
-//! selecting by EXEC as a bitmask, so the loops compile to vector code. Semantics are those of
-//! the general executor, bit for bit (tested below against it on random states).
+//! The fast issue forms (`prep::Fast`) run on a wave, inlined into the issue loop: each vector
+//! form a loop over a constant 32 or 64 lanes on `u32` rows (the lanes of a VGPR are
+//! contiguous), computing every lane and then selecting by EXEC as a bitmask, so the loops
+//! compile to vector code; the scalar forms on resolved SGPR indices and values. Semantics are
+//! those of the general executor, bit for bit (tested below against it on random states).
 
 // Lane loops index several lane arrays in step; iterators would obscure that.
 #![allow(clippy::needless_range_loop)]
@@ -9,7 +10,9 @@
 use super::ds::{lds_read, lds_write};
 use super::{Wave, mem_fault};
 use crate::ExecFault;
-use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Fast, Operand, Operand64, Shift64};
+use crate::decode::src;
+use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64};
+#[cfg(test)]
 use crate::simd::Wide;
 use crate::window::{Lanes, Tlb, Window};
 
@@ -19,11 +22,15 @@ pub(super) enum Ran {
     /// The form does not apply to this wave (a float operation under a flushing denormal
     /// mode): run the general executor.
     General,
+    /// The wave ended or waits at a barrier.
+    Yield,
+    /// A backward branch was taken: the other waves of the group may get their turn.
+    MayYield,
 }
 
-/// Runs `f` (not `Fast::General`) on the wave.
-// Out of line: the issue loop stays small (inlined, its frame spilled on every issue).
-#[inline(never)]
+/// Runs `f` on the wave, compiled for the host's vector unit (the issue loop runs `issue`
+/// inside its own such copy).
+#[cfg(test)]
 pub(super) fn run(
     wide: Wide,
     wv: &mut Wave,
@@ -36,16 +43,17 @@ pub(super) fn run(
         #[inline(always)]
         || {
             if wv.lanes == 32 {
-                run_n::<32>(wv, lds, tlb, f, pc)
+                issue::<32>(wv, lds, tlb, f, pc)
             } else {
-                run_n::<64>(wv, lds, tlb, f, pc)
+                issue::<64>(wv, lds, tlb, f, pc)
             }
         },
     )
 }
 
+/// Runs `f` on a wave of `N` lanes whose PC already points past the instruction at `pc`.
 #[inline(always)]
-fn run_n<const N: usize>(
+pub(super) fn issue<const N: usize>(
     wv: &mut Wave,
     lds: &mut [u8],
     tlb: &mut Tlb,
@@ -62,6 +70,59 @@ fn run_n<const N: usize>(
     match f {
         Fast::General => return Ok(Ran::General),
         Fast::Nop => {}
+        Fast::Salu { f, a, b, d } => {
+            let (x, y) = (sread(wv, *a), sread(wv, *b));
+            let (r, scc) = super::scalar::salu(*f, x, y, wv.scc);
+            wv.scc = scc;
+            wv.sgpr[*d as usize] = r;
+        }
+        Fast::Scmp { c, a, b } => wv.scc = c.eval(sread(wv, *a), sread(wv, *b)),
+        Fast::Branch { cond, rel, back } => {
+            let take = match cond {
+                Cond::Always => true,
+                Cond::Scc0 => !wv.scc,
+                Cond::Scc1 => wv.scc,
+                Cond::Vccz => mask::<N>(wv, src::VCC_LO as u8) == 0,
+                Cond::Vccnz => mask::<N>(wv, src::VCC_LO as u8) != 0,
+                Cond::Execz => mask::<N>(wv, src::EXEC_LO as u8) == 0,
+                Cond::Execnz => mask::<N>(wv, src::EXEC_LO as u8) != 0,
+            };
+            if take {
+                wv.pc = pc.wrapping_add(*rel as i64 as u64);
+                if *back {
+                    return Ok(Ran::MayYield);
+                }
+            }
+        }
+        Fast::End => {
+            wv.done = true;
+            return Ok(Ran::Yield);
+        }
+        Fast::Barrier => {
+            wv.at_barrier = true;
+            return Ok(Ran::Yield);
+        }
+        Fast::Sload {
+            base,
+            imm,
+            soff,
+            d,
+            n,
+        } => {
+            let b = *base as usize;
+            let base = (wv.sgpr[b] as u64 | (wv.sgpr[b + 1] as u64) << 32) & 0xffff_ffff_ffff;
+            let soff = soff.map_or(0, |s| wv.sgpr[s as usize] as u64);
+            super::s_load(
+                wv,
+                tlb.mem(),
+                base,
+                *imm,
+                soff,
+                *d as usize,
+                *n as usize,
+                pc,
+            )?;
+        }
         Fast::Alu { op, top } => {
             if op.f.is_float() && ftz32(wv) {
                 return Ok(Ran::General);
@@ -93,6 +154,33 @@ fn run_n<const N: usize>(
             range(wv, *top)?;
             add_co::<N>(wv, *a, *b, *cin, *d, *carry);
         }
+        Fast::MadU64 {
+            a,
+            b,
+            c,
+            d,
+            carry,
+            src_top,
+            top,
+        } => {
+            range(wv, *src_top)?;
+            mad_u64::<N>(wv, *a, *b, *c, *d, *carry, *top, pc)?;
+        }
+        Fast::Readfirstlane { a, d } => {
+            range(wv, *a as u16 + 1)?;
+            // The first active lane, lane 0 when none is.
+            let e = wv.exec();
+            let l = if e == 0 {
+                0
+            } else {
+                e.trailing_zeros() as usize
+            };
+            wv.sgpr[*d as usize] = vrow::<N>(wv, *a)[l];
+        }
+        Fast::Cndmask { a, b, mask, d, top } => {
+            range(wv, *top)?;
+            cndmask::<N>(wv, *a, *b, *mask, *d);
+        }
         Fast::Cmp { c, a, b, d, top } => {
             range(wv, *top)?;
             cmp::<N>(wv, *c, *a, *b, *d);
@@ -122,6 +210,37 @@ fn run_n<const N: usize>(
         } => ds_store::<N>(wv, lds, *addr, *data, *rows, *off, pc)?,
     }
     Ok(Ran::Done)
+}
+
+/// A scalar source's value.
+#[inline(always)]
+fn sread(wv: &Wave, s: Operand) -> u32 {
+    match s {
+        Operand::Sgpr(k) => wv.sgpr[k as usize],
+        Operand::Const(c) => c,
+        // Scalar forms have no VGPR sources.
+        Operand::Vgpr(_) => 0,
+    }
+}
+
+/// The lane mask in SGPR `s` (and `s + 1` in wave64).
+#[inline(always)]
+fn mask<const N: usize>(wv: &Wave, s: u8) -> u64 {
+    let lo = wv.sgpr[s as usize] as u64;
+    if N == 64 {
+        lo | (wv.sgpr[s as usize + 1] as u64) << 32
+    } else {
+        lo
+    }
+}
+
+/// A lane mask into SGPR `s` (and `s + 1` in wave64).
+#[inline(always)]
+fn set_mask<const N: usize>(wv: &mut Wave, s: u8, m: u64) {
+    wv.sgpr[s as usize] = m as u32;
+    if N == 64 {
+        wv.sgpr[s as usize + 1] = (m >> 32) as u32;
+    }
 }
 
 fn ftz32(wv: &Wave) -> bool {
@@ -260,23 +379,17 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
 fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
     let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
-    // Signed order is unsigned order with the sign bit flipped.
-    let flip = if c.signed { 0x8000_0000 } else { 0 };
-    let mut bits = 0u64;
-    for l in 0..N {
-        let (x, y) = (a[l] ^ flip, b[l] ^ flip);
-        let r = match c.rel {
-            0 => false,
-            1 => x < y,
-            2 => x == y,
-            3 => x <= y,
-            4 => x > y,
-            5 => x != y,
-            6 => x >= y,
-            _ => true,
-        };
-        bits |= (r as u64) << l;
-    }
+    // One lane loop per relation (chosen once, not per lane, then folded into the loop).
+    let bits = match c.rel {
+        0 => 0,
+        1 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 1, ..c }.eval(x, y)),
+        2 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 2, ..c }.eval(x, y)),
+        3 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 3, ..c }.eval(x, y)),
+        4 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 4, ..c }.eval(x, y)),
+        5 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 5, ..c }.eval(x, y)),
+        6 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 6, ..c }.eval(x, y)),
+        _ => u64::MAX,
+    };
     let bits = bits & wv.exec();
     wv.sgpr[d as usize] = bits as u32;
     if N == 64 {
@@ -284,11 +397,9 @@ fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
     }
 }
 
-/// A 64-bit shift into the pair from `d` (lanes in EXEC).
+/// The lanes of a 64-bit source.
 #[inline(always)]
-fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
-    let mut ta = [0u32; N];
-    let a = read::<N>(wv, a, &mut ta);
+fn read64<const N: usize>(wv: &Wave, b: Operand64) -> [u64; N] {
     let mut v = [0u64; N];
     match b {
         Operand64::Vgpr(r) => {
@@ -303,6 +414,75 @@ fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, 
         }
         Operand64::Const(c) => v = [c; N],
     }
+    v
+}
+
+/// `a * b + c` (64 bits) into the pair from `d` and the carry-out mask into `carry`, in the
+/// general executor's order: the mask is written before the destination is checked.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn mad_u64<const N: usize>(
+    wv: &mut Wave,
+    a: Operand,
+    b: Operand,
+    c: Operand64,
+    d: u8,
+    carry: Option<u8>,
+    top: u16,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
+    let c = read64::<N>(wv, c);
+    let (mut lo, mut hi, mut cout) = ([0u32; N], [0u32; N], 0u64);
+    for l in 0..N {
+        let p = a[l] as u64 * b[l] as u64;
+        let (s, o) = p.overflowing_add(c[l]);
+        lo[l] = s as u32;
+        hi[l] = (s >> 32) as u32;
+        cout |= (o as u64) << l;
+    }
+    if let Some(k) = carry {
+        let m = cout & wv.exec();
+        set_mask::<N>(wv, k, m);
+    }
+    if top as usize > wv.nvgpr {
+        return Err(ExecFault::VgprOutOfRange { address: pc });
+    }
+    write::<N>(wv, d, &lo);
+    write::<N>(wv, d + 1, &hi);
+    Ok(())
+}
+
+/// `b` where the lane's mask bit is set, else `a`, into VGPR `d` (lanes in EXEC).
+#[inline(always)]
+fn cndmask<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, mask: u8, d: u8) {
+    let m = lane_mask::<N>(self::mask::<N>(wv, mask));
+    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
+    let mut r = [0u32; N];
+    for l in 0..N {
+        r[l] = (b[l] & m[l]) | (a[l] & !m[l]);
+    }
+    write::<N>(wv, d, &r);
+}
+
+/// The lane mask of `f` over the lanes of `a` and `b`.
+#[inline(always)]
+fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) -> bool) -> u64 {
+    let mut bits = 0u64;
+    for l in 0..N {
+        bits |= (f(a[l], b[l]) as u64) << l;
+    }
+    bits
+}
+
+/// A 64-bit shift into the pair from `d` (lanes in EXEC).
+#[inline(always)]
+fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
+    let mut ta = [0u32; N];
+    let a = read::<N>(wv, a, &mut ta);
+    let mut v = read64::<N>(wv, b);
     for l in 0..N {
         let s = a[l] & 63;
         v[l] = match f {
@@ -804,6 +984,146 @@ mod tests {
             &[0xdc760000, 0x00040d03],
             "global_store_b128 v3, v[13:16], s[4:5]",
         ),
+        (&[0x80030905], "s_add_u32 s3, s5, s9"),
+        (&[0x8106c106], "s_add_i32 s6, s6, -1"),
+        (&[0x8083ff05, 0x00012345], "s_sub_u32 s3, s5, 0x12345"),
+        (&[0x81830987], "s_sub_i32 s3, 7, s9"),
+        (&[0x82030905], "s_addc_u32 s3, s5, s9"),
+        (&[0x82830905], "s_subb_u32 s3, s5, s9"),
+        (&[0x89030905], "s_min_i32 s3, s5, s9"),
+        (&[0x8a83c205], "s_max_u32 s3, s5, -2"),
+        (&[0x8402840e], "s_lshl_b32 s2, s14, 4"),
+        (&[0x8502090e], "s_lshr_b32 s2, s14, s9"),
+        (&[0x86029f0e], "s_ashr_i32 s2, s14, 31"),
+        (&[0x8b07ff08, 0x0000ffff], "s_and_b32 s7, s8, 0xffff"),
+        (&[0x8c070908], "s_or_b32 s7, s8, s9"),
+        (&[0x8d070908], "s_xor_b32 s7, s8, s9"),
+        (&[0x8e070908], "s_nand_b32 s7, s8, s9"),
+        (&[0x91070908], "s_and_not1_b32 s7, s8, s9"),
+        (&[0x92070908], "s_or_not1_b32 s7, s8, s9"),
+        (&[0x96070908], "s_mul_i32 s7, s8, s9"),
+        (&[0x96870908], "s_mul_hi_u32 s7, s8, s9"),
+        (&[0x97070908], "s_mul_hi_i32 s7, s8, s9"),
+        (&[0x98078508], "s_cselect_b32 s7, s8, 5"),
+        (&[0x87870908], "s_lshl2_add_u32 s7, s8, s9"),
+        (&[0x9307ff08, 0x00050004], "s_bfe_u32 s7, s8, 0x50004"),
+        (&[0x93870908], "s_bfe_i32 s7, s8, s9"),
+        (&[0x95070908], "s_bfm_b32 s7, s8, s9"),
+        (&[0x99070908], "s_pack_ll_b32_b16 s7, s8, s9"),
+        (&[0x9a070908], "s_pack_hh_b32_b16 s7, s8, s9"),
+        (&[0x83070908], "s_absdiff_i32 s7, s8, s9"),
+        (&[0xbe880080], "s_mov_b32 s8, 0"),
+        (&[0xbe82007e], "s_mov_b32 s2, exec_lo"),
+        (&[0xbefe0002], "s_mov_b32 exec_lo, s2"),
+        (&[0xbeea00ff, 0x12345678], "s_mov_b32 vcc_lo, 0x12345678"),
+        (&[0xb0088001], "s_movk_i32 s8, 0x8001"),
+        (&[0xb7887fff], "s_addk_i32 s8, 0x7fff"),
+        (&[0xb808fff0], "s_mulk_i32 s8, 0xfff0"),
+        (&[0xb1880010], "s_cmpk_eq_i32 s8, 0x10"),
+        (&[0xb688fff0], "s_cmpk_lt_u32 s8, 0xfff0"),
+        (&[0xb288fff0], "s_cmpk_gt_i32 s8, 0xfff0"),
+        (&[0xbf068006], "s_cmp_eq_u32 s6, 0"),
+        (&[0xbf090308], "s_cmp_ge_u32 s8, s3"),
+        (&[0xbf010308], "s_cmp_lg_i32 s8, s3"),
+        (&[0xbf04c508], "s_cmp_lt_i32 s8, -5"),
+        (&[0xbf08ff08, 0x80000000], "s_cmp_gt_u32 s8, 0x80000000"),
+        (&[0xbf050308], "s_cmp_le_i32 s8, s3"),
+        (&[0xbf000303], "s_cmp_eq_i32 s3, s3"),
+        (&[0xbf010303], "s_cmp_lg_i32 s3, s3"),
+        (&[0xbf020308], "s_cmp_gt_i32 s8, s3"),
+        (&[0xbf020303], "s_cmp_gt_i32 s3, s3"),
+        (&[0xbf030303], "s_cmp_ge_i32 s3, s3"),
+        (&[0xbf030803], "s_cmp_ge_i32 s3, s8"),
+        (&[0xbf040303], "s_cmp_lt_i32 s3, s3"),
+        (&[0xbf050303], "s_cmp_le_i32 s3, s3"),
+        (&[0xbf060303], "s_cmp_eq_u32 s3, s3"),
+        (&[0xbf070503], "s_cmp_lg_u32 s3, s5"),
+        (&[0xbf080303], "s_cmp_gt_u32 s3, s3"),
+        (&[0xbf090303], "s_cmp_ge_u32 s3, s3"),
+        (&[0xbf0a0503], "s_cmp_lt_u32 s3, s5"),
+        (&[0xbf0a0303], "s_cmp_lt_u32 s3, s3"),
+        (&[0xbf0b0303], "s_cmp_le_u32 s3, s3"),
+        (&[0xbf0b0503], "s_cmp_le_u32 s3, s5"),
+        (&[0xb2080010], "s_cmpk_lg_i32 s8, 0x10"),
+        (&[0xb3088000], "s_cmpk_ge_i32 s8, 0x8000"),
+        (&[0xb4087fff], "s_cmpk_le_i32 s8, 0x7fff"),
+        (&[0xb5080010], "s_cmpk_lg_u32 s8, 0x10"),
+        (&[0xb5880010], "s_cmpk_gt_u32 s8, 0x10"),
+        (&[0xb608ffff], "s_cmpk_ge_u32 s8, 0xffff"),
+        (&[0xb7080020], "s_cmpk_le_u32 s8, 0x20"),
+        (&[0x80830505], "s_sub_u32 s3, s5, s5"),
+        (&[0x8a030905], "s_max_i32 s3, s5, s9"),
+        (&[0x89830905], "s_min_u32 s3, s5, s9"),
+        (&[0x8f070908], "s_nor_b32 s7, s8, s9"),
+        (&[0x90070908], "s_xnor_b32 s7, s8, s9"),
+        (&[0x99870908], "s_pack_lh_b32_b16 s7, s8, s9"),
+        (&[0x87070908], "s_lshl1_add_u32 s7, s8, s9"),
+        (&[0x88070908], "s_lshl3_add_u32 s7, s8, s9"),
+        (&[0x88870908], "s_lshl4_add_u32 s7, s8, s9"),
+        (&[0xbfa00002], "s_branch 2"),
+        (&[0xbfa1fff9], "s_cbranch_scc0 65529"),
+        (&[0xbfa20007], "s_cbranch_scc1 7"),
+        (&[0xbfa30003], "s_cbranch_vccz 3"),
+        (&[0xbfa4ffff], "s_cbranch_vccnz 65535"),
+        (&[0xbfa5001b], "s_cbranch_execz 27"),
+        (&[0xbfa6fffe], "s_cbranch_execnz 65534"),
+        (&[0xbfb00000], "s_endpgm"),
+        (&[0xbfbd0000], "s_barrier"),
+        (&[0xf4000200, 0xf800002c], "s_load_b32 s8, s[0:1], 0x2c"),
+        (
+            &[0xf40c0000, 0xf8000000],
+            "s_load_b256 s[0:7], s[0:1], null",
+        ),
+        (
+            &[0xf4080101, 0xf8000010],
+            "s_load_b128 s[4:7], s[2:3], 0x10",
+        ),
+        (
+            &[0xf4040281, 0x12000008],
+            "s_load_b64 s[10:11], s[2:3], s9 offset:0x8",
+        ),
+        (
+            &[0xf4100402, 0xf8000000],
+            "s_load_b512 s[16:31], s[4:5], 0x0",
+        ),
+        (
+            &[0xd6fe7c01, 0x04000e0f],
+            "v_mad_u64_u32 v[1:2], null, s15, s7, v[0:1]",
+        ),
+        (
+            &[0xd6fe0a04, 0x041a1303],
+            "v_mad_u64_u32 v[4:5], s10, v3, v9, v[6:7]",
+        ),
+        (
+            &[0xd6fe6a04, 0x0011ff03, 0x00012345],
+            "v_mad_u64_u32 v[4:5], vcc_lo, v3, 0x12345, s[4:5]",
+        ),
+        (
+            &[0xd6fe7c04, 0x030e1303],
+            "v_mad_u64_u32 v[4:5], null, v3, v9, -3",
+        ),
+        (
+            &[0xd6fe7c0f, 0x041a1303],
+            "v_mad_u64_u32 v[15:16], null, v3, v9, v[6:7]",
+        ),
+        (
+            &[0xd6fe0c04, 0x043e1303],
+            "v_mad_u64_u32 v[4:5], s12, v3, v9, v[15:16]",
+        ),
+        (&[0x020e1303], "v_cndmask_b32_e32 v7, v3, v9, vcc_lo"),
+        (&[0x020e1205], "v_cndmask_b32_e32 v7, s5, v9, vcc_lo"),
+        (
+            &[0xd5010007, 0x00290103],
+            "v_cndmask_b32_e64 v7, v3, 0, s10",
+        ),
+        (
+            &[0xd5010007, 0x003212f2],
+            "v_cndmask_b32_e64 v7, 1.0, v9, s12",
+        ),
+        (&[0x02221303], "v_cndmask_b32_e32 v17, v3, v9, vcc_lo"),
+        (&[0x7e0e0503], "v_readfirstlane_b32 s7, v3"),
+        (&[0x7e000509], "v_readfirstlane_b32 s0, v9"),
+        (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
     ];
 
     fn mix(k: u32, seed: u32) -> u32 {
@@ -852,45 +1172,44 @@ mod tests {
         m
     }
 
-    /// The general executor's run of `i`.
-    fn general(w: &mut Wave, lds: &mut [u8], mem: &FlatMemory, i: &Inst) -> Result<(), ExecFault> {
-        match i.format {
-            Format::Global => {
-                let d = crate::Dispatch {
-                    code_address: 0,
-                    pgm_rsrc1: w.rsrc1,
-                    pgm_rsrc2: 0,
-                    pgm_rsrc3: 0,
-                    user_sgprs: Vec::new(),
-                    grid_items: [w.lanes as u32, 1, 1],
-                    group_size: [w.lanes as u32, 1, 1],
-                    wave64: w.lanes == 64,
-                    lds_bytes: 0,
-                    scratch: None,
-                };
-                let stop = std::sync::atomic::AtomicBool::new(false);
-                let ctx = super::super::Ctx {
-                    d: &d,
-                    isa: crate::Isa::Gfx11,
-                    stop: &stop,
-                    lanes: w.lanes,
-                    nvgpr: w.nvgpr,
-                    waves_per_group: 1,
-                    wave_bytes: 0,
-                    wide: Wide::detect(),
-                };
-                super::super::vmem(&ctx, w, lds, mem, i, 0)
-            }
-            Format::Ds => super::super::ds::ds(w, lds, i, 0),
-            Format::Vopd => {
-                let (mut v, t) = w.as_valu();
-                crate::valu::vopd(&mut v, t, i, 0)
-            }
-            _ => {
-                let (mut v, t) = w.as_valu();
-                crate::valu::valu(&mut v, t, i, 0)
-            }
-        }
+    /// The general executor's run of `i` (as the issue loop falls back to it) and the flow it
+    /// returns.
+    fn general(
+        w: &mut Wave,
+        lds: &mut [u8],
+        mem: &FlatMemory,
+        i: &Inst,
+        pc: u64,
+    ) -> Result<&'static str, ExecFault> {
+        let d = crate::Dispatch {
+            code_address: 0,
+            pgm_rsrc1: w.rsrc1,
+            pgm_rsrc2: 0,
+            pgm_rsrc3: 0,
+            user_sgprs: Vec::new(),
+            grid_items: [w.lanes as u32, 1, 1],
+            group_size: [w.lanes as u32, 1, 1],
+            wave64: w.lanes == 64,
+            lds_bytes: 0,
+            scratch: None,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let ctx = super::super::Ctx {
+            d: &d,
+            isa: crate::Isa::Gfx11,
+            stop: &stop,
+            lanes: w.lanes,
+            nvgpr: w.nvgpr,
+            waves_per_group: 1,
+            wave_bytes: 0,
+            wide: Wide::detect(),
+        };
+        let r = super::super::step(&ctx, w, lds, mem, i, pc);
+        r.map(|f| match f {
+            super::super::Flow::Next => "next",
+            super::super::Flow::Yield => "yield",
+            super::super::Flow::MayYield => "may yield",
+        })
     }
 
     #[test]
@@ -965,17 +1284,44 @@ mod tests {
                                 }
                             }
                         }
+                        if i.format == Format::Smem && seed % 3 != 2 {
+                            // A base in memory (not always aligned), a small offset register.
+                            let (base, soff) = ((i.src[0] & !1) as usize, i.saddr as usize);
+                            for w in [&mut a, &mut b] {
+                                w.sgpr[base] = MEM_BASE as u32 + (mix(1, seed) & 0x1fff);
+                                w.sgpr[base + 1] = 0;
+                                if soff < 106 {
+                                    w.sgpr[soff] = mix(2, seed) & 0xff;
+                                }
+                            }
+                        }
                         let (mem_a, mem_b) = (memory(seed), memory(seed));
                         let (mut lds_a, mut lds_b) = (lds.clone(), lds.clone());
+                        // The issue loop advances the PC before it issues.
+                        let pc = 0x1000;
+                        a.pc = pc + 4 * i.len as u64;
+                        b.pc = a.pc;
                         let mut tlb = Tlb::new(&mem_a);
-                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, 0);
+                        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, pc);
                         if matches!(ra, Ok(Ran::General)) {
                             fell_back = true;
                             continue;
                         }
-                        let rb = general(&mut b, &mut lds_b, &mem_b, &i);
+                        let ra = ra.map(|r| match r {
+                            Ran::Done => "next",
+                            Ran::Yield => "yield",
+                            Ran::MayYield => "may yield",
+                            Ran::General => "general",
+                        });
+                        let rb = general(&mut b, &mut lds_b, &mem_b, &i, pc);
                         let ctx = format!("{text}, wave{lanes}, exec {exec:#x}");
-                        assert_eq!(format!("{:?}", ra.map(|_| ())), format!("{rb:?}"), "{ctx}");
+                        assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
+                        assert_eq!(a.pc, b.pc, "{ctx}: PC");
+                        assert_eq!(
+                            (a.done, a.at_barrier),
+                            (b.done, b.at_barrier),
+                            "{ctx}: ended, at a barrier"
+                        );
                         let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
                         assert_eq!(first, None, "{ctx}: first differing VGPR word");
                         assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");

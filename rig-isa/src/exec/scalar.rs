@@ -5,6 +5,7 @@ use super::{Flow, Wave, unsupported};
 use crate::decode::Inst;
 use crate::meta::meta;
 use crate::opcodes::{op_sop1, op_sop2, op_sopc, op_sopk, op_sopp};
+use crate::prep::{Salu, salu_of_sop2};
 use crate::{ExecFault, Memory};
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
@@ -25,9 +26,8 @@ pub(super) fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     }
     let a = wv.sread(i.src[0], i.literal);
     let b = wv.sread(i.src[1], i.literal);
-    let (r, scc) = sop2_arith(i.op, a, b, wv.scc)
-        .or_else(|| sop2_bits(i.op, a, b, wv.scc))
-        .ok_or_else(|| unsupported(i, pc))?;
+    let f = salu_of_sop2(i.op).ok_or_else(|| unsupported(i, pc))?;
+    let (r, scc) = salu(f, a, b, wv.scc);
     wv.scc = scc;
     wv.swrite(i.dst, r);
     Ok(())
@@ -74,74 +74,54 @@ fn sop2_b64(op: u16, a: u64, b: u64, scc: bool) -> Option<(u64, Option<bool>)> {
     })
 }
 
-/// The 32-bit SOP2 arithmetic (adds with carries, min/max, multiplies): result and SCC.
-fn sop2_arith(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
-    use op_sop2::*;
-    Some(match op {
-        S_ADD_U32 => a.overflowing_add(b),
-        S_SUB_U32 => a.overflowing_sub(b),
-        S_ADD_I32 => {
+/// The 32-bit scalar ALU operations: the result and SCC from `a`, `b` and the old SCC.
+#[inline(always)]
+pub(crate) fn salu(f: Salu, a: u32, b: u32, scc: bool) -> (u32, bool) {
+    let nz = |r: u32| (r, r != 0);
+    match f {
+        Salu::Mov => (a, scc),
+        Salu::AddU => a.overflowing_add(b),
+        Salu::SubU => a.overflowing_sub(b),
+        Salu::AddI => {
             let (r, o) = (a as i32).overflowing_add(b as i32);
             (r as u32, o)
         }
-        S_SUB_I32 => {
+        Salu::SubI => {
             let (r, o) = (a as i32).overflowing_sub(b as i32);
             (r as u32, o)
         }
-        S_ADDC_U32 => {
+        Salu::Addc => {
             let s = a as u64 + b as u64 + scc as u64;
             (s as u32, s >> 32 != 0)
         }
-        S_SUBB_U32 => {
+        Salu::Subb => {
             let s = (a as u64).wrapping_sub(b as u64).wrapping_sub(scc as u64);
             (s as u32, (b as u64 + scc as u64) > a as u64)
         }
-        S_MIN_I32 => ((a as i32).min(b as i32) as u32, (a as i32) < (b as i32)),
-        S_MIN_U32 => (a.min(b), a < b),
-        S_MAX_I32 => ((a as i32).max(b as i32) as u32, (a as i32) > (b as i32)),
-        S_MAX_U32 => (a.max(b), a > b),
-        S_LSHL1_ADD_U32 | S_LSHL2_ADD_U32 | S_LSHL3_ADD_U32 | S_LSHL4_ADD_U32 => {
-            let sh = [
-                S_LSHL1_ADD_U32,
-                S_LSHL2_ADD_U32,
-                S_LSHL3_ADD_U32,
-                S_LSHL4_ADD_U32,
-            ]
-            .iter()
-            .position(|&o| o == op)
-            .unwrap_or(0)
-                + 1;
+        Salu::MinI => ((a as i32).min(b as i32) as u32, (a as i32) < (b as i32)),
+        Salu::MinU => (a.min(b), a < b),
+        Salu::MaxI => ((a as i32).max(b as i32) as u32, (a as i32) > (b as i32)),
+        Salu::MaxU => (a.max(b), a > b),
+        Salu::LshlAdd(sh) => {
             let s = ((a as u64) << sh) + b as u64;
             (s as u32, s >> 32 != 0)
         }
-        S_MUL_I32 => ((a as i32).wrapping_mul(b as i32) as u32, scc),
-        S_MUL_HI_U32 => (((a as u64 * b as u64) >> 32) as u32, scc),
-        S_MUL_HI_I32 => (((a as i32 as i64 * b as i32 as i64) >> 32) as u32, scc),
-        S_ABSDIFF_I32 => {
-            let r = (a as i32).wrapping_sub(b as i32).unsigned_abs();
-            (r, r != 0)
-        }
-        _ => return None,
-    })
-}
-
-/// The 32-bit SOP2 shifts, logic, bit fields, select and packs: result and SCC.
-fn sop2_bits(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
-    use op_sop2::*;
-    let nz = |r: u32| (r, r != 0);
-    Some(match op {
-        S_LSHL_B32 => nz(a << (b & 31)),
-        S_LSHR_B32 => nz(a >> (b & 31)),
-        S_ASHR_I32 => nz(((a as i32) >> (b & 31)) as u32),
-        S_AND_B32 => nz(a & b),
-        S_OR_B32 => nz(a | b),
-        S_XOR_B32 => nz(a ^ b),
-        S_NAND_B32 => nz(!(a & b)),
-        S_NOR_B32 => nz(!(a | b)),
-        S_XNOR_B32 => nz(!(a ^ b)),
-        S_AND_NOT1_B32 => nz(a & !b),
-        S_OR_NOT1_B32 => nz(a | !b),
-        S_BFE_U32 | S_BFE_I32 => {
+        Salu::MulI => ((a as i32).wrapping_mul(b as i32) as u32, scc),
+        Salu::MulHiU => (((a as u64 * b as u64) >> 32) as u32, scc),
+        Salu::MulHiI => (((a as i32 as i64 * b as i32 as i64) >> 32) as u32, scc),
+        Salu::AbsDiffI => nz((a as i32).wrapping_sub(b as i32).unsigned_abs()),
+        Salu::Lshl => nz(a << (b & 31)),
+        Salu::Lshr => nz(a >> (b & 31)),
+        Salu::Ashr => nz(((a as i32) >> (b & 31)) as u32),
+        Salu::And => nz(a & b),
+        Salu::Or => nz(a | b),
+        Salu::Xor => nz(a ^ b),
+        Salu::Nand => nz(!(a & b)),
+        Salu::Nor => nz(!(a | b)),
+        Salu::Xnor => nz(!(a ^ b)),
+        Salu::AndNot1 => nz(a & !b),
+        Salu::OrNot1 => nz(a | !b),
+        Salu::BfeU | Salu::BfeI => {
             let o = b & 31;
             let w = (b >> 16) & 127;
             let v = if w == 0 {
@@ -151,20 +131,19 @@ fn sop2_bits(op: u16, a: u32, b: u32, scc: bool) -> Option<(u32, bool)> {
             } else {
                 (a >> o) & ((1u32 << w) - 1)
             };
-            let v = if op == S_BFE_I32 && w > 0 && w < 32 {
+            let v = if f == Salu::BfeI && w > 0 && w < 32 {
                 ((v << (32 - w)) as i32 >> (32 - w)) as u32
             } else {
                 v
             };
             nz(v)
         }
-        S_BFM_B32 => ((((1u64 << (a & 31)) - 1) as u32) << (b & 31), scc),
-        S_CSELECT_B32 => (if scc { a } else { b }, scc),
-        S_PACK_LL_B32_B16 => ((a & 0xffff) | b << 16, scc),
-        S_PACK_LH_B32_B16 => ((a & 0xffff) | (b & 0xffff_0000), scc),
-        S_PACK_HH_B32_B16 => ((a >> 16) | (b & 0xffff_0000), scc),
-        _ => return None,
-    })
+        Salu::Bfm => ((((1u64 << (a & 31)) - 1) as u32) << (b & 31), scc),
+        Salu::Cselect => (if scc { a } else { b }, scc),
+        Salu::PackLl => ((a & 0xffff) | b << 16, scc),
+        Salu::PackLh => ((a & 0xffff) | (b & 0xffff_0000), scc),
+        Salu::PackHh => ((a >> 16) | (b & 0xffff_0000), scc),
+    }
 }
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
