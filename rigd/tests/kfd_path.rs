@@ -575,7 +575,11 @@ fn an_aql_queue_runs_a_kernel_with_the_scratch_of_its_amd_queue() {
     let (queues, held) = (kernel.holdings().0, kernel.holdings().1);
     path.retire(q.handle).unwrap();
     // The path's staging queue (the image's upload into Device memory) stays until stop.
-    assert_eq!(kernel.holdings().0, queues - 1, "the AQL queue left the kernel");
+    assert_eq!(
+        kernel.holdings().0,
+        queues - 1,
+        "the AQL queue left the kernel"
+    );
     assert_eq!(
         kernel.holdings().1,
         held - 3,
