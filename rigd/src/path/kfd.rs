@@ -175,7 +175,8 @@ fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
         KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
             "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
              context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
-             GPU, which this kernel does not take){}: {e}",
+             GPU, which this kernel does not take), each buffer a mapping of exactly its \
+             size and each position one of exactly a page (Linux 6.12's rule){}: {e}",
             args.ring_size,
             args.eop_buffer_size,
             args.ctx_save_restore_size,
