@@ -880,7 +880,7 @@ impl Process {
                 .saturating_mul(want.dies)
                 .next_multiple_of(PAGE);
             if a.eop_buffer_size != EOP_BUFFER_BYTES
-                || !Self::buffer_get(dev, a.eop_buffer_address, u64::from(a.eop_buffer_size))
+                || !Self::buffer_get(dev, a.eop_buffer_address, a.eop_buffer_size)
                 || u64::from(a.ctx_save_restore_size)
                     != want.cwsr_bytes + self.kernel.config.cwsr_extra_bytes
                 || u64::from(a.ctl_stack_size) != want.ctl_stack_bytes

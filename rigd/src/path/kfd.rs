@@ -22,7 +22,10 @@
 //! SDMA queue of its own, made at the first upload and destroyed at stop, each piece
 //! copied by a COPY_LINEAR whose fence the path waits for at most [`STAGING_BOUND`].
 //! A queue gets its EOP buffer and
-//! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
+//! context-save area as KFD asks ([`rig_kfd::queue`]), and, where the client keeps its
+//! ring and positions in one allocation, second USERPTR mappings of the ring's pages and
+//! the positions' page (KFD since Linux 6.12 takes a ring only as a mapping of exactly its
+//! size and each position only in a mapping of exactly one page); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
 //! is rung. amdgpu does not bound how long a user queue's work
