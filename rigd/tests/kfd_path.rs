@@ -825,3 +825,76 @@ fn pm4_and_sdma_queues_whose_ring_and_positions_share_an_allocation_run_under_li
     path.free(pm4.memory);
     assert_eq!(kernel.holdings().1, before.1);
 }
+
+#[test]
+fn an_aql_queue_whose_ring_and_positions_share_an_allocation_runs_round_its_ring() {
+    // The ring's pages are mapped again for KFD; the positions are the amd_queue_t's.
+    let s = setup("gfx942");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let kernel = &s.server.processes()[0];
+    let before = kernel.holdings();
+    let memory = path.alloc(MemoryKind::Pinned, 4096 + 4096).unwrap();
+    let host = memory.host.clone().unwrap();
+    for slot in 0..64 {
+        host.store_u32(
+            slot * 64,
+            u32::from(rig_amd::aql::TYPE_INVALID),
+            Ordering::Relaxed,
+        );
+    }
+    let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+    let spec = |ring: u64| QueueSpec {
+        kind: QueueKind::Aql,
+        ring,
+        bytes: 4096,
+        read: memory.address + 4096,
+        write: memory.address + 4096 + 64,
+        doorbell: bell.clone(),
+        scratch: (0, 0),
+    };
+    let e = path.queue(spec(memory.address + 64)).unwrap_err();
+    assert!(e.to_string().contains("does not begin a page"), "{e}");
+    assert_eq!(
+        kernel.holdings().1,
+        before.1 + 1,
+        "nothing left of the refusal"
+    );
+    let handle = path.queue(spec(memory.address)).unwrap();
+    assert_eq!(
+        kernel.holdings().1,
+        before.1 + 5,
+        "the allocation, its ring mapped again, the EOP buffer, the context-save area and \
+         the amd_queue_t"
+    );
+    let barrier = Packet::BarrierAnd(Barrier {
+        header: Default::default(),
+        dep_signal: [0; 5],
+        completion_signal: 0,
+    })
+    .encode()
+    .unwrap();
+    for i in 0..100u64 {
+        until("room in the ring", || {
+            host.load_u64(4096, Ordering::Acquire) + 64 > i
+        });
+        let at = (i % 64) as usize * 64;
+        for (k, w) in barrier.iter().enumerate().skip(1) {
+            host.store_u32(at + 4 * k, *w, Ordering::Relaxed);
+        }
+        host.store_u32(at, barrier[0], Ordering::Release);
+        host.store_u64(4096 + 64, i + 1, Ordering::Release);
+        bell.ring(i + 1);
+    }
+    until("every packet", || {
+        host.load_u64(4096, Ordering::Acquire) == 100
+    });
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
+    path.retire(handle).unwrap();
+    assert_eq!(
+        kernel.holdings(),
+        (0, before.1 + 1, before.2),
+        "the client's allocation alone"
+    );
+    path.free(memory);
+}
