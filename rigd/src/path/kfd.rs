@@ -702,7 +702,7 @@ impl KfdPath {
                 .filter(|o| o.checked_add(bytes).is_some_and(|e| e <= h.bytes))?;
             Some((h.region.clone(), h.pages_at.map(|p| p + off)))
         });
-        let offset = match found {
+        let (region, offset) = match found {
             Some((region, Some(offset))) => (region, offset),
             Some((_, None)) => {
                 return Err(Refusal::Refused(format!(
@@ -718,7 +718,6 @@ impl KfdPath {
                 )));
             }
         };
-        let (region, offset) = offset;
         let pages = region
             .dup_fd()
             .and_then(|fd| SharedRegion::from_fd_range_sealed(fd, offset, bytes))
