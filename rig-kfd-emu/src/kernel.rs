@@ -846,19 +846,17 @@ impl Process {
         Ok(())
     }
 
-    /// Whether `[va, va + bytes)` lies in one allocation mapped on device `i`.
-    fn in_mapped(dev: &Device, va: u64, bytes: u64) -> bool {
-        dev.bos
-            .values()
-            .any(|b| b.mapped && va >= b.va && va.saturating_add(bytes) <= b.va + b.size)
-    }
-
-    /// Whether `va` lies in a mapped allocation of exactly the one page it lies in.
-    fn in_own_page(dev: &Device, va: u64) -> bool {
-        let page = va & !(PAGE - 1);
-        dev.bos
-            .values()
-            .any(|b| b.mapped && b.va == page && b.size == PAGE)
+    /// `kfd_queue_buffer_get` (Linux 6.12+): whether `va`'s page is the first page of a
+    /// mapping on the device and, where `expected >> 12` is not 0, that mapping's last page
+    /// is `expected`'s last (the mapping is exactly `expected` bytes). KFD takes a reference
+    /// on each queue buffer's mapping so that it cannot be unmapped under the queue.
+    fn buffer_get(dev: &Device, va: u64, expected: u64) -> bool {
+        let page = va / PAGE;
+        let pages = expected / PAGE;
+        dev.bos.values().any(|b| {
+            let (start, last) = (b.va / PAGE, (b.va + b.size) / PAGE - 1);
+            b.mapped && b.size > 0 && start == page && (pages == 0 || page + pages - 1 == last)
+        })
     }
 
     fn create_queue(self: &Arc<Self>, a: &mut abi::CreateQueueArgs) -> Result<(), Errno> {
@@ -883,21 +881,19 @@ impl Process {
         if dev.space.is_none() {
             return Err(libc::EINVAL);
         }
-        // KFD takes a reference on every buffer the queue uses; each must be mapped.
-        let buffers_ok = Self::in_mapped(dev, a.ring_base_address, ring_bytes)
-            && Self::in_mapped(dev, a.read_pointer_address, 8)
-            && Self::in_mapped(dev, a.write_pointer_address, 8);
-        if !buffers_ok {
-            return Err(libc::EINVAL);
-        }
-        // An AQL queue's read and write pointers are its amd_queue_t's dispatch ids, which the
-        // runtime keeps in a page of their own: Linux 6.12's kfd_queue_acquire_buffers wants
-        // each pointer's mapping to begin at its page and be one page (kfd_queue_buffer_get
-        // with PAGE_SIZE), as MES on GFX11 and later needs of the write pointer's.
+        // Linux 6.12's kfd_queue_acquire_buffers, for every queue type: the write and read
+        // pointers each in a mapping of exactly the one page they lie in, and the ring the
+        // start of a mapping of exactly its size (AQL rings of GFX7/8 count half).
         let aql = kind == rig_amd::gpu::QueueKind::Aql;
-        if aql
-            && !(Self::in_own_page(dev, a.read_pointer_address)
-                && Self::in_own_page(dev, a.write_pointer_address))
+        let gfx = gpu.node.gfx_target_version();
+        let ring_expected = if aql && (70000..90000).contains(&gfx) {
+            ring_bytes / 2
+        } else {
+            ring_bytes
+        };
+        if !(Self::buffer_get(dev, a.write_pointer_address, PAGE)
+            && Self::buffer_get(dev, a.read_pointer_address, PAGE)
+            && Self::buffer_get(dev, a.ring_base_address, ring_expected))
         {
             return Err(libc::EINVAL);
         }
@@ -910,12 +906,17 @@ impl Process {
         };
         if kind != rig_amd::gpu::QueueKind::Sdma {
             let want = ContextSave::of(&gpu.node);
+            // The EOP buffer a mapping of exactly its size, the context-save area a mapping
+            // of exactly its size and the debugger's bytes, per die, in whole pages.
+            let cwsr_total = (u64::from(a.ctx_save_restore_size) + want.debug_bytes)
+                .saturating_mul(want.dies)
+                .next_multiple_of(PAGE);
             if a.eop_buffer_size != EOP_BUFFER_BYTES
-                || !Self::in_mapped(dev, a.eop_buffer_address, a.eop_buffer_size)
+                || !Self::buffer_get(dev, a.eop_buffer_address, a.eop_buffer_size)
                 || u64::from(a.ctx_save_restore_size)
                     != want.cwsr_bytes + self.kernel.config.cwsr_extra_bytes
                 || u64::from(a.ctl_stack_size) != want.ctl_stack_bytes
-                || !Self::in_mapped(dev, a.ctx_save_restore_address, want.total_bytes())
+                || !Self::buffer_get(dev, a.ctx_save_restore_address, cwsr_total)
             {
                 return Err(libc::EINVAL);
             }

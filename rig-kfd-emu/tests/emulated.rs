@@ -912,3 +912,77 @@ fn an_inherited_file_keeps_an_exited_processs_memory_until_it_closes() {
     assert_eq!(procs[0].holdings(), (0, 0, 0));
     assert_eq!(emu.server.kernel().gpus()[0].vram_available(), 4 << 30);
 }
+
+#[test]
+fn queue_buffers_each_need_a_mapping_of_their_own_as_linux_6_12_asks() {
+    let emu = emulate(Config::default());
+    let mut p = Proc::open(&emu, "gfx1100");
+    let gtt = abi::ALLOC_MEM_FLAGS_GTT;
+    let q = pm4_queue_args(&mut p);
+    // rig's old layout: the ring, then a page of positions, in one allocation.
+    let (one, _, _) = p.mem(8192, gtt);
+    let (two_pages, _, _) = p.mem(8192, gtt);
+    let (big, _, _) = p.mem(16384, gtt);
+    let (eop_big, _, _) = p.mem(8192, abi::ALLOC_MEM_FLAGS_VRAM);
+    type Change = Box<dyn Fn(&mut abi::CreateQueueArgs)>;
+    let bad: Vec<(&str, Change)> = vec![
+        (
+            "ring and positions in one allocation",
+            Box::new(move |a| {
+                a.ring_base_address = one;
+                a.read_pointer_address = one + 4096;
+                a.write_pointer_address = one + 4096 + 64;
+            }),
+        ),
+        (
+            "positions in a 2-page mapping",
+            Box::new(move |a| {
+                a.read_pointer_address = two_pages;
+                a.write_pointer_address = two_pages + 64;
+            }),
+        ),
+        (
+            "write pointer in a 2-page mapping",
+            Box::new(move |a| a.write_pointer_address = two_pages + 64),
+        ),
+        (
+            "ring inside a bigger mapping",
+            Box::new(move |a| a.ring_base_address = big),
+        ),
+        (
+            "ring not at its mapping's start",
+            Box::new(move |a| a.ring_base_address = big + 4096),
+        ),
+        (
+            "EOP buffer inside a bigger mapping",
+            Box::new(move |a| a.eop_buffer_address = eop_big),
+        ),
+        (
+            "context-save area not at its mapping's start",
+            Box::new(|a| a.ctx_save_restore_address += 4096),
+        ),
+    ];
+    for (what, change) in bad {
+        let mut a = q.args;
+        change(&mut a);
+        let e = p.kfd.create_queue(&mut a).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
+        // The same for an SDMA queue, which has no EOP or context-save area to blame.
+        if what.starts_with("ring") || what.contains("position") || what.contains("pointer") {
+            a.queue_type = abi::QUEUE_TYPE_SDMA;
+            let e = p.kfd.create_queue(&mut a).unwrap_err();
+            assert_eq!(errno(&e), libc::EINVAL, "SDMA, {what}: {e}");
+        }
+    }
+    // Each buffer in a mapping of its own is taken, for both types; a ring of 16 KiB in
+    // its 16 KiB mapping too.
+    let mut a = q.args;
+    p.kfd.create_queue(&mut a).unwrap();
+    let mut s = q.args;
+    s.queue_type = abi::QUEUE_TYPE_SDMA;
+    s.ring_base_address = big;
+    s.ring_size = 16384;
+    p.kfd.create_queue(&mut s).unwrap();
+    p.kfd.destroy_queue(a.queue_id).unwrap();
+    p.kfd.destroy_queue(s.queue_id).unwrap();
+}

@@ -749,3 +749,210 @@ fn mapped_memory_is_refused_where_kfd_gives_no_hdp_flush_page() {
     path.free(dev);
     path.free(pinned);
 }
+
+/// A queue in rig's device layout: its ring, then a page of positions (read at 0, write at
+/// 64, a fence or release word at 128), in ONE Pinned allocation of `ring_bytes + 4096`.
+struct OneAllocation {
+    memory: PathMemory,
+    host: SharedRegion,
+    bell: Doorbell,
+    handle: QueueHandle,
+}
+
+fn one_allocation_queue(
+    path: &mut Box<dyn Path>,
+    kind: QueueKind,
+    ring_bytes: u64,
+) -> OneAllocation {
+    let memory = path.alloc(MemoryKind::Pinned, ring_bytes + 4096).unwrap();
+    let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+    let handle = path
+        .queue(QueueSpec {
+            kind,
+            ring: memory.address,
+            bytes: ring_bytes,
+            read: memory.address + ring_bytes,
+            write: memory.address + ring_bytes + 64,
+            doorbell: bell.clone(),
+            scratch: (0, 0),
+        })
+        .unwrap();
+    OneAllocation {
+        host: memory.host.clone().unwrap(),
+        memory,
+        bell,
+        handle,
+    }
+}
+
+#[test]
+fn pm4_and_sdma_queues_whose_ring_and_positions_share_an_allocation_run_under_linux_6_12s_rule() {
+    // The emulated CREATE_QUEUE refuses (EINVAL) a ring not a mapping of its own size and
+    // positions not in a one-page mapping of their own, as kfd_queue_buffer_get does; rig's
+    // device keeps ring and positions in one allocation, which the path maps again.
+    let s = setup("gfx1100");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let kernel = &s.server.processes()[0];
+    let before = kernel.holdings();
+    let ring_bytes = 8192;
+    let pm4 = one_allocation_queue(&mut path, QueueKind::Pm4, ring_bytes);
+    assert_eq!(
+        kernel.holdings().1,
+        before.1 + 5,
+        "the allocation, its ring and positions mapped again, the EOP buffer and the \
+         context-save area"
+    );
+    // A release to the positions page's word at 128: the command processor reads the ring
+    // and the write position, and writes the read position, through the second mappings,
+    // which are the client's pages.
+    let pos = ring_bytes as usize;
+    let mut words = [0u32; 8];
+    let n = rig_amd::pm4::ReleaseMem::timeline(
+        rig_amd::pm4::ReleaseMem::write_back(rig_amd::gpu::Generation::Gfx11),
+        pm4.memory.address + ring_bytes + 128,
+        0x600d_cafe,
+    )
+    .encode(&mut words)
+    .unwrap();
+    pm4.host.write_u32s(0, &words[..n]);
+    pm4.host.store_u64(pos + 64, n as u64, Ordering::Release);
+    pm4.bell.ring(n as u64);
+    until("the release", || {
+        pm4.host.load_u64(pos + 128, Ordering::Acquire) == 0x600d_cafe
+    });
+    until("the read position in the client's page", || {
+        pm4.host.load_u64(pos, Ordering::Acquire) == n as u64
+    });
+    until("the interrupt", || {
+        seen.interrupts.load(Ordering::Relaxed) > 0
+    });
+
+    // An SDMA queue in the same layout copies Pinned bytes and writes its fence.
+    let layout = rig_amd::sdma::Layout::for_gpu(rig_amd::gpu::Gpu::by_name("gfx1100").unwrap());
+    let src = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    let dst = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    src.host
+        .as_ref()
+        .unwrap()
+        .write(0, b"through the second mapping");
+    let held = kernel.holdings().1;
+    let sdma = one_allocation_queue(&mut path, QueueKind::Sdma, 4096);
+    assert_eq!(
+        kernel.holdings().1,
+        held + 3,
+        "the allocation, its ring and positions mapped again"
+    );
+    let mut w = [0u32; rig_amd::sdma::CopyLinear::WORDS + rig_amd::sdma::Fence::WORDS];
+    let c = rig_amd::sdma::CopyLinear::new(src.address, dst.address, 26)
+        .encode(layout, &mut w)
+        .unwrap();
+    rig_amd::sdma::Fence::new(layout, sdma.memory.address + 4096 + 128, 9)
+        .encode(&mut w[c..])
+        .unwrap();
+    sdma.host.write_u32s(0, &w);
+    let wptr = 4 * w.len() as u64;
+    sdma.host.store_u64(4096 + 64, wptr, Ordering::Release);
+    sdma.bell.ring(wptr);
+    until("the SDMA fence", || {
+        sdma.host.load_u32(4096 + 128, Ordering::Acquire) == 9
+    });
+    let mut got = [0u8; 26];
+    dst.host.as_ref().unwrap().read(0, &mut got);
+    assert_eq!(&got, b"through the second mapping");
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
+
+    // Retire and stop leave no second mapping behind.
+    path.retire(sdma.handle).unwrap();
+    assert_eq!(
+        kernel.holdings().1,
+        held + 1,
+        "the SDMA queue's allocation alone"
+    );
+    path.free(sdma.memory);
+    for m in [src, dst] {
+        path.free(m);
+    }
+    assert_eq!(kernel.holdings().1, before.1 + 5);
+    assert_eq!(path.stop(None), Stopped::Stopped);
+    assert_eq!(
+        kernel.holdings(),
+        (0, before.1 + 1, before.2),
+        "no queue and, of the PM4 queue's buffers, only the client's allocation left"
+    );
+    path.free(pm4.memory);
+    assert_eq!(kernel.holdings().1, before.1);
+}
+
+#[test]
+fn an_aql_queue_whose_ring_and_positions_share_an_allocation_runs_round_its_ring() {
+    // The ring's pages are mapped again for KFD; the positions are the amd_queue_t's.
+    let s = setup("gfx942");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(events(&seen)).unwrap();
+    let kernel = &s.server.processes()[0];
+    let before = kernel.holdings();
+    let memory = path.alloc(MemoryKind::Pinned, 4096 + 4096).unwrap();
+    let host = memory.host.clone().unwrap();
+    for slot in 0..64 {
+        host.store_u32(
+            slot * 64,
+            u32::from(rig_amd::aql::TYPE_INVALID),
+            Ordering::Relaxed,
+        );
+    }
+    let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+    let spec = |ring: u64| QueueSpec {
+        kind: QueueKind::Aql,
+        ring,
+        bytes: 4096,
+        read: memory.address + 4096,
+        write: memory.address + 4096 + 64,
+        doorbell: bell.clone(),
+        scratch: (0, 0),
+    };
+    let e = path.queue(spec(memory.address + 64)).unwrap_err();
+    assert!(e.to_string().contains("does not begin a page"), "{e}");
+    assert_eq!(
+        kernel.holdings().1,
+        before.1 + 1,
+        "nothing left of the refusal"
+    );
+    let handle = path.queue(spec(memory.address)).unwrap();
+    assert_eq!(
+        kernel.holdings().1,
+        before.1 + 5,
+        "the allocation, its ring mapped again, the EOP buffer, the context-save area and \
+         the amd_queue_t"
+    );
+    let barrier = Packet::BarrierAnd(Barrier {
+        header: Default::default(),
+        dep_signal: [0; 5],
+        completion_signal: 0,
+    })
+    .encode()
+    .unwrap();
+    for i in 0..100u64 {
+        until("room in the ring", || {
+            host.load_u64(4096, Ordering::Acquire) + 64 > i
+        });
+        let at = (i % 64) as usize * 64;
+        for (k, w) in barrier.iter().enumerate().skip(1) {
+            host.store_u32(at + 4 * k, *w, Ordering::Relaxed);
+        }
+        host.store_u32(at, barrier[0], Ordering::Release);
+        host.store_u64(4096 + 64, i + 1, Ordering::Release);
+        bell.ring(i + 1);
+    }
+    until("every packet", || {
+        host.load_u64(4096, Ordering::Acquire) == 100
+    });
+    assert!(seen.faults.lock().unwrap().is_empty(), "{:?}", seen.faults);
+    path.retire(handle).unwrap();
+    assert_eq!(
+        kernel.holdings(),
+        (0, before.1 + 1, before.2),
+        "the client's allocation alone"
+    );
+    path.free(memory);
+}

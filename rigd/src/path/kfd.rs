@@ -22,7 +22,10 @@
 //! SDMA queue of its own, made at the first upload and destroyed at stop, each piece
 //! copied by a COPY_LINEAR whose fence the path waits for at most [`STAGING_BOUND`].
 //! A queue gets its EOP buffer and
-//! context-save area as KFD asks ([`rig_kfd::queue`]); the client's doorbell (shared
+//! context-save area as KFD asks ([`rig_kfd::queue`]), and, where the client keeps its
+//! ring and positions in one allocation, second USERPTR mappings of the ring's pages and
+//! the positions' page (KFD since Linux 6.12 takes a ring only as a mapping of exactly its
+//! size and each position only in a mapping of exactly one page); the client's doorbell (shared
 //! memory) is forwarded to the KFD doorbell by a thread per queue, which spins for
 //! [`FORWARD_SPIN`] after a forward and otherwise sleeps on the client's doorbell until it
 //! is rung; before each forward it stores to the GPU's HDP flush register (KFD's MMIO_REMAP
@@ -84,13 +87,13 @@ const STAGING_RING: u64 = 4096;
 /// Words of one staging submission: a COPY_LINEAR, a FENCE, NOPs to a 64-byte slot, so the
 /// ring's end is always a submission's end.
 const STAGING_SLOT_WORDS: usize = 16;
-/// Where the staging buffer keeps the queue's read position, write position and fence
-/// word (each on a cache line of its own), after the ring; its bytes follow on the next
-/// page.
-const STAGING_RPTR: u64 = STAGING_RING;
-const STAGING_WPTR: u64 = STAGING_RING + 64;
-const STAGING_FENCE: u64 = STAGING_RING + 128;
-const STAGING_DATA: u64 = STAGING_RING + PAGE;
+/// Where the staging queue's page of words keeps its read position, write position and
+/// fence word (each on a cache line of its own). Ring, words and bytes are allocations of
+/// their own: KFD (Linux 6.12+) wants the ring's mapping its size exactly and each
+/// position's mapping one page.
+const STAGING_RPTR: u64 = 0;
+const STAGING_WPTR: u64 = 64;
+const STAGING_FENCE: u64 = 128;
 /// How often a doorbell forwarder passes an AQL queue's read position on to the client
 /// while its packets are in flight (it does at each ring and wake besides).
 pub const AQL_READ_POLL: Duration = Duration::from_millis(1);
@@ -209,7 +212,8 @@ fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
         KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
             "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
              context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
-             GPU, which this kernel does not take){}: {e}",
+             GPU, which this kernel does not take), each buffer a mapping of exactly its \
+             size and each position one of exactly a page (Linux 6.12's rule){}: {e}",
             args.ring_size,
             args.eop_buffer_size,
             args.ctx_save_restore_size,
@@ -525,13 +529,31 @@ struct Held {
     bytes: u64,
 }
 
-/// The path's own way into Device memory: a GTT buffer holding an SDMA ring, its positions,
-/// a fence word and [`STAGING_BYTES`] of bytes, and the SDMA queue that reads the ring.
+/// Where the host holds memory the path gave.
+#[derive(Debug)]
+struct HostMemory {
+    va: u64,
+    bytes: u64,
+    /// The host's mapping, and the offset in it of the memory's first byte.
+    region: SharedRegion,
+    at: u64,
+    /// The offset in the region's file of the memory's first byte, if its pages can be
+    /// registered again as USERPTR (memfd pages; not a dma-buf of VRAM).
+    pages_at: Option<u64>,
+}
+
+/// A host mapping to [`KfdPath::keep`]: the region, the offset of the memory in it, and the
+/// offset of the memory in the region's file where those pages can be registered again.
+type Host = (SharedRegion, u64, Option<u64>);
+
+/// The path's own way into Device memory: three GTT buffers (an SDMA ring; a page of its
+/// positions and a fence word; [`STAGING_BYTES`] of bytes), each with the host's mapping
+/// of it (through the render node), and the SDMA queue that reads the ring.
 #[derive(Debug)]
 struct Staging {
-    memory: Held,
-    /// The host's mapping of the buffer (through the render node).
-    host: Pages,
+    ring: (Held, Pages),
+    words: (Held, Pages),
+    data: (Held, Pages),
     queue: u32,
     doorbells: Arc<Pages>,
     /// The queue's doorbell, a byte offset in `doorbells`.
@@ -586,8 +608,8 @@ pub struct KfdPath {
     held: HashMap<u64, Held>,
     queues: HashMap<u64, KfdQueue>,
     /// The host mappings of the memory given, by token: where an AQL queue's read position
-    /// reaches the client.
-    hosts: HashMap<u64, (u64, u64, SharedRegion)>,
+    /// reaches the client, and the pages a queue's ring and positions are mapped again from.
+    hosts: HashMap<u64, HostMemory>,
     next_token: u64,
     /// When the last doorbell was forwarded, with the device's interrupt count just before:
     /// the path's answer to "since when busy" until an interrupt comes after it.
@@ -613,12 +635,7 @@ impl KfdPath {
         Ok(va)
     }
 
-    fn keep(
-        &mut self,
-        held: Held,
-        kind: Option<MemoryKind>,
-        host: Option<SharedRegion>,
-    ) -> PathMemory {
+    fn keep(&mut self, held: Held, kind: Option<MemoryKind>, host: Option<Host>) -> PathMemory {
         let token = self.next_token;
         self.next_token += 1;
         self.listener
@@ -626,9 +643,19 @@ impl KfdPath {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((held.va, held.va + held.bytes));
-        if let Some(r) = &host {
-            self.hosts.insert(token, (held.va, held.bytes, r.clone()));
-        }
+        let host = host.map(|(region, at, pages_at)| {
+            self.hosts.insert(
+                token,
+                HostMemory {
+                    va: held.va,
+                    bytes: held.bytes,
+                    region: region.clone(),
+                    at,
+                    pages_at,
+                },
+            );
+            region
+        });
         let m = PathMemory {
             address: held.va,
             bytes: held.bytes,
@@ -653,9 +680,12 @@ impl KfdPath {
         Ok((va, handle, offset))
     }
 
+    /// Registers `bytes` of `region` from its offset `at` (its file's offset `offset`) as
+    /// USERPTR memory at a new GPU address, mapped.
     fn register(
         &mut self,
         region: &SharedRegion,
+        at: u64,
         offset: u64,
         bytes: u64,
         writable: bool,
@@ -673,7 +703,7 @@ impl KfdPath {
                 va,
                 bytes,
                 HostPages {
-                    host: region.as_ptr() as u64,
+                    host: region.as_ptr() as u64 + at,
                     fd: region.fd(),
                     offset,
                 },
@@ -689,12 +719,54 @@ impl KfdPath {
 
     /// The host mapping of the 8 bytes at `va`, if memory the path gave holds them.
     fn host_word(&self, va: u64) -> Option<(SharedRegion, usize)> {
-        self.hosts.values().find_map(|(a, bytes, r)| {
+        self.hosts.values().find_map(|h| {
             let off = va
-                .checked_sub(*a)
-                .filter(|o| o.saturating_add(8) <= *bytes)?;
-            Some((r.clone(), usize::try_from(off).ok()?))
+                .checked_sub(h.va)
+                .filter(|o| o.saturating_add(8) <= h.bytes)?;
+            Some((h.region.clone(), usize::try_from(h.at + off).ok()?))
         })
+    }
+
+    /// The `bytes` (whole pages) of memory the path gave at GPU address `va` (a page's
+    /// start), registered again as a USERPTR mapping of exactly those pages at a new GPU
+    /// address, through a host mapping of their own: the queue buffers KFD (Linux 6.12+)
+    /// wants each in a mapping of its own size, while the client keeps its layout (the CP
+    /// reads and writes the same host pages as the client). `what` names them in refusals.
+    /// `None` where memory the path gave is those pages exactly, a mapping of its own.
+    fn remap(&mut self, va: u64, bytes: u64, what: &str) -> Result<Option<PathMemory>, Refusal> {
+        if self.held.values().any(|h| h.va == va && h.bytes == bytes) {
+            return Ok(None);
+        }
+        let found = self.hosts.values().find_map(|h| {
+            let off = va
+                .checked_sub(h.va)
+                .filter(|o| o.checked_add(bytes).is_some_and(|e| e <= h.bytes))?;
+            Some((h.region.clone(), h.pages_at.map(|p| p + off)))
+        });
+        let (region, offset) = match found {
+            Some((region, Some(offset))) => (region, offset),
+            Some((_, None)) => {
+                return Err(Refusal::Refused(format!(
+                    "the queue's {what} at {va:#x} is in memory the path cannot register \
+                     again as a mapping of its own (Mapped memory, or a peer's read-only \
+                     memory): give it Pinned memory"
+                )));
+            }
+            None => {
+                return Err(Refusal::Refused(format!(
+                    "the queue's {what} ({bytes} bytes at {va:#x}) is not in Pinned or host \
+                     memory this path gave"
+                )));
+            }
+        };
+        let pages = region
+            .dup_fd()
+            .and_then(|fd| SharedRegion::from_fd_range_sealed(fd, offset, bytes))
+            .map_err(|e| {
+                Refusal::Lacking(format!("mapping the queue's {what} again on the host: {e}"))
+            })?;
+        let held = self.register(&pages, 0, offset, bytes, true)?;
+        Ok(Some(self.keep(held, None, Some((pages, 0, Some(offset))))))
     }
 
     /// An AQL queue's `amd_queue_t`: Pinned memory of one page (KFD wants the read and
@@ -731,6 +803,12 @@ impl KfdPath {
         };
         host.write(0, &q.to_bytes());
         Ok((m, AqlWords { queue: host, read }))
+    }
+
+    fn free_all(&mut self, buffers: Vec<PathMemory>) {
+        for b in buffers {
+            self.free(b);
+        }
     }
 
     fn release(&self, held: &Held) {
@@ -797,7 +875,7 @@ impl Path for KfdPath {
                     Err(e) => Err(Refusal::Refused(format!("Mapped memory: {e}"))),
                 };
                 match region {
-                    Ok(r) => Ok(self.keep(held, Some(kind), Some(r))),
+                    Ok(r) => Ok(self.keep(held, Some(kind), Some((r, 0, None)))),
                     Err(e) => {
                         self.release(&held);
                         Err(e)
@@ -810,8 +888,8 @@ impl Path for KfdPath {
                 })?;
                 let region = SharedRegion::create("rig-pinned", len)
                     .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
-                let held = self.register(&region, 0, bytes, true)?;
-                Ok(self.keep(held, Some(kind), Some(region)))
+                let held = self.register(&region, 0, 0, bytes, true)?;
+                Ok(self.keep(held, Some(kind), Some((region, 0, Some(0)))))
             }
         }
     }
@@ -824,12 +902,12 @@ impl Path for KfdPath {
             ))
         })?;
         let held = self
-            .register(&region, offset, bytes, true)
+            .register(&region, 0, offset, bytes, true)
             .map_err(|r| match r {
                 Refusal::Lacking(s) => MapRefusal::NoRoom(s),
                 Refusal::Full(s) | Refusal::Refused(s) => MapRefusal::Never(s),
             })?;
-        Ok(self.keep(held, None, Some(region)))
+        Ok(self.keep(held, None, Some((region, 0, Some(offset)))))
     }
 
     fn map_peer(
@@ -845,8 +923,9 @@ impl Path for KfdPath {
                 region.len()
             )));
         }
-        let held = self.register(region, offset, bytes, false)?;
-        Ok(self.keep(held, None, Some(region.clone())))
+        let held = self.register(region, offset, offset, bytes, false)?;
+        // Read-only: never mapped again (writable) for a queue's positions.
+        Ok(self.keep(held, None, Some((region.clone(), offset, None))))
     }
 
     fn free(&mut self, memory: PathMemory) {
@@ -901,19 +980,64 @@ impl Path for KfdPath {
             queue_priority: 7,
             ..Default::default()
         };
+        // KFD (Linux 6.12+, kfd_queue_acquire_buffers) wants the ring the start of a mapping
+        // of exactly its size, and each position a mapping of exactly its one page; the
+        // client's layout (ring, then a page of positions, in one Pinned allocation) stays,
+        // and its pages are mapped again for the queue at addresses of their own.
         let mut buffers = Vec::new();
+        if spec.ring % PAGE != 0 {
+            return Err(Refusal::Refused(format!(
+                "the queue's ring at {:#x} does not begin a page, as KFD wants of a ring",
+                spec.ring
+            )));
+        }
+        let ring_pages = page_round(spec.bytes).unwrap_or(PAGE);
+        if let Some(ring) = self.remap(spec.ring, ring_pages, "ring")? {
+            args.ring_base_address = ring.address;
+            buffers.push(ring);
+        }
+        if spec.kind != QueueKind::Aql {
+            // An AQL queue's positions are its amd_queue_t's, in a page of its own (below).
+            let (read, write) = (spec.read & !(PAGE - 1), spec.write & !(PAGE - 1));
+            let mut pages = vec![read];
+            if write != read {
+                pages.push(write);
+            }
+            for page in pages {
+                match self.remap(page, PAGE, "positions") {
+                    Ok(None) => {}
+                    Ok(Some(m)) => {
+                        if page == read {
+                            args.read_pointer_address = m.address + spec.read % PAGE;
+                        }
+                        if page == write {
+                            args.write_pointer_address = m.address + spec.write % PAGE;
+                        }
+                        buffers.push(m);
+                    }
+                    Err(e) => {
+                        self.free_all(buffers);
+                        return Err(e);
+                    }
+                }
+            }
+        }
         if spec.kind != QueueKind::Sdma {
             let cs = ContextSave::of(&self.shared.node);
-            let eop = self.alloc(MemoryKind::Device, EOP_BUFFER_BYTES)?;
+            let eop = match self.alloc(MemoryKind::Device, EOP_BUFFER_BYTES) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.free_all(buffers);
+                    return Err(e);
+                }
+            };
             args.eop_buffer_address = eop.address;
             args.eop_buffer_size = EOP_BUFFER_BYTES;
             buffers.push(eop);
             let ctx = match self.alloc(MemoryKind::Device, cs.total_bytes()) {
                 Ok(m) => m,
                 Err(e) => {
-                    for b in buffers {
-                        self.free(b);
-                    }
+                    self.free_all(buffers);
                     return Err(e);
                 }
             };
@@ -1161,28 +1285,31 @@ impl KfdPath {
         let layout = rig_amd::sdma::Layout::for_gpu(gpu);
         let mut at = dst;
         for piece in data.chunks(STAGING_BYTES as usize) {
-            st.host.write(STAGING_DATA as usize, piece);
+            st.data.1.write(0, piece);
             st.fence = st.fence.wrapping_add(1);
             let mut words = [0u32; STAGING_SLOT_WORDS];
-            let src = st.memory.va + STAGING_DATA;
+            let src = st.data.0.va;
             let copy = rig_amd::sdma::CopyLinear::new(src, at, piece.len() as u64)
                 .encode(layout, &mut words)
                 .map_err(|e| Fault(format!("encoding the staging copy: {e}")))?;
-            let fence = rig_amd::sdma::Fence::new(layout, st.memory.va + STAGING_FENCE, st.fence)
+            let fence = rig_amd::sdma::Fence::new(layout, st.words.0.va + STAGING_FENCE, st.fence)
                 .encode(&mut words[copy..])
                 .map_err(|e| Fault(format!("encoding the staging copy's fence: {e}")))?;
             rig_amd::sdma::pad(&mut words[copy + fence..]);
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-            st.host.write((st.written % STAGING_RING) as usize, &bytes);
+            st.ring
+                .1
+                .write((st.written % STAGING_RING) as usize, &bytes);
             st.written += bytes.len() as u64;
-            st.host
+            st.words
+                .1
                 .atomic_u64(STAGING_WPTR as usize)
                 .store(st.written, Ordering::Release);
             self.shared
                 .kfd
                 .kernel()
                 .ring(&st.doorbells, st.bell, st.written);
-            if !fenced(&st.host, st.fence) {
+            if !fenced(&st.words.1, st.fence) {
                 return Err(Fault(format!(
                     "the staging copy of {} bytes into Device memory at {at:#x} did not \
                      finish within {} ms (its SDMA queue never wrote the fence)",
@@ -1195,32 +1322,61 @@ impl KfdPath {
         Ok(())
     }
 
-    /// Makes the staging buffer (GTT, mapped for the host through the render node) and the
-    /// SDMA queue that copies out of it.
-    fn start_staging(&mut self) -> Result<Staging, Fault> {
-        let bytes = STAGING_DATA + STAGING_BYTES;
+    /// Makes GTT memory of `bytes` for the staging copy, mapped for the host through the
+    /// render node; a fault at its addresses is this device's. `what` names it in faults.
+    fn staging_buffer(&mut self, bytes: u64, what: &str) -> Result<(Held, Pages), Fault> {
         let flags = abi::ALLOC_MEM_FLAGS_GTT | abi::ALLOC_MEM_FLAGS_WRITABLE;
         let (va, handle, offset) = self.alloc_mapped(bytes, flags).map_err(|e| {
             Fault(format!(
-                "no staging buffer for uploads into Device memory: {e}"
+                "no staging {what} for uploads into Device memory: {e}"
             ))
         })?;
         let memory = Held { handle, va, bytes };
-        let kfd = &self.shared.kfd;
-        let host = match kfd
+        match self
+            .shared
+            .kfd
             .kernel()
             .mmap(self.shared._render.as_fd(), offset, bytes as usize)
         {
-            Ok(h) => h,
+            Ok(host) => {
+                self.listener
+                    .ranges
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((va, va + bytes));
+                Ok((memory, host))
+            }
             Err(e) => {
                 self.release(&memory);
-                return Err(Fault(format!("mapping the staging buffer: {e}")));
+                Err(Fault(format!("mapping the staging {what}: {e}")))
+            }
+        }
+    }
+
+    /// Makes the staging queue's ring, its page of positions and fence, and its bytes
+    /// (three allocations: KFD wants the ring's mapping and each position's of their own
+    /// sizes) and the SDMA queue that copies out of them.
+    fn start_staging(&mut self) -> Result<Staging, Fault> {
+        let ring = self.staging_buffer(STAGING_RING, "ring")?;
+        let words = match self.staging_buffer(PAGE, "positions") {
+            Ok(w) => w,
+            Err(e) => {
+                self.release(&ring.0);
+                return Err(e);
+            }
+        };
+        let data = match self.staging_buffer(STAGING_BYTES, "buffer") {
+            Ok(d) => d,
+            Err(e) => {
+                self.release(&ring.0);
+                self.release(&words.0);
+                return Err(e);
             }
         };
         let mut args = abi::CreateQueueArgs {
-            ring_base_address: va,
-            write_pointer_address: va + STAGING_WPTR,
-            read_pointer_address: va + STAGING_RPTR,
+            ring_base_address: ring.0.va,
+            write_pointer_address: words.0.va + STAGING_WPTR,
+            read_pointer_address: words.0.va + STAGING_RPTR,
             ring_size: STAGING_RING as u32,
             gpu_id: self.shared.gpu_id,
             queue_type: abi::QUEUE_TYPE_SDMA,
@@ -1228,30 +1384,35 @@ impl KfdPath {
             queue_priority: 7,
             ..Default::default()
         };
-        if let Err(e) = kfd.create_queue(&mut args) {
-            self.release(&memory);
-            return Err(Fault(format!(
-                "no SDMA queue for the staging copy: {}",
-                queue_refused(e, &args)
-            )));
-        }
-        let doorbells = match doorbell_page(&self.shared, args.doorbell_offset) {
+        let made = self
+            .shared
+            .kfd
+            .create_queue(&mut args)
+            .map_err(|e| {
+                Fault(format!(
+                    "no SDMA queue for the staging copy: {}",
+                    queue_refused(e, &args)
+                ))
+            })
+            .and_then(|()| {
+                doorbell_page(&self.shared, args.doorbell_offset).map_err(|e| {
+                    let _ = self.shared.kfd.destroy_queue(args.queue_id);
+                    Fault(format!("mapping the staging queue's doorbell: {e}"))
+                })
+            });
+        let doorbells = match made {
             Ok(d) => d,
             Err(e) => {
-                let _ = self.shared.kfd.destroy_queue(args.queue_id);
-                self.release(&memory);
-                return Err(Fault(format!("mapping the staging queue's doorbell: {e}")));
+                for (m, _) in [&ring, &words, &data] {
+                    self.release(m);
+                }
+                return Err(e);
             }
         };
-        // A fault at the buffer's addresses is this device's.
-        self.listener
-            .ranges
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((va, va + bytes));
         Ok(Staging {
-            memory,
-            host,
+            ring,
+            words,
+            data,
             queue: args.queue_id,
             doorbells,
             bell: (args.doorbell_offset & (DOORBELL_SLICE - 1)) as usize,
@@ -1260,7 +1421,7 @@ impl KfdPath {
         })
     }
 
-    /// Destroys the staging queue, then frees its buffer.
+    /// Destroys the staging queue, then frees its buffers.
     fn end_staging(&mut self) -> Result<(), Fault> {
         let Some(st) = self.staging.take() else {
             return Ok(());
@@ -1270,8 +1431,10 @@ impl KfdPath {
             .kfd
             .destroy_queue(st.queue)
             .map_err(|e| Fault(e.to_string()));
-        drop(st.host);
-        self.release(&st.memory);
+        for (m, host) in [st.ring, st.words, st.data] {
+            drop(host);
+            self.release(&m);
+        }
         r
     }
 }
