@@ -337,3 +337,74 @@ fn illegal(e: DecodeError, pc: u64, words: &[u32]) -> ExecFault {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FlatMemory;
+
+    const BASE: u64 = 0x1_0000_0000;
+    const S_NOP: u32 = 0xbf80_0000;
+
+    fn mem() -> FlatMemory {
+        let m = FlatMemory::new(BASE, 0x1000);
+        let code: Vec<u8> = [S_NOP, S_NOP, 0xbfb0_0000]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        m.write(BASE, &code).unwrap();
+        m
+    }
+
+    /// What a cached entry's check compares covers every word its decodes used.
+    fn covers(c: &Cached) {
+        let words: Vec<u8> = c.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(c.bytes, words);
+    }
+
+    #[test]
+    fn a_copy_for_a_helper_is_checked_in_full_when_cached() {
+        let mem = mem();
+        let mut first = Code::new(&mem, Isa::Gfx11, BASE, None);
+        first.fetch(BASE).unwrap();
+        // Its words were read ahead past the decode, and none of them is in `bytes` yet.
+        let seed = first.seed().unwrap();
+        assert!(seed.words.len() > 1 && seed.bytes.is_empty());
+        let mut helper = Code::copy_of(&mem, Isa::Gfx11, BASE, Some(seed));
+        helper.fetch(BASE + 4).unwrap();
+        let c = helper.into_cached().unwrap();
+        assert_eq!(c.words.len(), 2);
+        covers(&c);
+    }
+
+    #[test]
+    fn a_reused_decode_comes_back_whole_and_one_that_grew_is_checked_in_full() {
+        let mem = mem();
+        let mut code = Code::new(&mem, Isa::Gfx11, BASE, None);
+        code.fetch(BASE).unwrap();
+        let c = code.into_cached().unwrap();
+        covers(&c);
+        // Reused and nothing decoded: handed back as it came.
+        let again = Code::new(&mem, Isa::Gfx11, BASE, Some(c.clone()));
+        let back = again.into_cached().unwrap();
+        assert_eq!((back.words, back.bytes), (c.words.clone(), c.bytes.clone()));
+        // Reused and grown: the check covers the new words too.
+        let mut grown = Code::new(&mem, Isa::Gfx11, BASE, Some(c));
+        grown.fetch(BASE + 8).unwrap();
+        let g = grown.into_cached().unwrap();
+        assert_eq!(g.words.len(), 3);
+        covers(&g);
+    }
+
+    #[test]
+    fn a_decode_check_reads_what_memory_holds_now() {
+        let mem = mem();
+        let mut code = Code::new(&mem, Isa::Gfx11, BASE, None);
+        code.fetch(BASE + 8).unwrap();
+        put(Isa::Gfx11, BASE, code.into_cached().unwrap());
+        let c = take(&mem, Isa::Gfx11, BASE).expect("unchanged code reuses its decode");
+        put(Isa::Gfx11, BASE, c);
+        mem.write(BASE + 8, &0xbf90_0001u32.to_le_bytes()).unwrap();
+        assert!(take(&mem, Isa::Gfx11, BASE).is_none());
+    }
+}

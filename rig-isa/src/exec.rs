@@ -318,12 +318,16 @@ impl Work<'_> {
         let r = self.groups_loop(code, t, stats, invite, &mut group, &mut spare);
         // The group's waves first: they are what the next dispatch most likely reuses.
         let mut bytes = 0;
-        let mut keep = |w: &Wave| {
-            bytes += 4 * w.vgpr.len();
-            bytes <= KIT_VGPR_BYTES
+        let mut keep = |waves: &mut Vec<Wave>| {
+            let fit = waves.iter().take_while(|w| {
+                bytes += 4 * w.vgpr.len();
+                bytes <= KIT_VGPR_BYTES
+            });
+            let n = fit.count();
+            waves.truncate(n);
         };
-        group.waves.retain(&mut keep);
-        spare.retain(&mut keep);
+        keep(&mut group.waves);
+        keep(&mut spare);
         KIT.set(Some(Kit {
             lds: group.lds,
             waves: group.waves,
@@ -603,12 +607,17 @@ fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
 fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: usize) {
     let tid_cnt = (ctx.d.pgm_rsrc2 >> 11) & 3;
     let mut exec = 0u64;
-    // The ids of the first lane, then counted up (no division per lane).
-    let (mut x, mut y, mut z) = (
-        (t0 % dims[0] as usize) as u32,
-        ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
-        (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
-    );
+    // The ids of the first lane, then counted up (no division per lane; none at all for a
+    // wave that starts in the first row).
+    let (mut x, mut y, mut z) = if t0 < dims[0] as usize {
+        (t0 as u32, 0, 0)
+    } else {
+        (
+            (t0 % dims[0] as usize) as u32,
+            ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
+            (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
+        )
+    };
     let live = items.saturating_sub(t0).min(ctx.lanes);
     if x as usize + live <= dims[0] as usize {
         // The wave's work-items lie in one row: only x counts up (a loop the compiler widens).
