@@ -31,6 +31,9 @@ const DENSE_SPAN: u64 = 1 << 20;
 const CACHE_ENTRIES: usize = 64;
 /// Larger decodes (in instruction slots) are not cached.
 const CACHE_SLOTS: usize = 16 * 1024;
+/// Decodes kept at addresses outside the dense table; past this many the map starts over (a
+/// kernel that jumps to ever new addresses would otherwise grow it without bound).
+const SPARSE_SLOTS: usize = 4096;
 
 /// A decode kept between dispatches.
 #[derive(Clone)]
@@ -270,7 +273,11 @@ impl<'m> Code<'m> {
         }
         if !self.sparse.as_ref().is_some_and(|m| m.contains_key(&pc)) {
             let i = self.decode_at(pc)?;
-            self.sparse.get_or_insert_default().insert(pc, Slot::new(i));
+            let m = self.sparse.get_or_insert_default();
+            if m.len() >= SPARSE_SLOTS {
+                m.clear();
+            }
+            m.insert(pc, Slot::new(i));
         }
         self.sparse
             .as_ref()
@@ -343,7 +350,8 @@ mod tests {
     use super::*;
     use crate::testing::FlatMemory;
 
-    const BASE: u64 = 0x1_0000_0000;
+    /// No other test of the crate runs code here (the decode cache is the process's).
+    const BASE: u64 = 0x3_c0de_0000;
     const S_NOP: u32 = 0xbf80_0000;
 
     fn mem() -> FlatMemory {
@@ -394,6 +402,20 @@ mod tests {
         let g = grown.into_cached().unwrap();
         assert_eq!(g.words.len(), 3);
         covers(&g);
+    }
+
+    #[test]
+    fn decodes_outside_the_dense_table_are_bounded() {
+        let far = BASE + DENSE_SPAN;
+        let n = SPARSE_SLOTS + 100;
+        let mem = FlatMemory::new(BASE, (DENSE_SPAN as usize) + 4 * n + 16);
+        let nops: Vec<u8> = (0..n).flat_map(|_| S_NOP.to_le_bytes()).collect();
+        mem.write(far, &nops).unwrap();
+        let mut code = Code::new(&mem, Isa::Gfx11, BASE, None);
+        for k in 0..n as u64 {
+            assert_eq!(code.fetch(far + 4 * k).unwrap().inst.len, 1);
+        }
+        assert!(code.sparse.as_ref().unwrap().len() <= SPARSE_SLOTS);
     }
 
     #[test]

@@ -240,7 +240,14 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
-    let mine = share.count(ngroups[0] * ngroups[1] * ngroups[2]);
+    // Three 32-bit grid dimensions in groups of one can name more groups than a u64 counts.
+    let Some(total) = ngroups[0]
+        .checked_mul(ngroups[1])
+        .and_then(|n| n.checked_mul(ngroups[2]))
+    else {
+        return bad("the grid has more than 2^64 - 1 workgroups");
+    };
+    let mine = share.count(total);
     let wave_bytes = d
         .scratch
         .map(|s| s.bytes_per_lane as u64 * lanes as u64)
