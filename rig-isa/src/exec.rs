@@ -627,14 +627,16 @@ fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: u
     };
     let live = items.saturating_sub(t0).min(ctx.lanes);
     if x as usize + live <= dims[0] as usize {
-        // The wave's work-items lie in one row: only x counts up (a loop the compiler widens).
-        let row = match tid_cnt {
+        // The wave's work-items lie in one row: only x counts up. x stays below 1024, so the
+        // packed id is one sum (a loop of u32 adds the compiler widens, where an enumerate of
+        // usize lanes stayed a lane at a time).
+        let first = x | match tid_cnt {
             0 => 0,
             1 => y << 10,
             _ => y << 10 | z << 20,
         };
-        for (l, v) in wave.vgpr[..live].iter_mut().enumerate() {
-            *v = row | (x + l as u32);
+        for (v, l) in wave.vgpr[..live].iter_mut().zip(0u32..) {
+            *v = first + l;
         }
         wave.set_exec(u64::MAX.checked_shr(64 - live as u32).unwrap_or(0));
         return;
