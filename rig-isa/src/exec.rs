@@ -32,8 +32,13 @@ use ds::{ds, lds_ok, lds_read, lds_write};
 use scalar::{sop1, sop2, sopc, sopk, sopp};
 use vmem::vmem;
 
-/// How long the calling thread runs a dispatch alone before helpers join it.
-const INVITE_AFTER: std::time::Duration = std::time::Duration::from_micros(20);
+/// Work the calling thread does alone before helpers join a dispatch, in wave-instructions
+/// (a wave's launch counts [`WAVE_LAUNCH`]): about 20 us, which is what waking helpers costs.
+/// Counted, not timed: a clock read is tens of nanoseconds, a few percent of a small dispatch,
+/// and a count decides alike on a quiet and a loaded host.
+const INVITE_AFTER: u64 = 1024;
+/// A wave's launch and teardown, in wave-instructions (for [`INVITE_AFTER`]).
+const WAVE_LAUNCH: u64 = 16;
 /// Instructions a wave runs between checks of the stop flag.
 const STOP_CHECK: u64 = 256;
 /// Instructions a wave runs before it yields to the other waves of its group at a backward
@@ -235,7 +240,14 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
-    let mine = share.count(ngroups[0] * ngroups[1] * ngroups[2]);
+    // Three 32-bit grid dimensions in groups of one can name more groups than a u64 counts.
+    let Some(total) = ngroups[0]
+        .checked_mul(ngroups[1])
+        .and_then(|n| n.checked_mul(ngroups[2]))
+    else {
+        return bad("the grid has more than 2^64 - 1 workgroups");
+    };
+    let mine = share.count(total);
     let wave_bytes = d
         .scratch
         .map(|s| s.bytes_per_lane as u64 * lanes as u64)
@@ -263,11 +275,13 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
 /// VGPR bytes of the spare waves a thread keeps between dispatches.
 const KIT_VGPR_BYTES: usize = 256 * 1024;
 
-/// A thread's buffers from its last dispatch: LDS and spare waves.
+/// A thread's buffers from its last dispatch: LDS, the last group's waves (in place, so a
+/// next dispatch of the same shape moves none: a wave is over half a KiB) and spare waves.
 #[derive(Default)]
 struct Kit {
     lds: Vec<u8>,
     waves: Vec<Wave>,
+    spare: Vec<Wave>,
 }
 
 thread_local! {
@@ -285,9 +299,10 @@ struct Work<'a> {
     mine: u64,
     next: AtomicU64,
     failed: AtomicBool,
-    /// When the dispatch began, if helpers may join it (a clock read is tens of nanoseconds,
-    /// a few percent of a small dispatch).
-    started: Option<std::time::Instant>,
+    /// Whether helpers may join.
+    shared: bool,
+    /// The decode helpers start from: the caller's, as it invites them.
+    helper_seed: std::sync::OnceLock<Option<code::Cached>>,
 }
 
 impl Work<'_> {
@@ -302,21 +317,28 @@ impl Work<'_> {
         let kit = KIT.take().unwrap_or_default();
         let mut group = Group {
             lds: kit.lds,
-            waves: Vec::new(),
+            waves: kit.waves,
             mem: self.mem,
             tlb: crate::window::Tlb::new(self.mem),
         };
-        let mut spare = kit.waves;
+        let mut spare = kit.spare;
         let r = self.groups_loop(code, t, stats, invite, &mut group, &mut spare);
-        spare.append(&mut group.waves);
+        // The group's waves first: they are what the next dispatch most likely reuses.
         let mut bytes = 0;
-        spare.retain(|w| {
-            bytes += 4 * w.vgpr.len();
-            bytes <= KIT_VGPR_BYTES
-        });
+        let mut keep = |waves: &mut Vec<Wave>| {
+            let fit = waves.iter().take_while(|w| {
+                bytes += 4 * w.vgpr.len();
+                bytes <= KIT_VGPR_BYTES
+            });
+            let n = fit.count();
+            waves.truncate(n);
+        };
+        keep(&mut group.waves);
+        keep(&mut spare);
         KIT.set(Some(Kit {
             lds: group.lds,
-            waves: spare,
+            waves: group.waves,
+            spare,
         }));
         r
     }
@@ -350,7 +372,11 @@ impl Work<'_> {
                 return Err(e);
             }
             // Helpers join once the work has proven longer than waking them costs.
-            if j + 1 < self.mine && self.started.is_some_and(|t| t.elapsed() >= INVITE_AFTER) {
+            if self.shared
+                && j + 1 < self.mine
+                && stats.instructions + WAVE_LAUNCH * stats.waves >= INVITE_AFTER
+            {
+                self.helper_seed.get_or_init(|| code.seed());
                 invite();
             }
         }
@@ -381,7 +407,7 @@ pub(crate) fn execute(
     if p.mine == 0 {
         return Ok(ExecStats::default());
     }
-    // A lone worker takes the cached decode itself; several start from copies of it.
+    // The calling thread takes the cached decode; helpers start from a copy of its own.
     let seed = code::take(mem, isa, d.code_address);
     let work = Work {
         ctx: Ctx {
@@ -400,7 +426,8 @@ pub(crate) fn execute(
         mine: p.mine,
         next: AtomicU64::new(0),
         failed: AtomicBool::new(false),
-        started: (p.threads > 1).then(std::time::Instant::now),
+        shared: p.threads > 1,
+        helper_seed: std::sync::OnceLock::new(),
     };
     if p.threads == 1 {
         return run_alone(&work, seed);
@@ -408,6 +435,7 @@ pub(crate) fn execute(
     let workers = AtomicUsize::new(0);
     let out: Mutex<(ExecStats, Option<ExecFault>)> = Mutex::new((ExecStats::default(), None));
     let best: Mutex<Option<Code>> = Mutex::new(None);
+    let seed = Mutex::new(seed);
     let worker = |invite: &dyn Fn()| {
         let t = workers.fetch_add(1, Ordering::Relaxed);
         if t >= p.threads {
@@ -415,7 +443,18 @@ pub(crate) fn execute(
             return;
         }
         let mut stats = ExecStats::default();
-        let mut code = Code::new(mem, isa, d.code_address, seed.clone());
+        // The caller is worker 0: helpers come only once it invites them.
+        let mut code = if t == 0 {
+            let seed = seed.lock().unwrap_or_else(|e| e.into_inner()).take();
+            Code::new(mem, isa, d.code_address, seed)
+        } else {
+            Code::copy_of(
+                mem,
+                isa,
+                d.code_address,
+                work.helper_seed.get().cloned().flatten(),
+            )
+        };
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             work.run_groups(&mut code, t, &mut stats, invite)
         }))
@@ -575,22 +614,29 @@ fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
 fn work_item_ids(ctx: &Ctx, wave: &mut Wave, t0: usize, dims: [u32; 3], items: usize) {
     let tid_cnt = (ctx.d.pgm_rsrc2 >> 11) & 3;
     let mut exec = 0u64;
-    // The ids of the first lane, then counted up (no division per lane).
-    let (mut x, mut y, mut z) = (
-        (t0 % dims[0] as usize) as u32,
-        ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
-        (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
-    );
+    // The ids of the first lane, then counted up (no division per lane; none at all for a
+    // wave that starts in the first row).
+    let (mut x, mut y, mut z) = if t0 < dims[0] as usize {
+        (t0 as u32, 0, 0)
+    } else {
+        (
+            (t0 % dims[0] as usize) as u32,
+            ((t0 / dims[0] as usize) % dims[1] as usize) as u32,
+            (t0 / (dims[0] as usize * dims[1] as usize)) as u32,
+        )
+    };
     let live = items.saturating_sub(t0).min(ctx.lanes);
     if x as usize + live <= dims[0] as usize {
-        // The wave's work-items lie in one row: only x counts up (a loop the compiler widens).
-        let row = match tid_cnt {
+        // The wave's work-items lie in one row: only x counts up. x stays below 1024, so the
+        // packed id is one sum (a loop of u32 adds the compiler widens, where an enumerate of
+        // usize lanes stayed a lane at a time).
+        let first = x | match tid_cnt {
             0 => 0,
             1 => y << 10,
             _ => y << 10 | z << 20,
         };
-        for (l, v) in wave.vgpr[..live].iter_mut().enumerate() {
-            *v = row | (x + l as u32);
+        for (v, l) in wave.vgpr[..live].iter_mut().zip(0u32..) {
+            *v = first + l;
         }
         wave.set_exec(u64::MAX.checked_shr(64 - live as u32).unwrap_or(0));
         return;

@@ -103,3 +103,25 @@ fn work_item_ids_and_exec_match_the_group_shape() {
         }
     }
 }
+
+#[test]
+fn a_grid_of_more_workgroups_than_a_u64_counts_is_refused() {
+    let mem = FlatMemory::new(BASE, 0x2000);
+    let d = Dispatch {
+        code_address: BASE,
+        pgm_rsrc1: 0,
+        pgm_rsrc2: 0,
+        pgm_rsrc3: 0,
+        user_sgprs: vec![],
+        grid_items: [u32::MAX, u32::MAX, 2],
+        group_size: [1, 1, 1],
+        wave64: false,
+        lds_bytes: 0,
+        scratch: None,
+    };
+    let r = execute(&d, &mem, &AtomicBool::new(false), 1);
+    assert!(
+        matches!(r, Err(rig_isa::ExecFault::BadDispatch { .. })),
+        "got {r:?}"
+    );
+}

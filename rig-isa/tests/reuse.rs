@@ -201,3 +201,21 @@ fn threads_switching_kernels_run_the_code_each_kernel_has_now() {
         }
     });
 }
+
+#[test]
+fn what_a_reused_decode_adds_is_checked_by_the_next_dispatch() {
+    let (base, code) = (0x7_4000_0000u64, 0x7_4000_0000u64);
+    let mem = FlatMemory::new(base, 0x1000);
+    // s_cmp_eq_u32 s0, 5 ; s_cbranch_scc0 +1 ; s_trap 2 ; s_trap 1 (reached with s0 != 5)
+    write_words(
+        &mem,
+        code,
+        &[0xbf06_ff00, 5, 0xbfa1_0001, s_trap(2), s_trap(1)],
+    );
+    assert_eq!(trap_of(&mem, code, 5), 2);
+    // This dispatch reuses that decode and adds the last trap's to it.
+    assert_eq!(trap_of(&mem, code, 6), 1);
+    // The added instruction changes: the decode it made must not serve.
+    write_words(&mem, code + 16, &[s_trap(7)]);
+    assert_eq!(trap_of(&mem, code, 6), 7);
+}
