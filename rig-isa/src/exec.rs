@@ -843,6 +843,7 @@ impl Wave {
                 scc: &mut self.scc,
                 ftz32: (self.rsrc1 >> 16) & 3 != 3,
                 ftz16_64: (self.rsrc1 >> 18) & 3 != 3,
+                ieee: crate::valu::ieee_mode(self.rsrc1),
             },
             &mut self.tmp,
         )

@@ -14,6 +14,7 @@ use crate::decode::src;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64};
 #[cfg(test)]
 use crate::simd::Wide;
+use crate::valu::min_max_f32;
 use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
@@ -337,6 +338,10 @@ fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
         Alu::AddF => map(r, a, b, c, |x, y, _| (fl(x) + fl(y)).to_bits()),
         Alu::SubF => map(r, a, b, c, |x, y, _| (fl(x) - fl(y)).to_bits()),
         Alu::SubrevF => map(r, a, b, c, |x, y, _| (fl(y) - fl(x)).to_bits()),
+        Alu::MinF | Alu::MaxF => {
+            let (max, ieee) = (op.f == Alu::MaxF, crate::valu::ieee_mode(wv.rsrc1));
+            map(r, a, b, c, |x, y, _| min_max_f32(x, y, max, ieee))
+        }
         Alu::AddU => map(r, a, b, c, |x, y, _| x.wrapping_add(y)),
         Alu::SubU => map(r, a, b, c, |x, y, _| x.wrapping_sub(y)),
         Alu::SubrevU => map(r, a, b, c, |x, y, _| y.wrapping_sub(x)),
@@ -1132,6 +1137,19 @@ mod tests {
             "v_cndmask_b32_e64 v7, 1.0, v9, s12",
         ),
         (&[0x02221303], "v_cndmask_b32_e32 v17, v3, v9, vcc_lo"),
+        (&[0x1e0e1303], "v_min_f32 v7, v3, v9"),
+        (&[0x200e1205], "v_max_f32 v7, s5, v9"),
+        (&[0xd50f0007, 0x00000b03], "v_min_f32_e64 v7, v3, s5"),
+        (&[0xd5100007, 0x0001e509], "v_max_f32_e64 v7, v9, 1.0"),
+        (&[0x1e0e12f1], "v_min_f32 v7, -0.5, v9"),
+        (
+            &[0xcad41303, 0x07080605],
+            "v_dual_min_f32 v7, v3, v9 :: v_dual_max_f32 v8, s5, v3",
+        ),
+        (
+            &[0xca800709, 0x07081307],
+            "v_dual_max_f32 v7, v9, v3 :: v_dual_fmac_f32 v8, v7, v9",
+        ),
         (&[0x7e0e0503], "v_readfirstlane_b32 s7, v3"),
         (&[0x7e000509], "v_readfirstlane_b32 s0, v9"),
         (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
@@ -1146,7 +1164,9 @@ mod tests {
             0 => h & 63,
             1 => h & 0xffc,
             2 => h & 0x1fff,
-            3 => 0x7f80_0000 | (h & 0x8000_0001),
+            // Signed zeros, infinities, quiet and signalling NaNs.
+            3 if h & 3 == 0 => h & 0x8000_0000,
+            3 => 0x7f80_0000 | (h & 0x8040_0001),
             4 | 5 => (h & 0x8000_0000) | (0x3000_0000 + (h & 0x1fff_ffff)),
             _ => h.wrapping_mul(0x9e37_79b9),
         }
@@ -1239,9 +1259,9 @@ mod tests {
                     u64::MAX
                 };
                 for exec in [full, 0, 1 << (lanes - 1) | 1, 0x5a5a_a5a5_0ff0_f00f & full] {
-                    // Keeping denormals (the fast forms run) and flushing them (floats fall
-                    // back to the general executor).
-                    for rsrc1 in [0xf << 16, 0] {
+                    // Keeping denormals (the fast forms run; IEEE mode off and on) and
+                    // flushing them (floats fall back to the general executor).
+                    for rsrc1 in [0xf << 16, 0xf << 16 | 1 << 23, 0] {
                         seed += 1;
                         let (mut a, mut b) = (
                             wave(lanes, seed, exec, rsrc1),
