@@ -288,9 +288,16 @@ pub(super) fn exec_of<const N: usize>(wv: &Wave) -> u64 {
 /// EXEC as a lane array of all-ones / all-zeros words.
 #[inline(always)]
 fn lane_mask<const N: usize>(exec: u64) -> [u32; N] {
+    // A test of each lane's bit in its 32-bit half: a constant per lane, so the loop is a
+    // broadcast, an and and a compare per vector.
+    let w = [exec as u32, (exec >> 32) as u32];
     let mut m = [0u32; N];
     for l in 0..N {
-        m[l] = 0u32.wrapping_sub((exec >> l) as u32 & 1);
+        m[l] = if w[l / 32] & (1 << (l % 32)) != 0 {
+            u32::MAX
+        } else {
+            0
+        };
     }
     m
 }
@@ -382,11 +389,18 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
     };
     let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
-    let (mut r, mut cout) = ([0u32; N], 0u64);
+    // On 32-bit lanes (twice the lanes per vector of a 64-bit sum): the carry is either
+    // partial sum wrapping.
+    let ci = lane_mask::<N>(cin);
+    let (mut r, mut co) = ([0u32; N], [false; N]);
     for l in 0..N {
-        let sum = a[l] as u64 + b[l] as u64 + (cin >> l & 1);
-        r[l] = sum as u32;
-        cout |= (sum >> 32) << l;
+        let s = a[l].wrapping_add(b[l]);
+        r[l] = s.wrapping_sub(ci[l]);
+        co[l] = s < a[l] || r[l] < s;
+    }
+    let mut cout = 0u64;
+    for l in 0..N {
+        cout |= (co[l] as u64) << l;
     }
     let c = cout & exec_of::<N>(wv);
     set_mask::<N>(wv, carry, c);
@@ -498,19 +512,27 @@ fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) ->
 fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
     let mut ta = None;
     let a = read::<N>(wv, a, &mut ta);
-    let mut v = read64::<N>(wv, b);
-    for l in 0..N {
-        let s = a[l] & 63;
-        v[l] = match f {
-            Shift64::Lshlrev => v[l] << s,
-            Shift64::Lshrrev => v[l] >> s,
-            Shift64::Ashrrev => ((v[l] as i64) >> s) as u64,
-        };
-    }
+    let v = read64::<N>(wv, b);
     let (mut lo, mut hi) = ([0u32; N], [0u32; N]);
-    for l in 0..N {
-        lo[l] = v[l] as u32;
-        hi[l] = (v[l] >> 32) as u32;
+    // One lane loop per shift (chosen once, not per lane), so each is a vector loop.
+    #[inline(always)]
+    fn go<const N: usize>(
+        a: &[u32; N],
+        v: &[u64; N],
+        lo: &mut [u32; N],
+        hi: &mut [u32; N],
+        op: impl Fn(u64, u32) -> u64,
+    ) {
+        for l in 0..N {
+            let r = op(v[l], a[l] & 63);
+            lo[l] = r as u32;
+            hi[l] = (r >> 32) as u32;
+        }
+    }
+    match f {
+        Shift64::Lshlrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x << s),
+        Shift64::Lshrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x >> s),
+        Shift64::Ashrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| ((x as i64) >> s) as u64),
     }
     write::<N>(wv, d, &lo);
     write::<N>(wv, d + 1, &hi);
