@@ -288,16 +288,9 @@ pub(super) fn exec_of<const N: usize>(wv: &Wave) -> u64 {
 /// EXEC as a lane array of all-ones / all-zeros words.
 #[inline(always)]
 fn lane_mask<const N: usize>(exec: u64) -> [u32; N] {
-    // A test of each lane's bit in its 32-bit half: a constant per lane, so the loop is a
-    // broadcast, an and and a compare per vector.
-    let w = [exec as u32, (exec >> 32) as u32];
     let mut m = [0u32; N];
     for l in 0..N {
-        m[l] = if w[l / 32] & (1 << (l % 32)) != 0 {
-            u32::MAX
-        } else {
-            0
-        };
+        m[l] = 0u32.wrapping_sub((exec >> l) as u32 & 1);
     }
     m
 }
@@ -389,18 +382,11 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
     };
     let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
-    // On 32-bit lanes (twice the lanes per vector of a 64-bit sum): the carry is either
-    // partial sum wrapping.
-    let ci = lane_mask::<N>(cin);
-    let (mut r, mut co) = ([0u32; N], [false; N]);
+    let (mut r, mut cout) = ([0u32; N], 0u64);
     for l in 0..N {
-        let s = a[l].wrapping_add(b[l]);
-        r[l] = s.wrapping_sub(ci[l]);
-        co[l] = s < a[l] || r[l] < s;
-    }
-    let mut cout = 0u64;
-    for l in 0..N {
-        cout |= (co[l] as u64) << l;
+        let sum = a[l] as u64 + b[l] as u64 + (cin >> l & 1);
+        r[l] = sum as u32;
+        cout |= (sum >> 32) << l;
     }
     let c = cout & exec_of::<N>(wv);
     set_mask::<N>(wv, carry, c);
