@@ -738,10 +738,8 @@ fn issue_loop<const N: usize>(
     // (A count that is a multiple checks at once, as a wave that yields after its slice
     // resumes there.)
     let mut left = (STOP_CHECK - n % STOP_CHECK) % STOP_CHECK;
-    // EXEC and its lane count, recounted only when EXEC changes (no popcnt in the baseline
-    // x86-64 target: counting costs a dozen instructions).
-    let e = wave.exec();
-    let mut counted = (e, e.count_ones() as u64);
+    // The float forms' denormal mode is the dispatch's (rsrc1): asked once.
+    let ftz = fast::ftz32(wave);
     let r = 'issue: loop {
         if left == 0 {
             if ctx.stop.load(Ordering::Relaxed) {
@@ -771,14 +769,11 @@ fn issue_loop<const N: usize>(
         n += 1;
         left -= 1;
         if s.vector {
-            let e = wave.exec();
-            if e != counted.0 {
-                counted = (e, e.count_ones() as u64);
-            }
-            lanes += counted.1;
+            // One POPCNT in the wide copy (`simd`), cheaper than caching the count.
+            lanes += fast::exec_of::<N>(wave).count_ones() as u64;
         }
         wave.pc = pc + 4 * s.inst.len as u64;
-        let flow = match fast::issue::<N>(wave, lds, tlb, &s.fast, pc) {
+        let flow = match fast::issue::<N>(wave, lds, tlb, &s.fast, pc, ftz) {
             Ok(fast::Ran::Done) => continue,
             Ok(fast::Ran::General) => step(ctx, wave, lds, mem, &s.inst, pc),
             Ok(fast::Ran::Yield) => Ok(Flow::Yield),
@@ -894,6 +889,7 @@ impl Wave {
                 scc: &mut self.scc,
                 ftz32: (self.rsrc1 >> 16) & 3 != 3,
                 ftz16_64: (self.rsrc1 >> 18) & 3 != 3,
+                ieee: crate::valu::ieee_mode(self.rsrc1),
             },
             &mut self.tmp,
         )

@@ -42,6 +42,9 @@ pub(crate) enum Alu {
     AddF,
     SubF,
     SubrevF,
+    /// `v_min_f32` / `v_max_f32` (`valu::ops::min_max_f32`).
+    MinF,
+    MaxF,
     AddU,
     SubU,
     SubrevU,
@@ -75,7 +78,7 @@ impl Alu {
     pub(crate) fn is_float(self) -> bool {
         matches!(
             self,
-            Alu::Fma | Alu::MulF | Alu::AddF | Alu::SubF | Alu::SubrevF
+            Alu::Fma | Alu::MulF | Alu::AddF | Alu::SubF | Alu::SubrevF | Alu::MinF | Alu::MaxF
         )
     }
 }
@@ -482,6 +485,8 @@ fn alu(i: &Inst) -> Option<AluOp> {
             V_ADD_F32 => (Alu::AddF, 2),
             V_SUB_F32 => (Alu::SubF, 2),
             V_SUBREV_F32 => (Alu::SubrevF, 2),
+            V_MIN_F32 => (Alu::MinF, 2),
+            V_MAX_F32 => (Alu::MaxF, 2),
             V_ADD_NC_U32 => (Alu::AddU, 2),
             V_SUB_NC_U32 => (Alu::SubU, 2),
             V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
@@ -528,6 +533,8 @@ fn dual(i: &Inst) -> Option<Fast> {
             op_vopdx::V_DUAL_SUB_F32 => (Alu::SubF, 2),
             op_vopdx::V_DUAL_SUBREV_F32 => (Alu::SubrevF, 2),
             op_vopdx::V_DUAL_MOV_B32 => (Alu::Mov, 1),
+            op_vopdx::V_DUAL_MIN_F32 => (Alu::MinF, 2),
+            op_vopdx::V_DUAL_MAX_F32 => (Alu::MaxF, 2),
             // The X-only integer halves (VOPDY ids past the VOPDX table).
             0x10 => (Alu::AddU, 2),
             0x11 => (Alu::Lshlrev, 2),

@@ -1,7 +1,8 @@
-//! Lane loops compiled for the host's vector unit: on x86-64 hosts with AVX2 and FMA, the
-//! fast issue forms (`exec::fast`) run as a copy compiled with those features (8 lanes per
-//! instruction, variable shifts for EXEC masks, fused multiply-add), else as the baseline
-//! copy. The same source, so the same results. The one place that calls target-feature code
+//! Lane loops compiled for the host's vector unit: on x86-64 hosts with AVX2 and FMA (and the
+//! bit-manipulation extensions every such CPU has: POPCNT, BMI1, BMI2, LZCNT), the fast issue
+//! forms (`exec::fast`) run as a copy compiled with those features (8 lanes per instruction,
+//! variable shifts for EXEC masks, fused multiply-add, one-instruction lane counts), else as
+//! the baseline copy. The same source, so the same results. The one place that calls target-feature code
 //! besides `fma`.
 
 /// Whether the host's vector unit runs the wide copy, detected once per dispatch (not per
@@ -16,7 +17,11 @@ impl Wide {
         {
             Wide(
                 std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma"),
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("popcnt")
+                    && std::arch::is_x86_feature_detected!("bmi1")
+                    && std::arch::is_x86_feature_detected!("bmi2")
+                    && std::arch::is_x86_feature_detected!("lzcnt"),
             )
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -25,22 +30,23 @@ impl Wide {
         }
     }
 
-    /// Runs `f`, compiled with AVX2 and FMA when the host has them (`f` and what it inlines).
+    /// Runs `f`, compiled with AVX2, FMA and the bit-manipulation extensions when the host has
+    /// them (`f` and what it inlines).
     #[inline(always)]
     pub(crate) fn run<R>(self, f: impl FnOnce() -> R) -> R {
         #[cfg(target_arch = "x86_64")]
         if self.0 {
-            // SAFETY: `Wide(true)` is made only by `detect` on a CPU with AVX2 and FMA, the
-            // target features `avx2_fma` is compiled with.
+            // SAFETY: `Wide(true)` is made only by `detect` on a CPU with every target feature
+            // `avx2_fma` is compiled with.
             return unsafe { avx2_fma(f) };
         }
         f()
     }
 }
 
-/// `f` inlined into a function compiled for AVX2 and FMA.
+/// `f` inlined into a function compiled for AVX2, FMA and the bit-manipulation extensions.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,popcnt,bmi1,bmi2,lzcnt")]
 fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }

@@ -18,6 +18,7 @@ use crate::opcodes::op_valu::*;
 mod div;
 mod dot;
 mod ops;
+pub(crate) use ops::min_max_f32;
 mod wmma;
 
 /// The part of a wave the VALU touches.
@@ -31,6 +32,14 @@ pub(crate) struct WaveRef<'a> {
     /// them, the LLVM default; any other mode is treated as flush in and out).
     pub ftz32: bool,
     pub ftz16_64: bool,
+    /// COMPUTE_PGM_RSRC1 IEEE_MODE (see [`ieee_mode`]).
+    pub ieee: bool,
+}
+
+/// COMPUTE_PGM_RSRC1 IEEE_MODE (bit 23 on GFX6-GFX11; LLVM sets it for compute kernels):
+/// `v_min_f32`/`v_max_f32` then quiet a signalling NaN source.
+pub(crate) fn ieee_mode(rsrc1: u32) -> bool {
+    (rsrc1 >> 23) & 1 != 0
 }
 
 /// Flushes denormal values of `kind` (see `OpInfo::src_fp`) to signed zero.
@@ -949,6 +958,7 @@ mod tests {
             scc: &mut scc,
             ftz32: false,
             ftz16_64: false,
+            ieee: true,
         };
         if fast {
             let taken = vop2_fast(&mut w, &i, 0).unwrap() || carry_fast(&mut w, &i, 0).unwrap();

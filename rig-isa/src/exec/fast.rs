@@ -14,6 +14,7 @@ use crate::decode::src;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64};
 #[cfg(test)]
 use crate::simd::Wide;
+use crate::valu::min_max_f32;
 use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
@@ -42,16 +43,18 @@ pub(super) fn run(
     wide.run(
         #[inline(always)]
         || {
+            let ftz = ftz32(wv);
             if wv.lanes == 32 {
-                issue::<32>(wv, lds, tlb, f, pc)
+                issue::<32>(wv, lds, tlb, f, pc, ftz)
             } else {
-                issue::<64>(wv, lds, tlb, f, pc)
+                issue::<64>(wv, lds, tlb, f, pc, ftz)
             }
         },
     )
 }
 
-/// Runs `f` on a wave of `N` lanes whose PC already points past the instruction at `pc`.
+/// Runs `f` on a wave of `N` lanes whose PC already points past the instruction at `pc`;
+/// `ftz` is [`ftz32`] of the wave (fixed for its dispatch: the caller asks once).
 #[inline(always)]
 pub(super) fn issue<const N: usize>(
     wv: &mut Wave,
@@ -59,6 +62,7 @@ pub(super) fn issue<const N: usize>(
     tlb: &mut Tlb,
     f: &Fast,
     pc: u64,
+    ftz: bool,
 ) -> Result<Ran, ExecFault> {
     let range = |wv: &Wave, top: u16| {
         if top as usize > wv.nvgpr {
@@ -74,7 +78,7 @@ pub(super) fn issue<const N: usize>(
             let (x, y) = (sread(wv, *a), sread(wv, *b));
             let (r, scc) = super::scalar::salu(*f, x, y, wv.scc);
             wv.scc = scc;
-            wv.sgpr[*d as usize] = r;
+            wv.sgpr[sgpr(*d)] = r;
         }
         Fast::Scmp { c, a, b } => wv.scc = c.eval(sread(wv, *a), sread(wv, *b)),
         Fast::Branch { cond, rel, back } => {
@@ -124,7 +128,7 @@ pub(super) fn issue<const N: usize>(
             )?;
         }
         Fast::Alu { op, top } => {
-            if op.f.is_float() && ftz32(wv) {
+            if ftz && op.f.is_float() {
                 return Ok(Ran::General);
             }
             range(wv, *top)?;
@@ -133,7 +137,7 @@ pub(super) fn issue<const N: usize>(
             write::<N>(wv, op.d, &r);
         }
         Fast::Dual { x, y, top } => {
-            if (x.f.is_float() || y.f.is_float()) && ftz32(wv) {
+            if ftz && (x.f.is_float() || y.f.is_float()) {
                 return Ok(Ran::General);
             }
             range(wv, *top)?;
@@ -169,13 +173,13 @@ pub(super) fn issue<const N: usize>(
         Fast::Readfirstlane { a, d } => {
             range(wv, *a as u16 + 1)?;
             // The first active lane, lane 0 when none is.
-            let e = wv.exec();
+            let e = exec_of::<N>(wv);
             let l = if e == 0 {
                 0
             } else {
                 e.trailing_zeros() as usize
             };
-            wv.sgpr[*d as usize] = vrow::<N>(wv, *a)[l];
+            wv.sgpr[sgpr(*d)] = vrow::<N>(wv, *a)[l];
         }
         Fast::Cndmask { a, b, mask, d, top } => {
             range(wv, *top)?;
@@ -216,7 +220,7 @@ pub(super) fn issue<const N: usize>(
 #[inline(always)]
 fn sread(wv: &Wave, s: Operand) -> u32 {
     match s {
-        Operand::Sgpr(k) => wv.sgpr[k as usize],
+        Operand::Sgpr(k) => wv.sgpr[sgpr(k)],
         Operand::Const(c) => c,
         // Scalar forms have no VGPR sources.
         Operand::Vgpr(_) => 0,
@@ -226,9 +230,9 @@ fn sread(wv: &Wave, s: Operand) -> u32 {
 /// The lane mask in SGPR `s` (and `s + 1` in wave64).
 #[inline(always)]
 fn mask<const N: usize>(wv: &Wave, s: u8) -> u64 {
-    let lo = wv.sgpr[s as usize] as u64;
+    let lo = wv.sgpr[sgpr(s)] as u64;
     if N == 64 {
-        lo | (wv.sgpr[s as usize + 1] as u64) << 32
+        lo | (wv.sgpr[sgpr(s + 1)] as u64) << 32
     } else {
         lo
     }
@@ -237,13 +241,14 @@ fn mask<const N: usize>(wv: &Wave, s: u8) -> u64 {
 /// A lane mask into SGPR `s` (and `s + 1` in wave64).
 #[inline(always)]
 fn set_mask<const N: usize>(wv: &mut Wave, s: u8, m: u64) {
-    wv.sgpr[s as usize] = m as u32;
+    wv.sgpr[sgpr(s)] = m as u32;
     if N == 64 {
-        wv.sgpr[s as usize + 1] = (m >> 32) as u32;
+        wv.sgpr[sgpr(s + 1)] = (m >> 32) as u32;
     }
 }
 
-fn ftz32(wv: &Wave) -> bool {
+/// Whether the wave's f32 denormal mode flushes (the float forms then run general).
+pub(super) fn ftz32(wv: &Wave) -> bool {
     (wv.rsrc1 >> 16) & 3 != 3
 }
 
@@ -253,18 +258,31 @@ fn vrow<const N: usize>(wv: &Wave, r: u8) -> &[u32; N] {
     &wv.vgpr.as_chunks::<N>().0[r as usize]
 }
 
-/// The lane values of a source: the VGPR in place, or `tmp` filled with the scalar.
+/// The lane values of a source: the VGPR in place, or `tmp` filled with the scalar (an
+/// `Option`, so the staging is written only for a scalar source, never zeroed first).
 #[inline(always)]
-fn read<'a, const N: usize>(wv: &'a Wave, s: Operand, tmp: &'a mut [u32; N]) -> &'a [u32; N] {
-    let v = match s {
-        Operand::Vgpr(r) => return vrow::<N>(wv, r),
-        Operand::Sgpr(k) => wv.sgpr[k as usize],
-        Operand::Const(c) => c,
-    };
-    for x in tmp.iter_mut() {
-        *x = v;
+fn read<'a, const N: usize>(
+    wv: &'a Wave,
+    s: Operand,
+    tmp: &'a mut Option<[u32; N]>,
+) -> &'a [u32; N] {
+    match s {
+        Operand::Vgpr(r) => vrow::<N>(wv, r),
+        Operand::Sgpr(k) => tmp.insert([wv.sgpr[sgpr(k)]; N]),
+        Operand::Const(c) => tmp.insert([c; N]),
     }
-    tmp
+}
+
+/// The index of SGPR `k` (forms name SGPRs 0-127: the mask is the bounds check).
+#[inline(always)]
+fn sgpr(k: u8) -> usize {
+    k as usize & 127
+}
+
+/// EXEC of a wave of `N` lanes.
+#[inline(always)]
+pub(super) fn exec_of<const N: usize>(wv: &Wave) -> u64 {
+    mask::<N>(wv, src::EXEC_LO as u8)
 }
 
 /// EXEC as a lane array of all-ones / all-zeros words.
@@ -280,9 +298,9 @@ fn lane_mask<const N: usize>(exec: u64) -> [u32; N] {
 /// Writes `r` into VGPR `d` for the lanes in EXEC.
 #[inline(always)]
 fn write<const N: usize>(wv: &mut Wave, d: u8, r: &[u32; N]) {
-    let (exec, full) = (wv.exec(), wv.full());
+    let exec = exec_of::<N>(wv);
     let row = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize];
-    if exec == full {
+    if exec == u64::MAX >> (64 - N) {
         *row = *r;
     } else {
         let m = lane_mask::<N>(exec);
@@ -308,7 +326,7 @@ fn map<const N: usize>(
 /// Every lane of `op` into `r`.
 #[inline(always)]
 fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
-    let (mut ta, mut tb, mut tc) = ([0u32; N], [0u32; N], [0u32; N]);
+    let (mut ta, mut tb, mut tc) = (None, None, None);
     let a = read::<N>(wv, op.s[0], &mut ta);
     let b = read::<N>(wv, op.s[1], &mut tb);
     let c = read::<N>(wv, op.s[2], &mut tc);
@@ -320,6 +338,10 @@ fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
         Alu::AddF => map(r, a, b, c, |x, y, _| (fl(x) + fl(y)).to_bits()),
         Alu::SubF => map(r, a, b, c, |x, y, _| (fl(x) - fl(y)).to_bits()),
         Alu::SubrevF => map(r, a, b, c, |x, y, _| (fl(y) - fl(x)).to_bits()),
+        Alu::MinF | Alu::MaxF => {
+            let (max, ieee) = (op.f == Alu::MaxF, crate::valu::ieee_mode(wv.rsrc1));
+            map(r, a, b, c, |x, y, _| min_max_f32(x, y, max, ieee))
+        }
         Alu::AddU => map(r, a, b, c, |x, y, _| x.wrapping_add(y)),
         Alu::SubU => map(r, a, b, c, |x, y, _| x.wrapping_sub(y)),
         Alu::SubrevU => map(r, a, b, c, |x, y, _| y.wrapping_sub(x)),
@@ -356,9 +378,9 @@ fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
 fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d: u8, carry: u8) {
     let cin = match cin {
         CarryIn::None => 0,
-        CarryIn::Mask(s) => wv.mask(s as u16),
+        CarryIn::Mask(s) => mask::<N>(wv, s),
     };
-    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     let (mut r, mut cout) = ([0u32; N], 0u64);
     for l in 0..N {
@@ -366,18 +388,15 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
         r[l] = sum as u32;
         cout |= (sum >> 32) << l;
     }
-    let c = cout & wv.exec();
-    wv.sgpr[carry as usize] = c as u32;
-    if N == 64 {
-        wv.sgpr[carry as usize + 1] = (c >> 32) as u32;
-    }
+    let c = cout & exec_of::<N>(wv);
+    set_mask::<N>(wv, carry, c);
     write::<N>(wv, d, &r);
 }
 
 /// A 32-bit integer compare's lane mask into SGPR `d` (and `d + 1` in wave64).
 #[inline(always)]
 fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
-    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     // One lane loop per relation (chosen once, not per lane, then folded into the loop).
     let bits = match c.rel {
@@ -390,11 +409,8 @@ fn cmp<const N: usize>(wv: &mut Wave, c: Cmp32, a: Operand, b: Operand, d: u8) {
         6 => lane_bits::<N>(a, b, |x, y| Cmp32 { rel: 6, ..c }.eval(x, y)),
         _ => u64::MAX,
     };
-    let bits = bits & wv.exec();
-    wv.sgpr[d as usize] = bits as u32;
-    if N == 64 {
-        wv.sgpr[d as usize + 1] = (bits >> 32) as u32;
-    }
+    let bits = bits & exec_of::<N>(wv);
+    set_mask::<N>(wv, d, bits);
 }
 
 /// The lanes of a 64-bit source.
@@ -431,7 +447,7 @@ fn mad_u64<const N: usize>(
     top: u16,
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     let c = read64::<N>(wv, c);
     let (mut lo, mut hi, mut cout) = ([0u32; N], [0u32; N], 0u64);
@@ -443,7 +459,7 @@ fn mad_u64<const N: usize>(
         cout |= (o as u64) << l;
     }
     if let Some(k) = carry {
-        let m = cout & wv.exec();
+        let m = cout & exec_of::<N>(wv);
         set_mask::<N>(wv, k, m);
     }
     if top as usize > wv.nvgpr {
@@ -458,7 +474,7 @@ fn mad_u64<const N: usize>(
 #[inline(always)]
 fn cndmask<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, mask: u8, d: u8) {
     let m = lane_mask::<N>(self::mask::<N>(wv, mask));
-    let (mut ta, mut tb) = ([0u32; N], [0u32; N]);
+    let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     let mut r = [0u32; N];
     for l in 0..N {
@@ -480,21 +496,29 @@ fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) ->
 /// A 64-bit shift into the pair from `d` (lanes in EXEC).
 #[inline(always)]
 fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
-    let mut ta = [0u32; N];
+    let mut ta = None;
     let a = read::<N>(wv, a, &mut ta);
-    let mut v = read64::<N>(wv, b);
-    for l in 0..N {
-        let s = a[l] & 63;
-        v[l] = match f {
-            Shift64::Lshlrev => v[l] << s,
-            Shift64::Lshrrev => v[l] >> s,
-            Shift64::Ashrrev => ((v[l] as i64) >> s) as u64,
-        };
-    }
+    let v = read64::<N>(wv, b);
     let (mut lo, mut hi) = ([0u32; N], [0u32; N]);
-    for l in 0..N {
-        lo[l] = v[l] as u32;
-        hi[l] = (v[l] >> 32) as u32;
+    // One lane loop per shift (chosen once, not per lane), so each is a vector loop.
+    #[inline(always)]
+    fn go<const N: usize>(
+        a: &[u32; N],
+        v: &[u64; N],
+        lo: &mut [u32; N],
+        hi: &mut [u32; N],
+        op: impl Fn(u64, u32) -> u64,
+    ) {
+        for l in 0..N {
+            let r = op(v[l], a[l] & 63);
+            lo[l] = r as u32;
+            hi[l] = (r >> 32) as u32;
+        }
+    }
+    match f {
+        Shift64::Lshlrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x << s),
+        Shift64::Lshrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x >> s),
+        Shift64::Ashrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| ((x as i64) >> s) as u64),
     }
     write::<N>(wv, d, &lo);
     write::<N>(wv, d + 1, &hi);
@@ -1121,6 +1145,19 @@ mod tests {
             "v_cndmask_b32_e64 v7, 1.0, v9, s12",
         ),
         (&[0x02221303], "v_cndmask_b32_e32 v17, v3, v9, vcc_lo"),
+        (&[0x1e0e1303], "v_min_f32 v7, v3, v9"),
+        (&[0x200e1205], "v_max_f32 v7, s5, v9"),
+        (&[0xd50f0007, 0x00000b03], "v_min_f32_e64 v7, v3, s5"),
+        (&[0xd5100007, 0x0001e509], "v_max_f32_e64 v7, v9, 1.0"),
+        (&[0x1e0e12f1], "v_min_f32 v7, -0.5, v9"),
+        (
+            &[0xcad41303, 0x07080605],
+            "v_dual_min_f32 v7, v3, v9 :: v_dual_max_f32 v8, s5, v3",
+        ),
+        (
+            &[0xca800709, 0x07081307],
+            "v_dual_max_f32 v7, v9, v3 :: v_dual_fmac_f32 v8, v7, v9",
+        ),
         (&[0x7e0e0503], "v_readfirstlane_b32 s7, v3"),
         (&[0x7e000509], "v_readfirstlane_b32 s0, v9"),
         (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
@@ -1135,7 +1172,9 @@ mod tests {
             0 => h & 63,
             1 => h & 0xffc,
             2 => h & 0x1fff,
-            3 => 0x7f80_0000 | (h & 0x8000_0001),
+            // Signed zeros, infinities, quiet and signalling NaNs.
+            3 if h & 3 == 0 => h & 0x8000_0000,
+            3 => 0x7f80_0000 | (h & 0x8040_0001),
             4 | 5 => (h & 0x8000_0000) | (0x3000_0000 + (h & 0x1fff_ffff)),
             _ => h.wrapping_mul(0x9e37_79b9),
         }
@@ -1228,9 +1267,9 @@ mod tests {
                     u64::MAX
                 };
                 for exec in [full, 0, 1 << (lanes - 1) | 1, 0x5a5a_a5a5_0ff0_f00f & full] {
-                    // Keeping denormals (the fast forms run) and flushing them (floats fall
-                    // back to the general executor).
-                    for rsrc1 in [0xf << 16, 0] {
+                    // Keeping denormals (the fast forms run; IEEE mode off and on) and
+                    // flushing them (floats fall back to the general executor).
+                    for rsrc1 in [0xf << 16, 0xf << 16 | 1 << 23, 0] {
                         seed += 1;
                         let (mut a, mut b) = (
                             wave(lanes, seed, exec, rsrc1),

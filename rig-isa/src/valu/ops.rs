@@ -214,11 +214,43 @@ fn med3<T: PartialOrd + Copy>(a: T, b: T, c: T) -> T {
     }
 }
 
-fn fmin(a: f32, b: f32) -> f32 {
-    a.min(b)
+/// `v_min_f32` / `v_max_f32` on bits (`max` picks which), as the RDNA3 ISA guide's pseudocode
+/// defines them: in IEEE mode a signalling NaN source (S0 tested first) gives its quiet form;
+/// then a NaN S1 gives S0 and a NaN S0 gives S1; else the lesser (greater), with -0 below +0,
+/// and S1 when equal. Denormals are the caller's (flushed before and after in a flushing mode).
+/// The general executor and the fast forms (`exec::fast`) both run this.
+#[inline(always)]
+pub(crate) fn min_max_f32(x: u32, y: u32, max: bool, ieee: bool) -> u32 {
+    const QUIET: u32 = 0x0040_0000;
+    let nan = |v: u32| v & 0x7fff_ffff > 0x7f80_0000;
+    if ieee {
+        if nan(x) && x & QUIET == 0 {
+            return x | QUIET;
+        }
+        if nan(y) && y & QUIET == 0 {
+            return y | QUIET;
+        }
+    }
+    if nan(y) {
+        return x;
+    }
+    if nan(x) {
+        return y;
+    }
+    // Sign-magnitude to an unsigned order in which -0 is below +0.
+    let key = |v: u32| if v >> 31 != 0 { !v } else { v | 0x8000_0000 };
+    let x_first = if max {
+        key(x) > key(y)
+    } else {
+        key(x) < key(y)
+    };
+    if x_first { x } else { y }
 }
-fn fmax(a: f32, b: f32) -> f32 {
-    a.max(b)
+fn fmin(a: u64, b: u64, ieee: bool) -> u64 {
+    min_max_f32(a as u32, b as u32, false, ieee) as u64
+}
+fn fmax(a: u64, b: u64, ieee: bool) -> u64 {
+    min_max_f32(a as u32, b as u32, true, ieee) as u64
 }
 
 /// The VOPC compares and class tests (opcodes below 0x100): writes the lane mask to VCC,
@@ -331,7 +363,7 @@ fn f32_ops(
     exec: u64,
     pc: u64,
 ) -> Result<Res, ExecFault> {
-    let (n, op) = (w.lanes, i.op);
+    let (n, op, ieee) = (w.lanes, i.op, w.ieee);
     let [a, b, c, r] = t;
     match op {
         V_ADD_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) + f(y))),
@@ -369,25 +401,29 @@ fn f32_ops(
             let k = i.literal as u64;
             map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x).mul_add(f(y), f(k))))
         }
-        V_MIN_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(fmin(f(x), f(y)))),
-        V_MAX_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(fmax(f(x), f(y)))),
-        V_MIN3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmin(
-            fmin(f(x), f(y)),
-            f(z)
-        ))),
-        V_MAX3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmax(
-            fmax(f(x), f(y)),
-            f(z)
-        ))),
+        V_MIN_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fmin(x, y, ieee)),
+        V_MAX_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fmax(x, y, ieee)),
+        V_MIN3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fmin(
+            fmin(x, y, ieee),
+            z,
+            ieee
+        )),
+        V_MAX3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fmax(
+            fmax(x, y, ieee),
+            z,
+            ieee
+        )),
         V_MED3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(med3(f(x), f(y), f(z)))),
-        V_MAXMIN_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmin(
-            fmax(f(x), f(y)),
-            f(z)
-        ))),
-        V_MINMAX_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(fmax(
-            fmin(f(x), f(y)),
-            f(z)
-        ))),
+        V_MAXMIN_F32 => map!(n, exec, r, a, b, c, |x, y, z| fmin(
+            fmax(x, y, ieee),
+            z,
+            ieee
+        )),
+        V_MINMAX_F32 => map!(n, exec, r, a, b, c, |x, y, z| fmax(
+            fmin(x, y, ieee),
+            z,
+            ieee
+        )),
         V_RCP_F32 | V_RCP_IFLAG_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x))),
         V_RSQ_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x).sqrt())),
         V_SQRT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).sqrt())),
@@ -1381,6 +1417,7 @@ mod tests {
                 lanes: 64,
                 scc: &mut scc,
                 ftz32: false,
+                ieee: true,
                 ftz16_64: false,
             };
             let owners = (GROUPS.iter().enumerate())
@@ -1395,5 +1432,37 @@ mod tests {
         }
         // Every VALU operation the interpreter runs, but the compares (below 0x100).
         assert!(owned > 200, "only {owned} opcodes are owned");
+    }
+
+    #[test]
+    fn min_max_f32_follow_the_isa_guide() {
+        let (pz, nz, one) = (0x0000_0000u32, 0x8000_0000u32, 1.0f32.to_bits());
+        let (qnan, snan) = (0x7fc0_0001u32, 0x7f80_0001u32);
+        // (S0, S1, IEEE mode, min, max)
+        let cases = [
+            // -0 orders below +0, whichever source holds it.
+            (pz, nz, true, nz, pz),
+            (nz, pz, true, nz, pz),
+            (nz, pz, false, nz, pz),
+            (one, nz, true, nz, one),
+            // A quiet NaN loses to the other source; two NaNs give S0.
+            (qnan, one, true, one, one),
+            (one, qnan, false, one, one),
+            (qnan, 0xffc0_0000, true, qnan, qnan),
+            // A signalling NaN: quieted in IEEE mode (S0 first), else like a quiet one.
+            (snan, one, true, snan | 0x40_0000, snan | 0x40_0000),
+            (one, snan, true, snan | 0x40_0000, snan | 0x40_0000),
+            (qnan, snan, true, snan | 0x40_0000, snan | 0x40_0000),
+            (snan, one, false, one, one),
+            (one, snan, false, one, one),
+            // Ordinary values, infinities.
+            (0xc000_0000, one, true, 0xc000_0000, one),
+            (0x7f80_0000, 0xff80_0000, true, 0xff80_0000, 0x7f80_0000),
+        ];
+        for (x, y, ieee, lo, hi) in cases {
+            let ctx = format!("{x:#x}, {y:#x}, IEEE {ieee}");
+            assert_eq!(min_max_f32(x, y, false, ieee), lo, "min {ctx}");
+            assert_eq!(min_max_f32(x, y, true, ieee), hi, "max {ctx}");
+        }
     }
 }
