@@ -5,7 +5,8 @@
 //! check and a word access per lane instead of a translation each. [`Tlb`] keeps a few of them
 //! per worker for one dispatch. Every word is accessed as a relaxed atomic, which is what
 //! [`Memory::read`]/[`Memory::write`] guarantee per aligned word against other waves, threads
-//! and the host.
+//! and the host; a wave whose lanes reach consecutive words (the unit-stride case) is one raw
+//! copy, as `Memory::read`/`write` implementations copy, each aligned word whole.
 //!
 //! A window stays usable while it is *current*: a memory whose mappings can change during a
 //! dispatch ties each window to a generation counter it bumps at every unmap, and the cache
@@ -253,6 +254,77 @@ impl<'a> Window<'a> {
                 unsafe { self.word_unchecked(k[l] + j) }.store(data[j][l], Ordering::Relaxed);
             }
         });
+        true
+    }
+
+    /// The first word of `words` words at `addr` as a raw pointer; `None` when they are not
+    /// word-aligned from `base` or not all in the window.
+    #[inline(always)]
+    fn run_ptr(&self, addr: u64, words: usize) -> Option<*mut u32> {
+        let off = addr.wrapping_sub(self.base);
+        if off & 3 != 0 || !self.contains(addr, 4 * words as u64) {
+            return None;
+        }
+        // SAFETY: off + 4 words <= len (checked), so the word index is in the window.
+        Some(unsafe { self.ptr.as_ptr().add((off >> 2) as usize) }.cast::<u32>())
+    }
+
+    /// Loads `R` (1 to 4) words for each of `N` lanes lying back to back from `addr` (lane
+    /// `l`'s word `j` at `addr + 4 (R l + j)`) into `out[j][l]`, as one copy; false, touching
+    /// nothing, when they are not all in the window (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn load_run<const N: usize, const R: usize>(
+        &self,
+        addr: u64,
+        out: &mut [[u32; N]; R],
+    ) -> bool {
+        let Some(p) = self.run_ptr(addr, N * R) else {
+            return false;
+        };
+        if R == 1 {
+            // SAFETY: run_ptr checked the N words are in the window; the window's words are
+            // reached only through atomics or raw copies (the constructor's contract), and
+            // `out` is a distinct local array.
+            unsafe { std::ptr::copy_nonoverlapping(p, out[0].as_mut_ptr(), N) };
+        } else {
+            for l in 0..N {
+                for j in 0..R {
+                    // SAFETY: R l + j < N R words, in the window (run_ptr); a raw read.
+                    out[j][l] = unsafe { p.add(R * l + j).read() };
+                }
+            }
+        }
+        true
+    }
+
+    /// Stores `R` (1 to 4) words for each of `N` lanes lying back to back from `addr` (lane
+    /// `l`'s word `j`, `data[j][l]`, at `addr + 4 (R l + j)`), as one copy; false, touching
+    /// nothing, when the window is read-only or they are not all in it (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn store_run<const N: usize, const R: usize>(
+        &self,
+        addr: u64,
+        data: &[[u32; N]; R],
+    ) -> bool {
+        if !self.writable {
+            return false;
+        }
+        let Some(p) = self.run_ptr(addr, N * R) else {
+            return false;
+        };
+        if R == 1 {
+            // SAFETY: run_ptr checked the N words are in the window, which is writable; its
+            // words are reached only through atomics or raw copies; `data` is a distinct array.
+            unsafe { std::ptr::copy_nonoverlapping(data[0].as_ptr(), p, N) };
+        } else {
+            for l in 0..N {
+                for j in 0..R {
+                    // SAFETY: R l + j < N R words, in the writable window (run_ptr); a raw
+                    // write.
+                    unsafe { p.add(R * l + j).write(data[j][l]) };
+                }
+            }
+        }
         true
     }
 

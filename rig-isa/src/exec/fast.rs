@@ -568,6 +568,9 @@ fn global_dword<const N: usize>(
             _ => go::<N, 4>(w, at, exec, vg, load),
         }
     }
+    if global_run::<N>(tlb, exec, &lo, hi.as_ref(), add, vg, load) {
+        return Ok(());
+    }
     let f = exec.trailing_zeros() as usize;
     let high = hi.map_or(0, |h| (h[f] as u64) << 32);
     let first = (high | lo[f] as u64).wrapping_add(add);
@@ -638,6 +641,65 @@ fn global_dword<const N: usize>(
         }
     }
     Ok(())
+}
+
+/// The unit-stride case of `global_dword`: every lane active and lane `l` at lane 0's
+/// address plus `4 rows l` (one high word, no carry out of the low words), all in one window,
+/// as one copy; false, touching nothing, otherwise (the caller then takes the general path).
+#[inline(always)]
+fn global_run<const N: usize>(
+    tlb: &mut Tlb,
+    exec: u64,
+    lo: &[u32; N],
+    hi: Option<&[u32; N]>,
+    add: u64,
+    vg: &mut [[u32; N]],
+    load: bool,
+) -> bool {
+    let all = if N >= 64 { u64::MAX } else { (1u64 << N) - 1 };
+    if exec & all != all {
+        return false;
+    }
+    let stride = 4 * vg.len() as u32;
+    let mut apart = 0u32;
+    for l in 0..N {
+        apart |= lo[l] ^ lo[0].wrapping_add(stride * l as u32);
+    }
+    if let Some(h) = hi {
+        for l in 0..N {
+            apart |= h[l] ^ h[0];
+        }
+    }
+    if apart != 0 || lo[0] as u64 + stride as u64 * (N as u64 - 1) > u32::MAX as u64 {
+        return false;
+    }
+    let high = hi.map_or(0, |h| (h[0] as u64) << 32);
+    let first = (high | lo[0] as u64).wrapping_add(add);
+    let Some(w) = tlb.find(first, stride as u64 * N as u64, !load) else {
+        return false;
+    };
+    #[inline(always)]
+    fn go<const N: usize, const R: usize>(
+        w: &Window,
+        first: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
+            return false;
+        };
+        if load {
+            w.load_run(first, vg)
+        } else {
+            w.store_run(first, vg)
+        }
+    }
+    match vg.len() {
+        1 => go::<N, 1>(w, first, vg, load),
+        2 => go::<N, 2>(w, first, vg, load),
+        3 => go::<N, 3>(w, first, vg, load),
+        _ => go::<N, 4>(w, first, vg, load),
+    }
 }
 
 /// The lanes an LDS dword access runs on, after its register checks: its address register
@@ -1210,6 +1272,119 @@ mod tests {
             super::super::Flow::Yield => "yield",
             super::super::Flow::MayYield => "may yield",
         })
+    }
+
+    /// Runs `i`'s fast form on `a` and the general executor on `b` (the same wave, each with
+    /// its own copy of `seed`'s memory) and asserts the same outcome: flow or fault, registers,
+    /// memory.
+    fn same_as_general(i: &Inst, mut a: Wave, mut b: Wave, seed: u32, ctx: &str) {
+        let s = Slot::new(*i);
+        let (mem_a, mem_b) = (memory(seed), memory(seed));
+        let (mut lds_a, mut lds_b) = (vec![0u8; 64], vec![0u8; 64]);
+        let pc = 0x1000;
+        a.pc = pc + 4 * i.len as u64;
+        b.pc = a.pc;
+        let mut tlb = Tlb::new(&mem_a);
+        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, pc).map(|r| match r {
+            Ran::Done => "next",
+            Ran::Yield => "yield",
+            Ran::MayYield => "may yield",
+            Ran::General => "general",
+        });
+        let rb = general(&mut b, &mut lds_b, &mem_b, i, pc);
+        assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
+        let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
+        assert_eq!(first, None, "{ctx}: first differing VGPR word");
+        let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
+        mem_a.read(MEM_BASE, &mut ma).expect("in range");
+        mem_b.read(MEM_BASE, &mut mb).expect("in range");
+        assert!(ma == mb, "{ctx}: memory");
+    }
+
+    /// Global accesses whose lanes lie back to back (the one-copy path) and its edges: the run
+    /// ending at memory's last word or one word past it, a base not word-aligned, the low
+    /// address words carrying out (lanes past 4 GiB of the base, unmapped), a lane out of
+    /// step, partial EXEC.
+    #[test]
+    fn global_runs_equal_the_general_executor() {
+        let mut seed = 1000;
+        for (words, text) in CASES {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            if i.format != Format::Global {
+                continue;
+            }
+            let r = (i.src[0] as usize).checked_sub(256).filter(|&r| r < 15);
+            let Some(r) = r else { continue };
+            let pair = i.saddr == 124;
+            let rows = [1u32, 2, 3, 4]
+                .into_iter()
+                .find(|n| text.contains(&format!("_b{} ", 32 * n)))
+                .expect("a dword count");
+            for lanes in [32usize, 64] {
+                let full = if lanes == 32 {
+                    u32::MAX as u64
+                } else {
+                    u64::MAX
+                };
+                let span = 4 * rows * lanes as u32;
+                let layouts: [(&str, u32, usize); 6] = [
+                    ("from 0x100", 0x100, usize::MAX),
+                    ("to the end", MEM_BYTES as u32 - span, usize::MAX),
+                    (
+                        "one word past the end",
+                        MEM_BYTES as u32 - span + 4,
+                        usize::MAX,
+                    ),
+                    ("unaligned", 0x102, usize::MAX),
+                    ("lane 5 out of step", 0x100, 5),
+                    ("carry out of the low word", 0, usize::MAX),
+                ];
+                for (what, start, odd) in layouts {
+                    for exec in [full, full & !1, 0x0ff0] {
+                        seed += 1;
+                        let (mut a, mut b) =
+                            (wave(lanes, seed, exec, 0), wave(lanes, seed, exec, 0));
+                        for w in [&mut a, &mut b] {
+                            // The scalar base: memory's start, or (for the carry) 64 bytes
+                            // below 4 GiB under it, so that lanes past 2^32 - 1 wrap away.
+                            let carry = what.starts_with("carry");
+                            let sbase = if carry {
+                                MEM_BASE.wrapping_sub(0xffff_ffc0)
+                            } else {
+                                MEM_BASE
+                            };
+                            w.sgpr[4] = sbase as u32;
+                            w.sgpr[5] = (sbase >> 32) as u32;
+                            for l in 0..lanes {
+                                let mut off = if carry {
+                                    0xffff_ffc0u32.wrapping_add(4 * rows * l as u32)
+                                } else {
+                                    start + 4 * rows * l as u32
+                                };
+                                if l == odd {
+                                    off += 4;
+                                }
+                                if pair {
+                                    // 64-bit addresses: the base is in the VGPRs.
+                                    // (The carry: lanes below 4 GiB, unmapped, and past it.)
+                                    let at = if carry {
+                                        off as u64
+                                    } else {
+                                        sbase.wrapping_add(off as u64)
+                                    };
+                                    w.vgpr[r * lanes + l] = at as u32;
+                                    w.vgpr[(r + 1) * lanes + l] = (at >> 32) as u32;
+                                } else {
+                                    w.vgpr[r * lanes + l] = off;
+                                }
+                            }
+                        }
+                        let ctx = format!("{text}, wave{lanes}, {what}, exec {exec:#x}");
+                        same_as_general(&i, a, b, seed, &ctx);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
