@@ -191,6 +191,7 @@ pub(super) fn issue<const N: usize>(
         }
         Fast::GlobalDword {
             load,
+            flat,
             addr,
             saddr,
             data,
@@ -198,6 +199,9 @@ pub(super) fn issue<const N: usize>(
             imm,
             top,
         } => {
+            if *flat && !flat_is_global::<N>(wv, *addr, *imm, *top) {
+                return Ok(Ran::General);
+            }
             range(wv, *top)?;
             global_dword::<N>(wv, tlb, *load, *addr, *saddr, *data, *rows, *imm, pc)?;
         }
@@ -643,6 +647,26 @@ fn global_dword<const N: usize>(
     Ok(())
 }
 
+/// Whether a flat access runs as the global one: its registers in range (else the general
+/// executor's checks, lane by lane, decide) and no active lane's address (the VGPR pair from
+/// `addr` plus `imm`) in the LDS or private aperture.
+#[inline(always)]
+fn flat_is_global<const N: usize>(wv: &Wave, addr: u8, imm: i32, top: u16) -> bool {
+    if top as usize > wv.nvgpr {
+        return false;
+    }
+    let m = lane_mask::<N>(wv.exec());
+    let (lo, hi) = (vrow::<N>(wv, addr), vrow::<N>(wv, addr + 1));
+    let imm = imm as i64 as u64;
+    let mut bad = 0u32;
+    for l in 0..N {
+        let h = ((hi[l] as u64) << 32 | lo[l] as u64).wrapping_add(imm) >> 32;
+        let h = h as u32;
+        bad |= ((h == super::SHARED_APERTURE_HI) | (h == super::PRIVATE_APERTURE_HI)) as u32 & m[l];
+    }
+    bad == 0
+}
+
 /// The unit-stride case of `global_dword`: every lane active and lane `l` at lane 0's
 /// address plus `4 rows l` (one high word, no carry out of the low words), all in one window,
 /// as one copy; false, touching nothing, otherwise (the caller then takes the general path).
@@ -826,6 +850,7 @@ mod tests {
     use super::*;
     use crate::Memory;
     use crate::decode::{Format, Inst, decode};
+    use crate::exec::{PRIVATE_APERTURE_HI, SHARED_APERTURE_HI};
     use crate::prep::Slot;
     use crate::testing::FlatMemory;
 
@@ -1046,6 +1071,28 @@ mod tests {
             &[0xdc760000, 0x00040d03],
             "global_store_b128 v3, v[13:16], s[4:5]",
         ),
+        (&[0xdc500000, 0x077c0002], "flat_load_b32 v7, v[2:3]"),
+        (
+            &[0xdc500010, 0x077c0002],
+            "flat_load_b32 v7, v[2:3] offset:16",
+        ),
+        (&[0xdc540000, 0x077c0002], "flat_load_b64 v[7:8], v[2:3]"),
+        (
+            &[0xdc580004, 0x077c0002],
+            "flat_load_b96 v[7:9], v[2:3] offset:4",
+        ),
+        (&[0xdc5c0000, 0x067c0002], "flat_load_b128 v[6:9], v[2:3]"),
+        (&[0xdc500000, 0x027c0002], "flat_load_b32 v2, v[2:3]"),
+        (&[0xdc680000, 0x007c0902], "flat_store_b32 v[2:3], v9"),
+        (
+            &[0xdc6c0008, 0x007c0802],
+            "flat_store_b64 v[2:3], v[8:9] offset:8",
+        ),
+        (&[0xdc700000, 0x007c0802], "flat_store_b96 v[2:3], v[8:10]"),
+        (
+            &[0xdc740004, 0x007c0602],
+            "flat_store_b128 v[2:3], v[6:9] offset:4",
+        ),
         (&[0x80030905], "s_add_u32 s3, s5, s9"),
         (&[0x8106c106], "s_add_i32 s6, s6, -1"),
         (&[0x8083ff05, 0x00012345], "s_sub_u32 s3, s5, 0x12345"),
@@ -1188,6 +1235,13 @@ mod tests {
         (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
     ];
 
+    /// Flat accesses with registers beyond the test wave's 16 VGPRs: the general executor's
+    /// checks, lane by lane, decide their faults, so they run there.
+    const FLAT_OUT_OF_RANGE: &[(&[u32], &str)] = &[
+        (&[0xdc5c0000, 0x0d7c0002], "flat_load_b128 v[13:16], v[2:3]"),
+        (&[0xdc680000, 0x007c090f], "flat_store_b32 v[15:16], v9"),
+    ];
+
     fn mix(k: u32, seed: u32) -> u32 {
         let h = (k ^ seed.wrapping_mul(0x85eb_ca6b)).wrapping_mul(2_654_435_761);
         let h = h ^ h >> 15;
@@ -1277,7 +1331,8 @@ mod tests {
     /// Runs `i`'s fast form on `a` and the general executor on `b` (the same wave, each with
     /// its own copy of `seed`'s memory) and asserts the same outcome: flow or fault, registers,
     /// memory.
-    fn same_as_general(i: &Inst, mut a: Wave, mut b: Wave, seed: u32, ctx: &str) {
+    /// Whether the fast form deferred to the general executor (as the issue loop then does).
+    fn same_as_general(i: &Inst, mut a: Wave, mut b: Wave, seed: u32, ctx: &str) -> bool {
         let s = Slot::new(*i);
         let (mem_a, mem_b) = (memory(seed), memory(seed));
         let (mut lds_a, mut lds_b) = (vec![0u8; 64], vec![0u8; 64]);
@@ -1285,12 +1340,18 @@ mod tests {
         a.pc = pc + 4 * i.len as u64;
         b.pc = a.pc;
         let mut tlb = Tlb::new(&mem_a);
-        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, pc).map(|r| match r {
-            Ran::Done => "next",
-            Ran::Yield => "yield",
-            Ran::MayYield => "may yield",
-            Ran::General => "general",
-        });
+        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, pc);
+        let fell_back = matches!(ra, Ok(Ran::General));
+        let ra = if fell_back {
+            general(&mut a, &mut lds_a, &mem_a, i, pc)
+        } else {
+            ra.map(|r| match r {
+                Ran::Done => "next",
+                Ran::Yield => "yield",
+                Ran::MayYield => "may yield",
+                Ran::General => "general",
+            })
+        };
         let rb = general(&mut b, &mut lds_b, &mem_b, i, pc);
         assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
         let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
@@ -1299,18 +1360,23 @@ mod tests {
         mem_a.read(MEM_BASE, &mut ma).expect("in range");
         mem_b.read(MEM_BASE, &mut mb).expect("in range");
         assert!(ma == mb, "{ctx}: memory");
+        assert!(lds_a == lds_b, "{ctx}: LDS");
+        fell_back
     }
 
     /// Global accesses whose lanes lie back to back (the one-copy path) and its edges: the run
     /// ending at memory's last word or one word past it, a base not word-aligned, the low
     /// address words carrying out (lanes past 4 GiB of the base, unmapped), a lane out of
-    /// step, partial EXEC.
+    /// step, partial EXEC; for 64-bit addresses a lane in the LDS or private aperture (a flat
+    /// access then runs on the general executor).
     #[test]
     fn global_runs_equal_the_general_executor() {
         let mut seed = 1000;
-        for (words, text) in CASES {
+        for (words, text) in CASES.iter().chain(FLAT_OUT_OF_RANGE) {
             let i = decode(words).expect("LLVM's encoding decodes");
-            if i.format != Format::Global {
+            let flat = i.format == Format::Flat;
+            let wide = matches!(Slot::new(i).fast, Fast::GlobalDword { top, .. } if top > 16);
+            if !flat && i.format != Format::Global {
                 continue;
             }
             let r = (i.src[0] as usize).checked_sub(256).filter(|&r| r < 15);
@@ -1327,19 +1393,28 @@ mod tests {
                     u64::MAX
                 };
                 let span = 4 * rows * lanes as u32;
-                let layouts: [(&str, u32, usize); 6] = [
-                    ("from 0x100", 0x100, usize::MAX),
-                    ("to the end", MEM_BYTES as u32 - span, usize::MAX),
+                let none = usize::MAX;
+                let layouts: [(&str, u32, usize, u32); 8] = [
+                    ("from 0x100", 0x100, none, 0),
+                    ("to the end", MEM_BYTES as u32 - span, none, 0),
                     (
                         "one word past the end",
                         MEM_BYTES as u32 - span + 4,
-                        usize::MAX,
+                        none,
+                        0,
                     ),
-                    ("unaligned", 0x102, usize::MAX),
-                    ("lane 5 out of step", 0x100, 5),
-                    ("carry out of the low word", 0, usize::MAX),
+                    ("unaligned", 0x102, none, 0),
+                    ("lane 5 out of step", 0x100, 5, 0),
+                    ("carry out of the low word", 0, none, 0),
+                    ("lane 3 in the LDS aperture", 0x10, 3, SHARED_APERTURE_HI),
+                    (
+                        "lane 3 in the private aperture",
+                        0x10,
+                        3,
+                        PRIVATE_APERTURE_HI,
+                    ),
                 ];
-                for (what, start, odd) in layouts {
+                for (what, start, odd, aperture) in layouts {
                     for exec in [full, full & !1, 0x0ff0] {
                         seed += 1;
                         let (mut a, mut b) =
@@ -1361,7 +1436,7 @@ mod tests {
                                 } else {
                                     start + 4 * rows * l as u32
                                 };
-                                if l == odd {
+                                if l == odd && aperture == 0 {
                                     off += 4;
                                 }
                                 if pair {
@@ -1372,15 +1447,26 @@ mod tests {
                                     } else {
                                         sbase.wrapping_add(off as u64)
                                     };
+                                    let high = if l == odd && aperture != 0 {
+                                        aperture
+                                    } else {
+                                        (at >> 32) as u32
+                                    };
                                     w.vgpr[r * lanes + l] = at as u32;
-                                    w.vgpr[(r + 1) * lanes + l] = (at >> 32) as u32;
+                                    w.vgpr[(r + 1) * lanes + l] = high;
                                 } else {
                                     w.vgpr[r * lanes + l] = off;
                                 }
                             }
                         }
                         let ctx = format!("{text}, wave{lanes}, {what}, exec {exec:#x}");
-                        same_as_general(&i, a, b, seed, &ctx);
+                        let fell_back = same_as_general(&i, a, b, seed, &ctx);
+                        let aperture_lane = aperture != 0 && pair && exec >> odd & 1 != 0;
+                        assert_eq!(
+                            fell_back,
+                            flat && (aperture_lane || wide),
+                            "{ctx}: fell back"
+                        );
                     }
                 }
             }
@@ -1430,7 +1516,8 @@ mod tests {
                                 }
                             }
                         }
-                        if i.format == Format::Global && seed % 3 != 2 {
+                        let vmem = matches!(i.format, Format::Global | Format::Flat);
+                        if vmem && seed % 3 != 2 {
                             // Addresses in memory (consecutive dwords, lanes 4 to 16 bytes
                             // apart, or scattered, or at its end so some lanes' accesses
                             // leave it), the scalar base at its start.
