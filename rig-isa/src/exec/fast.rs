@@ -598,6 +598,21 @@ fn global_dword<const N: usize>(
     {
         return Ok(());
     }
+    global_lanes::<N>(tlb, exec, &at, vg, load, pc)
+}
+
+/// `global_dword`'s lane-by-lane path, out of line (rare: the issue loop stays small).
+#[inline(never)]
+#[cold]
+fn global_lanes<const N: usize>(
+    tlb: &mut Tlb,
+    exec: u64,
+    at: &[u64; N],
+    vg: &mut [[u32; N]],
+    load: bool,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let (rows, bytes) = (vg.len(), 4 * vg.len() as u64);
     let mem = tlb.mem();
     for l in 0..N {
         if exec >> l & 1 == 0 {
