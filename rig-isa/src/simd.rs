@@ -147,9 +147,10 @@ unsafe fn lds_rows_avx2<const N: usize>(
     };
     let chunks = N / 8;
     let (ac, mc) = (a.as_chunks::<8>().0, m.as_chunks::<8>().0);
-    // SAFETY (every load and store below): each chunk is 8 u32s, 32 bytes, accessed
-    // unaligned.
-    let load = |c: &[u32; 8]| unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) };
+    let load = |c: &[u32; 8]| {
+        // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
+        unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
+    };
     let (mut idx, mut mask) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
     let mut hi = _mm256_setzero_si256();
     // Lane l's address if every lane is at the next dword from lane 0's.
