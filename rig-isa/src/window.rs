@@ -397,6 +397,9 @@ const TLB_ENTRIES: usize = 4;
 pub(crate) struct Tlb<'a> {
     mem: &'a dyn Memory,
     slots: [Option<Window<'a>>; TLB_ENTRIES],
+    /// Each slot's GPU base and bytes (0 when empty): a hit is found without touching the
+    /// windows.
+    span: [(u64, u64); TLB_ENTRIES],
     /// The slot the next miss replaces (when none is empty).
     next: usize,
 }
@@ -406,6 +409,7 @@ impl<'a> Tlb<'a> {
         Tlb {
             mem,
             slots: [const { None }; TLB_ENTRIES],
+            span: [(0, 0); TLB_ENTRIES],
             next: 0,
         }
     }
@@ -418,8 +422,31 @@ impl<'a> Tlb<'a> {
     /// A current window holding the `bytes` at `addr` (writable when `write`), asking the
     /// memory on a miss; `None` when the memory has none (the access then takes the
     /// per-access path, which also finds every fault).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&mut self, addr: u64, bytes: u64, write: bool) -> Option<&Window<'a>> {
+        let mut hit = TLB_ENTRIES;
+        for (k, &(base, len)) in self.span.iter().enumerate() {
+            let off = addr.wrapping_sub(base);
+            if off <= len && len - off >= bytes {
+                hit = k;
+                break;
+            }
+        }
+        if hit < TLB_ENTRIES
+            && let Some(w) = &self.slots[hit]
+            && (w.writable || !write)
+            && w.is_current()
+        {
+            // The same window, borrowed afresh (a conditional return of `w` keeps `self` borrowed).
+            return self.slots[hit].as_ref();
+        }
+        self.find_slow(addr, bytes, write)
+    }
+
+    /// `find` past the first span holding the access: stale windows let go, a miss filled.
+    #[cold]
+    #[inline(never)]
+    fn find_slow(&mut self, addr: u64, bytes: u64, write: bool) -> Option<&Window<'a>> {
         let fits = |w: &Window| w.contains(addr, bytes) && (w.writable || !write);
         let mut hit = None;
         for (k, s) in self.slots.iter_mut().enumerate() {
@@ -436,6 +463,9 @@ impl<'a> Tlb<'a> {
         }
         if hit.is_none() {
             hit = self.fill(addr);
+        }
+        for (sp, s) in self.span.iter_mut().zip(&self.slots) {
+            *sp = s.as_ref().map_or((0, 0), |w| (w.base, w.len()));
         }
         let w = self.slots[hit?].as_ref()?;
         fits(w).then_some(w)
