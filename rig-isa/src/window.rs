@@ -269,6 +269,19 @@ impl<'a> Window<'a> {
         Some(unsafe { self.ptr.as_ptr().add((off >> 2) as usize) }.cast::<u32>())
     }
 
+    /// Loads the `out.len()` words from `addr` as one copy (a scalar load); false, touching
+    /// nothing, when they are not all in the window (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn load_words(&self, addr: u64, out: &mut [u32]) -> bool {
+        let Some(p) = self.run_ptr(addr, out.len()) else {
+            return false;
+        };
+        // SAFETY: run_ptr checked the words are in the window; its words are reached only
+        // through atomics or raw copies; `out` is a distinct slice.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
     /// Loads `R` (1 to 4) words for each of `N` lanes lying back to back from `addr` (lane
     /// `l`'s word `j` at `addr + 4 (R l + j)`) into `out[j][l]`, as one copy; false, touching
     /// nothing, when they are not all in the window (or not word-aligned).

@@ -112,16 +112,7 @@ pub(super) fn issue<const N: usize>(
             let b = *base as usize;
             let base = (wv.sgpr[b] as u64 | (wv.sgpr[b + 1] as u64) << 32) & 0xffff_ffff_ffff;
             let soff = soff.map_or(0, |s| wv.sgpr[s as usize] as u64);
-            super::s_load(
-                wv,
-                tlb.mem(),
-                base,
-                *imm,
-                soff,
-                *d as usize,
-                *n as usize,
-                pc,
-            )?;
+            s_load::<N>(wv, tlb, base, *imm, soff, *d as usize, *n as usize, pc)?;
         }
         Fast::Alu { op, top } => {
             if op.f.is_float() && ftz32(wv) {
@@ -502,6 +493,34 @@ fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, 
     }
     write::<N>(wv, d, &lo);
     write::<N>(wv, d + 1, &hi);
+}
+
+/// A scalar load of `n` dwords into SGPRs from `d`: one copy from a window of the worker's
+/// cache when it holds them all, else through `Memory` (which finds every fault).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn s_load<const N: usize>(
+    wv: &mut Wave,
+    tlb: &mut Tlb,
+    base: u64,
+    imm: i32,
+    soff: u64,
+    d: usize,
+    n: usize,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let addr = base.wrapping_add(imm as i64 as u64).wrapping_add(soff) & !3;
+    let mut v = [0u32; 16];
+    if n <= v.len()
+        && let Some(w) = tlb.find(addr, 4 * n as u64, false)
+        && w.load_words(addr, &mut v[..n])
+    {
+        for (k, &x) in v[..n].iter().enumerate() {
+            wv.swrite((d + k) as u16, x);
+        }
+        return Ok(());
+    }
+    super::s_load(wv, tlb.mem(), base, imm, soff, d, n, pc)
 }
 
 /// Global loads and stores of `rows` dwords per lane: every lane's address first (a load may
@@ -1371,12 +1390,48 @@ mod tests {
         assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
         let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
         assert_eq!(first, None, "{ctx}: first differing VGPR word");
+        assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");
         let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
         mem_a.read(MEM_BASE, &mut ma).expect("in range");
         mem_b.read(MEM_BASE, &mut mb).expect("in range");
         assert!(ma == mb, "{ctx}: memory");
         assert!(lds_a == lds_b, "{ctx}: LDS");
         fell_back
+    }
+
+    /// Scalar loads through a window: ending at memory's last word, one word past it (a
+    /// fault), unaligned (the address's low bits dropped).
+    #[test]
+    fn scalar_loads_at_memory_end_equal_the_general_executor() {
+        let mut seed = 5000;
+        for (words, text) in CASES {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            if i.format != Format::Smem {
+                continue;
+            }
+            let n = [1u32, 2, 4, 8, 16]
+                .into_iter()
+                .find(|n| text.contains(&format!("_b{} ", 32 * n)))
+                .expect("a dword count");
+            let (base, soff) = ((i.src[0] & !1) as usize, i.saddr as usize);
+            let end = MEM_BASE as u32 + MEM_BYTES as u32 - 4 * n - i.imm as u32;
+            for (what, at) in [
+                ("to the end", end),
+                ("past it", end + 4),
+                ("unaligned", end + 3),
+            ] {
+                seed += 1;
+                let (mut a, mut b) = (wave(32, seed, 1, 0), wave(32, seed, 1, 0));
+                for w in [&mut a, &mut b] {
+                    w.sgpr[base] = at;
+                    w.sgpr[base + 1] = 0;
+                    if soff < 106 {
+                        w.sgpr[soff] = 0;
+                    }
+                }
+                same_as_general(&i, a, b, seed, &format!("{text}, {what}"));
+            }
+        }
     }
 
     /// Global accesses whose lanes lie back to back (the one-copy path) and its edges: the run
