@@ -45,6 +45,71 @@ fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether every lane `l` of `lo` holds `lo[0] + stride l` (wrapping) and, given `hi`, every
+/// lane of `hi` holds `hi[0]`: a wave's addresses at consecutive `stride` bytes.
+#[inline(always)]
+pub(crate) fn unit_stride<const N: usize>(
+    lo: &[u32; N],
+    hi: Option<&[u32; N]>,
+    stride: u32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); N is a multiple of 8.
+        return unsafe { unit_stride_avx2(lo, hi, stride) };
+    }
+    let mut apart = 0u32;
+    for l in 0..N {
+        apart |= lo[l] ^ lo[0].wrapping_add(stride.wrapping_mul(l as u32));
+    }
+    if let Some(h) = hi {
+        for l in 0..N {
+            apart |= h[l] ^ h[0];
+        }
+    }
+    apart == 0
+}
+
+/// `unit_stride` in AVX2, 8 lanes per instruction.
+///
+/// # Safety
+/// The CPU has AVX2; `N` is a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn unit_stride_avx2<const N: usize>(
+    lo: &[u32; N],
+    hi: Option<&[u32; N]>,
+    stride: u32,
+) -> bool {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_mullo_epi32, _mm256_or_si256,
+        _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256, _mm256_testz_si256,
+        _mm256_xor_si256,
+    };
+    let load = |c: &[u32; 8]| {
+        // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
+        unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
+    };
+    let s = _mm256_set1_epi32(stride as i32);
+    let mut next = _mm256_add_epi32(
+        _mm256_set1_epi32(lo[0] as i32),
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), s),
+    );
+    let step = _mm256_set1_epi32(stride.wrapping_mul(8) as i32);
+    let mut apart = _mm256_setzero_si256();
+    for c in lo.as_chunks::<8>().0 {
+        apart = _mm256_or_si256(apart, _mm256_xor_si256(load(c), next));
+        next = _mm256_add_epi32(next, step);
+    }
+    if let Some(h) = hi {
+        let h0 = _mm256_set1_epi32(h[0] as i32);
+        for c in h.as_chunks::<8>().0 {
+            apart = _mm256_or_si256(apart, _mm256_xor_si256(load(c), h0));
+        }
+    }
+    _mm256_testz_si256(apart, apart) != 0
+}
+
 /// A wave's LDS dword loads of several registers: `rows[k][l]` gets the little-endian dword
 /// of `bytes` at `a[l] + off[k]`, for the lanes whose mask word `m[l]` is all ones (`full`:
 /// every lane's), the others keep theirs. One bounds check for the whole access (inactive

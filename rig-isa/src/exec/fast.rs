@@ -546,17 +546,25 @@ fn global_dword<const N: usize>(
         return Ok(());
     }
     let imm = imm as i64 as u64;
-    // Copies: a load may overwrite its address registers.
-    let lo = *vrow::<N>(wv, addr);
-    let (hi, add) = match saddr {
-        None => (Some(*vrow::<N>(wv, addr + 1)), imm),
+    let add = match saddr {
+        None => imm,
         Some(s) => {
             let s = s as usize;
             let base = wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32;
-            (None, base.wrapping_add(imm))
+            base.wrapping_add(imm)
         }
     };
     let (rows, bytes) = (rows as usize, 4 * rows as u64);
+    // The unit-stride case on the address registers in place, before any copy.
+    if let Some(first) = run_start::<N>(wv, exec, addr, saddr.is_none(), add, rows) {
+        let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
+        if global_run::<N>(tlb, first, vg, load) {
+            return Ok(());
+        }
+    }
+    // Copies: a load may overwrite its address registers.
+    let lo = *vrow::<N>(wv, addr);
+    let hi = saddr.is_none().then(|| *vrow::<N>(wv, addr + 1));
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
     // The row count as a constant: the lane loop then has no loop inside.
     #[inline(always)]
@@ -590,9 +598,6 @@ fn global_dword<const N: usize>(
             3 => go::<N, 3>(w, at, exec, vg, load),
             _ => go::<N, 4>(w, at, exec, vg, load),
         }
-    }
-    if global_run::<N>(tlb, exec, &lo, hi.as_ref(), add, vg, load) {
-        return Ok(());
     }
     let f = exec.trailing_zeros() as usize;
     let high = hi.map_or(0, |h| (h[f] as u64) << 32);
@@ -701,38 +706,39 @@ fn flat_is_global<const N: usize>(wv: &Wave, addr: u8, imm: i32, top: u16) -> bo
     bad == 0
 }
 
-/// The unit-stride case of `global_dword`: every lane active and lane `l` at lane 0's
-/// address plus `4 rows l` (one high word, no carry out of the low words), all in one window,
-/// as one copy; false, touching nothing, otherwise (the caller then takes the general path).
+/// Lane 0's address when `global_dword`'s access is unit-stride: every lane active and lane
+/// `l` at lane 0's address plus `4 rows l` (one high word, no carry out of the low words).
 #[inline(always)]
-fn global_run<const N: usize>(
-    tlb: &mut Tlb,
+fn run_start<const N: usize>(
+    wv: &Wave,
     exec: u64,
-    lo: &[u32; N],
-    hi: Option<&[u32; N]>,
+    addr: u8,
+    pair: bool,
     add: u64,
-    vg: &mut [[u32; N]],
-    load: bool,
-) -> bool {
+    rows: usize,
+) -> Option<u64> {
     let all = if N >= 64 { u64::MAX } else { (1u64 << N) - 1 };
     if exec & all != all {
-        return false;
+        return None;
     }
-    let stride = 4 * vg.len() as u32;
-    let mut apart = 0u32;
-    for l in 0..N {
-        apart |= lo[l] ^ lo[0].wrapping_add(stride * l as u32);
-    }
-    if let Some(h) = hi {
-        for l in 0..N {
-            apart |= h[l] ^ h[0];
-        }
-    }
-    if apart != 0 || lo[0] as u64 + stride as u64 * (N as u64 - 1) > u32::MAX as u64 {
-        return false;
+    let stride = 4 * rows as u32;
+    let lo = vrow::<N>(wv, addr);
+    let hi = pair.then(|| vrow::<N>(wv, addr + 1));
+    if !crate::simd::unit_stride(lo, hi, stride)
+        || lo[0] as u64 + stride as u64 * (N as u64 - 1) > u32::MAX as u64
+    {
+        return None;
     }
     let high = hi.map_or(0, |h| (h[0] as u64) << 32);
-    let first = (high | lo[0] as u64).wrapping_add(add);
+    Some((high | lo[0] as u64).wrapping_add(add))
+}
+
+/// The unit-stride access of `vg.len()` dwords per lane from `first` (`run_start`), all in
+/// one window, as one copy; false, touching nothing, otherwise (the caller then takes the
+/// general path).
+#[inline(always)]
+fn global_run<const N: usize>(tlb: &mut Tlb, first: u64, vg: &mut [[u32; N]], load: bool) -> bool {
+    let stride = 4 * vg.len() as u32;
     let Some(w) = tlb.find(first, stride as u64 * N as u64, !load) else {
         return false;
     };
