@@ -294,9 +294,12 @@ pub(crate) enum Fast {
     },
     /// `global_load_b32`..`b128` / `global_store_b32`..`b128`: `rows` dwords per lane
     /// to or from the registers from `data`; the lane's address is the VGPR pair from
-    /// `addr`, or the SGPR pair `saddr` plus the VGPR `addr`, plus `imm`.
+    /// `addr`, or the SGPR pair `saddr` plus the VGPR `addr`, plus `imm`. The same for
+    /// `flat_load_b32`..`b128` / `flat_store_b32`..`b128` (`flat`, no `saddr`) while every
+    /// active lane's address lies outside the LDS and private apertures.
     GlobalDword {
         load: bool,
+        flat: bool,
         addr: u8,
         saddr: Option<u8>,
         data: u8,
@@ -465,6 +468,7 @@ pub(crate) fn select(i: &Inst) -> Fast {
         Format::Smem => s_load(i).unwrap_or(Fast::General),
         Format::Ds => ds_load(i).or_else(|| ds_store(i)).unwrap_or(Fast::General),
         Format::Global => global_dword(i).unwrap_or(Fast::General),
+        Format::Flat => flat_dword(i).unwrap_or(Fast::General),
         _ => Fast::General,
     }
 }
@@ -688,12 +692,47 @@ fn global_dword(i: &Inst) -> Option<Fast> {
     let a_top = addr as u16 + if saddr.is_none() { 2 } else { 1 };
     Some(Fast::GlobalDword {
         load,
+        flat: false,
         addr,
         saddr,
         data,
         rows,
         imm: i.imm,
         top: a_top.max(data as u16 + rows as u16),
+    })
+}
+
+/// Flat loads and stores of 1 to 4 whole dwords (`flat_load_b32`..`b128`,
+/// `flat_store_b32`..`b128`): the global form's, on the VGPR pair's address.
+fn flat_dword(i: &Inst) -> Option<Fast> {
+    use crate::opcodes::op_flat::*;
+    let (load, rows) = match i.op {
+        FLAT_LOAD_B32 => (true, 1),
+        FLAT_LOAD_B64 => (true, 2),
+        FLAT_LOAD_B96 => (true, 3),
+        FLAT_LOAD_B128 => (true, 4),
+        FLAT_STORE_B32 => (false, 1),
+        FLAT_STORE_B64 => (false, 2),
+        FLAT_STORE_B96 => (false, 3),
+        FLAT_STORE_B128 => (false, 4),
+        _ => return None,
+    };
+    let m = meta(i);
+    let kind = if load { MemKind::Load } else { MemKind::Store };
+    if m.kind != kind || m.bytes != 4 * rows || m.exotic || m.d16 {
+        return None;
+    }
+    let addr = vgpr(i.src[0])?;
+    let data = vgpr(if load { i.dst } else { i.src[1] })?;
+    Some(Fast::GlobalDword {
+        load,
+        flat: true,
+        addr,
+        saddr: None,
+        data,
+        rows,
+        imm: i.imm,
+        top: (addr as u16 + 2).max(data as u16 + rows as u16),
     })
 }
 

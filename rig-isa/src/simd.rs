@@ -51,6 +51,71 @@ fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether every lane `l` of `lo` holds `lo[0] + stride l` (wrapping) and, given `hi`, every
+/// lane of `hi` holds `hi[0]`: a wave's addresses at consecutive `stride` bytes.
+#[inline(always)]
+pub(crate) fn unit_stride<const N: usize>(
+    lo: &[u32; N],
+    hi: Option<&[u32; N]>,
+    stride: u32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); N is a multiple of 8.
+        return unsafe { unit_stride_avx2(lo, hi, stride) };
+    }
+    let mut apart = 0u32;
+    for l in 0..N {
+        apart |= lo[l] ^ lo[0].wrapping_add(stride.wrapping_mul(l as u32));
+    }
+    if let Some(h) = hi {
+        for l in 0..N {
+            apart |= h[l] ^ h[0];
+        }
+    }
+    apart == 0
+}
+
+/// `unit_stride` in AVX2, 8 lanes per instruction.
+///
+/// # Safety
+/// The CPU has AVX2; `N` is a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn unit_stride_avx2<const N: usize>(
+    lo: &[u32; N],
+    hi: Option<&[u32; N]>,
+    stride: u32,
+) -> bool {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_loadu_si256, _mm256_mullo_epi32, _mm256_or_si256,
+        _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256, _mm256_testz_si256,
+        _mm256_xor_si256,
+    };
+    let load = |c: &[u32; 8]| {
+        // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
+        unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
+    };
+    let s = _mm256_set1_epi32(stride as i32);
+    let mut next = _mm256_add_epi32(
+        _mm256_set1_epi32(lo[0] as i32),
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), s),
+    );
+    let step = _mm256_set1_epi32(stride.wrapping_mul(8) as i32);
+    let mut apart = _mm256_setzero_si256();
+    for c in lo.as_chunks::<8>().0 {
+        apart = _mm256_or_si256(apart, _mm256_xor_si256(load(c), next));
+        next = _mm256_add_epi32(next, step);
+    }
+    if let Some(h) = hi {
+        let h0 = _mm256_set1_epi32(h[0] as i32);
+        for c in h.as_chunks::<8>().0 {
+            apart = _mm256_or_si256(apart, _mm256_xor_si256(load(c), h0));
+        }
+    }
+    _mm256_testz_si256(apart, apart) != 0
+}
+
 /// A wave's LDS dword loads of several registers: `rows[k][l]` gets the little-endian dword
 /// of `bytes` at `a[l] + off[k]`, for the lanes whose mask word `m[l]` is all ones (`full`:
 /// every lane's), the others keep theirs. One bounds check for the whole access (inactive
@@ -66,6 +131,16 @@ pub(crate) fn lds_load_rows<const N: usize>(
     off: &[u32],
     rows: &mut [[u32; N]],
 ) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8)
+        && N <= 64
+        && bytes.len() <= i32::MAX as usize
+        && std::arch::is_x86_feature_detected!("avx2")
+    {
+        // SAFETY: the CPU has AVX2 (checked just above); N is 8 to 64 lanes in whole groups
+        // of 8 and the LDS fits i32 offsets (checked).
+        return unsafe { lds_rows_avx2(bytes, a, m, full, off, rows) };
+    }
     // Inactive lanes read at 0 (their address may be anything).
     let masked: [u32; N];
     let am = if full {
@@ -113,6 +188,83 @@ pub(crate) fn lds_load_rows<const N: usize>(
         } else {
             for l in 0..N {
                 row[l] = (v[l] & m[l]) | (row[l] & !m[l]);
+            }
+        }
+    }
+    true
+}
+
+/// `lds_load_rows` in AVX2, 8 lanes per instruction: the bounds from the active lanes'
+/// highest address, then per row a plain copy when every lane is at the next dword, else one
+/// masked gather per 8 lanes (inactive lanes are neither read nor changed).
+///
+/// # Safety
+/// The CPU has AVX2; `N` is a multiple of 8, at most 64; `bytes.len() <= i32::MAX`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn lds_rows_avx2<const N: usize>(
+    bytes: &[u8],
+    a: &[u32; N],
+    m: &[u32; N],
+    full: bool,
+    off: &[u32],
+    rows: &mut [[u32; N]],
+) -> bool {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_loadu_si256,
+        _mm256_mask_i32gather_epi32, _mm256_max_epu32, _mm256_or_si256, _mm256_set1_epi32,
+        _mm256_setr_epi32, _mm256_setzero_si256, _mm256_storeu_si256, _mm256_testz_si256,
+        _mm256_xor_si256,
+    };
+    let chunks = N / 8;
+    let (ac, mc) = (a.as_chunks::<8>().0, m.as_chunks::<8>().0);
+    let load = |c: &[u32; 8]| {
+        // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
+        unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
+    };
+    let (mut idx, mut mask) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
+    let mut hi = _mm256_setzero_si256();
+    // Lane l's address if every lane is at the next dword from lane 0's.
+    let mut next = _mm256_add_epi32(
+        _mm256_set1_epi32(a[0] as i32),
+        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+    );
+    let mut apart = _mm256_setzero_si256();
+    for c in 0..chunks {
+        (idx[c], mask[c]) = (load(&ac[c]), load(&mc[c]));
+        hi = _mm256_max_epu32(hi, _mm256_and_si256(idx[c], mask[c]));
+        apart = _mm256_or_si256(apart, _mm256_xor_si256(idx[c], next));
+        next = _mm256_add_epi32(next, _mm256_set1_epi32(32));
+    }
+    let mut h = [0u32; 8];
+    // SAFETY: `h` is 8 u32s.
+    unsafe { _mm256_storeu_si256(h.as_mut_ptr() as *mut __m256i, hi) };
+    let hi = h.into_iter().fold(0, u32::max);
+    let omax = off.iter().copied().fold(0, u32::max);
+    if hi as u64 + omax as u64 + 4 > bytes.len() as u64 {
+        return false;
+    }
+    let contiguous = full && _mm256_testz_si256(apart, apart) != 0;
+    let base = bytes.as_ptr() as *const i32;
+    for (row, &o) in rows.iter_mut().zip(off) {
+        if contiguous {
+            // a[0] + o + 4 N = hi + o + 4 <= bytes.len() (checked above).
+            let x = (a[0] + o) as usize;
+            let src = bytes[x..x + 4 * N].as_chunks::<4>().0;
+            for l in 0..N {
+                row[l] = u32::from_le_bytes(src[l]);
+            }
+            continue;
+        }
+        let vo = _mm256_set1_epi32(o as i32);
+        for (c, r) in row.as_chunks_mut::<8>().0.iter_mut().enumerate() {
+            // SAFETY: `r` is 8 u32s; every active lane's `a[l] + o + 4 <= bytes.len()` (the
+            // check above, no wrap) fits an i32 offset, and masked-off lanes are not read.
+            unsafe {
+                let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
+                let at = _mm256_add_epi32(idx[c], vo);
+                let g = _mm256_mask_i32gather_epi32::<1>(old, base, at, mask[c]);
+                _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, g);
             }
         }
     }

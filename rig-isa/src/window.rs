@@ -5,7 +5,8 @@
 //! check and a word access per lane instead of a translation each. [`Tlb`] keeps a few of them
 //! per worker for one dispatch. Every word is accessed as a relaxed atomic, which is what
 //! [`Memory::read`]/[`Memory::write`] guarantee per aligned word against other waves, threads
-//! and the host.
+//! and the host; a wave whose lanes reach consecutive words (the unit-stride case) is one raw
+//! copy, as `Memory::read`/`write` implementations copy, each aligned word whole.
 //!
 //! A window stays usable while it is *current*: a memory whose mappings can change during a
 //! dispatch ties each window to a generation counter it bumps at every unmap, and the cache
@@ -256,6 +257,90 @@ impl<'a> Window<'a> {
         true
     }
 
+    /// The first word of `words` words at `addr` as a raw pointer; `None` when they are not
+    /// word-aligned from `base` or not all in the window.
+    #[inline(always)]
+    fn run_ptr(&self, addr: u64, words: usize) -> Option<*mut u32> {
+        let off = addr.wrapping_sub(self.base);
+        if off & 3 != 0 || !self.contains(addr, 4 * words as u64) {
+            return None;
+        }
+        // SAFETY: off + 4 words <= len (checked), so the word index is in the window.
+        Some(unsafe { self.ptr.as_ptr().add((off >> 2) as usize) }.cast::<u32>())
+    }
+
+    /// Loads the `out.len()` words from `addr` as one copy (a scalar load); false, touching
+    /// nothing, when they are not all in the window (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn load_words(&self, addr: u64, out: &mut [u32]) -> bool {
+        let Some(p) = self.run_ptr(addr, out.len()) else {
+            return false;
+        };
+        // SAFETY: run_ptr checked the words are in the window; its words are reached only
+        // through atomics or raw copies; `out` is a distinct slice.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Loads `R` (1 to 4) words for each of `N` lanes lying back to back from `addr` (lane
+    /// `l`'s word `j` at `addr + 4 (R l + j)`) into `out[j][l]`, as one copy; false, touching
+    /// nothing, when they are not all in the window (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn load_run<const N: usize, const R: usize>(
+        &self,
+        addr: u64,
+        out: &mut [[u32; N]; R],
+    ) -> bool {
+        let Some(p) = self.run_ptr(addr, N * R) else {
+            return false;
+        };
+        if R == 1 {
+            // SAFETY: run_ptr checked the N words are in the window; the window's words are
+            // reached only through atomics or raw copies (the constructor's contract), and
+            // `out` is a distinct local array.
+            unsafe { std::ptr::copy_nonoverlapping(p, out[0].as_mut_ptr(), N) };
+        } else {
+            for l in 0..N {
+                for j in 0..R {
+                    // SAFETY: R l + j < N R words, in the window (run_ptr); a raw read.
+                    out[j][l] = unsafe { p.add(R * l + j).read() };
+                }
+            }
+        }
+        true
+    }
+
+    /// Stores `R` (1 to 4) words for each of `N` lanes lying back to back from `addr` (lane
+    /// `l`'s word `j`, `data[j][l]`, at `addr + 4 (R l + j)`), as one copy; false, touching
+    /// nothing, when the window is read-only or they are not all in it (or not word-aligned).
+    #[inline(always)]
+    pub(crate) fn store_run<const N: usize, const R: usize>(
+        &self,
+        addr: u64,
+        data: &[[u32; N]; R],
+    ) -> bool {
+        if !self.writable {
+            return false;
+        }
+        let Some(p) = self.run_ptr(addr, N * R) else {
+            return false;
+        };
+        if R == 1 {
+            // SAFETY: run_ptr checked the N words are in the window, which is writable; its
+            // words are reached only through atomics or raw copies; `data` is a distinct array.
+            unsafe { std::ptr::copy_nonoverlapping(data[0].as_ptr(), p, N) };
+        } else {
+            for l in 0..N {
+                for j in 0..R {
+                    // SAFETY: R l + j < N R words, in the writable window (run_ptr); a raw
+                    // write.
+                    unsafe { p.add(R * l + j).write(data[j][l]) };
+                }
+            }
+        }
+        true
+    }
+
     /// Runs `f` for each lane in `exec`, in lane order (without a test per lane when every
     /// lane is).
     #[inline(always)]
@@ -325,6 +410,9 @@ const TLB_ENTRIES: usize = 4;
 pub(crate) struct Tlb<'a> {
     mem: &'a dyn Memory,
     slots: [Option<Window<'a>>; TLB_ENTRIES],
+    /// Each slot's GPU base and bytes (0 when empty): a hit is found without touching the
+    /// windows.
+    span: [(u64, u64); TLB_ENTRIES],
     /// The slot the next miss replaces (when none is empty).
     next: usize,
 }
@@ -334,6 +422,7 @@ impl<'a> Tlb<'a> {
         Tlb {
             mem,
             slots: [const { None }; TLB_ENTRIES],
+            span: [(0, 0); TLB_ENTRIES],
             next: 0,
         }
     }
@@ -346,8 +435,31 @@ impl<'a> Tlb<'a> {
     /// A current window holding the `bytes` at `addr` (writable when `write`), asking the
     /// memory on a miss; `None` when the memory has none (the access then takes the
     /// per-access path, which also finds every fault).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&mut self, addr: u64, bytes: u64, write: bool) -> Option<&Window<'a>> {
+        let mut hit = TLB_ENTRIES;
+        for (k, &(base, len)) in self.span.iter().enumerate() {
+            let off = addr.wrapping_sub(base);
+            if off <= len && len - off >= bytes {
+                hit = k;
+                break;
+            }
+        }
+        if hit < TLB_ENTRIES
+            && let Some(w) = &self.slots[hit]
+            && (w.writable || !write)
+            && w.is_current()
+        {
+            // The same window, borrowed afresh (a conditional return of `w` keeps `self` borrowed).
+            return self.slots[hit].as_ref();
+        }
+        self.find_slow(addr, bytes, write)
+    }
+
+    /// `find` past the first span holding the access: stale windows let go, a miss filled.
+    #[cold]
+    #[inline(never)]
+    fn find_slow(&mut self, addr: u64, bytes: u64, write: bool) -> Option<&Window<'a>> {
         let fits = |w: &Window| w.contains(addr, bytes) && (w.writable || !write);
         let mut hit = None;
         for (k, s) in self.slots.iter_mut().enumerate() {
@@ -364,6 +476,9 @@ impl<'a> Tlb<'a> {
         }
         if hit.is_none() {
             hit = self.fill(addr);
+        }
+        for (sp, s) in self.span.iter_mut().zip(&self.slots) {
+            *sp = s.as_ref().map_or((0, 0), |w| (w.base, w.len()));
         }
         let w = self.slots[hit?].as_ref()?;
         fits(w).then_some(w)

@@ -116,16 +116,7 @@ pub(super) fn issue<const N: usize>(
             let b = *base as usize;
             let base = (wv.sgpr[b] as u64 | (wv.sgpr[b + 1] as u64) << 32) & 0xffff_ffff_ffff;
             let soff = soff.map_or(0, |s| wv.sgpr[s as usize] as u64);
-            super::s_load(
-                wv,
-                tlb.mem(),
-                base,
-                *imm,
-                soff,
-                *d as usize,
-                *n as usize,
-                pc,
-            )?;
+            s_load::<N>(wv, tlb, base, *imm, soff, *d as usize, *n as usize, pc)?;
         }
         Fast::Alu { op, top } => {
             if ftz && op.f.is_float() {
@@ -195,6 +186,7 @@ pub(super) fn issue<const N: usize>(
         }
         Fast::GlobalDword {
             load,
+            flat,
             addr,
             saddr,
             data,
@@ -202,6 +194,9 @@ pub(super) fn issue<const N: usize>(
             imm,
             top,
         } => {
+            if *flat && !flat_is_global::<N>(wv, *addr, *imm, *top) {
+                return Ok(Ran::General);
+            }
             range(wv, *top)?;
             global_dword::<N>(wv, tlb, *load, *addr, *saddr, *data, *rows, *imm, pc)?;
         }
@@ -524,6 +519,34 @@ fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, 
     write::<N>(wv, d + 1, &hi);
 }
 
+/// A scalar load of `n` dwords into SGPRs from `d`: one copy from a window of the worker's
+/// cache when it holds them all, else through `Memory` (which finds every fault).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn s_load<const N: usize>(
+    wv: &mut Wave,
+    tlb: &mut Tlb,
+    base: u64,
+    imm: i32,
+    soff: u64,
+    d: usize,
+    n: usize,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let addr = base.wrapping_add(imm as i64 as u64).wrapping_add(soff) & !3;
+    let mut v = [0u32; 16];
+    if n <= v.len()
+        && let Some(w) = tlb.find(addr, 4 * n as u64, false)
+        && w.load_words(addr, &mut v[..n])
+    {
+        for (k, &x) in v[..n].iter().enumerate() {
+            wv.swrite((d + k) as u16, x);
+        }
+        return Ok(());
+    }
+    super::s_load(wv, tlb.mem(), base, imm, soff, d, n, pc)
+}
+
 /// Global loads and stores of `rows` dwords per lane: every lane's address first (a load may
 /// overwrite its own address register); when every active lane's access lies in one window
 /// of the worker's cache, a word copy per lane; else lane by lane in lane order, through a
@@ -547,17 +570,25 @@ fn global_dword<const N: usize>(
         return Ok(());
     }
     let imm = imm as i64 as u64;
-    // Copies: a load may overwrite its address registers.
-    let lo = *vrow::<N>(wv, addr);
-    let (hi, add) = match saddr {
-        None => (Some(*vrow::<N>(wv, addr + 1)), imm),
+    let add = match saddr {
+        None => imm,
         Some(s) => {
             let s = s as usize;
             let base = wv.sgpr[s] as u64 | (wv.sgpr[s + 1] as u64) << 32;
-            (None, base.wrapping_add(imm))
+            base.wrapping_add(imm)
         }
     };
     let (rows, bytes) = (rows as usize, 4 * rows as u64);
+    // The unit-stride case on the address registers in place, before any copy.
+    if let Some(first) = run_start::<N>(wv, exec, addr, saddr.is_none(), add, rows) {
+        let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
+        if global_run::<N>(tlb, first, vg, load) {
+            return Ok(());
+        }
+    }
+    // Copies: a load may overwrite its address registers.
+    let lo = *vrow::<N>(wv, addr);
+    let hi = saddr.is_none().then(|| *vrow::<N>(wv, addr + 1));
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[data as usize..data as usize + rows];
     // The row count as a constant: the lane loop then has no loop inside.
     #[inline(always)]
@@ -615,6 +646,21 @@ fn global_dword<const N: usize>(
     {
         return Ok(());
     }
+    global_lanes::<N>(tlb, exec, &at, vg, load, pc)
+}
+
+/// `global_dword`'s lane-by-lane path, out of line (rare: the issue loop stays small).
+#[inline(never)]
+#[cold]
+fn global_lanes<const N: usize>(
+    tlb: &mut Tlb,
+    exec: u64,
+    at: &[u64; N],
+    vg: &mut [[u32; N]],
+    load: bool,
+    pc: u64,
+) -> Result<(), ExecFault> {
+    let (rows, bytes) = (vg.len(), 4 * vg.len() as u64);
     let mem = tlb.mem();
     for l in 0..N {
         if exec >> l & 1 == 0 {
@@ -662,6 +708,86 @@ fn global_dword<const N: usize>(
         }
     }
     Ok(())
+}
+
+/// Whether a flat access runs as the global one: its registers in range (else the general
+/// executor's checks, lane by lane, decide) and no active lane's address (the VGPR pair from
+/// `addr` plus `imm`) in the LDS or private aperture.
+#[inline(always)]
+fn flat_is_global<const N: usize>(wv: &Wave, addr: u8, imm: i32, top: u16) -> bool {
+    if top as usize > wv.nvgpr {
+        return false;
+    }
+    let m = lane_mask::<N>(wv.exec());
+    let (lo, hi) = (vrow::<N>(wv, addr), vrow::<N>(wv, addr + 1));
+    let imm = imm as i64 as u64;
+    let mut bad = 0u32;
+    for l in 0..N {
+        let h = ((hi[l] as u64) << 32 | lo[l] as u64).wrapping_add(imm) >> 32;
+        let h = h as u32;
+        bad |= ((h == super::SHARED_APERTURE_HI) | (h == super::PRIVATE_APERTURE_HI)) as u32 & m[l];
+    }
+    bad == 0
+}
+
+/// Lane 0's address when `global_dword`'s access is unit-stride: every lane active and lane
+/// `l` at lane 0's address plus `4 rows l` (one high word, no carry out of the low words).
+#[inline(always)]
+fn run_start<const N: usize>(
+    wv: &Wave,
+    exec: u64,
+    addr: u8,
+    pair: bool,
+    add: u64,
+    rows: usize,
+) -> Option<u64> {
+    let all = if N >= 64 { u64::MAX } else { (1u64 << N) - 1 };
+    if exec & all != all {
+        return None;
+    }
+    let stride = 4 * rows as u32;
+    let lo = vrow::<N>(wv, addr);
+    let hi = pair.then(|| vrow::<N>(wv, addr + 1));
+    if !crate::simd::unit_stride(lo, hi, stride)
+        || lo[0] as u64 + stride as u64 * (N as u64 - 1) > u32::MAX as u64
+    {
+        return None;
+    }
+    let high = hi.map_or(0, |h| (h[0] as u64) << 32);
+    Some((high | lo[0] as u64).wrapping_add(add))
+}
+
+/// The unit-stride access of `vg.len()` dwords per lane from `first` (`run_start`), all in
+/// one window, as one copy; false, touching nothing, otherwise (the caller then takes the
+/// general path).
+#[inline(always)]
+fn global_run<const N: usize>(tlb: &mut Tlb, first: u64, vg: &mut [[u32; N]], load: bool) -> bool {
+    let stride = 4 * vg.len() as u32;
+    let Some(w) = tlb.find(first, stride as u64 * N as u64, !load) else {
+        return false;
+    };
+    #[inline(always)]
+    fn go<const N: usize, const R: usize>(
+        w: &Window,
+        first: u64,
+        vg: &mut [[u32; N]],
+        load: bool,
+    ) -> bool {
+        let Ok(vg) = <&mut [[u32; N]; R]>::try_from(vg) else {
+            return false;
+        };
+        if load {
+            w.load_run(first, vg)
+        } else {
+            w.store_run(first, vg)
+        }
+    }
+    match vg.len() {
+        1 => go::<N, 1>(w, first, vg, load),
+        2 => go::<N, 2>(w, first, vg, load),
+        3 => go::<N, 3>(w, first, vg, load),
+        _ => go::<N, 4>(w, first, vg, load),
+    }
 }
 
 /// The lanes an LDS dword access runs on, after its register checks: its address register
@@ -788,6 +914,7 @@ mod tests {
     use super::*;
     use crate::Memory;
     use crate::decode::{Format, Inst, decode};
+    use crate::exec::{PRIVATE_APERTURE_HI, SHARED_APERTURE_HI};
     use crate::prep::Slot;
     use crate::testing::FlatMemory;
 
@@ -1008,6 +1135,28 @@ mod tests {
             &[0xdc760000, 0x00040d03],
             "global_store_b128 v3, v[13:16], s[4:5]",
         ),
+        (&[0xdc500000, 0x077c0002], "flat_load_b32 v7, v[2:3]"),
+        (
+            &[0xdc500010, 0x077c0002],
+            "flat_load_b32 v7, v[2:3] offset:16",
+        ),
+        (&[0xdc540000, 0x077c0002], "flat_load_b64 v[7:8], v[2:3]"),
+        (
+            &[0xdc580004, 0x077c0002],
+            "flat_load_b96 v[7:9], v[2:3] offset:4",
+        ),
+        (&[0xdc5c0000, 0x067c0002], "flat_load_b128 v[6:9], v[2:3]"),
+        (&[0xdc500000, 0x027c0002], "flat_load_b32 v2, v[2:3]"),
+        (&[0xdc680000, 0x007c0902], "flat_store_b32 v[2:3], v9"),
+        (
+            &[0xdc6c0008, 0x007c0802],
+            "flat_store_b64 v[2:3], v[8:9] offset:8",
+        ),
+        (&[0xdc700000, 0x007c0802], "flat_store_b96 v[2:3], v[8:10]"),
+        (
+            &[0xdc740004, 0x007c0602],
+            "flat_store_b128 v[2:3], v[6:9] offset:4",
+        ),
         (&[0x80030905], "s_add_u32 s3, s5, s9"),
         (&[0x8106c106], "s_add_i32 s6, s6, -1"),
         (&[0x8083ff05, 0x00012345], "s_sub_u32 s3, s5, 0x12345"),
@@ -1163,6 +1312,13 @@ mod tests {
         (&[0x7e280511], "v_readfirstlane_b32 s20, v17"),
     ];
 
+    /// Flat accesses with registers beyond the test wave's 16 VGPRs: the general executor's
+    /// checks, lane by lane, decide their faults, so they run there.
+    const FLAT_OUT_OF_RANGE: &[(&[u32], &str)] = &[
+        (&[0xdc5c0000, 0x0d7c0002], "flat_load_b128 v[13:16], v[2:3]"),
+        (&[0xdc680000, 0x007c090f], "flat_store_b32 v[15:16], v9"),
+    ];
+
     fn mix(k: u32, seed: u32) -> u32 {
         let h = (k ^ seed.wrapping_mul(0x85eb_ca6b)).wrapping_mul(2_654_435_761);
         let h = h ^ h >> 15;
@@ -1251,6 +1407,187 @@ mod tests {
         })
     }
 
+    /// Runs `i`'s fast form on `a` and the general executor on `b` (the same wave, each with
+    /// its own copy of `seed`'s memory) and asserts the same outcome: flow or fault, registers,
+    /// memory.
+    /// Whether the fast form deferred to the general executor (as the issue loop then does).
+    fn same_as_general(i: &Inst, mut a: Wave, mut b: Wave, seed: u32, ctx: &str) -> bool {
+        let s = Slot::new(*i);
+        let (mem_a, mem_b) = (memory(seed), memory(seed));
+        let (mut lds_a, mut lds_b) = (vec![0u8; 64], vec![0u8; 64]);
+        let pc = 0x1000;
+        a.pc = pc + 4 * i.len as u64;
+        b.pc = a.pc;
+        let mut tlb = Tlb::new(&mem_a);
+        let ra = run(Wide::detect(), &mut a, &mut lds_a, &mut tlb, &s.fast, pc);
+        let fell_back = matches!(ra, Ok(Ran::General));
+        let ra = if fell_back {
+            general(&mut a, &mut lds_a, &mem_a, i, pc)
+        } else {
+            ra.map(|r| match r {
+                Ran::Done => "next",
+                Ran::Yield => "yield",
+                Ran::MayYield => "may yield",
+                Ran::General => "general",
+            })
+        };
+        let rb = general(&mut b, &mut lds_b, &mem_b, i, pc);
+        assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
+        let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
+        assert_eq!(first, None, "{ctx}: first differing VGPR word");
+        assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");
+        let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
+        mem_a.read(MEM_BASE, &mut ma).expect("in range");
+        mem_b.read(MEM_BASE, &mut mb).expect("in range");
+        assert!(ma == mb, "{ctx}: memory");
+        assert!(lds_a == lds_b, "{ctx}: LDS");
+        fell_back
+    }
+
+    /// Scalar loads through a window: ending at memory's last word, one word past it (a
+    /// fault), unaligned (the address's low bits dropped).
+    #[test]
+    fn scalar_loads_at_memory_end_equal_the_general_executor() {
+        let mut seed = 5000;
+        for (words, text) in CASES {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            if i.format != Format::Smem {
+                continue;
+            }
+            let n = [1u32, 2, 4, 8, 16]
+                .into_iter()
+                .find(|n| text.contains(&format!("_b{} ", 32 * n)))
+                .expect("a dword count");
+            let (base, soff) = ((i.src[0] & !1) as usize, i.saddr as usize);
+            let end = MEM_BASE as u32 + MEM_BYTES as u32 - 4 * n - i.imm as u32;
+            for (what, at) in [
+                ("to the end", end),
+                ("past it", end + 4),
+                ("unaligned", end + 3),
+            ] {
+                seed += 1;
+                let (mut a, mut b) = (wave(32, seed, 1, 0), wave(32, seed, 1, 0));
+                for w in [&mut a, &mut b] {
+                    w.sgpr[base] = at;
+                    w.sgpr[base + 1] = 0;
+                    if soff < 106 {
+                        w.sgpr[soff] = 0;
+                    }
+                }
+                same_as_general(&i, a, b, seed, &format!("{text}, {what}"));
+            }
+        }
+    }
+
+    /// Global accesses whose lanes lie back to back (the one-copy path) and its edges: the run
+    /// ending at memory's last word or one word past it, a base not word-aligned, the low
+    /// address words carrying out (lanes past 4 GiB of the base, unmapped), a lane out of
+    /// step, partial EXEC; for 64-bit addresses a lane in the LDS or private aperture (a flat
+    /// access then runs on the general executor).
+    #[test]
+    fn global_runs_equal_the_general_executor() {
+        let mut seed = 1000;
+        for (words, text) in CASES.iter().chain(FLAT_OUT_OF_RANGE) {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            let flat = i.format == Format::Flat;
+            let wide = matches!(Slot::new(i).fast, Fast::GlobalDword { top, .. } if top > 16);
+            if !flat && i.format != Format::Global {
+                continue;
+            }
+            let r = (i.src[0] as usize).checked_sub(256).filter(|&r| r < 15);
+            let Some(r) = r else { continue };
+            let pair = i.saddr == 124;
+            let rows = [1u32, 2, 3, 4]
+                .into_iter()
+                .find(|n| text.contains(&format!("_b{} ", 32 * n)))
+                .expect("a dword count");
+            for lanes in [32usize, 64] {
+                let full = if lanes == 32 {
+                    u32::MAX as u64
+                } else {
+                    u64::MAX
+                };
+                let span = 4 * rows * lanes as u32;
+                let none = usize::MAX;
+                let layouts: [(&str, u32, usize, u32); 8] = [
+                    ("from 0x100", 0x100, none, 0),
+                    ("to the end", MEM_BYTES as u32 - span, none, 0),
+                    (
+                        "one word past the end",
+                        MEM_BYTES as u32 - span + 4,
+                        none,
+                        0,
+                    ),
+                    ("unaligned", 0x102, none, 0),
+                    ("lane 5 out of step", 0x100, 5, 0),
+                    ("carry out of the low word", 0, none, 0),
+                    ("lane 3 in the LDS aperture", 0x10, 3, SHARED_APERTURE_HI),
+                    (
+                        "lane 3 in the private aperture",
+                        0x10,
+                        3,
+                        PRIVATE_APERTURE_HI,
+                    ),
+                ];
+                for (what, start, odd, aperture) in layouts {
+                    for exec in [full, full & !1, 0x0ff0] {
+                        seed += 1;
+                        let (mut a, mut b) =
+                            (wave(lanes, seed, exec, 0), wave(lanes, seed, exec, 0));
+                        for w in [&mut a, &mut b] {
+                            // The scalar base: memory's start, or (for the carry) 64 bytes
+                            // below 4 GiB under it, so that lanes past 2^32 - 1 wrap away.
+                            let carry = what.starts_with("carry");
+                            let sbase = if carry {
+                                MEM_BASE.wrapping_sub(0xffff_ffc0)
+                            } else {
+                                MEM_BASE
+                            };
+                            w.sgpr[4] = sbase as u32;
+                            w.sgpr[5] = (sbase >> 32) as u32;
+                            for l in 0..lanes {
+                                let mut off = if carry {
+                                    0xffff_ffc0u32.wrapping_add(4 * rows * l as u32)
+                                } else {
+                                    start + 4 * rows * l as u32
+                                };
+                                if l == odd && aperture == 0 {
+                                    off += 4;
+                                }
+                                if pair {
+                                    // 64-bit addresses: the base is in the VGPRs.
+                                    // (The carry: lanes below 4 GiB, unmapped, and past it.)
+                                    let at = if carry {
+                                        off as u64
+                                    } else {
+                                        sbase.wrapping_add(off as u64)
+                                    };
+                                    let high = if l == odd && aperture != 0 {
+                                        aperture
+                                    } else {
+                                        (at >> 32) as u32
+                                    };
+                                    w.vgpr[r * lanes + l] = at as u32;
+                                    w.vgpr[(r + 1) * lanes + l] = high;
+                                } else {
+                                    w.vgpr[r * lanes + l] = off;
+                                }
+                            }
+                        }
+                        let ctx = format!("{text}, wave{lanes}, {what}, exec {exec:#x}");
+                        let fell_back = same_as_general(&i, a, b, seed, &ctx);
+                        let aperture_lane = aperture != 0 && pair && exec >> odd & 1 != 0;
+                        assert_eq!(
+                            fell_back,
+                            flat && (aperture_lane || wide),
+                            "{ctx}: fell back"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn fast_forms_equal_the_general_executor() {
         let lds: Vec<u8> = (0..4096u32).map(|k| mix(k, 99) as u8).collect();
@@ -1294,7 +1631,8 @@ mod tests {
                                 }
                             }
                         }
-                        if i.format == Format::Global && seed % 3 != 2 {
+                        let vmem = matches!(i.format, Format::Global | Format::Flat);
+                        if vmem && seed % 3 != 2 {
                             // Addresses in memory (consecutive dwords, lanes 4 to 16 bytes
                             // apart, or scattered, or at its end so some lanes' accesses
                             // leave it), the scalar base at its start.
