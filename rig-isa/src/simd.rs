@@ -195,8 +195,10 @@ pub(crate) fn lds_load_rows<const N: usize>(
 }
 
 /// `lds_load_rows` in AVX2, 8 lanes per instruction: the bounds from the active lanes'
-/// highest address, then per row a plain copy when every lane is at the next dword, else one
-/// masked gather per 8 lanes (inactive lanes are neither read nor changed).
+/// highest address. When every group of 8 lanes is active and at consecutive dwords from its
+/// first lane's, or all at its first lane's (a matmul's tiles: a half-wave repeats a row or
+/// broadcasts one dword), each group of each row is one 32-byte load, permuted for the
+/// broadcast; else one masked gather per group (inactive lanes are neither read nor changed).
 ///
 /// # Safety
 /// The CPU has AVX2; `N` is a multiple of 8, at most 64; `bytes.len() <= i32::MAX`.
@@ -211,10 +213,10 @@ unsafe fn lds_rows_avx2<const N: usize>(
     rows: &mut [[u32; N]],
 ) -> bool {
     use std::arch::x86_64::{
-        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_loadu_si256,
-        _mm256_mask_i32gather_epi32, _mm256_max_epu32, _mm256_or_si256, _mm256_set1_epi32,
-        _mm256_setr_epi32, _mm256_setzero_si256, _mm256_storeu_si256, _mm256_testz_si256,
-        _mm256_xor_si256,
+        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_castsi256_ps, _mm256_loadu_si256,
+        _mm256_mask_i32gather_epi32, _mm256_max_epu32, _mm256_movemask_ps,
+        _mm256_permutevar8x32_epi32, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256,
+        _mm256_storeu_si256, _mm256_sub_epi32, _mm256_testz_si256, _mm256_xor_si256,
     };
     let chunks = N / 8;
     let (ac, mc) = (a.as_chunks::<8>().0, m.as_chunks::<8>().0);
@@ -222,19 +224,26 @@ unsafe fn lds_rows_avx2<const N: usize>(
         // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
         unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
     };
-    let (mut idx, mut mask) = ([_mm256_setzero_si256(); 8], [_mm256_setzero_si256(); 8]);
-    let mut hi = _mm256_setzero_si256();
-    // Lane l's address if every lane is at the next dword from lane 0's.
-    let mut next = _mm256_add_epi32(
-        _mm256_set1_epi32(a[0] as i32),
+    // Per group, the permutation of a 32-byte load at its first lane's address that gives
+    // its lanes (identity for consecutive dwords, lane 0 everywhere for one address).
+    let mut perm = [_mm256_setzero_si256(); 8];
+    let (lanes, steps) = (
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
     );
-    let mut apart = _mm256_setzero_si256();
+    let (mut hi, mut direct, mut first_hi) = (_mm256_setzero_si256(), true, 0u32);
     for c in 0..chunks {
-        (idx[c], mask[c]) = (load(&ac[c]), load(&mc[c]));
-        hi = _mm256_max_epu32(hi, _mm256_and_si256(idx[c], mask[c]));
-        apart = _mm256_or_si256(apart, _mm256_xor_si256(idx[c], next));
-        next = _mm256_add_epi32(next, _mm256_set1_epi32(32));
+        let (idx, mask) = (load(&ac[c]), load(&mc[c]));
+        hi = _mm256_max_epu32(hi, _mm256_and_si256(idx, mask));
+        let d = _mm256_sub_epi32(idx, _mm256_set1_epi32(ac[c][0] as i32));
+        let all = full || _mm256_movemask_ps(_mm256_castsi256_ps(mask)) == 0xff;
+        let next = _mm256_xor_si256(d, steps);
+        if all && _mm256_testz_si256(next, next) != 0 {
+            perm[c] = lanes;
+        } else if !(all && _mm256_testz_si256(d, d) != 0) {
+            direct = false;
+        }
+        first_hi = first_hi.max(ac[c][0]);
     }
     let mut h = [0u32; 8];
     // SAFETY: `h` is 8 u32s.
@@ -244,27 +253,28 @@ unsafe fn lds_rows_avx2<const N: usize>(
     if hi as u64 + omax as u64 + 4 > bytes.len() as u64 {
         return false;
     }
-    let contiguous = full && _mm256_testz_si256(apart, apart) != 0;
-    let base = bytes.as_ptr() as *const i32;
+    // A group of one address loads 32 bytes too: near the end of the LDS, gathers instead.
+    direct &= first_hi as u64 + omax as u64 + 32 <= bytes.len() as u64;
+    let base = bytes.as_ptr();
     for (row, &o) in rows.iter_mut().zip(off) {
-        if contiguous {
-            // a[0] + o + 4 N = hi + o + 4 <= bytes.len() (checked above).
-            let x = (a[0] + o) as usize;
-            let src = bytes[x..x + 4 * N].as_chunks::<4>().0;
-            for l in 0..N {
-                row[l] = u32::from_le_bytes(src[l]);
-            }
-            continue;
-        }
         let vo = _mm256_set1_epi32(o as i32);
         for (c, r) in row.as_chunks_mut::<8>().0.iter_mut().enumerate() {
-            // SAFETY: `r` is 8 u32s; every active lane's `a[l] + o + 4 <= bytes.len()` (the
-            // check above, no wrap) fits an i32 offset, and masked-off lanes are not read.
+            // SAFETY: `r` is 8 u32s. Direct: every group's first lane is active, so
+            // `ac[c][0] + o + 32` is in range (consecutive: it is that group's last lane's
+            // dword end, at most `hi + o + 4`; one address: checked just above). Gather: every
+            // active lane's `a[l] + o + 4 <= bytes.len()` (checked above, no wrap) fits an i32
+            // offset, and masked-off lanes are not read.
             unsafe {
-                let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
-                let at = _mm256_add_epi32(idx[c], vo);
-                let g = _mm256_mask_i32gather_epi32::<1>(old, base, at, mask[c]);
-                _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, g);
+                let v = if direct {
+                    let x = ac[c][0] as usize + o as usize;
+                    let v = _mm256_loadu_si256(base.add(x) as *const __m256i);
+                    _mm256_permutevar8x32_epi32(v, perm[c])
+                } else {
+                    let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
+                    let at = _mm256_add_epi32(load(&ac[c]), vo);
+                    _mm256_mask_i32gather_epi32::<1>(old, base as *const i32, at, load(&mc[c]))
+                };
+                _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, v);
             }
         }
     }

@@ -1621,6 +1621,13 @@ mod tests {
                             for w in [&mut a, &mut b] {
                                 for (l, x) in w.vgpr[r..r + lanes].iter_mut().enumerate() {
                                     *x &= m;
+                                    // A matmul's tiles: one address per 16 lanes (a row
+                                    // broadcast), or each half-wave at the same dwords.
+                                    if seed % 4 == 3 && seed / 24 % 3 == 0 {
+                                        *x = 0x200 + 64 * (l as u32 / 16);
+                                    } else if seed % 4 == 3 && seed / 24 % 3 == 1 {
+                                        *x = 0x300 + 4 * (l as u32 % 16);
+                                    }
                                     if next {
                                         *x = (seed % 4) * 2 + 0x100 + 4 * l as u32;
                                         if seed % 3 == 1 {
