@@ -117,8 +117,8 @@ unsafe fn unit_stride_avx2<const N: usize>(
 }
 
 /// A wave's LDS dword loads of several registers: `rows[k][l]` gets the little-endian dword
-/// of `bytes` at `a[l] + off[k]`, for the lanes whose mask word `m[l]` is all ones (`full`:
-/// every lane's), the others keep theirs. One bounds check for the whole access (inactive
+/// of `bytes` at `a[l] + off[k]`, for the lanes whose bit of `exec` is set (`full`: every
+/// lane's), the others keep theirs. One bounds check for the whole access (inactive
 /// lanes' addresses are not looked at), contiguous lanes as a plain copy, else a gather.
 /// False, writing nothing, when an active lane's dword would reach past `bytes` (the caller
 /// then goes lane by lane).
@@ -126,7 +126,7 @@ unsafe fn unit_stride_avx2<const N: usize>(
 pub(crate) fn lds_load_rows<const N: usize>(
     bytes: &[u8],
     a: &[u32; N],
-    m: &[u32; N],
+    exec: u64,
     full: bool,
     off: &[u32],
     rows: &mut [[u32; N]],
@@ -139,8 +139,9 @@ pub(crate) fn lds_load_rows<const N: usize>(
     {
         // SAFETY: the CPU has AVX2 (checked just above); N is 8 to 64 lanes in whole groups
         // of 8 and the LDS fits i32 offsets (checked).
-        return unsafe { lds_rows_avx2(bytes, a, m, full, off, rows) };
+        return unsafe { lds_rows_avx2(bytes, a, exec, full, off, rows) };
     }
+    let m: [u32; N] = std::array::from_fn(|l| 0u32.wrapping_sub((exec >> l) as u32 & 1));
     // Inactive lanes read at 0 (their address may be anything).
     let masked: [u32; N];
     let am = if full {
@@ -207,19 +208,26 @@ pub(crate) fn lds_load_rows<const N: usize>(
 unsafe fn lds_rows_avx2<const N: usize>(
     bytes: &[u8],
     a: &[u32; N],
-    m: &[u32; N],
+    exec: u64,
     full: bool,
     off: &[u32],
     rows: &mut [[u32; N]],
 ) -> bool {
     use std::arch::x86_64::{
-        __m256i, _mm256_add_epi32, _mm256_and_si256, _mm256_castsi256_ps, _mm256_loadu_si256,
-        _mm256_mask_i32gather_epi32, _mm256_max_epu32, _mm256_movemask_ps,
-        _mm256_permutevar8x32_epi32, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256,
-        _mm256_storeu_si256, _mm256_sub_epi32, _mm256_testz_si256, _mm256_xor_si256,
+        __m256i, _mm_cvtsi128_si32, _mm256_add_epi32, _mm256_and_si256, _mm256_castsi256_si128,
+        _mm256_cmpeq_epi32, _mm256_loadu_si256, _mm256_mask_i32gather_epi32, _mm256_max_epu32,
+        _mm256_permute2x128_si256, _mm256_permutevar8x32_epi32, _mm256_set1_epi32,
+        _mm256_setr_epi32, _mm256_setzero_si256, _mm256_shuffle_epi32, _mm256_storeu_si256,
+        _mm256_sub_epi32, _mm256_testz_si256, _mm256_xor_si256,
     };
     let chunks = N / 8;
-    let (ac, mc) = (a.as_chunks::<8>().0, m.as_chunks::<8>().0);
+    let ac = a.as_chunks::<8>().0;
+    // Group c's lanes as all-ones words where their EXEC bit is set.
+    let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    let mask = |c: usize| {
+        let b = _mm256_and_si256(_mm256_set1_epi32((exec >> (8 * c)) as i32), bits);
+        _mm256_cmpeq_epi32(b, bits)
+    };
     let load = |c: &[u32; 8]| {
         // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
         unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
@@ -231,30 +239,38 @@ unsafe fn lds_rows_avx2<const N: usize>(
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
     );
-    let (mut hi, mut direct, mut first_hi) = (_mm256_setzero_si256(), true, 0u32);
+    let (mut hi, mut direct) = (_mm256_setzero_si256(), true);
     for c in 0..chunks {
-        let (idx, mask) = (load(&ac[c]), load(&mc[c]));
-        hi = _mm256_max_epu32(hi, _mm256_and_si256(idx, mask));
+        let idx = load(&ac[c]);
+        hi = _mm256_max_epu32(
+            hi,
+            if full {
+                idx
+            } else {
+                _mm256_and_si256(idx, mask(c))
+            },
+        );
         let d = _mm256_sub_epi32(idx, _mm256_set1_epi32(ac[c][0] as i32));
-        let all = full || _mm256_movemask_ps(_mm256_castsi256_ps(mask)) == 0xff;
+        let all = full || (exec >> (8 * c)) as u8 == 0xff;
         let next = _mm256_xor_si256(d, steps);
         if all && _mm256_testz_si256(next, next) != 0 {
             perm[c] = lanes;
         } else if !(all && _mm256_testz_si256(d, d) != 0) {
             direct = false;
         }
-        first_hi = first_hi.max(ac[c][0]);
     }
-    let mut h = [0u32; 8];
-    // SAFETY: `h` is 8 u32s.
-    unsafe { _mm256_storeu_si256(h.as_mut_ptr() as *mut __m256i, hi) };
-    let hi = h.into_iter().fold(0, u32::max);
+    // The highest of the 8 words: halves, then pairs, then neighbours.
+    let hi = _mm256_max_epu32(hi, _mm256_permute2x128_si256::<1>(hi, hi));
+    let hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32::<0x4e>(hi));
+    let hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32::<0xb1>(hi));
+    let hi = _mm_cvtsi128_si32(_mm256_castsi256_si128(hi)) as u32;
     let omax = off.iter().copied().fold(0, u32::max);
     if hi as u64 + omax as u64 + 4 > bytes.len() as u64 {
         return false;
     }
-    // A group of one address loads 32 bytes too: near the end of the LDS, gathers instead.
-    direct &= first_hi as u64 + omax as u64 + 32 <= bytes.len() as u64;
+    // A group of one address loads 32 bytes too (its address is at most `hi`): near the end
+    // of the LDS, gathers instead.
+    direct &= hi as u64 + omax as u64 + 32 <= bytes.len() as u64;
     let base = bytes.as_ptr();
     for (row, &o) in rows.iter_mut().zip(off) {
         let vo = _mm256_set1_epi32(o as i32);
@@ -272,7 +288,7 @@ unsafe fn lds_rows_avx2<const N: usize>(
                 } else {
                     let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
                     let at = _mm256_add_epi32(load(&ac[c]), vo);
-                    _mm256_mask_i32gather_epi32::<1>(old, base as *const i32, at, load(&mc[c]))
+                    _mm256_mask_i32gather_epi32::<1>(old, base as *const i32, at, mask(c))
                 };
                 _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, v);
             }

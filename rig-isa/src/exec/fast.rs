@@ -893,13 +893,13 @@ fn ds_load<const N: usize>(
     };
     let a = *vrow::<N>(wv, addr);
     let full = exec == wv.full();
-    let m = lane_mask::<N>(exec);
     let rows = rows as usize;
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize..d as usize + rows];
-    if crate::simd::lds_load_rows(lds, &a, &m, full, &off[..rows], vg) {
+    if crate::simd::lds_load_rows(lds, &a, exec, full, &off[..rows], vg) {
         return Ok(());
     }
     // Some active lane reaches past the LDS: lane by lane.
+    let m = lane_mask::<N>(exec);
     for (row, &o) in vg.iter_mut().zip(off) {
         for l in 0..N {
             let v = lds_read(lds, a[l].wrapping_add(o));
