@@ -51,6 +51,41 @@ fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The lane mask whose bit `l` is the top bit of `m[l]` (lane results as all-ones or
+/// all-zeros words, packed as EXEC and VCC hold them).
+#[inline(always)]
+pub(crate) fn pack_lanes<const N: usize>(m: &[u32; N]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8) && N <= 64 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); N is 8 to 64 lanes in whole groups
+        // of 8.
+        return unsafe { pack_lanes_avx2(m) };
+    }
+    let mut bits = 0u64;
+    for l in 0..N {
+        bits |= u64::from(m[l] >> 31) << l;
+    }
+    bits
+}
+
+/// `pack_lanes` in AVX2: one sign-bit mask per 8 lanes.
+///
+/// # Safety
+/// The CPU has AVX2; `N` is a multiple of 8, at most 64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn pack_lanes_avx2<const N: usize>(m: &[u32; N]) -> u64 {
+    use std::arch::x86_64::{_mm256_loadu_ps, _mm256_movemask_ps};
+    let mut bits = 0u64;
+    for (c, g) in m.as_chunks::<8>().0.iter().enumerate() {
+        // SAFETY: `g` is 8 u32s, 32 bytes, read unaligned as 8 floats (only sign bits used).
+        let v = unsafe { _mm256_loadu_ps(g.as_ptr() as *const f32) };
+        bits |= u64::from(_mm256_movemask_ps(v) as u8) << (8 * c);
+    }
+    bits
+}
+
 /// Whether every lane `l` of `lo` holds `lo[0] + stride l` (wrapping) and, given `hi`, every
 /// lane of `hi` holds `hi[0]`: a wave's addresses at consecutive `stride` bytes.
 #[inline(always)]
@@ -82,6 +117,7 @@ pub(crate) fn unit_stride<const N: usize>(
 /// The CPU has AVX2; `N` is a multiple of 8.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn unit_stride_avx2<const N: usize>(
     lo: &[u32; N],
     hi: Option<&[u32; N]>,
@@ -205,6 +241,7 @@ pub(crate) fn lds_load_rows<const N: usize>(
 /// The CPU has AVX2; `N` is a multiple of 8, at most 64; `bytes.len() <= i32::MAX`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn lds_rows_avx2<const N: usize>(
     bytes: &[u8],
     a: &[u32; N],
@@ -325,6 +362,7 @@ fn gather_dwords<const N: usize>(bytes: &[u8], a: &[u32; N], o: u32) -> [u32; N]
 /// The CPU has AVX2; for every lane `a[l] + o + 4 <= bytes.len() <= i32::MAX` (no wrap).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[inline]
 unsafe fn gather_avx2<const N: usize>(bytes: &[u8], a: &[u32; N], o: u32, out: &mut [u32; N]) {
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_i32gather_epi32, _mm256_loadu_si256, _mm256_set1_epi32,

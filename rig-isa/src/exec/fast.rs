@@ -377,13 +377,16 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
     };
     let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
-    let (mut r, mut cout) = ([0u32; N], 0u64);
+    // The carry as an all-ones word per lane (a vector loop), packed once.
+    let cm = lane_mask::<N>(cin);
+    let (mut r, mut co) = ([0u32; N], [0u32; N]);
     for l in 0..N {
-        let sum = a[l] as u64 + b[l] as u64 + (cin >> l & 1);
-        r[l] = sum as u32;
-        cout |= (sum >> 32) << l;
+        let (s, o1) = a[l].overflowing_add(b[l]);
+        let (s, o2) = s.overflowing_add(cm[l] & 1);
+        r[l] = s;
+        co[l] = 0u32.wrapping_sub((o1 | o2) as u32);
     }
-    let c = cout & exec_of::<N>(wv);
+    let c = crate::simd::pack_lanes::<N>(&co) & exec_of::<N>(wv);
     set_mask::<N>(wv, carry, c);
     write::<N>(wv, d, &r);
 }
@@ -445,16 +448,16 @@ fn mad_u64<const N: usize>(
     let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     let c = read64::<N>(wv, c);
-    let (mut lo, mut hi, mut cout) = ([0u32; N], [0u32; N], 0u64);
+    let (mut lo, mut hi, mut co) = ([0u32; N], [0u32; N], [0u32; N]);
     for l in 0..N {
         let p = a[l] as u64 * b[l] as u64;
         let (s, o) = p.overflowing_add(c[l]);
         lo[l] = s as u32;
         hi[l] = (s >> 32) as u32;
-        cout |= (o as u64) << l;
+        co[l] = 0u32.wrapping_sub(o as u32);
     }
     if let Some(k) = carry {
-        let m = cout & exec_of::<N>(wv);
+        let m = crate::simd::pack_lanes::<N>(&co) & exec_of::<N>(wv);
         set_mask::<N>(wv, k, m);
     }
     if top as usize > wv.nvgpr {
@@ -481,11 +484,11 @@ fn cndmask<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, mask: u8, d: u
 /// The lane mask of `f` over the lanes of `a` and `b`.
 #[inline(always)]
 fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) -> bool) -> u64 {
-    let mut bits = 0u64;
+    let mut m = [0u32; N];
     for l in 0..N {
-        bits |= (f(a[l], b[l]) as u64) << l;
+        m[l] = 0u32.wrapping_sub(f(a[l], b[l]) as u32);
     }
-    bits
+    crate::simd::pack_lanes::<N>(&m)
 }
 
 /// A 64-bit shift into the pair from `d` (lanes in EXEC).
@@ -826,22 +829,13 @@ fn ds_store<const N: usize>(
     };
     let a = vrow::<N>(wv, addr);
     let src = &wv.vgpr.as_chunks::<N>().0[data as usize..data as usize + rows as usize];
-    // One bounds check for the whole store when every active lane's dwords fit.
-    let m = lane_mask::<N>(exec);
-    let mut hi = 0u32;
-    for l in 0..N {
-        hi = hi.max(a[l] & m[l]);
-    }
-    let n = 4 * rows as usize;
-    if hi as u64 + off as u64 + n as u64 <= lds.len() as u64 {
-        let all = if N == 64 { u64::MAX } else { (1u64 << N) - 1 };
-        let mut apart = 0u32;
-        for l in 0..N {
-            apart |= a[l] ^ a[0].wrapping_add(4 * l as u32);
-        }
-        if exec == all && rows == 1 && apart == 0 {
-            // Consecutive dwords: one copy (a[0] + off + 4 N = hi + off + 4, checked).
-            let x = (a[0] + off) as usize;
+    let all = if N == 64 { u64::MAX } else { (1u64 << N) - 1 };
+    // Every lane active at consecutive dwords from lane 0's (a tile's row): one copy, its
+    // bounds from lane 0's address alone (no wrap: the sum is checked in 64 bits).
+    if exec == all && rows == 1 && crate::simd::unit_stride::<N>(a, None, 4) {
+        let x = a[0] as u64 + off as u64;
+        if x + 4 * N as u64 <= lds.len() as u64 {
+            let x = x as usize;
             for (c, v) in lds[x..x + 4 * N]
                 .as_chunks_mut::<4>()
                 .0
@@ -852,6 +846,15 @@ fn ds_store<const N: usize>(
             }
             return Ok(());
         }
+    }
+    // One bounds check for the whole store when every active lane's dwords fit.
+    let m = lane_mask::<N>(exec);
+    let mut hi = 0u32;
+    for l in 0..N {
+        hi = hi.max(a[l] & m[l]);
+    }
+    let n = 4 * rows as usize;
+    if hi as u64 + off as u64 + n as u64 <= lds.len() as u64 {
         for l in 0..N {
             if exec >> l & 1 == 0 {
                 continue;
