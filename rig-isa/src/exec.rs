@@ -53,10 +53,25 @@ pub const SHARED_APERTURE_HI: u32 = 0x1000_0000;
 /// High 32 bits of the flat aperture that maps private memory.
 pub const PRIVATE_APERTURE_HI: u32 = 0x2000_0000;
 
+/// Words of a wave's VGPR file: 256 registers of up to 64 lanes, whatever the dispatch
+/// allocates (`nvgpr` rows of `lanes` words are the wave's). A fixed size, so that a register
+/// number (a `u8`) indexes it with no bounds check: the forms check `nvgpr` once.
+const VGPR_WORDS: usize = 256 * 64;
+
+/// A zeroed VGPR file.
+fn vgpr_file() -> Box<[u32; VGPR_WORDS]> {
+    match vec![0u32; VGPR_WORDS].into_boxed_slice().try_into() {
+        Ok(file) => file,
+        Err(_) => unreachable!("the vector has VGPR_WORDS words"),
+    }
+}
+
 /// State of one wave.
 struct Wave {
     sgpr: [u32; 128],
-    vgpr: Vec<u32>,
+    vgpr: Box<[u32; VGPR_WORDS]>,
+    /// Words of `vgpr` that may be non-zero (the last dispatch's allocation).
+    vgpr_used: usize,
     nvgpr: usize,
     lanes: usize,
     scc: bool,
@@ -272,8 +287,9 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     })
 }
 
-/// VGPR bytes of the spare waves a thread keeps between dispatches.
-const KIT_VGPR_BYTES: usize = 256 * 1024;
+/// VGPR bytes of the waves a thread keeps between dispatches (32 waves' files: a group of
+/// 1024 work-items in wave32).
+const KIT_VGPR_BYTES: usize = 32 * 4 * VGPR_WORDS;
 
 /// A thread's buffers from its last dispatch: LDS, the last group's waves (in place, so a
 /// next dispatch of the same shape moves none: a wave is over half a KiB) and spare waves.
@@ -324,14 +340,10 @@ impl Work<'_> {
         let mut spare = kit.spare;
         let r = self.groups_loop(code, t, stats, invite, &mut group, &mut spare);
         // The group's waves first: they are what the next dispatch most likely reuses.
-        let mut bytes = 0;
+        let mut room = KIT_VGPR_BYTES / (4 * VGPR_WORDS);
         let mut keep = |waves: &mut Vec<Wave>| {
-            let fit = waves.iter().take_while(|w| {
-                bytes += 4 * w.vgpr.len();
-                bytes <= KIT_VGPR_BYTES
-            });
-            let n = fit.count();
-            waves.truncate(n);
+            waves.truncate(room);
+            room -= waves.len();
         };
         keep(&mut group.waves);
         keep(&mut spare);
@@ -542,7 +554,8 @@ fn run_group(
 fn new_wave(ctx: &Ctx) -> Wave {
     Wave {
         sgpr: [0; 128],
-        vgpr: vec![0; ctx.nvgpr * ctx.lanes],
+        vgpr: vgpr_file(),
+        vgpr_used: 0,
         nvgpr: ctx.nvgpr,
         lanes: ctx.lanes,
         scc: false,
@@ -561,8 +574,10 @@ fn new_wave(ctx: &Ctx) -> Wave {
 fn reset_wave(ctx: &Ctx, wave: &mut Wave, slot: u32) {
     let d = ctx.d;
     wave.sgpr = [0; 128];
-    wave.vgpr.clear();
-    wave.vgpr.resize(ctx.nvgpr * ctx.lanes, 0);
+    // Zero what the last dispatch may have written too: its registers are not this one's.
+    let used = ctx.nvgpr * ctx.lanes;
+    wave.vgpr[..used.max(wave.vgpr_used)].fill(0);
+    wave.vgpr_used = used;
     wave.nvgpr = ctx.nvgpr;
     wave.lanes = ctx.lanes;
     wave.rsrc1 = d.pgm_rsrc1;
@@ -883,7 +898,7 @@ impl Wave {
         (
             crate::valu::WaveRef {
                 sgpr: &mut self.sgpr,
-                vgpr: &mut self.vgpr,
+                vgpr: &mut self.vgpr[..],
                 nvgpr: self.nvgpr,
                 lanes: self.lanes,
                 scc: &mut self.scc,

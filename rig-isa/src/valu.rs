@@ -24,7 +24,7 @@ mod wmma;
 /// The part of a wave the VALU touches.
 pub(crate) struct WaveRef<'a> {
     pub sgpr: &'a mut [u32; 128],
-    pub vgpr: &'a mut Vec<u32>,
+    pub vgpr: &'a mut [u32],
     pub nvgpr: usize,
     pub lanes: usize,
     pub scc: &'a mut bool,

@@ -1343,7 +1343,14 @@ mod tests {
         let nvgpr = 16;
         let mut w = Wave {
             sgpr: std::array::from_fn(|k| mix(k as u32 + 0x1000, seed)),
-            vgpr: (0..(nvgpr * lanes) as u32).map(|k| mix(k, seed)).collect(),
+            vgpr: {
+                let mut v = super::super::vgpr_file();
+                for (k, x) in v[..nvgpr * lanes].iter_mut().enumerate() {
+                    *x = mix(k as u32, seed);
+                }
+                v
+            },
+            vgpr_used: nvgpr * lanes,
             nvgpr,
             lanes,
             scc: seed & 1 != 0,
@@ -1436,7 +1443,7 @@ mod tests {
         };
         let rb = general(&mut b, &mut lds_b, &mem_b, i, pc);
         assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "{ctx}");
-        let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
+        let first = a.vgpr.iter().zip(b.vgpr.iter()).position(|(x, y)| x != y);
         assert_eq!(first, None, "{ctx}: first differing VGPR word");
         assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");
         let (mut ma, mut mb) = (vec![0u8; MEM_BYTES], vec![0u8; MEM_BYTES]);
@@ -1662,7 +1669,7 @@ mod tests {
                                         mix(l as u32, seed)
                                             & if seed % 7 == 3 { 0x7ff } else { 0x7fc }
                                     };
-                                    if r + lanes + l < w.vgpr.len() {
+                                    if r + lanes + l < w.nvgpr * lanes {
                                         w.vgpr[r + l] = base + off;
                                         if pair {
                                             w.vgpr[r + lanes + l] = 0;
@@ -1709,7 +1716,7 @@ mod tests {
                             (b.done, b.at_barrier),
                             "{ctx}: ended, at a barrier"
                         );
-                        let first = a.vgpr.iter().zip(&b.vgpr).position(|(x, y)| x != y);
+                        let first = a.vgpr.iter().zip(b.vgpr.iter()).position(|(x, y)| x != y);
                         assert_eq!(first, None, "{ctx}: first differing VGPR word");
                         assert_eq!(a.sgpr, b.sgpr, "{ctx}: SGPRs");
                         assert_eq!(a.scc, b.scc, "{ctx}: SCC");
