@@ -51,6 +51,26 @@ fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// `src` as little-endian dwords into `dst`, which holds exactly `4 * src.len()` bytes (else
+/// it panics): one copy on a little-endian host.
+#[inline(always)]
+pub(crate) fn put_dwords(dst: &mut [u8], src: &[u32]) {
+    assert_eq!(dst.len(), 4 * src.len(), "put_dwords: lengths");
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: `dst` holds `4 * src.len()` bytes (checked); a u32's bytes on a
+        // little-endian host are its little-endian encoding; the two do not overlap (one is
+        // borrowed mutably).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, dst.as_mut_ptr(), dst.len())
+        };
+    }
+    #[cfg(not(target_endian = "little"))]
+    for (c, v) in dst.chunks_exact_mut(4).zip(src) {
+        c.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// The lane mask whose bit `l` is the top bit of `m[l]` (lane results as all-ones or
 /// all-zeros words, packed as EXEC and VCC hold them).
 #[inline(always)]

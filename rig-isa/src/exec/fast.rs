@@ -836,14 +836,7 @@ fn ds_store<const N: usize>(
         let x = a[0] as u64 + off as u64;
         if x + 4 * N as u64 <= lds.len() as u64 {
             let x = x as usize;
-            for (c, v) in lds[x..x + 4 * N]
-                .as_chunks_mut::<4>()
-                .0
-                .iter_mut()
-                .zip(&src[0])
-            {
-                *c = v.to_le_bytes();
-            }
+            crate::simd::put_dwords(&mut lds[x..x + 4 * N], &src[0]);
             return Ok(());
         }
     }
