@@ -71,6 +71,43 @@ pub(crate) fn put_dwords(dst: &mut [u8], src: &[u32]) {
     }
 }
 
+/// A lane mask as one word per lane: all ones where bit `l` of `bits` is set, else zero.
+#[inline(always)]
+pub(crate) fn unpack_lanes<const N: usize>(bits: u64) -> [u32; N] {
+    let mut m = [0u32; N];
+    #[cfg(target_arch = "x86_64")]
+    if N.is_multiple_of(8) && N <= 64 && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above); N is 8 to 64 lanes in whole groups
+        // of 8.
+        unsafe { unpack_lanes_avx2(bits, &mut m) };
+        return m;
+    }
+    for l in 0..N {
+        m[l] = 0u32.wrapping_sub((bits >> l) as u32 & 1);
+    }
+    m
+}
+
+/// `unpack_lanes` in AVX2: 8 lanes' bits broadcast, tested against one bit each.
+///
+/// # Safety
+/// The CPU has AVX2; `N` is a multiple of 8, at most 64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn unpack_lanes_avx2<const N: usize>(bits: u64, m: &mut [u32; N]) {
+    use std::arch::x86_64::{
+        __m256i, _mm256_and_si256, _mm256_cmpeq_epi32, _mm256_set1_epi32, _mm256_setr_epi32,
+        _mm256_storeu_si256,
+    };
+    let one = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    for (c, g) in m.as_chunks_mut::<8>().0.iter_mut().enumerate() {
+        let b = _mm256_and_si256(_mm256_set1_epi32((bits >> (8 * c)) as i32), one);
+        // SAFETY: `g` is 8 u32s, 32 bytes, written unaligned.
+        unsafe { _mm256_storeu_si256(g.as_mut_ptr() as *mut __m256i, _mm256_cmpeq_epi32(b, one)) };
+    }
+}
+
 /// The lane mask whose bit `l` is the top bit of `m[l]` (lane results as all-ones or
 /// all-zeros words, packed as EXEC and VCC hold them).
 #[inline(always)]

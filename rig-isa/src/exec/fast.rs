@@ -283,11 +283,7 @@ pub(super) fn exec_of<const N: usize>(wv: &Wave) -> u64 {
 /// EXEC as a lane array of all-ones / all-zeros words.
 #[inline(always)]
 fn lane_mask<const N: usize>(exec: u64) -> [u32; N] {
-    let mut m = [0u32; N];
-    for l in 0..N {
-        m[l] = 0u32.wrapping_sub((exec >> l) as u32 & 1);
-    }
-    m
+    crate::simd::unpack_lanes::<N>(exec)
 }
 
 /// Writes `r` into VGPR `d` for the lanes in EXEC.
@@ -378,13 +374,21 @@ fn add_co<const N: usize>(wv: &mut Wave, a: Operand, b: Operand, cin: CarryIn, d
     let (mut ta, mut tb) = (None, None);
     let (a, b) = (read::<N>(wv, a, &mut ta), read::<N>(wv, b, &mut tb));
     // The carry as an all-ones word per lane (a vector loop), packed once.
-    let cm = lane_mask::<N>(cin);
     let (mut r, mut co) = ([0u32; N], [0u32; N]);
-    for l in 0..N {
-        let (s, o1) = a[l].overflowing_add(b[l]);
-        let (s, o2) = s.overflowing_add(cm[l] & 1);
-        r[l] = s;
-        co[l] = 0u32.wrapping_sub((o1 | o2) as u32);
+    if cin == 0 {
+        for l in 0..N {
+            let (s, o) = a[l].overflowing_add(b[l]);
+            r[l] = s;
+            co[l] = 0u32.wrapping_sub(o as u32);
+        }
+    } else {
+        let cm = lane_mask::<N>(cin);
+        for l in 0..N {
+            let (s, o1) = a[l].overflowing_add(b[l]);
+            let (s, o2) = s.overflowing_add(cm[l] & 1);
+            r[l] = s;
+            co[l] = 0u32.wrapping_sub((o1 | o2) as u32);
+        }
     }
     let c = crate::simd::pack_lanes::<N>(&co) & exec_of::<N>(wv);
     set_mask::<N>(wv, carry, c);
@@ -491,32 +495,61 @@ fn lane_bits<const N: usize>(a: &[u32; N], b: &[u32; N], f: impl Fn(u32, u32) ->
     crate::simd::pack_lanes::<N>(&m)
 }
 
-/// A 64-bit shift into the pair from `d` (lanes in EXEC).
+/// A 64-bit shift into the pair from `d` (lanes in EXEC), on the 32-bit halves: each lane's
+/// result from shifts of its low and high words (32-bit lanes, so a vector loop).
 #[inline(always)]
 fn shift64<const N: usize>(wv: &mut Wave, f: Shift64, a: Operand, b: Operand64, d: u8) {
     let mut ta = None;
     let a = read::<N>(wv, a, &mut ta);
-    let v = read64::<N>(wv, b);
-    let (mut lo, mut hi) = ([0u32; N], [0u32; N]);
-    // One lane loop per shift (chosen once, not per lane), so each is a vector loop.
-    #[inline(always)]
-    fn go<const N: usize>(
-        a: &[u32; N],
-        v: &[u64; N],
-        lo: &mut [u32; N],
-        hi: &mut [u32; N],
-        op: impl Fn(u64, u32) -> u64,
-    ) {
-        for l in 0..N {
-            let r = op(v[l], a[l] & 63);
-            lo[l] = r as u32;
-            hi[l] = (r >> 32) as u32;
+    let (tlo, thi): ([u32; N], [u32; N]);
+    let (vlo, vhi) = match b {
+        Operand64::Vgpr(r) => (vrow::<N>(wv, r), vrow::<N>(wv, r + 1)),
+        Operand64::Sgpr(k) => {
+            let k = k as usize;
+            (tlo, thi) = ([wv.sgpr[k]; N], [wv.sgpr[k + 1]; N]);
+            (&tlo, &thi)
         }
-    }
+        Operand64::Const(c) => {
+            (tlo, thi) = ([c as u32; N], [(c >> 32) as u32; N]);
+            (&tlo, &thi)
+        }
+    };
+    // Shifts by 32 or more give 0 (the count may wrap below 0 to a large one).
+    let shl = |x: u32, n: u32| if n < 32 { x << n } else { 0 };
+    let shr = |x: u32, n: u32| if n < 32 { x >> n } else { 0 };
+    let (mut lo, mut hi) = ([0u32; N], [0u32; N]);
+    // One lane loop per shift (chosen once, not per lane).
     match f {
-        Shift64::Lshlrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x << s),
-        Shift64::Lshrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| x >> s),
-        Shift64::Ashrrev => go::<N>(a, &v, &mut lo, &mut hi, |x, s| ((x as i64) >> s) as u64),
+        Shift64::Lshlrev => {
+            for l in 0..N {
+                let s = a[l] & 63;
+                lo[l] = shl(vlo[l], s);
+                hi[l] = shl(vhi[l], s)
+                    | shr(vlo[l], 32u32.wrapping_sub(s))
+                    | shl(vlo[l], s.wrapping_sub(32));
+            }
+        }
+        Shift64::Lshrrev => {
+            for l in 0..N {
+                let s = a[l] & 63;
+                hi[l] = shr(vhi[l], s);
+                lo[l] = shr(vlo[l], s)
+                    | shl(vhi[l], 32u32.wrapping_sub(s))
+                    | shr(vhi[l], s.wrapping_sub(32));
+            }
+        }
+        Shift64::Ashrrev => {
+            for l in 0..N {
+                let s = a[l] & 63;
+                let h = vhi[l] as i32;
+                hi[l] = (h >> s.min(31)) as u32;
+                lo[l] = if s < 32 {
+                    shr(vlo[l], s) | shl(vhi[l], 32 - s)
+                } else {
+                    (h >> (s - 32)) as u32
+                };
+            }
+        }
     }
     write::<N>(wv, d, &lo);
     write::<N>(wv, d + 1, &hi);
@@ -1445,6 +1478,78 @@ mod tests {
         assert!(ma == mb, "{ctx}: memory");
         assert!(lds_a == lds_b, "{ctx}: LDS");
         fell_back
+    }
+
+    /// The 64-bit shifts on 32-bit halves, by every count 0-63 (one per lane of a wave64, and
+    /// counts with high bits set), of values with both halves' top bits set and clear.
+    #[test]
+    fn shifts64_by_every_count_equal_the_general_executor() {
+        let cases: [(&[u32], &str); 3] = [
+            (
+                &[0xd73c0004, 0x00020d03],
+                "v_lshlrev_b64 v[4:5], v3, v[6:7]",
+            ),
+            (
+                &[0xd73d0004, 0x00020d03],
+                "v_lshrrev_b64 v[4:5], v3, v[6:7]",
+            ),
+            (
+                &[0xd73e0004, 0x00020d03],
+                "v_ashrrev_i64 v[4:5], v3, v[6:7]",
+            ),
+        ];
+        for (words, text) in cases {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            assert!(matches!(Slot::new(i).fast, Fast::Shift64 { .. }), "{text}");
+            for (k, (lo, hi)) in [
+                (0x8765_4321u32, 0xfedc_ba98u32),
+                (0x1234_5678, 0x7654_3210),
+                (u32::MAX, 0),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let seed = 9000 + k as u32;
+                let (mut a, mut b) = (wave(64, seed, u64::MAX, 0), wave(64, seed, u64::MAX, 0));
+                for w in [&mut a, &mut b] {
+                    for l in 0..64 {
+                        w.vgpr[3 * 64 + l] = l as u32 | if k == 1 { 0xffff_ff00 } else { 0 };
+                        w.vgpr[6 * 64 + l] = lo;
+                        w.vgpr[7 * 64 + l] = hi;
+                    }
+                }
+                let expect: Vec<u64> = (0..64u32)
+                    .map(|s| {
+                        let v = (hi as u64) << 32 | lo as u64;
+                        match text.as_bytes()[2] {
+                            b'l' if text.starts_with("v_lshl") => v << s,
+                            b'l' => v >> s,
+                            _ => ((v as i64) >> s) as u64,
+                        }
+                    })
+                    .collect();
+                let mut c = wave(64, seed, u64::MAX, 0);
+                c.vgpr.copy_from_slice(&a.vgpr[..]);
+                let ctx = format!("{text}, value {hi:#x}:{lo:#x}");
+                same_as_general(&i, a, b, seed, &ctx);
+                let mut lds = vec![0u8; 64];
+                let mem = memory(seed);
+                let mut tlb = Tlb::new(&mem);
+                let r = run(
+                    Wide::detect(),
+                    &mut c,
+                    &mut lds,
+                    &mut tlb,
+                    &Slot::new(i).fast,
+                    0,
+                );
+                assert!(matches!(r, Ok(Ran::Done)), "{ctx}");
+                for (l, want) in expect.iter().enumerate() {
+                    let got = c.vgpr[4 * 64 + l] as u64 | (c.vgpr[5 * 64 + l] as u64) << 32;
+                    assert_eq!(got, *want, "{ctx}, count {l}");
+                }
+            }
+        }
     }
 
     /// Scalar loads through a window: ending at memory's last word, one word past it (a
