@@ -288,11 +288,12 @@ pub(crate) fn lds_load_rows<const N: usize>(
     true
 }
 
-/// `lds_load_rows` in AVX2, 8 lanes per instruction: the bounds from the active lanes'
-/// highest address. When every group of 8 lanes is active and at consecutive dwords from its
-/// first lane's, or all at its first lane's (a matmul's tiles: a half-wave repeats a row or
-/// broadcasts one dword), each group of each row is one 32-byte load, permuted for the
-/// broadcast; else one masked gather per group (inactive lanes are neither read nor changed).
+/// `lds_load_rows` in AVX2, 8 lanes per instruction. When every group of 8 lanes is active
+/// and at consecutive dwords from its first lane's, or all at its first lane's (a matmul's
+/// tiles: a half-wave repeats a row or broadcasts one dword), each group of each row is one
+/// 32-byte load, permuted for the broadcast, bounded by the groups' highest first address;
+/// else (or near the LDS's end) one masked gather per group, bounded by the active lanes'
+/// highest address (inactive lanes are neither read nor changed).
 ///
 /// # Safety
 /// The CPU has AVX2; `N` is a multiple of 8, at most 64; `bytes.len() <= i32::MAX`.
@@ -316,74 +317,79 @@ unsafe fn lds_rows_avx2<const N: usize>(
     };
     let chunks = N / 8;
     let ac = a.as_chunks::<8>().0;
-    // Group c's lanes as all-ones words where their EXEC bit is set.
-    let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    let mask = |c: usize| {
-        let b = _mm256_and_si256(_mm256_set1_epi32((exec >> (8 * c)) as i32), bits);
-        _mm256_cmpeq_epi32(b, bits)
-    };
     let load = |c: &[u32; 8]| {
         // SAFETY: `c` is 8 u32s, 32 bytes, read unaligned.
         unsafe { _mm256_loadu_si256(c.as_ptr() as *const __m256i) }
     };
-    // Per group, the permutation of a 32-byte load at its first lane's address that gives
-    // its lanes (identity for consecutive dwords, lane 0 everywhere for one address).
+    let omax = off.iter().copied().fold(0, u32::max);
+    let base = bytes.as_ptr();
+    // Direct: every group of 8 lanes active and at consecutive dwords from its first lane's,
+    // or all at its first lane's address (a matmul's tiles: a half-wave repeats a row or
+    // broadcasts one dword). Each group's 32 bytes from its first lane's address hold its
+    // lanes' dwords (after the permutation), so the groups' highest first address bounds the
+    // whole access, with no look at the others.
     let mut perm = [_mm256_setzero_si256(); 8];
     let (lanes, steps) = (
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
     );
-    let (mut hi, mut direct) = (_mm256_setzero_si256(), true);
-    for c in 0..chunks {
-        let idx = load(&ac[c]);
-        hi = _mm256_max_epu32(
-            hi,
-            if full {
-                idx
-            } else {
-                _mm256_and_si256(idx, mask(c))
-            },
-        );
-        let d = _mm256_sub_epi32(idx, _mm256_set1_epi32(ac[c][0] as i32));
-        let all = full || (exec >> (8 * c)) as u8 == 0xff;
-        let next = _mm256_xor_si256(d, steps);
-        if all && _mm256_testz_si256(next, next) != 0 {
-            perm[c] = lanes;
-        } else if !(all && _mm256_testz_si256(d, d) != 0) {
-            direct = false;
+    let mut direct = full || exec == u64::MAX >> (64 - N);
+    let mut first_hi = 0u32;
+    if direct {
+        for c in 0..chunks {
+            let d = _mm256_sub_epi32(load(&ac[c]), _mm256_set1_epi32(ac[c][0] as i32));
+            let next = _mm256_xor_si256(d, steps);
+            if _mm256_testz_si256(next, next) != 0 {
+                perm[c] = lanes;
+            } else if _mm256_testz_si256(d, d) == 0 {
+                direct = false;
+                break;
+            }
+            first_hi = first_hi.max(ac[c][0]);
         }
+    }
+    if direct && first_hi as u64 + omax as u64 + 32 <= bytes.len() as u64 {
+        for (row, &o) in rows.iter_mut().zip(off) {
+            for (c, r) in row.as_chunks_mut::<8>().0.iter_mut().enumerate() {
+                // SAFETY: `r` is 8 u32s; `ac[c][0] + o + 32 <= first_hi + omax + 32` is within
+                // `bytes` (checked just above, in 64 bits).
+                unsafe {
+                    let x = ac[c][0] as usize + o as usize;
+                    let v = _mm256_loadu_si256(base.add(x) as *const __m256i);
+                    let v = _mm256_permutevar8x32_epi32(v, perm[c]);
+                    _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, v);
+                }
+            }
+        }
+        return true;
+    }
+    // Else one masked gather per group, bounded by the active lanes' highest address.
+    let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    let mask = |c: usize| {
+        let b = _mm256_and_si256(_mm256_set1_epi32((exec >> (8 * c)) as i32), bits);
+        _mm256_cmpeq_epi32(b, bits)
+    };
+    let mut hi = _mm256_setzero_si256();
+    for (c, g) in ac.iter().enumerate() {
+        hi = _mm256_max_epu32(hi, _mm256_and_si256(load(g), mask(c)));
     }
     // The highest of the 8 words: halves, then pairs, then neighbours.
     let hi = _mm256_max_epu32(hi, _mm256_permute2x128_si256::<1>(hi, hi));
     let hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32::<0x4e>(hi));
     let hi = _mm256_max_epu32(hi, _mm256_shuffle_epi32::<0xb1>(hi));
     let hi = _mm_cvtsi128_si32(_mm256_castsi256_si128(hi)) as u32;
-    let omax = off.iter().copied().fold(0, u32::max);
     if hi as u64 + omax as u64 + 4 > bytes.len() as u64 {
         return false;
     }
-    // A group of one address loads 32 bytes too (its address is at most `hi`): near the end
-    // of the LDS, gathers instead.
-    direct &= hi as u64 + omax as u64 + 32 <= bytes.len() as u64;
-    let base = bytes.as_ptr();
     for (row, &o) in rows.iter_mut().zip(off) {
         let vo = _mm256_set1_epi32(o as i32);
         for (c, r) in row.as_chunks_mut::<8>().0.iter_mut().enumerate() {
-            // SAFETY: `r` is 8 u32s. Direct: every group's first lane is active, so
-            // `ac[c][0] + o + 32` is in range (consecutive: it is that group's last lane's
-            // dword end, at most `hi + o + 4`; one address: checked just above). Gather: every
-            // active lane's `a[l] + o + 4 <= bytes.len()` (checked above, no wrap) fits an i32
-            // offset, and masked-off lanes are not read.
+            // SAFETY: `r` is 8 u32s. Every active lane's `a[l] + o + 4 <= bytes.len()`
+            // (checked above, no wrap) fits an i32 offset, and masked-off lanes are not read.
             unsafe {
-                let v = if direct {
-                    let x = ac[c][0] as usize + o as usize;
-                    let v = _mm256_loadu_si256(base.add(x) as *const __m256i);
-                    _mm256_permutevar8x32_epi32(v, perm[c])
-                } else {
-                    let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
-                    let at = _mm256_add_epi32(load(&ac[c]), vo);
-                    _mm256_mask_i32gather_epi32::<1>(old, base as *const i32, at, mask(c))
-                };
+                let old = _mm256_loadu_si256(r.as_ptr() as *const __m256i);
+                let at = _mm256_add_epi32(load(&ac[c]), vo);
+                let v = _mm256_mask_i32gather_epi32::<1>(old, base as *const i32, at, mask(c));
                 _mm256_storeu_si256(r.as_mut_ptr() as *mut __m256i, v);
             }
         }

@@ -601,7 +601,7 @@ fn global_dword<const N: usize>(
     imm: i32,
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let exec = wv.exec();
+    let exec = exec_of::<N>(wv);
     if exec == 0 {
         return Ok(());
     }
@@ -754,7 +754,7 @@ fn flat_is_global<const N: usize>(wv: &Wave, addr: u8, imm: i32, top: u16) -> bo
     if top as usize > wv.nvgpr {
         return false;
     }
-    let m = lane_mask::<N>(wv.exec());
+    let m = lane_mask::<N>(exec_of::<N>(wv));
     let (lo, hi) = (vrow::<N>(wv, addr), vrow::<N>(wv, addr + 1));
     let imm = imm as i64 as u64;
     let mut bad = 0u32;
@@ -830,12 +830,18 @@ fn global_run<const N: usize>(tlb: &mut Tlb, first: u64, vg: &mut [[u32; N]], lo
 /// `addr` must be in range, and (when any lane runs) its data rows `first..first + rows`;
 /// `None` when EXEC is empty.
 #[inline(always)]
-fn ds_lanes(wv: &Wave, addr: u8, first: u8, rows: u8, pc: u64) -> Result<Option<u64>, ExecFault> {
+fn ds_lanes<const N: usize>(
+    wv: &Wave,
+    addr: u8,
+    first: u8,
+    rows: u8,
+    pc: u64,
+) -> Result<Option<u64>, ExecFault> {
     let fault = ExecFault::VgprOutOfRange { address: pc };
     if addr as usize >= wv.nvgpr {
         return Err(fault);
     }
-    let exec = wv.exec();
+    let exec = exec_of::<N>(wv);
     if exec == 0 {
         return Ok(None);
     }
@@ -857,7 +863,7 @@ fn ds_store<const N: usize>(
     off: u32,
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let Some(exec) = ds_lanes(wv, addr, data, rows, pc)? else {
+    let Some(exec) = ds_lanes::<N>(wv, addr, data, rows, pc)? else {
         return Ok(());
     };
     let a = vrow::<N>(wv, addr);
@@ -917,11 +923,11 @@ fn ds_load<const N: usize>(
     off: &[u32; 4],
     pc: u64,
 ) -> Result<(), ExecFault> {
-    let Some(exec) = ds_lanes(wv, addr, d, rows, pc)? else {
+    let Some(exec) = ds_lanes::<N>(wv, addr, d, rows, pc)? else {
         return Ok(());
     };
     let a = *vrow::<N>(wv, addr);
-    let full = exec == wv.full();
+    let full = exec == u64::MAX >> (64 - N);
     let rows = rows as usize;
     let vg = &mut wv.vgpr.as_chunks_mut::<N>().0[d as usize..d as usize + rows];
     if crate::simd::lds_load_rows(lds, &a, exec, full, &off[..rows], vg) {
@@ -1547,6 +1553,40 @@ mod tests {
                 for (l, want) in expect.iter().enumerate() {
                     let got = c.vgpr[4 * 64 + l] as u64 | (c.vgpr[5 * 64 + l] as u64) << 32;
                     assert_eq!(got, *want, "{ctx}, count {l}");
+                }
+            }
+        }
+    }
+
+    /// LDS loads of a matmul's tile patterns at the end of the (64-byte) LDS: one address
+    /// for all lanes at the last dword (its 32-byte load would pass the end), a half-wave's
+    /// row ending at the last dword and one dword past it, rows of four broadcasts.
+    #[test]
+    fn lds_tile_loads_at_the_end_equal_the_general_executor() {
+        let mut seed = 7000;
+        let patterns: [(&str, fn(u32) -> u32); 4] = [
+            ("one address, the last dword", |_| 60),
+            ("a row per half-wave, to the end", |l| 4 * (l % 16)),
+            ("a row per half-wave, one dword past", |l| 4 + 4 * (l % 16)),
+            ("a broadcast per 8 lanes", |l| 48 + 4 * (l / 8 % 4)),
+        ];
+        for (words, text) in CASES {
+            let i = decode(words).expect("LLVM's encoding decodes");
+            if !text.starts_with("ds_load") || i.src[0] >= 256 + 16 {
+                continue;
+            }
+            for lanes in [32, 64] {
+                for (what, at) in patterns {
+                    seed += 1;
+                    let full = u64::MAX >> (64 - lanes);
+                    let (mut a, mut b) = (wave(lanes, seed, full, 0), wave(lanes, seed, full, 0));
+                    let r = (i.src[0] as usize - 256) * lanes;
+                    for w in [&mut a, &mut b] {
+                        for l in 0..lanes {
+                            w.vgpr[r + l] = at(l as u32);
+                        }
+                    }
+                    same_as_general(&i, a, b, seed, &format!("{text}, wave{lanes}, {what}"));
                 }
             }
         }
