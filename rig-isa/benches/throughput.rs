@@ -1,7 +1,8 @@
 //! Interpreter throughput: lane-instructions and wave-instructions per second for a loop of
 //! dependent FMAs (65536 work-items x 1000 iterations), a vector add of 1 M floats and the tiled
 //! matrix multiply, on one thread and on all cores, with the scaling of all cores against one
-//! thread; and the cost of one small dispatch (vadd of one or four 32-item groups), setup
+//! thread (and the host's own: as many independent one-thread copies at once); and the cost of
+//! one small dispatch (vadd of one or four 32-item groups), setup
 //! included, and the process's first dispatch (tables and decode). The FMA loop's and the vector add's results are checked against the host.
 //! Run: `cargo bench -p rig-isa --bench throughput` (prints its figures).
 
@@ -59,6 +60,41 @@ fn bench(l: &Load, threads: usize) -> (f64, rig_isa::ExecStats) {
         );
     }
     (best, stats)
+}
+
+/// The host's own scaling: `threads` copies of the one-thread run at once, each on a thread of
+/// its own with its own memory (nothing of rig-isa shared but the code): the lane-instructions
+/// per second of all of them, best of `reps` rounds started together.
+fn independent(l: &Load, threads: usize) -> f64 {
+    let reps = std::env::var("RIG_ISA_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(l.reps);
+    let start = std::sync::Barrier::new(threads + 1);
+    let end = std::sync::Barrier::new(threads + 1);
+    let lanes = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let mem = mem_for(&l.case);
+                let (d, _) = prepare(&mem, &l.case);
+                for _ in 0..reps {
+                    start.wait();
+                    let st = run(&d, &mem, 1);
+                    lanes.store(st.lane_instructions, std::sync::atomic::Ordering::Relaxed);
+                    end.wait();
+                }
+            });
+        }
+        let mut best = f64::MAX;
+        for _ in 0..reps {
+            start.wait();
+            let t = Instant::now();
+            end.wait();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        threads as f64 * lanes.load(std::sync::atomic::Ordering::Relaxed) as f64 / best
+    })
 }
 
 fn vadd(len: u32) -> Case {
@@ -239,6 +275,15 @@ fn main() {
                     "{}: scaling on {cores} threads {:.2} (all-threads rate / ({cores} x one-thread rate); goal 0.8)",
                     l.label,
                     lanes / (cores as f64 * one)
+                );
+                // What the host gives: as many one-thread copies at once, sharing nothing.
+                let host = independent(l, cores);
+                println!(
+                    "{}: {cores} independent one-thread copies at once: {:.1} M lane-instructions/s, the host's scaling {:.2}; the all-threads run / theirs {:.2}",
+                    l.label,
+                    host / 1e6,
+                    host / (cores as f64 * one),
+                    lanes / host
                 );
             }
             if cores == 1 {
