@@ -82,8 +82,8 @@ pub(crate) fn unpack_lanes<const N: usize>(bits: u64) -> [u32; N] {
         unsafe { unpack_lanes_avx2(bits, &mut m) };
         return m;
     }
-    for l in 0..N {
-        m[l] = 0u32.wrapping_sub((bits >> l) as u32 & 1);
+    for (l, x) in m.iter_mut().enumerate() {
+        *x = 0u32.wrapping_sub((bits >> l) as u32 & 1);
     }
     m
 }
@@ -119,8 +119,8 @@ pub(crate) fn pack_lanes<const N: usize>(m: &[u32; N]) -> u64 {
         return unsafe { pack_lanes_avx2(m) };
     }
     let mut bits = 0u64;
-    for l in 0..N {
-        bits |= u64::from(m[l] >> 31) << l;
+    for (l, &x) in m.iter().enumerate() {
+        bits |= u64::from(x >> 31) << l;
     }
     bits
 }

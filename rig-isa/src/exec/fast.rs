@@ -1564,7 +1564,8 @@ mod tests {
     #[test]
     fn lds_tile_loads_at_the_end_equal_the_general_executor() {
         let mut seed = 7000;
-        let patterns: [(&str, fn(u32) -> u32); 4] = [
+        type Pattern = (&'static str, fn(u32) -> u32);
+        let patterns: [Pattern; 4] = [
             ("one address, the last dword", |_| 60),
             ("a row per half-wave, to the end", |l| 4 * (l % 16)),
             ("a row per half-wave, one dword past", |l| 4 + 4 * (l % 16)),
