@@ -141,13 +141,23 @@ impl Gpu {
 pub struct Kernel {
     config: Config,
     gpus: Vec<Gpu>,
-    /// Render-node files open: token -> GPU index, and the process that acquired it.
+    /// Render-node files open, by token.
     renders: Mutex<HashMap<u64, Render>>,
     next_token: AtomicUsize,
 }
 
-/// An open render node: its GPU's index, and the process whose VM it was bound to.
-type Render = (usize, Option<Arc<Process>>);
+/// An open render node. Its token is a file descriptor of the caller that opened it, and of
+/// no one else: the kernel resolves ACQUIRE_VM's `drm_fd` in the calling process's own file
+/// table (`fget`), so no process can name another's open render node.
+#[derive(Debug, Clone)]
+struct Render {
+    /// Its GPU's index.
+    gpu: usize,
+    /// The client process (pid) that opened it: the only caller whose `drm_fd` names it.
+    opener: i32,
+    /// The process whose VM it was bound to.
+    bound: Option<Arc<Process>>,
+}
 
 /// The GPU ids the emulation gives (KFD derives them from a hash; any nonzero id works).
 fn gpu_id_of(index: usize) -> u32 {
@@ -203,10 +213,11 @@ impl Kernel {
         self.gpus.iter().position(|g| g.facts.gpu_id == gpu_id)
     }
 
-    /// A new KFD process (the first open of `/dev/kfd` by a client process).
-    pub fn open_kfd(self: &Arc<Self>) -> Arc<Process> {
+    /// A new KFD process (the first open of `/dev/kfd` by client process `caller`, a pid).
+    pub fn open_kfd(self: &Arc<Self>, caller: i32) -> Arc<Process> {
         Arc::new(Process {
             kernel: self.clone(),
+            caller,
             state: Mutex::new(State {
                 devices: (0..self.gpus.len()).map(|_| Device::default()).collect(),
                 runtime_enabled: false,
@@ -216,15 +227,23 @@ impl Kernel {
         })
     }
 
-    /// Opens render node `minor`: its token, or ENOENT.
-    pub fn open_render(&self, minor: u32) -> Result<u64, Errno> {
+    /// Opens render node `minor` for client process `caller` (a pid): its token, which only
+    /// `caller`'s KFD process can name in ACQUIRE_VM, or ENOENT.
+    pub fn open_render(&self, minor: u32, caller: i32) -> Result<u64, Errno> {
         let index = self
             .gpus
             .iter()
             .position(|g| g.facts.render_minor == minor)
             .ok_or(libc::ENOENT)?;
         let token = self.next_token.fetch_add(1, Ordering::Relaxed) as u64;
-        lock(&self.renders).insert(token, (index, None));
+        lock(&self.renders).insert(
+            token,
+            Render {
+                gpu: index,
+                opener: caller,
+                bound: None,
+            },
+        );
         Ok(token)
     }
 
@@ -233,13 +252,17 @@ impl Kernel {
         lock(&self.renders).remove(&token);
     }
 
-    /// An mmap of a render node: the memfd of the allocation at `offset`.
+    /// An mmap of the render node file `token` (the file the mapping names, whichever
+    /// process holds it now: DRM checks the file, as `drm_vma_node_is_allowed` does, not the
+    /// caller): the memfd of the allocation at `offset` of the process its VM is bound to.
     pub fn mmap_render(&self, token: u64, offset: u64, len: u64) -> Result<SharedRegion, Errno> {
-        let (index, process) = lock(&self.renders)
+        let Render {
+            gpu: index, bound, ..
+        } = lock(&self.renders)
             .get(&token)
             .cloned()
             .ok_or(libc::EBADF)?;
-        let process = process.ok_or(libc::EINVAL)?;
+        let process = bound.ok_or(libc::EINVAL)?;
         let state = lock(&process.state);
         let bo = state.devices[index]
             .bos
@@ -321,6 +344,9 @@ struct State {
 #[derive(Debug)]
 pub struct Process {
     kernel: Arc<Kernel>,
+    /// The client process (pid) it is the KFD process of: whose file table ACQUIRE_VM's
+    /// `drm_fd` is looked up in.
+    caller: i32,
     state: Mutex<State>,
     events: Arc<EventTable>,
 }
@@ -610,11 +636,16 @@ impl Process {
     }
 
     fn acquire_vm(self: &Arc<Self>, a: abi::AcquireVmArgs) -> Result<(), Errno> {
-        let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
         let token = u64::from(a.drm_fd);
         let mut renders = lock(&self.kernel.renders);
-        let entry = renders.get_mut(&token).ok_or(libc::EINVAL)?;
-        if entry.0 != i {
+        // kfd_ioctl_acquire_vm's `fget(args->drm_fd)`, first: a descriptor that is not one
+        // of the caller's own (another process's render node, or none) is EINVAL.
+        let entry = renders
+            .get_mut(&token)
+            .filter(|r| r.opener == self.caller)
+            .ok_or(libc::EINVAL)?;
+        let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
+        if entry.gpu != i {
             return Err(libc::EINVAL);
         }
         let mut s = lock(&self.state);
@@ -626,6 +657,10 @@ impl Process {
                 Err(libc::EBUSY)
             };
         }
+        // A file whose VM another KFD process made a compute VM ("Already a compute VM?").
+        if entry.bound.as_ref().is_some_and(|p| !Arc::ptr_eq(p, self)) {
+            return Err(libc::EINVAL);
+        }
         let region = SharedRegion::create("kfd-emu-doorbells", DOORBELL_SLICE_BYTES as usize)
             .map_err(|_| libc::ENOMEM)?;
         dev.space = Some(self.kernel.gpus[i].sim.create_address_space());
@@ -635,7 +670,7 @@ impl Process {
         dev.slots = vec![false; self.kernel.config.max_queues_per_process];
         dev.next_bo = 1;
         // The process reaches its allocations' pages through this render node.
-        entry.1 = Some(self.clone());
+        entry.bound = Some(self.clone());
         Ok(())
     }
 
@@ -1285,7 +1320,7 @@ impl Process {
             if let Some(token) = dev.render.take()
                 && let Some(entry) = lock(&self.kernel.renders).get_mut(&token)
             {
-                entry.1 = None;
+                entry.bound = None;
             }
         }
         drop(s);

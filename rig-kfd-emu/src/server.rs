@@ -16,6 +16,11 @@
 //! - `kfd_ioctl` answers EBADF to a caller other than the process that opened the file (a
 //!   forked child using an inherited descriptor); `kfd_mmap` maps the caller's own process's
 //!   pages (EINVAL if it has none), whatever file it names.
+//! - `kfd_ioctl_acquire_vm` resolves `drm_fd` in the caller's own file table (`fget`): a
+//!   render node opened here belongs to the client process that opened it, and another
+//!   process's ACQUIRE_VM naming its token gets EINVAL, as a descriptor it does not hold
+//!   does. An mmap of a render node goes through the render file the caller sends it on (a
+//!   connection it holds), never through a token it names: DRM checks the file.
 //! - The KFD process ends with the address space, not with the file: when the process
 //!   exits (a pidfd, readable at exit), its queues are destroyed; its memory and events go
 //!   once no file of it is open either (the kernel's last reference). A process that closes
@@ -228,7 +233,11 @@ impl Server {
                 let Ok(minor) = u32::try_from(h.b) else {
                     return fail(sock, libc::ENOENT);
                 };
-                match self.kernel.open_render(minor) {
+                if pid <= 0 {
+                    // No credentials: a caller whose file table the emulation cannot name.
+                    return fail(sock, libc::EPERM);
+                }
+                match self.kernel.open_render(minor, pid) {
                     Ok(token) => {
                         answer(sock, 0, token, &[], &[], &[]);
                         self.serve_render(sock, token, &mut buf);
@@ -292,7 +301,7 @@ impl Server {
                 me.exited(token);
             })
             .map_err(|_| libc::ENOMEM)?;
-        let process = self.kernel.open_kfd();
+        let process = self.kernel.open_kfd(pid);
         t.by_pid.insert(pid, token);
         t.processes.insert(
             token,

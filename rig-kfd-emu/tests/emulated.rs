@@ -827,6 +827,89 @@ fn a_forked_child_using_the_parents_file_gets_ebadf_and_touches_nothing() {
     p.kfd.free(h).unwrap();
 }
 
+/// ACQUIRE_VM's `drm_fd` is a descriptor of the calling process (`fget`): a process that
+/// names another's open render node gets EINVAL, as for any descriptor it does not hold, and
+/// binds nothing; the opener's render nodes still work, its own mmaps still reach its pages.
+#[test]
+fn acquire_vm_with_another_processs_render_node_is_einval() {
+    use zerocopy::IntoBytes;
+    let emu = emulate(Config::default());
+    let mut a = Proc::open(&emu, "gfx1100");
+    let (_, _, off) = a.mem(4096, abi::ALLOC_MEM_FLAGS_GTT);
+    a.host(off, 4096).write(0, b"a");
+    // A second render node of A's, for a GPU A has not acquired yet.
+    let other = topology::read(emu.kernel.topology())
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == "gfx1201")
+        .unwrap();
+    let spare = emu
+        .kernel
+        .open(rig_kfd::seam::File::Render(
+            other.drm_render_minor().unwrap(),
+        ))
+        .unwrap();
+    let named = [
+        (std::os::fd::AsRawFd::as_raw_fd(&spare), other.gpu_id),
+        (std::os::fd::AsRawFd::as_raw_fd(&a._render), a.node.gpu_id),
+    ];
+    let kernel = emu.kernel.clone();
+    let gfx1100 = a.node.clone();
+    let (mut link, child) = in_child(move |link| {
+        // B: a process of its own, with a KFD process of its own.
+        let kfd = Kfd::open(kernel.clone()).unwrap();
+        for (raw, gpu_id) in named {
+            // B closes its inherited copy, so A's descriptor is no longer one of B's (as in
+            // a process that never held it); the seam's table still names A's render node,
+            // so the emulation is asked with A's token.
+            // SAFETY: the child never uses or drops these descriptors again.
+            unsafe { libc::close(raw) };
+            let mut args = abi::AcquireVmArgs {
+                drm_fd: raw as u32,
+                gpu_id,
+            };
+            let r = kfd.kernel().ioctl(
+                kfd.fd(),
+                abi::ACQUIRE_VM.request(),
+                args.as_mut_bytes(),
+                rig_kfd::seam::Extra::None,
+            );
+            link.send(r.err().map_or(0, |Errno(e)| e as u64));
+        }
+        // B's own render node works.
+        let own = kfd
+            .acquire_vm(gfx1100.gpu_id, gfx1100.drm_render_minor().unwrap())
+            .map(|_| 0)
+            .unwrap_or_else(|e| errno(&e));
+        link.send(own as u64);
+        link.recv();
+    });
+    assert_eq!(link.recv() as i32, libc::EINVAL, "A's unbound render node");
+    assert_eq!(link.recv() as i32, libc::EINVAL, "A's bound render node");
+    assert_eq!(link.recv(), 0, "B's own render node");
+    // While B lives: A's render nodes are still A's.
+    let mut x = [0u8; 1];
+    a.host(off, 4096).read(0, &mut x);
+    assert_eq!(&x, b"a", "A's mmap still reaches A's pages");
+    link.send(0);
+    assert!(child_succeeded(child));
+    let mut args = abi::AcquireVmArgs {
+        drm_fd: std::os::fd::AsRawFd::as_raw_fd(&spare) as u32,
+        gpu_id: other.gpu_id,
+    };
+    a.kfd
+        .kernel()
+        .ioctl(
+            a.kfd.fd(),
+            abi::ACQUIRE_VM.request(),
+            args.as_mut_bytes(),
+            rig_kfd::seam::Extra::None,
+        )
+        .unwrap();
+    a.host(off, 4096).read(0, &mut x);
+    assert_eq!(&x, b"a", "after B exits too");
+}
+
 /// ALLOC_MEMORY_OF_GPU with MMIO_REMAP: one page, mapped through `/dev/kfd` at the offset
 /// it answers; ENOMEM where the GPU has no remapped register page.
 #[test]
