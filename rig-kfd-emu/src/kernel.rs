@@ -13,6 +13,9 @@
 //! event slots or the process's queue slots run out; EPERM when the device holds its most
 //! queues; EBUSY for freeing memory still mapped or acquiring a second VM; EEXIST for
 //! RUNTIME_ENABLE after queues exist; EFAULT for user memory the kernel could not read.
+//! A refused call leaves nothing taken: CREATE_QUEUE counts a queue in its GPU's total only
+//! once every check without side effects passed, and gives the count back on any later
+//! refusal, as the device queue manager counts only the queues it made.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -128,11 +131,48 @@ impl Gpu {
         self.vram_held.fetch_sub(bytes, Ordering::AcqRel);
     }
 
+    /// Takes one of the device's `most` queues (`max_num_of_queues_per_device`), or `None`
+    /// when it holds them all; the count goes back when the guard drops, unless kept.
+    fn take_queue(&self, most: usize) -> Option<QueueCount<'_>> {
+        self.queues
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < most).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| QueueCount(Some(&self.queues)))
+    }
+
+    /// Queues every process holds on it now (the device queue manager's
+    /// `total_queue_count`).
+    pub fn queues(&self) -> usize {
+        self.queues.load(Ordering::Acquire)
+    }
+
     /// The VRAM bytes no allocation reserves (AVAILABLE_MEMORY).
     pub fn vram_available(&self) -> u64 {
         self.facts
             .vram_bytes
             .saturating_sub(self.vram_held.load(Ordering::Acquire))
+    }
+}
+
+/// One queue counted in a GPU's total while a CREATE_QUEUE is under way: given back when
+/// dropped (the call refused), unless [`QueueCount::keep`] (the queue was made).
+#[derive(Debug)]
+struct QueueCount<'a>(Option<&'a AtomicUsize>);
+
+impl QueueCount<'_> {
+    /// The queue was made: its count stays until DESTROY_QUEUE or the process's end.
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for QueueCount<'_> {
+    fn drop(&mut self) {
+        if let Some(count) = self.0 {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -956,83 +996,76 @@ impl Process {
                 return Err(libc::EINVAL);
             }
         }
+        // Everything that can refuse without taking anything comes first: the process's
+        // slot and queue id, its doorbell and the VM. Then the device's count is taken,
+        // held by a guard that gives it back on every later refusal.
         let slot = dev
             .slots
             .iter()
             .position(|used| !used)
             .ok_or(libc::ENOMEM)?;
-        if gpu.queues.fetch_add(1, Ordering::AcqRel) >= self.kernel.config.max_queues_per_device {
-            gpu.queues.fetch_sub(1, Ordering::AcqRel);
-            return Err(libc::EPERM);
-        }
+        let id = (0..u32::MAX)
+            .find(|id| !dev.queues.contains_key(id))
+            .ok_or(libc::ENOMEM)?;
         let region = dev.doorbells.clone().ok_or(libc::EINVAL)?;
         let bell =
             Doorbell::new(region, slot * DOORBELL_STRIDE as usize).map_err(|_| libc::EINVAL)?;
         let hdp = dev.hdp.clone().ok_or(libc::EINVAL)?;
-        let (front, bell) =
-            match crate::hdp::Front::start(bell, hdp, if aql { u64::MAX } else { 0 }) {
-                Ok(f) => f,
-                Err(_) => {
-                    gpu.queues.fetch_sub(1, Ordering::AcqRel);
-                    return Err(libc::ENOMEM);
-                }
-            };
         let space = dev.space.clone().ok_or(libc::EINVAL)?;
+        let counted = gpu
+            .take_queue(self.kernel.config.max_queues_per_device)
+            .ok_or(libc::EPERM)?;
+        let (front, bell) = crate::hdp::Front::start(bell, hdp, if aql { u64::MAX } else { 0 })
+            .map_err(|_| libc::ENOMEM)?;
         let events = self.events.clone();
         let faults = self.events.clone();
         let gpu_id = a.gpu_id;
         // The VM whose page tables tell a write to a read-only page from one not present.
         let vm = Arc::downgrade(space.memory());
-        let q = space.create_queue(
-            rig_sim::QueueDesc {
-                kind,
-                ring_va: a.ring_base_address,
-                ring_bytes,
-                rptr_va: a.read_pointer_address,
-                wptr_va: a.write_pointer_address,
-                doorbell: bell,
-                queue_va,
-                scratch: (0, 0),
-            },
-            Arc::new(move |irq| events.interrupt(irq.context)),
-            Arc::new(move |f| {
-                let mut data = abi::EventData::default();
-                match page_fault(&f.reason, &vm) {
-                    Some((va, read_only)) => {
-                        data.set_memory_exception(&abi::MemoryExceptionData {
-                            failure: abi::MemoryExceptionFailure {
-                                not_present: u32::from(!read_only),
-                                read_only: u32::from(read_only),
-                                ..Default::default()
-                            },
-                            va,
-                            gpu_id,
-                            error_type: abi::MEM_ERR_NO_RAS,
-                        });
-                        faults.exception(abi::EVENT_MEMORY, data);
+        let q = space
+            .create_queue(
+                rig_sim::QueueDesc {
+                    kind,
+                    ring_va: a.ring_base_address,
+                    ring_bytes,
+                    rptr_va: a.read_pointer_address,
+                    wptr_va: a.write_pointer_address,
+                    doorbell: bell,
+                    queue_va,
+                    scratch: (0, 0),
+                },
+                Arc::new(move |irq| events.interrupt(irq.context)),
+                Arc::new(move |f| {
+                    let mut data = abi::EventData::default();
+                    match page_fault(&f.reason, &vm) {
+                        Some((va, read_only)) => {
+                            data.set_memory_exception(&abi::MemoryExceptionData {
+                                failure: abi::MemoryExceptionFailure {
+                                    not_present: u32::from(!read_only),
+                                    read_only: u32::from(read_only),
+                                    ..Default::default()
+                                },
+                                va,
+                                gpu_id,
+                                error_type: abi::MEM_ERR_NO_RAS,
+                            });
+                            faults.exception(abi::EVENT_MEMORY, data);
+                        }
+                        None => {
+                            data.set_hw_exception(&abi::HwExceptionData {
+                                reset_type: abi::HW_EXCEPTION_PER_ENGINE_RESET,
+                                reset_cause: abi::HW_EXCEPTION_GPU_HANG,
+                                memory_lost: 0,
+                                gpu_id,
+                            });
+                            faults.exception(abi::EVENT_HW_EXCEPTION, data);
+                        }
                     }
-                    None => {
-                        data.set_hw_exception(&abi::HwExceptionData {
-                            reset_type: abi::HW_EXCEPTION_PER_ENGINE_RESET,
-                            reset_cause: abi::HW_EXCEPTION_GPU_HANG,
-                            memory_lost: 0,
-                            gpu_id,
-                        });
-                        faults.exception(abi::EVENT_HW_EXCEPTION, data);
-                    }
-                }
-            }),
-        );
-        let q = match q {
-            Ok(q) => q,
-            Err(_) => {
-                gpu.queues.fetch_sub(1, Ordering::AcqRel);
-                return Err(libc::ENOMEM);
-            }
-        };
-        let id = (0..u32::MAX)
-            .find(|id| !dev.queues.contains_key(id))
-            .ok_or(libc::ENOMEM)?;
+                }),
+            )
+            .map_err(|_| libc::ENOMEM)?;
+        // Nothing refuses past here: the queue keeps its count until it is destroyed.
+        counted.keep();
         dev.slots[slot] = true;
         dev.queues.insert(
             id,

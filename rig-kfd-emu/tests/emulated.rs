@@ -14,7 +14,9 @@ use rig_kfd::seam::{Emulated, Kernel, Pages};
 use rig_kfd::sys::Errno;
 use rig_kfd::topology::{self, Node};
 use rig_kfd::version::{Version, VersionError};
-use rig_kfd_emu::kernel::{Config, DOORBELL_SLICE_BYTES, EVENT_PAGE_BYTES, GPUVM_BASE};
+use rig_kfd_emu::kernel::{
+    Config, DOORBELL_SLICE_BYTES, DOORBELL_STRIDE, EVENT_PAGE_BYTES, GPUVM_BASE,
+};
 use rig_kfd_emu::server::Server;
 
 struct Emu {
@@ -459,6 +461,120 @@ fn queue_errnos_are_the_kernels() {
     p.kfd.create_queue(&mut q.args.clone()).unwrap();
     link.send(0);
     assert!(child_succeeded(child));
+}
+
+/// Every CREATE_QUEUE the emulation refuses leaves the GPU's queue count as it was: after
+/// many refusals of each kind (the buffer checks before the count, the queue processor's
+/// checks and a doorbell past the process's doorbell page after it), the GPU still takes as
+/// many queues as its limit, and its count is back to zero once the processes end.
+#[test]
+fn refused_queues_give_back_the_gpus_queue_count() {
+    // A process may ask one queue more than its doorbell page holds; the GPU holds one
+    // queue more than that page.
+    let slots = (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize;
+    let emu = emulate(Config {
+        max_queues_per_process: slots + 1,
+        max_queues_per_device: slots + 1,
+        ..Config::default()
+    });
+    let mut p = Proc::open(&emu, "gfx1100");
+    let gpu = emu
+        .server
+        .kernel()
+        .gpus()
+        .iter()
+        .position(|g| g.facts.gpu_id == p.node.gpu_id)
+        .unwrap();
+    let count = || emu.server.kernel().gpus()[gpu].queues();
+    let q = pm4_queue_args(&mut p);
+    type Change = Box<dyn Fn(&mut abi::CreateQueueArgs)>;
+    let bad: Vec<(&str, Option<i32>, Change)> = vec![
+        (
+            "ring not mapped",
+            Some(libc::EINVAL),
+            Box::new(|a| a.ring_base_address = 0x6000_0000_0000),
+        ),
+        (
+            "ring mapping not the ring's size (Linux 6.12)",
+            Some(libc::EINVAL),
+            Box::new(|a| a.ring_size = 8192),
+        ),
+        (
+            "write pointer not mapped (Linux 6.12)",
+            Some(libc::EINVAL),
+            Box::new(|a| a.write_pointer_address = 0x6000_0000_0000),
+        ),
+        (
+            "context-save area too small",
+            Some(libc::EINVAL),
+            Box::new(|a| a.ctx_save_restore_size -= 4096),
+        ),
+        (
+            "eop size",
+            Some(libc::EINVAL),
+            Box::new(|a| a.eop_buffer_size = 2048),
+        ),
+        // Past the kernel's checks: the queue processor refuses these.
+        (
+            "ring not 256-byte aligned",
+            None,
+            Box::new(|a| a.ring_base_address += 128),
+        ),
+        (
+            "read pointer not 8-byte aligned",
+            None,
+            Box::new(|a| a.read_pointer_address += 4),
+        ),
+    ];
+    for (what, want, change) in &bad {
+        for _ in 0..16 {
+            let mut a = q.args;
+            change(&mut a);
+            let e = p.kfd.create_queue(&mut a).unwrap_err();
+            if let Some(want) = want {
+                assert_eq!(errno(&e), *want, "{what}: {e}");
+            }
+        }
+        assert_eq!(count(), 0, "{what}");
+    }
+    // The doorbell page full: the process's next queue has a slot but no doorbell.
+    let mut ids = Vec::new();
+    for _ in 0..slots {
+        let mut a = q.args;
+        p.kfd.create_queue(&mut a).unwrap();
+        ids.push(a.queue_id);
+    }
+    assert_eq!(count(), slots);
+    for _ in 0..16 {
+        let e = p.kfd.create_queue(&mut q.args.clone()).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "{e}");
+    }
+    assert_eq!(count(), slots, "a refusal past the count gave it back");
+    // So the GPU's last queue is still there for another process, and then it is full.
+    let kernel = emu.own_kernel();
+    let (mut link, child) = in_child(move |link| {
+        let mut p2 = Proc::open_through(kernel, "gfx1100");
+        let q2 = pm4_queue_args(&mut p2);
+        for _ in 0..2 {
+            let r = p2.kfd.create_queue(&mut q2.args.clone());
+            link.send(r.err().map_or(0, |e| errno(&e) as u64));
+        }
+        link.recv();
+    });
+    assert_eq!(link.recv(), 0, "the GPU's last queue");
+    assert_eq!(link.recv() as i32, libc::EPERM, "past the GPU's most");
+    assert_eq!(count(), slots + 1);
+    for id in ids {
+        p.kfd.destroy_queue(id).unwrap();
+    }
+    link.send(0);
+    assert!(child_succeeded(child));
+    // The child's queue goes with its exit.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(count(), 0);
 }
 
 #[test]
