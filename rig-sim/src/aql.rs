@@ -139,7 +139,9 @@ impl Processor for Aql {
                 Packet::BarrierAnd(b) | Packet::BarrierOr(b) => {
                     let and = matches!(packet, Packet::BarrierAnd(_));
                     let deps: Vec<u64> = b.dep_signal.iter().copied().filter(|s| *s != 0).collect();
-                    if !ctx.wait_until(|| {
+                    let watched: Vec<(u64, u64)> =
+                        deps.iter().map(|s| (s + SIGNAL_VALUE, 8)).collect();
+                    if !ctx.wait_until(&watched, || {
                         let mut zero = Vec::with_capacity(deps.len());
                         for s in &deps {
                             zero.push(vm.load_u64(s + SIGNAL_VALUE, Ordering::Acquire)? == 0);
@@ -155,7 +157,7 @@ impl Processor for Aql {
                     b.completion_signal
                 }
                 Packet::BarrierValue(b) => {
-                    if !ctx.wait_until(|| {
+                    if !ctx.wait_until(&[(b.signal + SIGNAL_VALUE, 8)], || {
                         let v = vm.load_u64(b.signal + SIGNAL_VALUE, Ordering::Acquire)? as i64;
                         Ok(b.cond.passes(v, b.mask, b.value))
                     })? {
@@ -167,12 +169,17 @@ impl Processor for Aql {
             if ctx.stopped() {
                 return Ok(());
             }
+            // What the packet's end writes: the slot's header, the read position, the
+            // completion signal's value and its mailbox.
+            let mut writes = vec![(slot_va, 4), (self.rptr_va, 8)];
             if completion != 0 {
                 vm.rmw_u64(completion + SIGNAL_VALUE, &|v| v.wrapping_sub(1))?;
+                writes.push((completion + SIGNAL_VALUE, 8));
                 let mailbox = vm.load_u64(completion + SIGNAL_MAILBOX, Ordering::Acquire)?;
                 if mailbox != 0 {
                     let id = vm.load_u32(completion + SIGNAL_EVENT_ID, Ordering::Acquire)?;
                     vm.store_u64(mailbox, u64::from(id), Ordering::Release)?;
+                    writes.push((mailbox, 8));
                     // The interrupt's handler wakes the sleepers of the signal's value.
                     vm.wake(completion + SIGNAL_VALUE + rig_shm::layout::LOW_HALF_OFFSET);
                     ctx.interrupt(InterruptSource::Signal, id);
@@ -184,7 +191,7 @@ impl Processor for Aql {
             })?;
             self.pos += 1;
             vm.store_u64(self.rptr_va, self.pos, Ordering::Release)?;
-            ctx.notify();
+            ctx.notify(&writes);
         }
     }
 }

@@ -56,10 +56,15 @@
 //! queue order: a dispatch completes before the next packet runs, so an end-of-pipe release
 //! follows the dispatches before it.
 //!
-//! **Waits.** WAIT_REG_MEM and POLL_REGMEM and AQL barriers spend no CPU while they wait: every
-//! write by an engine of this GPU (releases, fences, data writes, signal updates, copies)
-//! bumps a GPU-wide event futex that wakes them, and they re-poll memory every millisecond
-//! ([`WAIT_POLL`]) for writes by the host, which no futex announces.
+//! **Waits.** WAIT_REG_MEM and POLL_REGMEM and AQL barriers spend no CPU while they wait:
+//! each watches the host pages behind the words it reads, and a write by an engine of this
+//! GPU (a release, fence, data write, signal update, copy or fill) wakes only the waits
+//! watching a page it wrote, in whichever address space maps that page; a kernel's end, whose
+//! stores are not followed one by one, wakes those watching any page its address space maps
+//! writable. So a write in one address space wakes no wait of another that shares none of
+//! its pages. Waits also re-poll memory every millisecond ([`WAIT_POLL`]) for writes no engine
+//! of this GPU announces (the host's, another GPU's). [`SimGpu::waits_woken`] counts the
+//! wakes. See `watch.rs` for why no wake is lost.
 //!
 //! **Interrupts and faults.** A release or trap that asks for an interrupt calls the queue's
 //! `on_interrupt` with an [`Interrupt`] that carries a per-queue count, so a consumer can tell
@@ -94,6 +99,7 @@ pub mod pm4;
 pub mod queue;
 pub mod sdma;
 mod vram;
+mod watch;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -113,6 +119,7 @@ pub use rig_isa::ExecFault;
 
 use crate::memory::Vm;
 use crate::vram::Vram;
+use crate::watch::Events;
 
 /// GPU pages are 4 KiB.
 pub const PAGE: u64 = 4096;
@@ -195,53 +202,6 @@ impl Default for SimConfig {
     }
 }
 
-/// The GPU-wide event futex: bumped by every write of an engine, waited on by waits.
-#[derive(Debug, Default)]
-pub(crate) struct Events {
-    seq: AtomicU32,
-    waiters: AtomicU32,
-}
-
-impl Events {
-    /// Announces a write by an engine.
-    pub(crate) fn notify(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) != 0 {
-            rig_shm::futex::wake_all(&self.seq);
-        }
-    }
-
-    /// Waits until `check` is true (Ok(true)), `stopped` is true (Ok(false)) or `check` fails,
-    /// sleeping between engine writes and at most [`WAIT_POLL`] at a time.
-    pub(crate) fn wait_until<E>(
-        &self,
-        stopped: &dyn Fn() -> bool,
-        mut check: impl FnMut() -> std::result::Result<bool, E>,
-    ) -> std::result::Result<bool, E> {
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let r = loop {
-            let seen = self.seq.load(Ordering::SeqCst);
-            if stopped() {
-                break Ok(false);
-            }
-            match check() {
-                Ok(true) => break Ok(true),
-                Ok(false) => {}
-                Err(e) => break Err(e),
-            }
-            rig_shm::futex::wait(&self.seq, seen, Some(WAIT_POLL));
-        };
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        r
-    }
-
-    /// Wakes every waiter (so that it sees a stop).
-    pub(crate) fn wake_all(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        rig_shm::futex::wake_all(&self.seq);
-    }
-}
-
 /// A simulated GPU.
 #[derive(Debug)]
 pub struct SimGpu {
@@ -303,6 +263,13 @@ impl SimGpu {
     /// Bytes of VRAM no address space holds.
     pub fn vram_free(&self) -> u64 {
         self.vram.free_bytes()
+    }
+
+    /// Waits of packets (WAIT_REG_MEM, POLL_REGMEM, AQL barriers) that engine writes have
+    /// woken so far, each once per write that woke it: a write wakes only the waits watching
+    /// a page it wrote (a diagnostic, for tests of how narrow wakes are).
+    pub fn waits_woken(&self) -> u64 {
+        self.events.woken()
     }
 
     /// The GPU clock counter now.

@@ -598,6 +598,49 @@ impl Vm {
         })
     }
 
+    /// The host page behind `va` (the address of its first byte in this process), the key
+    /// by which the GPU's waits are woken ([`crate::watch`]); `None` where `va` is unmapped.
+    pub(crate) fn host_page(&self, va: u64) -> Option<u64> {
+        self.with_span(va, 1, false, |p, _| p as u64 & !(PAGE - 1))
+            .ok()
+    }
+
+    /// Appends to `out` the host byte ranges `[start, end)` behind the mapped parts of `len`
+    /// bytes at `va` (unmapped pages are skipped): what a write of those bytes wrote.
+    pub(crate) fn host_ranges(&self, va: u64, len: u64, out: &mut Vec<(u64, u64)>) {
+        let end = va.saturating_add(len);
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut at = va;
+        while at < end {
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX);
+            match self.translate(&table, at, want, false) {
+                Ok((p, n, _)) => {
+                    out.push((p as u64, p as u64 + n as u64));
+                    at += n as u64;
+                }
+                // Unmapped: on to the next mapping's start.
+                Err(_) => {
+                    at = table
+                        .range(at + 1..)
+                        .next()
+                        .map_or(end, |(s, _)| *s)
+                        .min(end)
+                }
+            }
+        }
+    }
+
+    /// Appends to `out` the host byte ranges of every writable mapping: all a kernel running
+    /// in this address space may have written.
+    pub(crate) fn writable_host_ranges(&self, out: &mut Vec<(u64, u64)>) {
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        for (va, _) in table.iter().filter(|(_, e)| e.writable) {
+            if let Ok((p, n, _)) = self.translate(&table, *va, usize::MAX, false) {
+                out.push((p as u64, p as u64 + n as u64));
+            }
+        }
+    }
+
     /// Wakes whatever sleeps on the aligned 32-bit word at `va` (a futex of the host memory
     /// behind it, in any process that maps it): what a driver's interrupt handler does for
     /// the waiters of the word a release wrote. Nothing for an unaligned or unmapped word.

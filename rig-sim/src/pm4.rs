@@ -130,7 +130,12 @@ impl State {
                         Some(p.address + LOW_HALF_OFFSET)
                     }
                 };
-                ctx.notify();
+                let bytes = if matches!(p.data_sel, DataSel::Low32) {
+                    4
+                } else {
+                    8
+                };
+                ctx.notify(&[(p.address, bytes)]);
                 if matches!(p.int_sel, IntSel::Interrupt | IntSel::AfterWrite) {
                     // The interrupt's handler wakes the sleepers of the word first: they
                     // need nothing else to see the value.
@@ -148,13 +153,13 @@ impl State {
                     ));
                 }
                 let (mask, reference) = (u64::from(p.mask), u64::from(p.reference));
-                ctx.wait_until(|| {
+                ctx.wait_until(&[(p.address, 4)], || {
                     let v = vm.load_u32(p.address, Ordering::Acquire)?;
                     Ok(p.function.passes(u64::from(v), mask, reference))
                 })?;
             }
             Packet::WaitRegMem64(p) => {
-                ctx.wait_until(|| {
+                ctx.wait_until(&[(p.address, 8)], || {
                     let v = vm.load_u64(p.address, Ordering::Acquire)?;
                     Ok(p.function.passes(v, p.mask, p.reference))
                 })?;
@@ -184,7 +189,12 @@ impl State {
                         };
                         vm.store_u32(a, *v, Ordering::Release)?;
                     }
-                    ctx.notify();
+                    let bytes = if p.one_addr {
+                        4
+                    } else {
+                        4 * p.data.len() as u64
+                    };
+                    ctx.notify(&[(p.address, bytes)]);
                 } else {
                     return Err(bad(
                         pos,
@@ -229,7 +239,7 @@ impl State {
                         } else {
                             vm.store_u32(p.dst, value as u32, Ordering::Release)?;
                         }
-                        ctx.notify();
+                        ctx.notify(&[(p.dst, if p.count_64 { 8 } else { 4 })]);
                     }
                     CopyDst::Register => match sh_index(p.dst) {
                         Some(i) => self.regs[i] = value as u32,

@@ -18,7 +18,7 @@
 //! sleep; so stop wakes the thread again every few milliseconds until the thread has ended (a
 //! wake of a thread already asleep cannot be missed), and the thread's doorbell sleep is
 //! bounded by [`DOORBELL_RECHECK`] besides. The waits of packets poll their memory every
-//! millisecond and watch the flag. If a thread has not ended [`STOP_WAIT`] after its stop (a
+//! millisecond and watch the flag; a stop wakes the waits of its own queue alone. If a thread has not ended [`STOP_WAIT`] after its stop (a
 //! bug of the simulator), stop logs it and returns rather than hang its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
@@ -226,10 +226,30 @@ impl Ctx {
         self.shared.stop.load(Ordering::Acquire)
     }
 
-    /// Announces a write by this engine to the GPU's waits.
-    pub(crate) fn notify(&self) {
+    /// Announces this engine's write of `writes` (GPU address and bytes of each run it
+    /// wrote, in this address space) to the waits watching those pages.
+    pub(crate) fn notify(&self, writes: &[(u64, u64)]) {
         self.shared.progress.fetch_add(1, Ordering::Relaxed);
-        self.gpu.events.notify();
+        if self.gpu.events.idle() {
+            return;
+        }
+        let mut ranges = Vec::with_capacity(writes.len());
+        for &(va, bytes) in writes {
+            self.vm.host_ranges(va, bytes, &mut ranges);
+        }
+        self.gpu.events.wake_ranges(&mut ranges);
+    }
+
+    /// Announces the end of a kernel, whose stores are not followed one by one, to the waits
+    /// watching any page this address space maps writable.
+    pub(crate) fn notify_kernel(&self) {
+        self.shared.progress.fetch_add(1, Ordering::Relaxed);
+        if self.gpu.events.idle() {
+            return;
+        }
+        let mut ranges = Vec::new();
+        self.vm.writable_host_ranges(&mut ranges);
+        self.gpu.events.wake_ranges(&mut ranges);
     }
 
     /// Delivers an interrupt to the owner.
@@ -245,15 +265,31 @@ impl Ctx {
     }
 
     /// Waits until `check` passes (true) or the queue stops (false), spending no CPU between
-    /// engine writes and polls.
+    /// polls and the engine writes to what it watches: `watched`, the GPU address and bytes
+    /// of each word `check` reads.
     pub(crate) fn wait_until(
         &self,
+        watched: &[(u64, u64)],
         check: impl FnMut() -> std::result::Result<bool, PageFault>,
     ) -> std::result::Result<bool, PageFault> {
         let stop = &self.shared.stop;
-        self.gpu
-            .events
-            .wait_until(&|| stop.load(Ordering::Acquire), check)
+        let vm = &self.vm;
+        let pages = || {
+            let mut p: Vec<u64> = watched
+                .iter()
+                .flat_map(|&(va, bytes)| [va, va.wrapping_add(bytes.max(1) - 1)])
+                .filter_map(|va| vm.host_page(va))
+                .collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        };
+        self.gpu.events.wait_until(
+            self.shared.id,
+            &pages,
+            &|| stop.load(Ordering::Acquire),
+            check,
+        )
     }
 }
 
@@ -391,7 +427,7 @@ impl Queue {
     /// Wakes the queue's thread wherever it waits, whatever its doorbell slot says.
     fn wake(&self) {
         self.shared.doorbell.wake();
-        self.gpu.events.wake_all();
+        self.gpu.events.wake_queue(self.shared.id);
     }
 }
 
@@ -677,7 +713,7 @@ impl Ctx {
             config.exec_threads,
         );
         // Whatever the kernel wrote before it ended may satisfy a wait.
-        self.notify();
+        self.notify_kernel();
         r.map_err(FaultReason::Kernel)
     }
 }

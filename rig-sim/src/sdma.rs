@@ -63,7 +63,7 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
         Packet::Nop(_) | Packet::GcrReq(_) => {}
         Packet::CopyLinear(p) => {
             vm.copy(p.dst, p.src, p.bytes, stop)?;
-            ctx.notify();
+            ctx.notify(&[(p.dst, p.bytes)]);
         }
         Packet::SubWindow(p) => {
             let e = 1u64 << p.log2_element;
@@ -81,7 +81,12 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
                     }
                 }
             }
-            ctx.notify();
+            if p.depth > 0 && p.height > 0 {
+                // From the first row's start to the last row's end: every byte it wrote.
+                let first = at(&p.dst, 0, 0);
+                let end = at(&p.dst, p.height - 1, p.depth - 1).wrapping_add(row);
+                ctx.notify(&[(first, end.saturating_sub(first))]);
+            }
         }
         Packet::ConstFill(p) => {
             let pattern = match p.fill_size {
@@ -90,12 +95,12 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
                 _ => p.value,
             };
             vm.fill(p.dst, p.bytes, pattern, stop)?;
-            ctx.notify();
+            ctx.notify(&[(p.dst, p.bytes)]);
         }
         Packet::Fence(p) => {
             vm.store_u32(p.address, p.value, Ordering::Release)?;
             *fenced = Some(p.address);
-            ctx.notify();
+            ctx.notify(&[(p.address, 4)]);
         }
         Packet::Trap(p) => {
             // A fence and a trap are how SDMA releases: the trap's handler wakes the
@@ -116,14 +121,14 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
                 ));
             }
             let (mask, reference) = (u64::from(p.mask), u64::from(p.value));
-            ctx.wait_until(|| {
+            ctx.wait_until(&[(p.address, 4)], || {
                 let v = vm.load_u32(p.address, Ordering::Acquire)?;
                 Ok(p.function.passes(u64::from(v), mask, reference))
             })?;
         }
         Packet::Timestamp(p) => {
             vm.store_u64(p.address, ctx.gpu.clock_ticks(), Ordering::Release)?;
-            ctx.notify();
+            ctx.notify(&[(p.address, 8)]);
         }
     }
     Ok(())

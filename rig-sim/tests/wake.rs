@@ -124,3 +124,95 @@ fn a_ring_as_the_queue_goes_from_polling_to_sleeping_is_never_lost() {
     }
     q.wait_idle();
 }
+
+/// `words` of a WAIT_REG_MEM until the 32-bit word at `va` is at least `value`.
+fn wait_words(va: u64, value: u32) -> Vec<u32> {
+    Packet::WaitRegMem(rig_amd::pm4::WaitRegMem::memory_at_least(va, value))
+        .to_words()
+        .unwrap()
+}
+
+/// `words` of a release of `value` to `va`, 32 bits, with no interrupt.
+fn release_words(va: u64, value: u64) -> Vec<u32> {
+    let r = ReleaseMem {
+        data_sel: rig_amd::pm4::DataSel::Low32,
+        ..ReleaseMem::timeline(0, va, value)
+    };
+    Packet::ReleaseMem(r).to_words().unwrap()
+}
+
+/// An engine write wakes only the waits watching the page it wrote: with 64 queues of other
+/// address spaces waiting on words of their own, a release in one address space wakes its
+/// own waiter alone, and a release to a page that another address space maps too (a peer
+/// device's word) wakes that space's waiter as well; the others still end, by their poll
+/// when the host writes their word, or by a stop.
+#[test]
+fn a_write_wakes_only_the_waits_watching_its_page() {
+    let gpu = gpu("gfx1100");
+    let mut others = Vec::new();
+    for _ in 0..64 {
+        let space = gpu.create_address_space();
+        let data = host(&space, HOST_VA, 4096);
+        let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
+        q.submit(&wait_words(HOST_VA, 1));
+        others.push((data, q));
+    }
+    // Address space A: a queue that waits on word 0, one that will write it.
+    let a = gpu.create_address_space();
+    let data = host(&a, HOST_VA, 8192);
+    let mut waiter = TestQueue::new(&a, QueueKind::Pm4, 4096, 0);
+    let mut writer = TestQueue::new(&a, QueueKind::Pm4, 4096, 1);
+    waiter.submit(&wait_words(HOST_VA, 1));
+    // A peer space that maps A's second page too, and waits on its first word.
+    let peer = gpu.create_address_space();
+    const PEER_VA: u64 = HOST_VA + 0x10_0000;
+    peer.map_host(PEER_VA, &data, 4096, 4096, false).unwrap();
+    let mut peer_waiter = TestQueue::new(&peer, QueueKind::Pm4, 4096, 0);
+    peer_waiter.submit(&wait_words(PEER_VA, 1));
+    // Every wait asleep by now.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = gpu.waits_woken();
+    writer.submit(&release_words(HOST_VA, 1));
+    writer.wait_idle();
+    waiter.wait_idle();
+    assert_eq!(
+        gpu.waits_woken() - before,
+        1,
+        "a release in one address space woke waits of others"
+    );
+    let before = gpu.waits_woken();
+    writer.submit(&release_words(HOST_VA + 4096, 1));
+    writer.wait_idle();
+    peer_waiter.wait_idle();
+    assert_eq!(
+        gpu.waits_woken() - before,
+        1,
+        "a release to a shared page wakes the waits of every space that watches it"
+    );
+    assert_eq!(data.load_u32(4096, Ordering::Acquire), 1);
+    let before = gpu.waits_woken();
+    // The others: half see the host's write at their poll, half are stopped mid-wait.
+    for (i, (d, q)) in others.iter().enumerate() {
+        if i % 2 == 0 {
+            d.store_u32(0, 1, Ordering::Release);
+        } else {
+            q.stop();
+        }
+    }
+    for (i, (_, q)) in others.iter().enumerate() {
+        if i % 2 == 0 {
+            q.wait_idle();
+        } else {
+            assert!(
+                matches!(q.status(), rig_sim::QueueStatus::Stopped),
+                "{:?}",
+                q.status()
+            );
+        }
+    }
+    assert_eq!(
+        gpu.waits_woken() - before,
+        0,
+        "host writes and stops are no engine writes"
+    );
+}
