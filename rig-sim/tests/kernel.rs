@@ -328,3 +328,57 @@ fn a_stop_mid_kernel_returns_at_once_and_nothing_lands_after_it() {
         "a stop is not a fault"
     );
 }
+
+/// A kernel's end wakes the waits watching pages its address space maps writable (its stores
+/// are not followed one by one), and no wait of another address space.
+#[test]
+fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
+    let gpu = gpu("gfx1100");
+    let space = gpu.create_address_space();
+    let Some(k) = place_add(&space) else {
+        return;
+    };
+    let mem = host(&space, HOST_VA, 3 * 4096 + 2 * N * 4);
+    let (x, y, args) = (HOST_VA + 4096, HOST_VA + 4096 + (N * 4) as u64, HOST_VA);
+    for i in 0..N {
+        mem.write(4096 + 4 * i, &(i as f32).to_le_bytes());
+        mem.write(4096 + 4 * N + 4 * i, &(2.0 * i as f32).to_le_bytes());
+    }
+    let mut params = x.to_le_bytes().to_vec();
+    params.extend(y.to_le_bytes());
+    let grid = Grid {
+        groups: [(N / 64) as u32, 1, 1],
+        group_size: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    let mut ka = vec![0u8; 1024];
+    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
+    mem.write(0, &ka[..n]);
+    // In the kernel's space: a queue that waits until y[1] is 3.0 (the kernel's sum).
+    let wait = |va: u64| {
+        Packet::WaitRegMem(pm4::WaitRegMem::memory_at_least(va, 3.0f32.to_bits()))
+            .to_words()
+            .unwrap()
+    };
+    let mut waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 1);
+    waiter.submit(&wait(y + 4));
+    // In another space: a queue that waits on a word of its own.
+    let other = gpu.create_address_space();
+    let theirs = host(&other, HOST_VA, 4096);
+    let mut bystander = TestQueue::new(&other, QueueKind::Pm4, 4096, 0);
+    bystander.submit(&wait(HOST_VA));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = gpu.waits_woken();
+    let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
+    q.submit(&add_dispatch(&k, args, grid.groups));
+    q.wait_idle();
+    waiter.wait_idle();
+    assert_eq!(
+        gpu.waits_woken() - before,
+        1,
+        "the kernel's end woke its space's waiter alone"
+    );
+    assert_eq!(q.status(), QueueStatus::Running);
+    theirs.store_u32(0, 3.0f32.to_bits(), Ordering::Release);
+    bystander.wait_idle();
+}

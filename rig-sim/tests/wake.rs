@@ -216,3 +216,58 @@ fn a_write_wakes_only_the_waits_watching_its_page() {
         "host writes and stops are no engine writes"
     );
 }
+
+/// A copy or fill wakes the waits watching a page of the bytes it wrote, and no other: an
+/// SDMA queue copies 64 KiB into one region and fills another, each watched by a wait of its
+/// own.
+#[test]
+fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
+    let gpu = gpu("gfx1100");
+    let space = gpu.create_address_space();
+    const BYTES: u64 = 64 << 10;
+    let src = host(&space, HOST_VA, BYTES as usize);
+    src.fill(0, BYTES as usize, 1);
+    let dst_va = HOST_VA + 0x10_0000;
+    let fill_va = HOST_VA + 0x20_0000;
+    let dst = host(&space, dst_va, BYTES as usize);
+    let filled = host(&space, fill_va, BYTES as usize);
+    // Each waits on the last word of its region.
+    let mut copied_waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 1);
+    copied_waiter.submit(&wait_words(dst_va + BYTES - 4, 1));
+    let mut filled_waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 2);
+    filled_waiter.submit(&wait_words(fill_va + BYTES - 4, 1));
+    std::thread::sleep(Duration::from_millis(200));
+    let layout = sdma::Layout::for_gpu(rig_amd::gpu::Gpu::by_name("gfx1100").unwrap());
+    let mut q = TestQueue::new(&space, QueueKind::Sdma, 4096, 0);
+    let before = gpu.waits_woken();
+    q.submit(
+        &sdma::Packet::CopyLinear(sdma::CopyLinear::new(HOST_VA, dst_va, BYTES))
+            .to_words(layout)
+            .unwrap(),
+    );
+    q.wait_idle();
+    copied_waiter.wait_idle();
+    assert_eq!(
+        gpu.waits_woken() - before,
+        1,
+        "the copy woke its page's waiter alone"
+    );
+    assert_eq!(
+        dst.load_u32(BYTES as usize - 4, Ordering::Acquire),
+        0x0101_0101
+    );
+    let before = gpu.waits_woken();
+    q.submit(
+        &sdma::Packet::ConstFill(sdma::ConstFill::dwords(fill_va, 1, BYTES))
+            .to_words(layout)
+            .unwrap(),
+    );
+    q.wait_idle();
+    filled_waiter.wait_idle();
+    assert_eq!(
+        gpu.waits_woken() - before,
+        1,
+        "the fill woke its page's waiter alone"
+    );
+    assert_eq!(filled.load_u32(0, Ordering::Acquire), 1);
+}
