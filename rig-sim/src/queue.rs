@@ -18,8 +18,9 @@
 //! sleep; so stop wakes the thread again every few milliseconds until the thread has ended (a
 //! wake of a thread already asleep cannot be missed), and the thread's doorbell sleep is
 //! bounded by [`DOORBELL_RECHECK`] besides. The waits of packets poll their memory every
-//! millisecond and watch the flag; a stop wakes the waits of its own queue alone. If a thread has not ended [`STOP_WAIT`] after its stop (a
-//! bug of the simulator), stop logs it and returns rather than hang its caller.
+//! millisecond and watch the flag; a stop wakes the waits of its own queue alone. If a
+//! thread has not ended [`STOP_WAIT`] after its stop (a bug of the simulator), stop logs it
+//! and returns rather than hang its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::mpsc::{self, RecvTimeoutError};

@@ -81,12 +81,15 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
                     }
                 }
             }
-            if p.depth > 0 && p.height > 0 {
-                // From the first row's start to the last row's end: every byte it wrote.
+            // From the first row's start to the last row's end: every byte it wrote.
+            let wrote = if p.depth > 0 && p.height > 0 {
                 let first = at(&p.dst, 0, 0);
                 let end = at(&p.dst, p.height - 1, p.depth - 1).wrapping_add(row);
-                ctx.notify(&[(first, end.saturating_sub(first))]);
-            }
+                vec![(first, end.saturating_sub(first))]
+            } else {
+                Vec::new()
+            };
+            ctx.notify(&wrote);
         }
         Packet::ConstFill(p) => {
             let pattern = match p.fill_size {
