@@ -185,11 +185,13 @@ impl Workgroups {
 }
 
 impl Dispatch {
-    /// Workgroups of the dispatch (per axis: work-items over group size, rounded up).
+    /// Workgroups of the dispatch (per axis: work-items over group size, rounded up), at most
+    /// `u64::MAX`: a grid of more (up to 2^96 from three u32 axes) saturates, and executing it
+    /// is `ExecFault::BadDispatch`.
     pub fn workgroup_count(&self) -> u64 {
         (0..3)
             .map(|k| u64::from(self.grid_items[k]).div_ceil(u64::from(self.group_size[k].max(1))))
-            .product()
+            .fold(1, u64::saturating_mul)
     }
 }
 

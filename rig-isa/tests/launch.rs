@@ -119,6 +119,8 @@ fn a_grid_of_more_workgroups_than_a_u64_counts_is_refused() {
         lds_bytes: 0,
         scratch: None,
     };
+    // Counting it saturates rather than wrapping (or panicking in a debug build).
+    assert_eq!(d.workgroup_count(), u64::MAX);
     let r = execute(&d, &mem, &AtomicBool::new(false), 1);
     assert!(
         matches!(r, Err(rig_isa::ExecFault::BadDispatch { .. })),
