@@ -9,9 +9,9 @@
 //!
 //! The errnos are amdgpu's (`kfd_chardev.c`, `kfd_events.c`, `kfd_queue.c`,
 //! `amdgpu_amdkfd_gpuvm.c`): EINVAL for malformed arguments, unknown GPUs and handles,
-//! unaligned or overlapping addresses and buffers KFD does not accept; ENOMEM when memory,
-//! event slots or the process's queue slots run out; EPERM when the device holds its most
-//! queues; EBUSY for freeing memory still mapped or acquiring a second VM; EEXIST for
+//! unaligned or overlapping addresses and buffers KFD does not accept; ENOMEM when memory or
+//! event slots run out; ENOSPC when the process holds its most queues on the GPU
+//! (`pqm_create_queue`); EPERM when the device holds its most queues; EBUSY for freeing memory still mapped or acquiring a second VM; EEXIST for
 //! RUNTIME_ENABLE after queues exist; EFAULT for user memory the kernel could not read.
 //! A refused call leaves nothing taken: CREATE_QUEUE counts a queue in its GPU's total only
 //! once every check without side effects passed, and gives the count back on any later
@@ -35,6 +35,8 @@ use crate::tree::NodeFacts;
 /// An errno the emulated kernel answers.
 pub type Errno = i32;
 
+/// Queues one process may hold on one GPU (`pqm_create_queue`'s `max_queues`).
+pub const MAX_QUEUES_PER_PROCESS: usize = 127;
 /// Bytes of a process's doorbell page on one GPU (KFD's per-process doorbell slice).
 pub const DOORBELL_SLICE_BYTES: u64 = 8192;
 /// Bytes between two queues' doorbells: rig-shm's doorbell slots, so the emulated queue
@@ -67,7 +69,10 @@ pub struct Config {
     pub bar_bytes: Option<u64>,
     /// The KFD interface version GET_VERSION answers.
     pub version: Version,
-    /// Queues one process may hold on one GPU (the doorbell page's slots).
+    /// Queues one process may hold on one GPU: the kernel's 127 (`pqm_create_queue`, which
+    /// allows 255 on GC 9.4.3; the emulation keeps 127 there too), past which CREATE_QUEUE is
+    /// ENOSPC. At most the doorbell page's 128 slots hold doorbells: a larger value lets a
+    /// queue past the page be asked for, which is EINVAL.
     pub max_queues_per_process: usize,
     /// Queues one GPU holds across processes (`max_num_of_queues_per_device`).
     pub max_queues_per_device: usize,
@@ -91,7 +96,7 @@ impl Default for Config {
                 major: 1,
                 minor: 14,
             },
-            max_queues_per_process: (DOORBELL_SLICE_BYTES / DOORBELL_STRIDE) as usize,
+            max_queues_per_process: MAX_QUEUES_PER_PROCESS,
             max_queues_per_device: 4096,
             cwsr_extra_bytes: 0,
             mmio_remap: true,
@@ -1003,7 +1008,7 @@ impl Process {
             .slots
             .iter()
             .position(|used| !used)
-            .ok_or(libc::ENOMEM)?;
+            .ok_or(libc::ENOSPC)?;
         let id = (0..u32::MAX)
             .find(|id| !dev.queues.contains_key(id))
             .ok_or(libc::ENOMEM)?;

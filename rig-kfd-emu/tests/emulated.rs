@@ -435,9 +435,9 @@ fn queue_errnos_are_the_kernels() {
         p.kfd.create_queue(&mut a).unwrap();
         ids.push(a.queue_id);
     }
-    // The process's queue slots are full.
+    // The process holds its most queues on the GPU.
     let e = p.kfd.create_queue(&mut q.args.clone()).unwrap_err();
-    assert_eq!(errno(&e), libc::ENOMEM);
+    assert_eq!(errno(&e), libc::ENOSPC);
     // Another process fills the device's last slot, then the device refuses.
     let kernel = emu.own_kernel();
     let (mut link, child) = in_child(move |link| {

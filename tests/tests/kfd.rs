@@ -270,15 +270,15 @@ fn refused_open(config: rig_kfd_emu::kernel::Config) -> String {
     }
 }
 
-/// ENOMEM on CREATE_QUEUE: the process's queue slots are all used (a device needs two).
+/// ENOSPC on CREATE_QUEUE: the process holds its most queues on the GPU (a device needs two).
 #[test]
-fn a_process_out_of_queue_slots_is_refused_naming_them() {
+fn a_process_holding_its_most_queues_is_refused_naming_the_limit() {
     let msg = refused_open(rig_kfd_emu::kernel::Config {
         max_queues_per_process: 1,
         ..one_gfx1100()
     });
-    assert!(msg.contains("no queue left for rigd's process"), "{msg}");
-    assert!(msg.contains("errno 12"), "{msg}");
+    assert!(msg.contains("no more queues on this GPU"), "{msg}");
+    assert!(msg.contains("errno 28"), "{msg}");
 }
 
 /// EPERM on CREATE_QUEUE: the GPU holds as many queues as amdgpu allows.

@@ -200,11 +200,15 @@ fn refused(e: KfdError) -> Refusal {
 }
 
 /// CREATE_QUEUE's refusals, each naming what the kernel's errno says of the queue (its
-/// ENOMEM is of queue slots, not of memory).
+/// ENOSPC is the process's queues on the GPU, its ENOMEM the process's queue ids, not memory).
 fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
     match &e {
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOSPC => Refusal::Full(format!(
+            "KFD allows the process no more queues on this GPU (127 a process, 255 on GC \
+             9.4.3; a device takes two): {e}"
+        )),
         KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Full(format!(
-            "KFD has no queue left for rigd's process (its queue slots are all used): {e}"
+            "KFD has no queue id left for the process (1024 across its GPUs): {e}"
         )),
         KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(format!(
             "the GPU holds as many queues as KFD allows (amdgpu's max_num_of_queues_per_device): {e}"
