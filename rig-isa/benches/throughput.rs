@@ -34,6 +34,15 @@ struct Load {
     reps: u32,
 }
 
+/// Runs of `l` of which the best counts: RIG_ISA_BENCH_REPS, else the load's own (more on a
+/// host whose speed swings).
+fn reps(l: &Load) -> u32 {
+    std::env::var("RIG_ISA_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(l.reps)
+}
+
 /// Best time of `reps` runs on `threads` threads and the counters of one run; panics when the
 /// output differs from the host's.
 fn bench(l: &Load, threads: usize) -> (f64, rig_isa::ExecStats) {
@@ -41,11 +50,7 @@ fn bench(l: &Load, threads: usize) -> (f64, rig_isa::ExecStats) {
     let (d, addrs) = prepare(&mem, &l.case);
     let mut best = f64::MAX;
     let mut stats = Default::default();
-    // RIG_ISA_BENCH_REPS sets the runs of which the best counts (on a host whose speed swings).
-    let reps = std::env::var("RIG_ISA_BENCH_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(l.reps);
+    let reps = reps(l);
     for _ in 0..reps {
         let t = Instant::now();
         stats = run(&d, &mem, threads);
@@ -66,10 +71,7 @@ fn bench(l: &Load, threads: usize) -> (f64, rig_isa::ExecStats) {
 /// its own with its own memory (nothing of rig-isa shared but the code): the lane-instructions
 /// per second of all of them, best of `reps` rounds started together.
 fn independent(l: &Load, threads: usize) -> f64 {
-    let reps = std::env::var("RIG_ISA_BENCH_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(l.reps);
+    let reps = reps(l);
     let start = std::sync::Barrier::new(threads + 1);
     let end = std::sync::Barrier::new(threads + 1);
     let lanes = std::sync::atomic::AtomicU64::new(0);

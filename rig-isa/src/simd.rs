@@ -333,7 +333,7 @@ unsafe fn lds_rows_avx2<const N: usize>(
         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
     );
-    let mut direct = full || exec == u64::MAX >> (64 - N);
+    let mut direct = full;
     let mut first_hi = 0u32;
     if direct {
         for c in 0..chunks {

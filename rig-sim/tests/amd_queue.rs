@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use rig_amd::aql::{AmdQueue, KernelDispatch, Packet, amd_queue};
-use rig_amd::code_object::CodeObject;
 use rig_amd::gpu::{Generation, QueueKind};
-use rig_amd::kernarg::{self, Grid};
 use rig_shm::{Doorbell, SharedRegion};
 use rig_sim::{AddressSpace, Queue, QueueDesc, QueueFault, QueueStatus};
 
@@ -34,44 +32,14 @@ struct Run {
 /// Runs `scratch` over M items on an AQL queue whose `amd_queue_t` is `descriptor`, placed
 /// at `queue_va`; `None` when the code object is absent.
 fn run(descriptor: AmdQueue, queue_va: u64) -> Option<Run> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/scratch.co");
-    let Ok(bytes) = std::fs::read(&path) else {
-        println!(
-            "skipped: {} is absent (kernels/build.sh makes it)",
-            path.display()
-        );
-        return None;
-    };
-    let co = CodeObject::parse(&bytes).unwrap();
-    let k = co.kernel("scratch").unwrap().clone();
-    assert!(k.private_segment_size() > 0);
     let gpu = gpu("gfx1100");
     let space: AddressSpace = gpu.create_address_space();
-    let mut image = vec![0u8; co.image_size() as usize];
-    co.place(CODE_VA, &mut image).unwrap();
-    space
-        .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
-        .unwrap();
-    space.write(CODE_VA, &image).unwrap();
-    let mem = host(&space, HOST_VA, 8192);
-    let (input, out) = (HOST_VA + 4096, HOST_VA + 4096 + (M * 4) as u64);
-    let seeds: Vec<u32> = (0..M as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
-        .collect();
-    for (i, s) in seeds.iter().enumerate() {
-        mem.write(4096 + 4 * i, &s.to_le_bytes());
-    }
-    let mut params = input.to_le_bytes().to_vec();
-    params.extend(out.to_le_bytes());
-    let grid = Grid {
-        groups: [(M / 64) as u32, 1, 1],
-        group_size: [64, 1, 1],
-        dynamic_lds: 0,
-    };
-    let mut ka = vec![0u8; 1024];
-    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
-    mem.write(0, &ka[..n]);
+    let ScratchLaunch {
+        kernel: k,
+        mem,
+        seeds,
+        ..
+    } = stage_scratch(&space, CODE_VA, M)?;
     space.alloc_vram(SCRATCH_VA, 1 << 20).unwrap();
 
     // The ring, and the page of the descriptor, whose dispatch ids are the queue's positions.
@@ -152,14 +120,8 @@ fn a_kernel_gets_the_scratch_of_the_queues_amd_queue() {
     assert!(r.faults.lock().unwrap().is_empty(), "{:?}", r.faults);
     assert_eq!(r.queue.status(), QueueStatus::Running);
     for (i, seed) in r.seeds.iter().enumerate() {
-        let t: Vec<u32> = (0..320u32)
-            .map(|k| seed.wrapping_mul(k).wrapping_add(i as u32))
-            .collect();
-        let want = (0..64u32).fold(0u32, |acc, k| {
-            acc.wrapping_add(t[(seed.wrapping_add(k * 37) % 320) as usize])
-        });
         let got = r.mem.load_u32(4096 + 4 * M + 4 * i, Ordering::Acquire);
-        assert_eq!(got, want, "out[{i}]");
+        assert_eq!(got, scratch_output(i, *seed), "out[{i}]");
     }
     assert_eq!(
         r.page

@@ -11,6 +11,7 @@ use rig_amd::gpu::{Generation, QueueKind};
 use rig_amd::kernarg::{self, Grid};
 use rig_amd::pm4::{self, Packet, ReleaseMem};
 use rig_amd::regs::{self, initiator};
+use rig_shm::SharedRegion;
 use rig_sim::{FaultReason, QueueStatus};
 
 const CODE_VA: u64 = 0x5_0000_0000;
@@ -46,6 +47,43 @@ fn place_add(space: &rig_sim::AddressSpace) -> Option<Kernel> {
 
 /// The PM4 words of one dispatch of `k` (placed at `CODE_VA`) in groups of 64 with its
 /// arguments at `args`, then a release of value 1 to `HOST_VA + 2048`.
+/// `add`'s launch in host memory mapped at `HOST_VA`: its kernel arguments at `HOST_VA`, x[i] =
+/// i and y[i] = 2 i (`N` floats each, y at `y`), over groups of 64.
+struct AddLaunch {
+    mem: SharedRegion,
+    args: u64,
+    y: u64,
+    grid: Grid,
+    kernargs: Vec<u8>,
+}
+
+fn stage_add(space: &rig_sim::AddressSpace, k: &Kernel) -> AddLaunch {
+    let mem = host(space, HOST_VA, 3 * 4096 + 2 * N * 4);
+    let (x, y, args) = (HOST_VA + 4096, HOST_VA + 4096 + (N * 4) as u64, HOST_VA);
+    for i in 0..N {
+        mem.write(4096 + 4 * i, &(i as f32).to_le_bytes());
+        mem.write(4096 + 4 * N + 4 * i, &(2.0 * i as f32).to_le_bytes());
+    }
+    let mut params = x.to_le_bytes().to_vec();
+    params.extend(y.to_le_bytes());
+    let grid = Grid {
+        groups: [(N / 64) as u32, 1, 1],
+        group_size: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    let mut ka = vec![0u8; 1024];
+    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
+    ka.truncate(n);
+    mem.write(0, &ka);
+    AddLaunch {
+        mem,
+        args,
+        y,
+        grid,
+        kernargs: ka,
+    }
+}
+
 fn add_dispatch(k: &Kernel, args: u64, groups: [u32; 3]) -> Vec<u32> {
     // User SGPRs in the order of the descriptor's enable bits (AMDGPUUsage).
     let props = k.code_properties();
@@ -90,45 +128,18 @@ const SCRATCH_VA: u64 = 0x6_0000_0000;
 
 #[test]
 fn a_kernel_with_a_private_segment_runs_with_the_dispatch_scratch() {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/scratch.co");
-    let Ok(bytes) = std::fs::read(&path) else {
-        println!(
-            "skipped: {} is absent (kernels/build.sh makes it)",
-            path.display()
-        );
-        return;
-    };
-    let co = CodeObject::parse(&bytes).unwrap();
-    let k = co.kernel("scratch").unwrap().clone();
-    assert!(k.private_segment_size() > 0);
+    const M: usize = 256;
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
-    let mut image = vec![0u8; co.image_size() as usize];
-    co.place(CODE_VA, &mut image).unwrap();
-    space
-        .alloc_vram(CODE_VA, (image.len() as u64).div_ceil(4096) * 4096)
-        .unwrap();
-    space.write(CODE_VA, &image).unwrap();
-    const M: usize = 256;
-    let mem = host(&space, HOST_VA, 8192);
-    let (input, out) = (HOST_VA + 4096, HOST_VA + 4096 + (M * 4) as u64);
-    let seeds: Vec<u32> = (0..M as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
-        .collect();
-    for (i, s) in seeds.iter().enumerate() {
-        mem.write(4096 + 4 * i, &s.to_le_bytes());
-    }
-    let mut params = input.to_le_bytes().to_vec();
-    params.extend(out.to_le_bytes());
-    let grid = Grid {
-        groups: [(M / 64) as u32, 1, 1],
-        group_size: [64, 1, 1],
-        dynamic_lds: 0,
+    let Some(ScratchLaunch {
+        kernel: k,
+        mem,
+        seeds,
+        grid,
+    }) = stage_scratch(&space, CODE_VA, M)
+    else {
+        return;
     };
-    let mut ka = vec![0u8; 1024];
-    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
-    mem.write(0, &ka[..n]);
     // Scratch for 16 waves of 32 lanes, in 256-byte granules per wave.
     let per_wave = u64::from(k.private_segment_size()) * 32;
     let granules = per_wave.div_ceil(256);
@@ -191,14 +202,8 @@ fn a_kernel_with_a_private_segment_runs_with_the_dispatch_scratch() {
         q.seen.faults.lock().unwrap()
     );
     for (i, seed) in seeds.iter().enumerate() {
-        let t: Vec<u32> = (0..320u32)
-            .map(|k| seed.wrapping_mul(k).wrapping_add(i as u32))
-            .collect();
-        let want = (0..64u32).fold(0u32, |acc, k| {
-            acc.wrapping_add(t[(seed.wrapping_add(k * 37) % 320) as usize])
-        });
         let got = mem.load_u32(4096 + 4 * M + 4 * i, Ordering::Acquire);
-        assert_eq!(got, want, "out[{i}]");
+        assert_eq!(got, scratch_output(i, *seed), "out[{i}]");
     }
 }
 
@@ -211,22 +216,13 @@ fn the_add_kernel_runs_through_a_pm4_dispatch() {
     };
 
     // x, y and the kernel arguments in host memory.
-    let mem = host(&space, HOST_VA, 3 * 4096 + 2 * N * 4);
-    let (x, y, args) = (HOST_VA + 4096, HOST_VA + 4096 + (N * 4) as u64, HOST_VA);
-    for i in 0..N {
-        mem.write(4096 + 4 * i, &(i as f32).to_le_bytes());
-        mem.write(4096 + 4 * N + 4 * i, &(2.0 * i as f32).to_le_bytes());
-    }
-    let mut params = x.to_le_bytes().to_vec();
-    params.extend(y.to_le_bytes());
-    let grid = Grid {
-        groups: [(N / 64) as u32, 1, 1],
-        group_size: [64, 1, 1],
-        dynamic_lds: 0,
-    };
-    let mut ka = vec![0u8; 1024];
-    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
-    mem.write(0, &ka[..n]);
+    let AddLaunch {
+        mem,
+        args,
+        grid,
+        kernargs,
+        ..
+    } = stage_add(&space, &k);
 
     let w = add_dispatch(&k, args, grid.groups);
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
@@ -249,7 +245,7 @@ fn the_add_kernel_runs_through_a_pm4_dispatch() {
     // The same launch with y unmapped faults the queue with the kernel's page fault.
     space.unmap(HOST_VA, mem.len() as u64).unwrap();
     let mem2 = host(&space, HOST_VA, 4096);
-    mem2.write(0, &ka[..n]);
+    mem2.write(0, &kernargs);
     q.submit(&w);
     let f = q.wait_fault();
     assert!(
@@ -338,22 +334,13 @@ fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
     let Some(k) = place_add(&space) else {
         return;
     };
-    let mem = host(&space, HOST_VA, 3 * 4096 + 2 * N * 4);
-    let (x, y, args) = (HOST_VA + 4096, HOST_VA + 4096 + (N * 4) as u64, HOST_VA);
-    for i in 0..N {
-        mem.write(4096 + 4 * i, &(i as f32).to_le_bytes());
-        mem.write(4096 + 4 * N + 4 * i, &(2.0 * i as f32).to_le_bytes());
-    }
-    let mut params = x.to_le_bytes().to_vec();
-    params.extend(y.to_le_bytes());
-    let grid = Grid {
-        groups: [(N / 64) as u32, 1, 1],
-        group_size: [64, 1, 1],
-        dynamic_lds: 0,
-    };
-    let mut ka = vec![0u8; 1024];
-    let n = kernarg::layout(k.plan(), &params, &[], &grid, &mut ka).unwrap();
-    mem.write(0, &ka[..n]);
+    let AddLaunch {
+        mem: _mem,
+        args,
+        y,
+        grid,
+        ..
+    } = stage_add(&space, &k);
     // In the kernel's space: a queue that waits until y[1] is 3.0 (the kernel's sum).
     let wait = |va: u64| {
         Packet::WaitRegMem(pm4::WaitRegMem::memory_at_least(va, 3.0f32.to_bits()))

@@ -1490,21 +1490,25 @@ mod tests {
     /// counts with high bits set), of values with both halves' top bits set and clear.
     #[test]
     fn shifts64_by_every_count_equal_the_general_executor() {
-        let cases: [(&[u32], &str); 3] = [
+        type Case = (&'static [u32], &'static str, fn(u64, u32) -> u64);
+        let cases: [Case; 3] = [
             (
                 &[0xd73c0004, 0x00020d03],
                 "v_lshlrev_b64 v[4:5], v3, v[6:7]",
+                |v, s| v << s,
             ),
             (
                 &[0xd73d0004, 0x00020d03],
                 "v_lshrrev_b64 v[4:5], v3, v[6:7]",
+                |v, s| v >> s,
             ),
             (
                 &[0xd73e0004, 0x00020d03],
                 "v_ashrrev_i64 v[4:5], v3, v[6:7]",
+                |v, s| ((v as i64) >> s) as u64,
             ),
         ];
-        for (words, text) in cases {
+        for (words, text, host) in cases {
             let i = decode(words).expect("LLVM's encoding decodes");
             assert!(matches!(Slot::new(i).fast, Fast::Shift64 { .. }), "{text}");
             for (k, (lo, hi)) in [
@@ -1525,14 +1529,7 @@ mod tests {
                     }
                 }
                 let expect: Vec<u64> = (0..64u32)
-                    .map(|s| {
-                        let v = (hi as u64) << 32 | lo as u64;
-                        match text.as_bytes()[2] {
-                            b'l' if text.starts_with("v_lshl") => v << s,
-                            b'l' => v >> s,
-                            _ => ((v as i64) >> s) as u64,
-                        }
-                    })
+                    .map(|s| host((hi as u64) << 32 | lo as u64, s))
                     .collect();
                 let mut c = wave(64, seed, u64::MAX, 0);
                 c.vgpr.copy_from_slice(&a.vgpr[..]);

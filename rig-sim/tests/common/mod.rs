@@ -5,7 +5,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rig_amd::code_object::{CodeObject, Kernel};
 use rig_amd::gpu::QueueKind;
+use rig_amd::kernarg::{self, Grid};
 use rig_shm::{Doorbell, SharedRegion};
 use rig_sim::{
     AddressSpace, Interrupt, Queue, QueueDesc, QueueFault, QueueStatus, SimConfig, SimGpu,
@@ -214,4 +216,73 @@ pub fn host(space: &AddressSpace, va: u64, bytes: usize) -> SharedRegion {
     let r = SharedRegion::create("data", bytes).unwrap();
     space.map_host(va, &r, 0, bytes as u64, true).unwrap();
     r
+}
+
+/// The LLVM-compiled `scratch` kernel (kernels/src/scratch.cl, a private array) placed at
+/// `code_va`, and its launch over `items` work-items in groups of 64 staged in host memory
+/// at `HOST_VA`: the kernel arguments there, the inputs (`seeds`) from 4096, the outputs
+/// after them ([`scratch_output`] says what each must hold).
+pub struct ScratchLaunch {
+    pub kernel: Kernel,
+    pub mem: SharedRegion,
+    pub seeds: Vec<u32>,
+    pub grid: Grid,
+}
+
+/// [`ScratchLaunch`] in `space`; `None`, saying so, when kernels/build.sh has not made the
+/// code object.
+pub fn stage_scratch(space: &AddressSpace, code_va: u64, items: usize) -> Option<ScratchLaunch> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/scratch.co");
+    let Ok(bytes) = std::fs::read(&path) else {
+        println!(
+            "skipped: {} is absent (kernels/build.sh makes it)",
+            path.display()
+        );
+        return None;
+    };
+    let co = CodeObject::parse(&bytes).unwrap();
+    let kernel = co.kernel("scratch").unwrap().clone();
+    assert!(kernel.private_segment_size() > 0);
+    let mut image = vec![0u8; co.image_size() as usize];
+    co.place(code_va, &mut image).unwrap();
+    space
+        .alloc_vram(code_va, (image.len() as u64).div_ceil(4096) * 4096)
+        .unwrap();
+    space.write(code_va, &image).unwrap();
+    let mem = host(space, HOST_VA, 8192);
+    let (input, out) = (HOST_VA + 4096, HOST_VA + 4096 + (items * 4) as u64);
+    let seeds: Vec<u32> = (0..items as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+        .collect();
+    for (i, s) in seeds.iter().enumerate() {
+        mem.write(4096 + 4 * i, &s.to_le_bytes());
+    }
+    let mut params = input.to_le_bytes().to_vec();
+    params.extend(out.to_le_bytes());
+    let grid = Grid {
+        groups: [(items / 64) as u32, 1, 1],
+        group_size: [64, 1, 1],
+        dynamic_lds: 0,
+    };
+    let mut ka = vec![0u8; 1024];
+    let n = kernarg::layout(kernel.plan(), &params, &[], &grid, &mut ka).unwrap();
+    mem.write(0, &ka[..n]);
+    Some(ScratchLaunch {
+        kernel,
+        mem,
+        seeds,
+        grid,
+    })
+}
+
+/// What `scratch` writes for work-item `i` whose input is `seed` (the host's run of
+/// kernels/src/scratch.cl).
+pub fn scratch_output(i: usize, seed: u32) -> u32 {
+    let t: Vec<u32> = (0..320u32)
+        .map(|k| seed.wrapping_mul(k).wrapping_add(i as u32))
+        .collect();
+    (0..64u32).fold(0u32, |acc, k| {
+        acc.wrapping_add(t[(seed.wrapping_add(k * 37) % 320) as usize])
+    })
 }
