@@ -206,9 +206,21 @@ pub(crate) struct Shared {
     /// Memory writes the queue's engines completed (releases, fences, copies, fills, data
     /// writes, kernels): counted by the simulator, so a client cannot fake progress.
     progress: AtomicU64,
+    /// When `progress` last grew, as nanoseconds past [`epoch`] plus one (0: never); stamped
+    /// before the count grows, so a reader that sees a count sees its stamp or a later one.
+    progressed_at: AtomicU64,
 }
 
-/// The instant `busy_since` counts from.
+impl Shared {
+    /// Counts one completed memory write, stamping when.
+    fn progressed(&self) {
+        let at = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+        self.progressed_at.fetch_max(at, Ordering::Release);
+        self.progress.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The instant `busy_since` and `progressed_at` count from.
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
@@ -230,7 +242,7 @@ impl Ctx {
     /// Announces this engine's write of `writes` (GPU address and bytes of each run it
     /// wrote, in this address space) to the waits watching those pages.
     pub(crate) fn notify(&self, writes: &[(u64, u64)]) {
-        self.shared.progress.fetch_add(1, Ordering::Relaxed);
+        self.shared.progressed();
         if self.gpu.events.idle() {
             return;
         }
@@ -244,7 +256,7 @@ impl Ctx {
     /// Announces the end of a kernel, whose stores are not followed one by one, to the waits
     /// watching any page this address space maps writable.
     pub(crate) fn notify_kernel(&self) {
-        self.shared.progress.fetch_add(1, Ordering::Relaxed);
+        self.shared.progressed();
         if self.gpu.events.idle() {
             return;
         }
@@ -358,7 +370,16 @@ impl Queue {
     /// anywhere (an indirect buffer chained to itself, a wait that never passes) from one
     /// that works.
     pub fn progress(&self) -> u64 {
-        self.shared.progress.load(Ordering::Relaxed)
+        self.shared.progress.load(Ordering::Acquire)
+    }
+
+    /// When [`Queue::progress`] last grew, `None` if it never did: read after the count, it
+    /// is that count's stamp or a later one's, so a hang bound counted from it is never early.
+    pub fn progressed_at(&self) -> Option<Instant> {
+        match self.shared.progressed_at.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(epoch() + Duration::from_nanos(n - 1)),
+        }
     }
 
     /// When the queue's processor began the run of packets it is still executing (a poll
@@ -486,6 +507,7 @@ pub(crate) fn start(
         doorbell: desc.doorbell.clone(),
         busy_since: AtomicU64::new(0),
         progress: AtomicU64::new(0),
+        progressed_at: AtomicU64::new(0),
     });
     let vmid = vm.vmid();
     let ctx = Ctx {

@@ -468,9 +468,12 @@ pub struct Device {
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
     /// there.
     progress: Option<(u64, Instant)>,
-    /// Watchdog: the path's count of completed work while queues run, and since when it
-    /// was seen at that count.
+    /// Watchdog: the path's count of completed work, and since when it has stood there (as
+    /// the path stamped its change, else the look that saw it). Followed while queues idle
+    /// too, so a run after an idle spell counts from its own start, whatever the tick.
     work: Option<(u64, Instant)>,
+    /// Watchdog: when it last looked at the device.
+    looked: Option<Instant>,
     /// Other devices' control pages mapped read-only for waits on their words, by device.
     /// Each holds the other device's memory until this device closes; it is not counted in
     /// [`Device::held`], being the other device's page.
@@ -549,6 +552,7 @@ impl Device {
             first: 0,
             progress: None,
             work: None,
+            looked: None,
             peer_words: HashMap::new(),
             charged: Footprint::default(),
             closed: false,
@@ -1463,31 +1467,46 @@ impl Device {
         };
         let (reached, submitted) = (self.reached(), self.submitted());
         let running = self.path.busy_since();
+        let work = self.path.progress();
+        let previous_look = self.looked.replace(now);
+        if self.work.is_none_or(|(count, _)| count != work) {
+            let at = self.path.progressed_at().filter(|at| *at <= now);
+            self.work = Some((work, at.unwrap_or(now)));
+        }
         let below = reached < submitted;
         if !below {
             self.progress = None;
-        }
-        if running.is_none() {
-            self.work = None;
         }
         if !below && running.is_none() {
             return seen;
         }
         seen.busy = true;
         let bound = std::time::Duration::from_millis(hang_ms);
-        // Two bounds, each late by at most a tick and never early. The word's: it stayed
-        // below the submitted value (both written by the client, so it can only lose
-        // itself by them). The path's: queues ran without completing any work, counted
-        // from the later of the run's start and the last completed work; a client cannot
-        // fake that count, nor keep a queue running by leaving `submitted` unpublished
-        // or by writing its own word.
+        // Two bounds, never early, each counted from when its stall began as far as rigd can
+        // know it, not from the look that first saw it: a look after an idle spell may come
+        // a whole idle tick late, and the bound must not grow by it. The word's: it stayed
+        // below the submitted value (both written by the client, so it can only lose itself
+        // by them). The path's: queues ran without completing any work, counted from the
+        // later of the run's start and the last completed work; a client cannot fake that
+        // count, nor keep a queue running by leaving `submitted` unpublished or by writing
+        // its own word.
         let mut why = None;
         if below {
             let since = match self.progress {
                 Some((seen, since)) if seen == reached => since,
                 _ => {
-                    self.progress = Some((reached, now));
-                    now
+                    // The last look saw the word elsewhere, so the stall began after it: at a
+                    // completion the path stamped since then, or at a run that began since
+                    // then (at a doorbell, after the work was published); else now.
+                    let after_look =
+                        |at: Instant| previous_look.is_some_and(|p| at >= p) && at <= now;
+                    let from = match self.progress {
+                        Some(_) => self.path.progressed_at().filter(|at| after_look(*at)),
+                        None => running.filter(|run| after_look(*run)),
+                    };
+                    let from = from.unwrap_or(now);
+                    self.progress = Some((reached, from));
+                    from
                 }
             };
             let still = now.saturating_duration_since(since);
@@ -1498,15 +1517,7 @@ impl Device {
                 ));
             }
         }
-        if let (None, Some(run)) = (&why, running) {
-            let work = self.path.progress();
-            let since = match self.work {
-                Some((count, since)) if count == work => since,
-                _ => {
-                    self.work = Some((work, now));
-                    now
-                }
-            };
+        if let (None, Some(run), Some((_, since))) = (&why, running, self.work) {
             let still = now.saturating_duration_since(since.max(run));
             if still >= bound {
                 why = Some(format!(

@@ -430,6 +430,15 @@ impl State {
         changed
     }
 
+    /// The shortest hang bound of the GPUs served, if any has one.
+    pub fn shortest_hang_bound(&self) -> Option<Duration> {
+        self.gpus
+            .iter()
+            .filter_map(|g| g.backend.as_ref()?.description().hang_ms)
+            .min()
+            .map(Duration::from_millis)
+    }
+
     /// One look at everything for [`crate::metrics`] (the sampler and rigctl's figures):
     /// the book briefly, then each device under its own lock.
     pub fn observe(&self) -> crate::metrics::Observed {
@@ -1627,14 +1636,21 @@ pub enum Msg {
 /// How often the watchdog looks while some device has outstanding work.
 const BUSY_TICK: Duration = Duration::from_millis(10);
 /// How often it looks otherwise, at first: work is submitted with plain stores rigd does not
-/// see, so it must look. Each idle look doubles the next tick, up to [`IDLE_TICK_MOST`],
-/// so that a daemon whose clients all sit idle (256 of them holding 8 devices each, 2048
-/// devices) spends no measurable CPU looking at them; a look that finds work outstanding
-/// brings the tick back to [`BUSY_TICK`]. The first look at work submitted after a long idle
-/// may therefore come up to [`IDLE_TICK_MOST`] late, and a hang bound counts from it.
+/// see, so it must look. Each idle look doubles the next tick, up to [`IDLE_TICK_MOST`] or a
+/// quarter of the shortest hang bound, so that a daemon whose clients all sit idle (256 of
+/// them holding 8 devices each, 2048 devices) spends no measurable CPU looking at them; a
+/// look that finds work outstanding brings the tick back to [`BUSY_TICK`]. The first look at
+/// work submitted after a long idle may come that late, but a hang bound counts from when
+/// the stall began as far as the path can tell ([`Device::watch`]), not from that look.
 const IDLE_TICK: Duration = Duration::from_millis(200);
 /// The longest idle tick.
 const IDLE_TICK_MOST: Duration = Duration::from_millis(1600);
+
+/// The longest idle tick for hang bounds as short as `shortest`: a quarter of it, so that a
+/// stall seen first after an idle spell is lost at most a quarter of its bound late.
+fn idle_tick_most(shortest: Option<Duration>) -> Duration {
+    shortest.map_or(IDLE_TICK_MOST, |b| (b / 4).clamp(BUSY_TICK, IDLE_TICK_MOST))
+}
 
 /// Runs the watch thread: fault reports from paths and the hang watchdog. A fault on a
 /// device a request holds is handled at a later tick, so the thread never waits for a
@@ -1649,7 +1665,9 @@ pub fn spawn_watch(
     std::thread::Builder::new()
         .name("rigd-watch".into())
         .spawn(move || {
-            let mut tick = IDLE_TICK;
+            let most = idle_tick_most(shared.shortest_hang_bound());
+            let first = IDLE_TICK.min(most);
+            let mut tick = first;
             let mut pending: Vec<(DeviceId, rig_proto::Fault)> = Vec::new();
             loop {
                 match rx.recv_timeout(tick) {
@@ -1674,8 +1692,8 @@ pub fn spawn_watch(
                 let busy = working || !pending.is_empty();
                 tick = match (busy, tick) {
                     (true, _) => BUSY_TICK,
-                    (false, t) if t < IDLE_TICK => IDLE_TICK,
-                    (false, t) => (t * 2).min(IDLE_TICK_MOST),
+                    (false, t) if t < first => first,
+                    (false, t) => (t * 2).min(most),
                 };
             }
             shared.shutdown();

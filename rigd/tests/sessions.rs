@@ -392,6 +392,41 @@ fn a_hang_loses_the_device() {
     s.wptr = 0;
 }
 
+/// A value published after an idle spell that no work releases is lost at the hang bound,
+/// at most the watchdog's longest idle tick (a quarter of the bound) late, never early.
+#[test]
+fn a_value_published_after_an_idle_spell_is_lost_near_its_bound() {
+    let bound = Duration::from_millis(1000);
+    let d = Rigd::start(&format!(
+        "[access]\nany = true\n\n[[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\nhang_ms = {}\n",
+        bound.as_millis()
+    ));
+    let mut c = d.client("t");
+    for round in 0..3 {
+        let o = c.open();
+        let s = Submitter::new(&o);
+        std::thread::sleep(Duration::from_secs(3));
+        let published = std::time::Instant::now();
+        s.control
+            .store_u64(s.submitted_off as usize, 5, Ordering::Release);
+        let mut took = None;
+        while published.elapsed() < Duration::from_secs(10) {
+            if matches!(c.call(Request::DeviceStatus { device: o.id() }), Response::Status(st) if st.lost.is_some())
+            {
+                took = Some(published.elapsed());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let took = took.expect("a value nothing releases was never lost");
+        assert!(took >= bound, "round {round}: lost early, after {took:?}");
+        assert!(
+            took < bound + bound / 4 + Duration::from_millis(250),
+            "round {round}: lost {took:?} after it was published, past its {bound:?} bound and a quarter"
+        );
+    }
+}
+
 #[test]
 fn real_gpus_without_a_path_are_listed_not_replaced() {
     let sys = tempfile::tempdir().unwrap();

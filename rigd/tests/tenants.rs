@@ -595,6 +595,69 @@ fn a_client_moving_its_own_word_does_not_hide_a_spinning_queue() {
     self_chained_indirect_buffer(true);
 }
 
+/// Makes `o`'s compute queue call an indirect buffer that jumps to itself, and rings its
+/// doorbell; returns when it rang.
+fn spin_forever(c: &mut Client, o: &Opened) -> std::time::Instant {
+    let (_, ib, view) = alloc(c, o.id(), MemoryKind::Pinned, 4096);
+    let ib_packet = |chain: bool| {
+        let mut w = [0u32; rig_amd::pm4::IndirectBuffer::WORDS];
+        rig_amd::pm4::IndirectBuffer {
+            address: ib,
+            size_dw: w.len() as u32,
+            chain,
+            pre_enable: false,
+            valid: true,
+            vmid: 0,
+            cache_policy: 0,
+            pre_resume: false,
+            privileged: false,
+        }
+        .encode(&mut w)
+        .unwrap();
+        w
+    };
+    view.unwrap().write_u32s(0, &ib_packet(true));
+    let mut ring = Ring::on(o, &o.msg.compute, 4);
+    ring.push(&ib_packet(false));
+    let rang = std::time::Instant::now();
+    ring.kick();
+    rang
+}
+
+/// The hang bound counts from when a stall began, not from the watchdog's first look at it:
+/// after an idle spell (the watchdog then looks seldom) a queue that spins is lost at its
+/// bound, neither earlier nor a whole idle tick later.
+#[test]
+fn a_stall_after_an_idle_spell_is_lost_at_its_bound() {
+    let bound = Duration::from_millis(1000);
+    let d = Rigd::start(&format!(
+        "[access]\nany = true\n\n[[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\nhang_ms = {}\n",
+        bound.as_millis()
+    ));
+    let mut c = d.client("idler");
+    for round in 0..3 {
+        let o = c.open();
+        // Long enough for the idle tick to back off as far as it goes.
+        std::thread::sleep(Duration::from_secs(3));
+        let rang = spin_forever(&mut c, &o);
+        let mut took = None;
+        let deadline = rang + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if lost(&mut c, o.id()) {
+                took = Some(rang.elapsed());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let took = took.expect("a spinning queue was never lost");
+        assert!(took >= bound, "round {round}: lost early, after {took:?}");
+        assert!(
+            took < bound + Duration::from_millis(400),
+            "round {round}: lost {took:?} after its doorbell, past its {bound:?} bound"
+        );
+    }
+}
+
 fn self_chained_indirect_buffer(move_the_word: bool) {
     let d = Rigd::start(
         "[access]\nany = true\n\n[[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\nhang_ms = 200\n",

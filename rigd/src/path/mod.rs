@@ -226,4 +226,11 @@ pub trait Path: Send + fmt::Debug {
     /// matter, not the value. A path that cannot tell answers a constant, so running queues
     /// count as stalled after the hang bound.
     fn progress(&self) -> u64;
+
+    /// When [`Path::progress`] last changed, if the path knows, read after it: the hang bound
+    /// counts a stall from it whatever the watchdog's tick was then. `None` makes the
+    /// watchdog count from the look that saw the change.
+    fn progressed_at(&self) -> Option<std::time::Instant> {
+        None
+    }
 }

@@ -506,6 +506,10 @@ impl Path for SimPath {
             .values()
             .fold(0u64, |sum, q| sum.wrapping_add(q.progress()))
     }
+
+    fn progressed_at(&self) -> Option<std::time::Instant> {
+        self.queues.values().filter_map(|q| q.progressed_at()).max()
+    }
 }
 
 impl Drop for SimPath {
