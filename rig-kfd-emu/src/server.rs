@@ -162,6 +162,10 @@ impl Server {
         socket::setsockopt(&sock, sockopt::PassCred, &true)?;
         let addr = socket::UnixAddr::new(path)?;
         socket::bind(sock.as_raw_fd(), &addr)?;
+        // Any process may open it, as /dev/kfd where udev makes it 0666: who reaches it is
+        // its directory's say (rigd passes its workers, which run as other users, an
+        // O_PATH descriptor of it).
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
         socket::listen(
             &sock,
             socket::Backlog::new(64).unwrap_or(socket::Backlog::MAXCONN),

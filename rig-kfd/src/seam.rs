@@ -376,7 +376,11 @@ impl Emulated {
         .map_err(|e| Errno(e as i32))?;
         let addr = UnixAddr::new(&self.socket).map_err(|e| Errno(e as i32))?;
         // An emulation that is not running is a machine without the device.
-        socket::connect(sock.as_raw_fd(), &addr).map_err(|_| Errno(libc::ENOENT))?;
+        // A socket the caller may not write is the device's EACCES.
+        socket::connect(sock.as_raw_fd(), &addr).map_err(|e| match e {
+            nix::errno::Errno::EACCES => Errno(libc::EACCES),
+            _ => Errno(libc::ENOENT),
+        })?;
         let head = wire::Header {
             code: wire::OP_OPEN,
             a,

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use rig_kfd::seam::{Emulated, Kernel};
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
+use rigd::config::KfdConfig;
 use rigd::path::kfd::{KfdBackend, KfdProcess};
-use rigd::path::worker::{KernelSpec, WorkerCommand, Workers};
+use rigd::path::worker::{KernelSpec, WorkerCommand, WorkerUser, Workers};
 use rigd::path::{Backend, Events, Path, QueueSpec};
 
 const ROUNDS: usize = 2000;
@@ -151,8 +152,7 @@ fn main() {
             socket: sock.clone(),
             topology: topo.clone(),
         },
-        uid: None,
-        gid: None,
+        user: WorkerUser::of(&KfdConfig::default(), nix::unistd::geteuid().as_raw()).unwrap(),
     });
     let backend = workers
         .backends(std::slice::from_ref(&node))

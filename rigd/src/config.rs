@@ -178,11 +178,17 @@ pub struct KfdConfig {
     /// The `rig-worker` program rigd runs each client's KFD devices in (one KFD process and
     /// GPU address space per client); default: the file beside rigd's own executable.
     pub worker: Option<PathBuf>,
-    /// The uid workers run as; default: rigd's. A worker needs only `/dev/kfd` and the
-    /// render nodes (the `render` group, or the emulated KFD's socket).
+    /// One uid every worker runs as, instead of a dynamic uid each; `0` keeps them root,
+    /// rigd's user (unsafe: a client's KFD process then holds root). A worker needs only
+    /// `/dev/kfd` and the render nodes (their group, or the emulated KFD's socket).
     pub worker_uid: Option<u32>,
-    /// The gid workers run as; default: rigd's.
+    /// The gid workers run as; default: the group of `device` where it may read and write
+    /// it, else the worker's uid's number.
     pub worker_gid: Option<u32>,
+    /// The uids rigd (as root) gives its workers when `worker_uid` is not set, `first-last`:
+    /// each worker a uid of its own that no other worker holds and the user database does
+    /// not name. Default: `61184-65519`, systemd's range for dynamic users.
+    pub worker_uids: String,
 }
 
 impl Default for KfdConfig {
@@ -195,6 +201,11 @@ impl Default for KfdConfig {
             worker: None,
             worker_uid: None,
             worker_gid: None,
+            worker_uids: format!(
+                "{}-{}",
+                crate::path::worker::DEFAULT_WORKER_UIDS.0,
+                crate::path::worker::DEFAULT_WORKER_UIDS.1
+            ),
         }
     }
 }
@@ -286,6 +297,9 @@ impl Config {
         }
         if self.daemon.socket.as_os_str().is_empty() {
             return Err(invalid("daemon.socket must not be empty".into()));
+        }
+        if let Err(e) = crate::path::worker::parse_uids(&self.kfd.worker_uids) {
+            return Err(invalid(e));
         }
         let l = &self.limits;
         if l.gpu_share_percent == 0 || l.gpu_share_percent > 100 {

@@ -34,8 +34,9 @@ use std::time::Instant;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rig_proto::messages::{
-    DeviceId, DeviceOpened, FdIndex, GpuShare, Grown, ImageId, MemoryHeld, MemoryKind, QueueKind,
-    QueueShare, RegionId, RingState, SegmentShare, Share, WordShare,
+    DeviceId, DeviceOpened, ErrorCode, ErrorReply, FdIndex, GpuShare, Grown, ImageId, MemoryHeld,
+    MemoryKind, QueueKind, QueueShare, RegionId, Response, RingState, SegmentShare, Share,
+    WordShare,
 };
 use rig_shm::layout::{
     CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, LOST_BYTES,
@@ -45,7 +46,7 @@ use rig_shm::layout::{
 use rig_shm::{Doorbell, SharedRegion};
 
 use crate::path::{
-    Fault, GpuDescription, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Stopped,
+    Fault, GpuDescription, Path, PathMemory, QueueHandle, QueueMemory, QueueSpec, Refusal, Stopped,
 };
 
 /// Bytes of a ring made at open, and of the argument segment made at open.
@@ -160,6 +161,8 @@ struct Queue {
     memory: PathMemory,
     /// The path's queue, until retired or stopped.
     handle: Option<QueueHandle>,
+    /// What the path made for the queue besides its ring, charged while `handle` is some.
+    own: QueueMemory,
     /// Its doorbell slot in the device's doorbell page.
     slot: usize,
 }
@@ -244,6 +247,9 @@ pub struct Footprint {
     pub host_bytes: u64,
     /// Memory of the device's GPU (`limits.gpu_share_percent`).
     pub gpu_bytes: u64,
+    /// Of `bytes`, those the path makes on its own for queues ([`QueueMemory`]): named in
+    /// a refusal, so the user learns what took its memory.
+    pub queue_bytes: u64,
 }
 
 impl Footprint {
@@ -255,6 +261,7 @@ impl Footprint {
             objects: 0,
             fds: hosted,
             maps: hosted,
+            queue_bytes: 0,
             host_bytes: match m.kind {
                 Some(MemoryKind::Pinned | MemoryKind::Mapped) => m.bytes,
                 _ => 0,
@@ -283,10 +290,32 @@ impl Footprint {
         maps: 1,
         host_bytes: 0,
         gpu_bytes: 0,
+        queue_bytes: 0,
     };
 
-    /// What opening a device costs at most before it is made: its control page, first rings
-    /// and segment (one memfd and mapping each), doorbell page, eventfd and queue threads.
+    /// What the path makes for a queue besides its ring.
+    pub fn queue(own: QueueMemory) -> Footprint {
+        Footprint {
+            bytes: own.total(),
+            host_bytes: own.host,
+            gpu_bytes: own.gpu,
+            queue_bytes: own.total(),
+            ..Footprint::default()
+        }
+    }
+
+    /// What opening a device on the GPU `desc` describes costs at most before it is made:
+    /// [`Footprint::opening`] and what the path makes for its first compute and copy queues.
+    pub fn opening_on(desc: &GpuDescription) -> Footprint {
+        let q = &desc.queue_memory;
+        Footprint::opening()
+            .plus(Footprint::queue(q.of(desc.gpu.compute_queue())))
+            .plus(Footprint::queue(q.of(QueueKind::Sdma)))
+    }
+
+    /// What opening a device costs at most before it is made, besides what its path makes
+    /// for queues: its control page, first rings and segment (one memfd and mapping each),
+    /// doorbell page, eventfd and queue threads.
     pub fn opening() -> Footprint {
         let pinned = CONTROL_PAGE_BYTES
             + 2 * (FIRST_RING_BYTES + POSITIONS_PAGE_BYTES)
@@ -298,6 +327,7 @@ impl Footprint {
             maps: 4 + 1 + 2 * THREAD_MAPS,
             host_bytes: pinned + DOORBELL_PAGE_BYTES as u64,
             gpu_bytes: 0,
+            queue_bytes: 0,
         }
     }
 
@@ -311,6 +341,7 @@ impl Footprint {
             maps: 3 + 2 * THREAD_MAPS,
             host_bytes: bytes,
             gpu_bytes: 0,
+            queue_bytes: 0,
         }
     }
 
@@ -323,6 +354,7 @@ impl Footprint {
             maps: self.maps.saturating_add(o.maps),
             host_bytes: self.host_bytes.saturating_add(o.host_bytes),
             gpu_bytes: self.gpu_bytes.saturating_add(o.gpu_bytes),
+            queue_bytes: self.queue_bytes.saturating_add(o.queue_bytes),
         }
     }
 
@@ -335,8 +367,49 @@ impl Footprint {
             maps: self.maps.saturating_sub(o.maps),
             host_bytes: self.host_bytes.saturating_sub(o.host_bytes),
             gpu_bytes: self.gpu_bytes.saturating_sub(o.gpu_bytes),
+            queue_bytes: self.queue_bytes.saturating_sub(o.queue_bytes),
         }
     }
+}
+
+/// A limit's refusal of `need`, which holds memory the path makes for queues, made into a
+/// `Quota` error that says so: a bare byte count would hide that the queues' memory (44 MiB
+/// a compute queue on a gfx1100) is what the user's devices take. Other refusals pass as
+/// they are.
+pub fn naming_queues(refusal: Response, need: Footprint, uid: u32) -> Response {
+    let Response::NoMemory {
+        bytes,
+        limit: Some(l),
+        ..
+    } = &refusal
+    else {
+        return refusal;
+    };
+    if need.queue_bytes == 0 {
+        return refusal;
+    }
+    let message = format!(
+        "user {uid} needs {} more, {} of it the memory the GPU's driver makes for the \
+         device's queues besides their rings (each compute queue's context-save area and \
+         EOP buffer, `rigctl gpus` shows what a queue costs), and {}: {} ({}) is {} short; \
+         close devices or free memory first",
+        mib(*bytes),
+        mib(need.queue_bytes),
+        if l.name == "limits.gpu_share_percent" {
+            "its share of the GPU's memory holds no more"
+        } else {
+            "the limit holds no more"
+        },
+        l.name,
+        mib(l.value),
+        mib(l.missing),
+    );
+    Response::Error(ErrorReply::new(ErrorCode::Quota, message))
+}
+
+/// Bytes as MiB with one decimal, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 /// Mappings a queue's thread costs rigd (its stack and the stack's guard).
@@ -641,6 +714,7 @@ impl Device {
                 ring_bytes,
                 memory,
                 handle: Some(h),
+                own: self.desc.queue_memory.of(kind),
                 slot,
             }),
             Err(r) => {
@@ -773,7 +847,42 @@ impl Device {
         for m in own {
             kind_bytes(m.kind, &mut held, m.bytes);
         }
+        // What the path made for live queues: VRAM as Device memory, host memory as Pinned.
+        for q in self.live_queues() {
+            held.device += q.own.gpu;
+            held.pinned += q.own.host;
+        }
         held
+    }
+
+    fn live_queues(&self) -> impl Iterator<Item = &Queue> {
+        self.compute
+            .iter()
+            .chain(&self.copy)
+            .filter(|q| q.handle.is_some())
+    }
+
+    /// What the path makes for the queues a growth for these sizes makes, besides their
+    /// rings: charged with [`Footprint::growth`] before the growth.
+    pub fn growth_queues(&self, compute_bytes: u64, copy_bytes: u64) -> Footprint {
+        let mut f = Footprint::default();
+        for (need, queues, half) in [
+            (compute_bytes, &self.compute, false),
+            (copy_bytes, &self.copy, true),
+        ] {
+            let Some(newest) = queues.last() else {
+                continue;
+            };
+            let holds = if half {
+                newest.ring_bytes / 2
+            } else {
+                newest.ring_bytes.saturating_sub(1)
+            };
+            if need > holds {
+                f = f.plus(Footprint::queue(self.desc.queue_memory.of(newest.kind)));
+            }
+        }
+        f
     }
 
     /// What the device makes rigd hold, for the limits. Its cost does not grow with the
@@ -789,12 +898,10 @@ impl Device {
             .chain(&self.control)
             .chain(&self.scratch)
             .fold(Footprint::default(), |f, m| f.plus(Footprint::of(m)));
-        let threads = self
-            .compute
-            .iter()
-            .chain(&self.copy)
-            .filter(|q| q.handle.is_some())
-            .count() as u64;
+        let threads = self.live_queues().count() as u64;
+        let queues = self
+            .live_queues()
+            .fold(Footprint::default(), |f, q| f.plus(Footprint::queue(q.own)));
         let peers = self.peer_words.len() as u64;
         let base = Footprint {
             // The doorbell page's memfd and the interrupt eventfd.
@@ -805,6 +912,7 @@ impl Device {
             ..Footprint::default()
         };
         own.plus(base)
+            .plus(queues)
             .plus(self.regions.cost)
             .plus(self.quarantine_cost)
     }

@@ -89,6 +89,26 @@ fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
     }
 }
 
+/// Whom workers run as; a `[kfd] worker_uids` the configuration check let pass but that
+/// does not parse keeps them as rigd's user only where rigd is no one privileged.
+fn worker_user(config: &crate::config::KfdConfig) -> crate::path::worker::WorkerUser {
+    use crate::path::worker::WorkerUser;
+    let euid = nix::unistd::geteuid().as_raw();
+    WorkerUser::of(config, euid).unwrap_or_else(|e| {
+        tracing::error!("{e}: KFD workers take the default range");
+        let (first, last) = crate::path::worker::DEFAULT_WORKER_UIDS;
+        if euid == 0 {
+            WorkerUser::Dynamic {
+                first,
+                last,
+                gid: config.worker_gid,
+            }
+        } else {
+            WorkerUser::Rigd
+        }
+    })
+}
+
 fn kfd_entries(found: &KfdFound, config: &crate::config::KfdConfig, out: &mut Vec<GpuEntry>) {
     use crate::path::worker::{KernelSpec, WorkerCommand, Workers};
     // Each client's devices run in a worker process of its own; one probe worker describes
@@ -105,8 +125,7 @@ fn kfd_entries(found: &KfdFound, config: &crate::config::KfdConfig, out: &mut Ve
             },
             None => KernelSpec::Host,
         },
-        uid: config.worker_uid,
-        gid: config.worker_gid,
+        user: worker_user(config),
     });
     let served: Vec<rig_kfd::topology::Node> = found
         .nodes

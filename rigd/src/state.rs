@@ -529,7 +529,7 @@ impl State {
     ) -> Result<(), Halt> {
         let mut book = self.book();
         if let Some(r) = self.admit(&book, client, gpu, need, device) {
-            return Err(r.into());
+            return Err(crate::device::naming_queues(r, need, uid_of(&book, client)).into());
         }
         let uid = uid_of(&book, client);
         if device {
@@ -756,7 +756,7 @@ impl State {
             )
             .into());
         };
-        let reserved = Footprint::opening();
+        let reserved = Footprint::opening_on(backend.description());
         self.reserve(client, gpu, reserved, true)?;
         let id = DeviceId(self.next_device.fetch_add(1, Ordering::Relaxed));
         let made = self.make_device(client, id, gpu, backend.as_ref());
@@ -846,7 +846,7 @@ impl State {
             Ok(d) => d,
             Err(MakeError::Short { .. }) => {
                 return Err(Response::NoMemory {
-                    bytes: Footprint::opening().bytes,
+                    bytes: Footprint::opening_on(backend.description()).bytes,
                     shortage: Shortage::Gpu,
                     limit: None,
                 }
@@ -886,6 +886,7 @@ impl State {
             } else {
                 rounded
             },
+            queue_bytes: 0,
         };
         self.reserve_for(client, h, need)?;
         let region = RegionId(self.new_object_id());
@@ -980,7 +981,8 @@ impl State {
             }
         };
         if want > 0 {
-            self.reserve_for(client, h, Footprint::growth(want))?;
+            let queues = h.d.growth_queues(sizes.0, sizes.1);
+            self.reserve_for(client, h, Footprint::growth(want).plus(queues))?;
         }
         Ok(match h.d.grow(sizes.0, sizes.1, sizes.2, installed) {
             Ok((g, fds)) => (Response::Grown(g), fds),

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
-use rigd::path::worker::{KernelSpec, WorkerBackend, WorkerCommand, Workers};
+use rigd::config::KfdConfig;
+use rigd::path::worker::{KernelSpec, WorkerBackend, WorkerCommand, WorkerUser, Workers};
 use rigd::path::{Backend, Events, Path, QueueSpec, Stopped};
 
 struct Setup {
@@ -31,8 +32,7 @@ fn setup() -> Setup {
             socket: sock,
             topology: topo.clone(),
         },
-        uid: None,
-        gid: None,
+        user: WorkerUser::of(&KfdConfig::default(), nix::unistd::geteuid().as_raw()).unwrap(),
     });
     let node = rig_kfd::topology::read(&topo)
         .unwrap()
@@ -293,8 +293,7 @@ fn a_rigd_with_a_worker() {
             socket: dir.join("kfd.sock"),
             topology: topo.clone(),
         },
-        uid: None,
-        gid: None,
+        user: WorkerUser::of(&KfdConfig::default(), nix::unistd::geteuid().as_raw()).unwrap(),
     });
     let node = rig_kfd::topology::read(&topo)
         .unwrap()
@@ -358,4 +357,199 @@ fn rigds_death_ends_its_workers_and_their_kfd_processes() {
     until("its KFD process to be released", || {
         server.processes().is_empty()
     });
+}
+
+/// The `Key:\t...` line of a `/proc/<pid>/status`.
+fn status_line(status: &str, key: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn each_clients_worker_runs_as_a_uid_of_its_own_without_groups_or_capabilities() {
+    // rigd is root here, so the default is a dynamic uid of [kfd] worker_uids.
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test runs rigd as root"
+    );
+    let s = setup();
+    let (a, b) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let mut path_a = s.backend.open(events(11, &a)).unwrap();
+    let mut path_b = s.backend.open(events(12, &b)).unwrap();
+    // Each worker opened KFD itself and runs a queue as that uid.
+    let _qa = pm4_queue(&mut path_a);
+    let _qb = pm4_queue(&mut path_b);
+    let running = s.workers.running();
+    assert_eq!(running.len(), 2);
+    let (first, last) = rigd::path::worker::DEFAULT_WORKER_UIDS;
+    let mut uids = Vec::new();
+    for (_, pid) in running {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid: Vec<u32> = status_line(&status, "Uid:")
+            .split_whitespace()
+            .map(|u| u.parse().unwrap())
+            .collect();
+        // Real, effective, saved and filesystem uids alike: nothing to regain root by.
+        assert!(uid.iter().all(|u| *u == uid[0]), "{status}");
+        assert!((first..=last).contains(&uid[0]), "uid {} {status}", uid[0]);
+        assert_eq!(status_line(&status, "Groups:"), "", "{status}");
+        assert!(
+            !status_line(&status, "Gid:")
+                .split_whitespace()
+                .any(|g| g == "0"),
+            "{status}"
+        );
+        for caps in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+            assert_eq!(status_line(&status, caps), "0000000000000000", "{status}");
+        }
+        uids.push(uid[0]);
+    }
+    assert_ne!(uids[0], uids[1], "two clients' workers share a uid");
+}
+
+#[test]
+fn worker_uid_zero_keeps_workers_as_rigds_user_and_a_range_is_checked() {
+    use rigd::path::worker::parse_uids;
+    let root = KfdConfig {
+        worker_uid: Some(0),
+        ..KfdConfig::default()
+    };
+    assert_eq!(WorkerUser::of(&root, 0).unwrap(), WorkerUser::Rigd);
+    // A rigd that is not root cannot be anyone else.
+    assert_eq!(
+        WorkerUser::of(&KfdConfig::default(), 1000).unwrap(),
+        WorkerUser::Rigd
+    );
+    assert_eq!(parse_uids("61184-65519").unwrap(), (61184, 65519));
+    for bad in ["0-10", "10-5", "61184", "a-b", ""] {
+        let e = parse_uids(bad).unwrap_err();
+        assert!(e.contains("worker_uids"), "{e}");
+    }
+}
+
+/// A state serving the emulated gfx1100 (4 GiB) through workers, with `limits`.
+fn state_over(s: &Setup, limits: rigd::config::Limits) -> rigd::state::State {
+    let info = rig_proto::messages::GpuInfo {
+        index: 0,
+        name: "AMD:0".into(),
+        arch: "gfx1100".into(),
+        path: rig_proto::messages::PathKind::Kfd,
+        bus: None,
+        budget: s.backend.description().budget,
+        simulated: false,
+        unavailable: None,
+    };
+    let backend = s.workers.backends(&[node_gfx1100(s)]).remove(0).unwrap();
+    let gpus = vec![rigd::gpus::GpuEntry {
+        info,
+        backend: Some(Arc::new(backend)),
+        why_not: None,
+        firmware: None,
+    }];
+    // Faults go nowhere: no work runs here.
+    let (tx, _) = std::sync::mpsc::channel();
+    rigd::state::State::new(gpus, limits, None, tx)
+}
+
+fn node_gfx1100(s: &Setup) -> rig_kfd::topology::Node {
+    rig_kfd::topology::read(&s._dir.path().join("topology"))
+        .unwrap()
+        .into_iter()
+        .find(|n| n.is_gpu() && n.processor_name() == "gfx1100")
+        .unwrap()
+}
+
+#[test]
+fn one_user_filling_its_share_with_queues_leaves_room_for_another() {
+    use rig_proto::messages::{Request, Response};
+    use rigd::state::Handler;
+    let s = setup();
+    let limits = rigd::config::Limits {
+        devices: 200,
+        ..rigd::config::Limits::default()
+    };
+    let state = state_over(&s, limits);
+    let peer = |uid: u32| rigd::config::Peer {
+        pid: std::process::id() as i32,
+        uid,
+        gid: uid,
+        groups: Vec::new(),
+    };
+    let cost = s.backend.description().client_cost.unwrap().queue_bytes;
+    let budget = s.backend.description().budget;
+    // User 1001 opens devices from two connections (two workers, two KFD processes: the
+    // emulation's 128 doorbells a process bound one) until refused.
+    let conns = [
+        state.connect(peer(1001), "filler".into()),
+        state.connect(peer(1001), "filler".into()),
+    ];
+    let mut opened = 0u64;
+    let refusal = loop {
+        let c = conns[(opened % 2) as usize];
+        match state
+            .handle(c, Request::OpenDevice { gpu: 0 }, Vec::new())
+            .0
+        {
+            Response::DeviceOpened(_) => opened += 1,
+            r => break r,
+        }
+        assert!(opened < 150, "never refused");
+    };
+    let Response::Error(e) = &refusal else {
+        panic!("refused with {refusal:?}, not a Quota error");
+    };
+    assert_eq!(e.code, rig_proto::messages::ErrorCode::Quota, "{e:?}");
+    assert!(
+        e.message.contains("limits.gpu_share_percent"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("context-save area"), "{}", e.message);
+    assert!(
+        e.message
+            .contains(&format!("{:.1} MiB", cost as f64 / 1048576.0)),
+        "the queue memory named: {}",
+        e.message
+    );
+    // Its devices' queues hold at most half the GPU, and the book shows it.
+    assert!(
+        opened * cost <= budget / 2,
+        "{opened} devices of {cost} bytes"
+    );
+    assert!(
+        opened * cost > budget / 2 - 2 * cost,
+        "{opened} devices filled the share"
+    );
+    let seen = state.observe();
+    let used: u64 = seen
+        .devices
+        .iter()
+        .filter(|d| d.gpu == 0)
+        .map(|d| d.held.device + d.held.mapped)
+        .sum();
+    assert_eq!(
+        used,
+        opened * cost,
+        "GpuStatus' used bytes count the queues"
+    );
+    assert!(state.held_bytes() >= opened * cost);
+    // Another user opens a device, and it runs: its queue's memory was there.
+    let other = state.connect(peer(1002), "other".into());
+    match state
+        .handle(other, Request::OpenDevice { gpu: 0 }, Vec::new())
+        .0
+    {
+        Response::DeviceOpened(_) => {}
+        r => panic!("the second user was refused: {r:?}"),
+    }
+    // Closing gives the charge back.
+    for c in conns {
+        state.disconnect(c);
+    }
+    state.disconnect(other);
+    until("every charge given back", || state.held_bytes() == 0);
 }

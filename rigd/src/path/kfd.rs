@@ -57,8 +57,8 @@ use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 
 use super::{
-    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
-    Refusal, Stopped,
+    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueCosts, QueueHandle,
+    QueueMemory, QueueSpec, Refusal, Stopped,
 };
 
 /// The hang bound of KFD devices, in milliseconds: amdgpu bounds no user queue's work.
@@ -289,7 +289,26 @@ pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
         hang_ms: Some(HANG_MS),
         maps_host: true,
         client_cost: Some(ClientCost::of(node)),
+        queue_memory: queue_costs(node),
     })
+}
+
+/// What [`KfdPath::queue`] makes for each kind of queue besides its ring (the second
+/// mappings of the ring and positions are the client's pages): a compute queue's EOP buffer
+/// and context-save area in VRAM, and an AQL queue's `amd_queue_t` page of host memory.
+pub fn queue_costs(node: &Node) -> QueueCosts {
+    let compute = QueueMemory {
+        gpu: ClientCost::of(node).queue_bytes,
+        host: 0,
+    };
+    QueueCosts {
+        pm4: compute,
+        aql: QueueMemory {
+            host: PAGE,
+            ..compute
+        },
+        sdma: QueueMemory::default(),
+    }
 }
 
 /// Processes KFD's scheduler runs at once on a GPU with graphics (GFX10 to GFX12): amdgpu

@@ -55,6 +55,49 @@ pub struct GpuDescription {
     /// What a client costs and how many fit, where the path runs each client in a KFD
     /// process of its own (`None` for the simulated GPU).
     pub client_cost: Option<kfd::ClientCost>,
+    /// Memory the path makes on its own for each queue it makes, by kind: what a device
+    /// charges its user for a queue besides the ring, before the queue is made and for as
+    /// long as it lives.
+    pub queue_memory: QueueCosts,
+}
+
+/// Memory a path makes on its own for one queue, besides the ring and positions the device
+/// gives it (KFD's EOP buffer and context-save area, an AQL queue's `amd_queue_t`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueMemory {
+    /// Bytes of the GPU's own memory (counted in the user's GPU share).
+    pub gpu: u64,
+    /// Bytes of host memory (counted in the host cap).
+    pub host: u64,
+}
+
+impl QueueMemory {
+    /// All its bytes (counted in the user's `limits.memory_bytes`).
+    pub fn total(&self) -> u64 {
+        self.gpu.saturating_add(self.host)
+    }
+}
+
+/// What each kind of queue costs a path besides its ring ([`QueueMemory`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCosts {
+    /// A PM4 compute queue.
+    pub pm4: QueueMemory,
+    /// An AQL compute queue.
+    pub aql: QueueMemory,
+    /// An SDMA copy queue.
+    pub sdma: QueueMemory,
+}
+
+impl QueueCosts {
+    /// What a queue of `kind` costs.
+    pub fn of(&self, kind: QueueKind) -> QueueMemory {
+        match kind {
+            QueueKind::Pm4 => self.pm4,
+            QueueKind::Aql => self.aql,
+            QueueKind::Sdma => self.sdma,
+        }
+    }
 }
 
 /// A path's refusal of a call (the seed's `refusal`).

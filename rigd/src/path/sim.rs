@@ -218,6 +218,9 @@ impl SimBackend {
             hang_ms: Some(u64::from(c.hang_ms)),
             maps_host: true,
             client_cost: None,
+            // A simulated queue's state is on rigd's heap and its thread is the device's:
+            // nothing besides the ring.
+            queue_memory: crate::path::QueueCosts::default(),
         };
         let holding = Arc::new(Holding::new(&gpu));
         Ok(Self { gpu, desc, holding })

@@ -25,7 +25,7 @@
 //! stop of a lost device answers [`Stopped::Stopped`] once the process is reaped.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -260,10 +260,131 @@ pub struct WorkerCommand {
     pub program: PathBuf,
     /// Where it opens KFD.
     pub kernel: KernelSpec,
-    /// The uid it runs as, if not rigd's.
-    pub uid: Option<u32>,
-    /// The gid it runs as, if not rigd's.
-    pub gid: Option<u32>,
+    /// Whom it runs as.
+    pub user: WorkerUser,
+}
+
+/// `[kfd] worker_uids`' default: the range systemd gives its dynamic users
+/// (`DynamicUser=`); rigd skips any uid of it the system's user database names.
+pub const DEFAULT_WORKER_UIDS: (u32, u32) = (61184, 65519);
+
+/// Whom a worker runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerUser {
+    /// rigd's own uid and gid: where rigd is not root (it cannot be anyone else, and is no
+    /// one privileged), or `[kfd] worker_uid = 0` (unsafe: a client's worker holds root).
+    Rigd,
+    /// One uid and gid for every worker (`[kfd] worker_uid`, `worker_gid`).
+    Fixed {
+        /// Its uid.
+        uid: u32,
+        /// Its gid.
+        gid: u32,
+    },
+    /// A uid of its own for each worker, free while no other worker runs as it
+    /// (`[kfd] worker_uids`); its gid `gid`, or the uid's own number.
+    Dynamic {
+        /// The first uid of the range.
+        first: u32,
+        /// The last uid of the range.
+        last: u32,
+        /// The gid every worker runs as (the group that may open `/dev/kfd`), if any.
+        gid: Option<u32>,
+    },
+}
+
+impl WorkerUser {
+    /// Whom `[kfd]` says workers run as, for rigd running as `euid`: by default a dynamic
+    /// uid of `worker_uids` when rigd is root; with the group of `[kfd] device` where that
+    /// group may read and write it (the worker opens `/dev/kfd` itself: the kernel binds a
+    /// KFD process to the `mm` that opened it).
+    pub fn of(config: &crate::config::KfdConfig, euid: u32) -> Result<WorkerUser, String> {
+        let device_group = || {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&config.device).ok()?;
+            (config.emulated.is_none() && m.mode() & 0o060 == 0o060).then(|| m.gid())
+        };
+        Ok(match config.worker_uid {
+            Some(0) => WorkerUser::Rigd,
+            Some(uid) => WorkerUser::Fixed {
+                uid,
+                gid: config.worker_gid.or_else(device_group).unwrap_or(uid),
+            },
+            None if euid != 0 => WorkerUser::Rigd,
+            None => {
+                let (first, last) = parse_uids(&config.worker_uids)?;
+                WorkerUser::Dynamic {
+                    first,
+                    last,
+                    gid: config.worker_gid.or_else(device_group),
+                }
+            }
+        })
+    }
+}
+
+/// `first-last`, as `[kfd] worker_uids` writes a range of uids (none of them 0).
+pub fn parse_uids(range: &str) -> Result<(u32, u32), String> {
+    let bad =
+        || format!("[kfd] worker_uids = {range:?} is not a range of uids such as \"61184-65519\"");
+    let (a, b) = range.trim().split_once('-').ok_or_else(bad)?;
+    let first: u32 = a.trim().parse().map_err(|_| bad())?;
+    let last: u32 = b.trim().parse().map_err(|_| bad())?;
+    if first == 0 || first > last || last == u32::MAX {
+        return Err(format!(
+            "{}: it must begin above 0 (root) and end at or after its start",
+            bad()
+        ));
+    }
+    Ok((first, last))
+}
+
+/// The uids of dynamic users that workers hold, and where the next search starts.
+#[derive(Debug, Default)]
+struct Uids {
+    held: std::collections::BTreeSet<u32>,
+    next: u32,
+}
+
+/// A worker's dynamic uid, given back when its worker is reaped (the [`Link`] drops).
+#[derive(Debug)]
+struct UidLease {
+    uid: u32,
+    pool: Arc<Mutex<Uids>>,
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        lock(&self.pool).held.remove(&self.uid);
+    }
+}
+
+/// A uid of `first..=last` no worker holds and the user database does not name (a
+/// systemd dynamic user, or any account, shares the range).
+fn lease_uid(pool: &Arc<Mutex<Uids>>, first: u32, last: u32) -> Result<UidLease, String> {
+    let mut p = lock(pool);
+    let span = u64::from(last - first) + 1;
+    let start = p.next.clamp(first, last);
+    for i in 0..span {
+        let uid = first + ((u64::from(start - first) + i) % span) as u32;
+        if p.held.contains(&uid) {
+            continue;
+        }
+        if let Ok(Some(_)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+            continue;
+        }
+        p.held.insert(uid);
+        p.next = if uid == last { first } else { uid + 1 };
+        return Ok(UidLease {
+            uid,
+            pool: pool.clone(),
+        });
+    }
+    Err(format!(
+        "no uid of [kfd] worker_uids ({first}-{last}) is free: {} workers hold one and the \
+         rest are named by the user database; widen the range",
+        p.held.len()
+    ))
 }
 
 /// The arguments rigd starts a worker with.
@@ -302,16 +423,22 @@ pub fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let spec = match (cli.host, cli.emulated, cli.topology) {
-        (false, Some(socket), Some(topology)) => KernelSpec::Emulated { socket, topology },
-        _ => KernelSpec::Host,
-    };
     let sock = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rig-worker: no socket on stdin: {e}");
             return ExitCode::FAILURE;
         }
+    };
+    let spec = match (cli.host, cli.emulated, cli.topology) {
+        (false, Some(_), Some(_)) => match passed_kernel(sock.as_fd()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("rig-worker: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => KernelSpec::Host,
     };
     match serve(sock, spec.kernel()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -320,6 +447,34 @@ pub fn main() -> std::process::ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first frame rigd sends a worker of the emulated KFD, with O_PATH descriptors of the
+/// emulation's socket and topology tree: the worker's user may not reach their directory.
+const KERNEL_FRAME: &[u8] = b"rig-worker: emulated kfd";
+
+/// The emulated KFD rigd passed on `sock`, reached through the descriptors' /proc links
+/// (kept open: every KFD call connects a channel of its own).
+fn passed_kernel(sock: BorrowedFd<'_>) -> Result<KernelSpec, String> {
+    let mut buf = [0u8; 64];
+    let (n, fds) = seam::recv(sock, &mut buf)
+        .map_err(|e| format!("reading rigd's socket: {e}"))?
+        .ok_or("rigd closed its socket before passing the emulated KFD")?;
+    let [socket, topology] = <[OwnedFd; 2]>::try_from(fds).map_err(|f| {
+        format!(
+            "rigd passed {} descriptors for the emulated KFD, not 2",
+            f.len()
+        )
+    })?;
+    if &buf[..n] != KERNEL_FRAME {
+        return Err("rigd's first frame is not the emulated KFD".into());
+    }
+    // Held for the process's life: the links name them.
+    let link = |fd: OwnedFd| PathBuf::from(format!("/proc/self/fd/{}", fd.into_raw_fd()));
+    Ok(KernelSpec::Emulated {
+        socket: link(socket),
+        topology: link(topology),
+    })
 }
 
 /// `[kfd] worker`'s default: `rig-worker` beside rigd's own executable (where packages
@@ -346,6 +501,8 @@ struct Link {
     /// Why the worker is gone, once it is reaped.
     dead: Mutex<Option<String>>,
     child: Mutex<Child>,
+    /// Its dynamic uid, held until it is reaped.
+    _uid: Option<UidLease>,
 }
 
 impl Link {
@@ -484,7 +641,24 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(cmd: &WorkerCommand) -> Result<Worker, String> {
+    fn spawn(cmd: &WorkerCommand, uids: &Arc<Mutex<Uids>>) -> Result<Worker, String> {
+        // Opened before anything else: a path the worker's user cannot reach is passed as an
+        // O_PATH descriptor, whose /proc/self/fd link the worker opens through.
+        let passed = match &cmd.kernel {
+            KernelSpec::Host => Vec::new(),
+            KernelSpec::Emulated { socket, topology } => {
+                let o_path = |p: &std::path::Path| {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_PATH)
+                        .open(p)
+                        .map(OwnedFd::from)
+                        .map_err(|e| format!("opening {} for a worker: {e}", p.display()))
+                };
+                vec![o_path(socket)?, o_path(topology)?]
+            }
+        };
         let (ours, theirs) = socket::socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -514,12 +688,23 @@ impl Worker {
         if let Ok(f) = std::env::var("RUST_LOG") {
             c.env("RUST_LOG", f);
         }
-        if let Some(g) = cmd.gid {
-            std::os::unix::process::CommandExt::gid(&mut c, g);
-        }
-        if let Some(u) = cmd.uid {
-            std::os::unix::process::CommandExt::uid(&mut c, u);
-        }
+        // Setting a uid as root also drops every supplementary group (std calls
+        // setgroups(0) before setuid), and the kernel clears a non-root uid's capabilities.
+        let lease = match &cmd.user {
+            WorkerUser::Rigd => None,
+            WorkerUser::Fixed { uid, gid } => {
+                std::os::unix::process::CommandExt::gid(&mut c, *gid);
+                std::os::unix::process::CommandExt::uid(&mut c, *uid);
+                None
+            }
+            WorkerUser::Dynamic { first, last, gid } => {
+                let lease = lease_uid(uids, *first, *last)?;
+                std::os::unix::process::CommandExt::gid(&mut c, gid.unwrap_or(lease.uid));
+                std::os::unix::process::CommandExt::uid(&mut c, lease.uid);
+                Some(lease)
+            }
+        };
+        let uid = lease.as_ref().map(|l| l.uid);
         let child = spawn_from_a_lasting_thread(c).map_err(|e| {
             format!(
                 "cannot start the KFD worker {} ([kfd] worker): {e}",
@@ -535,7 +720,17 @@ impl Worker {
             devices: Mutex::new(HashMap::new()),
             dead: Mutex::new(None),
             child: Mutex::new(child),
+            _uid: lease,
         });
+        if !passed.is_empty() {
+            let raw: Vec<_> = passed.iter().map(|f| f.as_raw_fd()).collect();
+            if let Err(e) = seam::send(link.sock.as_fd(), KERNEL_FRAME, &raw) {
+                let mut c = lock(&link.child);
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("passing a worker its KFD: {e}"));
+            }
+        }
         let reader = link.clone();
         std::thread::Builder::new()
             .name("rigd-worker-link".into())
@@ -544,7 +739,7 @@ impl Worker {
                 let _ = lock(&link.child).kill();
                 format!("no thread for a worker's socket: {e}")
             })?;
-        tracing::debug!(pid = link.pid, "started a KFD worker");
+        tracing::debug!(pid = link.pid, uid, "started a KFD worker");
         Ok(Worker { link })
     }
 }
@@ -592,14 +787,22 @@ impl Drop for Worker {
 pub struct Workers {
     command: WorkerCommand,
     live: Mutex<HashMap<u64, Weak<Worker>>>,
+    uids: Arc<Mutex<Uids>>,
 }
 
 impl Workers {
     /// Workers started by `command`.
     pub fn new(command: WorkerCommand) -> Arc<Workers> {
+        if command.user == WorkerUser::Rigd {
+            tracing::warn!(
+                uid = nix::unistd::geteuid().as_raw(),
+                "KFD workers run as rigd's own user ([kfd] worker_uid = 0, or rigd is not root)"
+            );
+        }
         Arc::new(Workers {
             command,
             live: Mutex::new(HashMap::new()),
+            uids: Arc::default(),
         })
     }
 
@@ -620,7 +823,7 @@ impl Workers {
         {
             return Ok(w);
         }
-        let w = Arc::new(Worker::spawn(&self.command)?);
+        let w = Arc::new(Worker::spawn(&self.command, &self.uids)?);
         live.insert(client, Arc::downgrade(&w));
         Ok(w)
     }
@@ -631,7 +834,7 @@ impl Workers {
         if nodes.is_empty() {
             return Vec::new();
         }
-        let probe = match Worker::spawn(&self.command) {
+        let probe = match Worker::spawn(&self.command, &self.uids) {
             Ok(w) => w,
             Err(e) => return nodes.iter().map(|_| Err(e.clone())).collect(),
         };
