@@ -262,7 +262,7 @@ fn gpus(c: &mut Connection) -> Result<Vec<table::Gpu>, CtlError> {
         Response::Gpus(g) => g,
         r => return Err(unexpected(&r)),
     };
-    // Figures need an inspector; others still see the list.
+    // Figures need an administrator; others still see the list.
     let figures: Vec<GpuStatus> = match call(c, Request::GpuStatus) {
         Ok(Response::GpuStatus(s)) => s,
         Ok(r) => return Err(unexpected(&r)),
