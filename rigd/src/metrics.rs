@@ -18,6 +18,10 @@
 //! is never older than the question. With 256 idle clients holding 8 devices each, rigd
 //! therefore locks no device and wakes no thread for its figures.
 //!
+//! Other users' work shows per uid (`rig_user_*`); per client process (`rig_process_*`:
+//! pid, uid, program) only with `metrics.per_client` ([`Metrics::set_per_client`]). Both are
+//! rebuilt at every look, so departed clients leave no series.
+//!
 //! This module owns the figures and their exposition; it changes nothing in the state.
 
 use std::collections::{BTreeMap, HashMap};
@@ -950,7 +954,8 @@ where
 }
 
 /// Serves `endpoint` until dropped (abort the task to stop it). The accept loop never
-/// waits for a slot: each connection is admitted or closed at once ([`Scrapes::admit`]),
+/// waits for a slot: each connection is admitted or closed at once (within
+/// [`SCRAPES_PER_PEER`] and [`MOST_SCRAPES`], displacing the oldest one not yet asking),
 /// and each is bounded in time, so no peer keeps others out for longer than a deadline.
 pub async fn serve(endpoint: Endpoint, metrics: Arc<Metrics>) {
     let mut scrapes = Scrapes::default();
