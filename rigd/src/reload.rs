@@ -22,8 +22,8 @@ pub struct Reloader {
 
 impl Reloader {
     /// Puts `new`'s `[access]`, `daemon.admin_group`, `[limits]` and `metrics.per_client` in
-    /// force. Returns one line per thing that
-    /// changed, and per changed setting that needs a restart.
+    /// force. Returns one line per thing that changed, and per changed setting that needs a
+    /// restart.
     pub fn apply(&self, new: &Config) -> Vec<String> {
         let mut said = Vec::new();
         let own = nix::unistd::geteuid().as_raw();
