@@ -4,8 +4,9 @@
 //! It finds rigd as every client does, through `RIG_SOCKET` or the default socket path,
 //! and prints tables for people, JSON (`--json`) or CSV (`--csv`) for scripts; under
 //! `--json` errors are JSON too. `rigctl image` needs no daemon: it parses the code object
-//! locally with `rig_amd::code_object`. `stop` and `evict` need what inspecting others
-//! needs: root, rigd's user, or membership in rigd's group.
+//! locally with `rig_amd::code_object`. `status`, `clients`, the GPU figures, others'
+//! devices, `stop` and `evict` need one of rigd's administrators: root, rigd's user, or a
+//! member of `daemon.admin_group`. Being in rigd's socket group only lets a user connect.
 #![forbid(unsafe_code)]
 
 mod image;
@@ -261,7 +262,7 @@ fn gpus(c: &mut Connection) -> Result<Vec<table::Gpu>, CtlError> {
         Response::Gpus(g) => g,
         r => return Err(unexpected(&r)),
     };
-    // Figures need an inspector; others still see the list.
+    // Figures need an administrator; others still see the list.
     let figures: Vec<GpuStatus> = match call(c, Request::GpuStatus) {
         Ok(Response::GpuStatus(s)) => s,
         Ok(r) => return Err(unexpected(&r)),
@@ -282,9 +283,15 @@ fn gpus(c: &mut Connection) -> Result<Vec<table::Gpu>, CtlError> {
 
 fn top_screen(c: &mut Connection, f: Format) -> Result<String, CtlError> {
     let g = gpus(c)?;
-    let p = match call(c, Request::ListProcesses)? {
-        Response::Processes(p) => p,
-        r => return Err(unexpected(&r)),
+    // Processes need an administrator; others still see the GPUs.
+    let p = match call(c, Request::ListProcesses) {
+        Ok(Response::Processes(p)) => Some(p),
+        Ok(r) => return Err(unexpected(&r)),
+        Err(CtlError::Refused {
+            code: ErrorCode::PermissionDenied,
+            ..
+        }) => None,
+        Err(e) => return Err(e),
     };
     match f {
         Format::Json => {
@@ -297,7 +304,10 @@ fn top_screen(c: &mut Connection, f: Format) -> Result<String, CtlError> {
         Format::Table => Ok(format!(
             "{}\n{}",
             table::render_grid(&table::gpus(&g)),
-            table::render_grid(&table::processes(&p))
+            match &p {
+                Some(p) => table::render_grid(&table::processes(p)),
+                None => "(client processes: only rigd's administrators see them: root, rigd's user, members of daemon.admin_group)\n".into(),
+            }
         )),
     }
 }

@@ -2,7 +2,9 @@
 //! its status, each GPU's figures, the client processes, and stopping a device or every
 //! device of a process.
 //!
-//! Only peers allowed to inspect (root, rigd's user, members of `daemon.group`) may ask.
+//! Only administrators may ask: root, rigd's user and members of `daemon.admin_group`,
+//! decided from the socket's credentials at connect. Being allowed to use GPUs
+//! (`daemon.group`, `[access]`) never makes a user one.
 //! The answers come from the state ([`crate::state::State::observe`]), the sampler's view
 //! ([`crate::metrics`]) and sysfs (product and firmware of real GPUs). A stopped device is
 //! lost with [`STOPPED_BY_ADMIN`] as its reason, which its client reads as it reads any
@@ -17,6 +19,9 @@ use rig_proto::messages::{
 
 use crate::metrics::Metrics;
 use crate::state::{ClientId, Shared};
+
+/// What a non-administrator is answered when it asks about others or to stop their work.
+pub const NOT_ADMIN: &str = "only rigd's administrators may ask this (status, GPU figures, other users' clients, devices and processes, stop, evict): root, rigd's own user and members of the group daemon.admin_group names in rigd.toml (none by default); run it as one of them, or have an operator set daemon.admin_group and add you to that group";
 
 /// The reason a device stopped by an administrator is lost with; its client reads it.
 pub const STOPPED_BY_ADMIN: &str = "stopped by the administrator";
@@ -66,10 +71,12 @@ impl Admin {
     /// Answers one administrator's request of `client`.
     pub fn handle(&self, client: ClientId, request: Request) -> Response {
         if !self.state.is_inspector(client) {
-            return refuse(
-                ErrorCode::PermissionDenied,
-                "only root, rigd's user and members of rigd's socket group (daemon.group) may ask this; run it as one of them (sudo, or `usermod -aG GROUP USER`)".into(),
+            tracing::debug!(
+                client = client.0,
+                request = request.name(),
+                "administrator's request refused: not an administrator"
             );
+            return refuse(ErrorCode::PermissionDenied, NOT_ADMIN.into());
         }
         match request {
             Request::DaemonStatus => Response::Daemon(self.status()),

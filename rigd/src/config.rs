@@ -86,8 +86,12 @@ pub struct Config {
 pub struct Daemon {
     /// The control socket's path.
     pub socket: PathBuf,
-    /// The group that owns the socket, by name or number.
+    /// The group that owns the socket, by name or number. Owning it lets a user reach the
+    /// socket; it never makes one an administrator ([`Daemon::admin_group`]).
     pub group: Option<String>,
+    /// The group whose members are rigd's administrators (inspect every client, stop and
+    /// evict), by name or number; left out, only root and rigd's own user are.
+    pub admin_group: Option<String>,
     /// The socket's permission bits.
     pub mode: u32,
     /// The most connections served at once, over all users (each costs rigd a descriptor).
@@ -101,6 +105,7 @@ impl Default for Daemon {
         Self {
             socket: PathBuf::from(DEFAULT_SOCKET),
             group: None,
+            admin_group: None,
             mode: 0o660,
             max_connections: 1024,
             log: "info".into(),
@@ -300,6 +305,17 @@ impl Config {
         }
         if let Err(e) = crate::path::worker::parse_uids(&self.kfd.worker_uids) {
             return Err(invalid(e));
+        }
+        // Checked here, so `--check`, a start and a reload refuse it alike.
+        if let Some(g) = self
+            .daemon
+            .admin_group
+            .as_ref()
+            .filter(|g| resolve_group(g).is_none())
+        {
+            return Err(invalid(format!(
+                "daemon.admin_group {g:?} names no group of this machine; create it (groupadd {g}) or leave daemon.admin_group out (administrators are then root and rigd's user only)"
+            )));
         }
         let l = &self.limits;
         if l.gpu_share_percent == 0 || l.gpu_share_percent > 100 {
@@ -531,16 +547,23 @@ impl Images {
 }
 
 /// `[metrics]`: the OpenMetrics endpoint (`GET /metrics` over HTTP), off unless `listen`
-/// names an address.
+/// names an address. It answers anyone who reaches it, so by default it listens only on
+/// loopback or a local socket and shows other users' figures per uid, not per process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Metrics {
-    /// Where to serve: a unix socket path (beginning with `/`), a TCP `address:port`
-    /// (`127.0.0.1:9464`, `[::1]:9464`), or empty for no endpoint.
+    /// Where to serve: a unix socket path (beginning with `/`), a port alone (`9464`:
+    /// loopback, `127.0.0.1:9464`), a TCP `address:port` on loopback (`[::1]:9464`), any
+    /// other address only with [`Metrics::remote`], or empty for no endpoint.
     pub listen: String,
     /// The group owning a unix metrics socket, by name or number (mode 0660); left out,
     /// rigd's own group.
     pub group: Option<String>,
+    /// Allow `listen` to name a TCP address other than loopback (every host that reaches it
+    /// reads the figures).
+    pub remote: bool,
+    /// Series per client process (pid, uid, program) besides those per uid.
+    pub per_client: bool,
 }
 
 /// Where the metrics endpoint listens.
@@ -562,13 +585,20 @@ impl Metrics {
         if l.starts_with('/') {
             return Ok(Some(MetricsEndpoint::Unix(PathBuf::from(l))));
         }
-        l.parse::<std::net::SocketAddr>()
-            .map(|a| Some(MetricsEndpoint::Tcp(a)))
-            .map_err(|e| {
+        let addr = match l.parse::<u16>() {
+            Ok(port) => std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)),
+            Err(_) => l.parse::<std::net::SocketAddr>().map_err(|e| {
                 format!(
-                    "metrics.listen {l:?} is neither a unix socket path (beginning with /) nor a TCP address such as 127.0.0.1:9464 ({e})"
+                    "metrics.listen {l:?} is neither a unix socket path (beginning with /), a port, nor a TCP address such as 127.0.0.1:9464 ({e})"
                 )
-            })
+            })?,
+        };
+        if !addr.ip().is_loopback() && !self.remote {
+            return Err(format!(
+                "metrics.listen {addr} is not a loopback address: every host that reaches it reads the figures; listen on 127.0.0.1 or [::1] (or a unix socket path), or set metrics.remote = true to serve it there"
+            ));
+        }
+        Ok(Some(MetricsEndpoint::Tcp(addr)))
     }
 }
 
@@ -637,6 +667,34 @@ mod tests {
         );
         let e = Config::parse("[metrics]\nlisten = \"localhost\"\n", p).unwrap_err();
         assert!(e.to_string().contains("metrics.listen"), "{e}");
+        // A port alone is loopback; any other address needs metrics.remote.
+        let c = Config::parse("[metrics]\nlisten = \"9464\"\n", p).unwrap();
+        assert_eq!(
+            c.metrics.endpoint(),
+            Ok(Some(MetricsEndpoint::Tcp(
+                "127.0.0.1:9464".parse().unwrap()
+            )))
+        );
+        let e = Config::parse("[metrics]\nlisten = \"0.0.0.0:9464\"\n", p).unwrap_err();
+        assert!(e.to_string().contains("metrics.remote"), "{e}");
+        let c = Config::parse("[metrics]\nlisten = \"0.0.0.0:9464\"\nremote = true\n", p).unwrap();
+        assert!(c.metrics.endpoint().unwrap().is_some());
+        assert!(!Config::embedded().metrics.per_client);
+    }
+
+    #[test]
+    fn admin_group_must_exist() {
+        let p = Path::new("t.toml");
+        assert_eq!(Config::embedded().daemon.admin_group, None);
+        let c = Config::parse("[daemon]\nadmin_group = \"4242\"\n", p).unwrap();
+        assert_eq!(c.daemon.admin_group.as_deref(), Some("4242"));
+        let e = Config::parse("[daemon]\nadmin_group = \"no-such-group-rig\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("daemon.admin_group") && e.contains("no-such-group-rig"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -151,15 +151,17 @@ impl Daemon {
     fn serving_gpus(config: &Config, gpus: Vec<gpus::GpuEntry>, sysfs: &Path) -> Self {
         let n = gpus.len();
         let (tx, rx) = std::sync::mpsc::channel();
+        // Administrators are their own group: the socket's group only lets users connect.
         let inspect_gid = config
             .daemon
-            .group
+            .admin_group
             .as_deref()
             .and_then(config::resolve_group);
         let mut st = state::State::new(gpus, config.limits, inspect_gid, tx.clone());
         st.max_image_bytes = config.images.max_bytes;
         let shared: state::Shared = Arc::new(st);
         let metrics = Arc::new(metrics::Metrics::new());
+        metrics.set_per_client(config.metrics.per_client);
         let on_work = metrics.clone();
         let watch = state::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
         let access = Arc::new(AccessRule::new(
@@ -184,6 +186,7 @@ impl Daemon {
         let reloader = reload::Reloader {
             access: access.clone(),
             state: shared.clone(),
+            metrics: metrics.clone(),
             running: Arc::new(config.clone()),
         };
         Self {

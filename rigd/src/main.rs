@@ -2,9 +2,10 @@
 //! [`rigd::Daemon`].
 //!
 //! Signals: SIGTERM and SIGINT stop rigd cleanly (its socket removed, unless systemd owns
-//! it); SIGHUP rereads the configuration and puts its log filter, `[access]` and `[limits]`
-//! in force. The handlers are installed before the socket exists, so no signal ever ends
-//! rigd with its socket left behind.
+//! it); SIGHUP rereads the configuration and puts its log filter, `[access]`,
+//! `daemon.admin_group`, `[limits]` and `metrics.per_client` in force. The handlers are
+//! installed before the socket exists, so no signal ever ends rigd with its socket left
+//! behind.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
             Some(p) => println!("rigd: the configuration {} is valid", p.display()),
             None => println!("rigd: no configuration file; the embedded default is valid"),
         }
+        println!("rigd: administrators: {}", administrators(&config));
         return ExitCode::from(Exit::Ok as u8);
     }
     let logging = match Logging::init(&config.daemon.log) {
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
             tracing::info!(log = ?logging.sink(), "no configuration file: using the embedded default")
         }
     }
+    tracing::info!(administrators = %administrators(&config), "who may inspect and stop others' work");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -105,6 +108,17 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(serve(cli, config, logging));
     ExitCode::from(code as u8)
+}
+
+/// Who `config` makes an administrator, in words (validation resolved the group).
+fn administrators(config: &Config) -> String {
+    match config.daemon.admin_group.as_deref() {
+        Some(g) => format!(
+            "root, rigd's user and members of group {g} (gid {}, daemon.admin_group)",
+            rigd::config::resolve_group(g).map_or("?".into(), |id| id.to_string())
+        ),
+        None => "root and rigd's user only (daemon.admin_group is unset)".into(),
+    }
 }
 
 /// The listening socket: the one systemd passed, else one rigd binds (and removes at exit).

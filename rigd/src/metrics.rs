@@ -18,6 +18,10 @@
 //! is never older than the question. With 256 idle clients holding 8 devices each, rigd
 //! therefore locks no device and wakes no thread for its figures.
 //!
+//! Other users' work shows per uid (`rig_user_*`); per client process (`rig_process_*`:
+//! pid, uid, program) only with `metrics.per_client` ([`Metrics::set_per_client`]). Both are
+//! rebuilt at every look, so departed clients leave no series.
+//!
 //! This module owns the figures and their exposition; it changes nothing in the state.
 
 use std::collections::{BTreeMap, HashMap};
@@ -180,10 +184,14 @@ struct Families {
     gpu_queue_growths: IntCounterVec,
     process_memory: IntGaugeVec,
     process_devices: IntGaugeVec,
+    user_memory: IntGaugeVec,
+    user_devices: IntGaugeVec,
+    user_clients: IntGaugeVec,
     requests: HistogramVec,
     connections: IntGauge,
     connections_total: IntCounter,
     refused: IntCounterVec,
+    scrapes_refused: IntCounterVec,
     start_time: IntGauge,
 }
 
@@ -275,6 +283,21 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
             "Devices a client process holds",
             &["pid", "uid", "program"],
         )?,
+        user_memory: ig(
+            "user_memory_bytes",
+            "Bytes a user's client processes hold through their devices",
+            &["uid"],
+        )?,
+        user_devices: ig(
+            "user_devices",
+            "Devices a user's client processes hold",
+            &["uid"],
+        )?,
+        user_clients: ig(
+            "user_clients",
+            "A user's client processes holding a device",
+            &["uid"],
+        )?,
         requests: reg(
             r,
             HistogramVec::new(
@@ -298,6 +321,11 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
         refused: ic(
             "connections_refused_total",
             "Connections refused at accept, by reason",
+            &["reason"],
+        )?,
+        scrapes_refused: ic(
+            "metrics_connections_closed_total",
+            "Metrics endpoint connections closed unserved, by reason",
             &["reason"],
         )?,
         start_time: reg(
@@ -342,6 +370,9 @@ pub struct Metrics {
     look: Mutex<()>,
     /// Wakes the sampler out of its idle sleep.
     alarm: Alarm,
+    /// Whether the exposition has series per client process (`metrics.per_client`);
+    /// without, only per uid.
+    per_client: AtomicBool,
 }
 
 /// The sampler's idle sleep and what ends it.
@@ -405,7 +436,14 @@ impl Metrics {
             state: std::sync::OnceLock::new(),
             look: Mutex::new(()),
             alarm: Alarm::default(),
+            per_client: AtomicBool::new(false),
         }
+    }
+
+    /// Exposes series per client process (pid, uid, program) besides those per uid, or
+    /// stops (`metrics.per_client`); says whether that changed. The next look applies it.
+    pub fn set_per_client(&self, on: bool) -> bool {
+        self.per_client.swap(on, Ordering::SeqCst) != on
     }
 
     /// How long rigd has run.
@@ -466,6 +504,12 @@ impl Metrics {
     /// A connection was refused at accept for `reason` (`access`, `slots`).
     pub fn refused(&self, reason: &'static str) {
         self.f.refused.with_label_values(&[reason]).inc();
+    }
+
+    /// A metrics endpoint connection was closed unserved for `reason` (`peer`, `full`,
+    /// `displaced`, `deadline`).
+    fn scrape_refused(&self, reason: &'static str) {
+        self.f.scrapes_refused.with_label_values(&[reason]).inc();
     }
 
     /// The view as of now (a look first, once the sampler is attached).
@@ -620,20 +664,36 @@ impl Metrics {
             p.devices += c.devices as u64;
             p.bytes += c.bytes;
         }
-        self.f.process_memory.reset();
-        self.f.process_devices.reset();
+        // Rebuilt at every look, so a departed client's or user's series go with it.
+        let f = &self.f;
+        for v in [
+            &f.process_memory,
+            &f.process_devices,
+            &f.user_memory,
+            &f.user_devices,
+            &f.user_clients,
+        ] {
+            v.reset();
+        }
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let per_client = self.per_client.load(Ordering::SeqCst);
+        let mut users: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
         for p in processes.values().filter(|p| p.devices > 0) {
-            let (pid, uid) = (p.pid.to_string(), p.uid.to_string());
-            let l = [pid.as_str(), uid.as_str(), p.program.as_str()];
-            let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            self.f
-                .process_memory
-                .with_label_values(&l)
-                .set(int(p.bytes));
-            self.f
-                .process_devices
-                .with_label_values(&l)
-                .set(int(p.devices));
+            let u = users.entry(p.uid).or_default();
+            *u = (u.0 + p.bytes, u.1 + p.devices, u.2 + 1);
+            if per_client {
+                let (pid, uid) = (p.pid.to_string(), p.uid.to_string());
+                let l = [pid.as_str(), uid.as_str(), p.program.as_str()];
+                f.process_memory.with_label_values(&l).set(int(p.bytes));
+                f.process_devices.with_label_values(&l).set(int(p.devices));
+            }
+        }
+        for (uid, (bytes, devices, clients)) in users {
+            let uid = uid.to_string();
+            let l = [uid.as_str()];
+            f.user_memory.with_label_values(&l).set(int(bytes));
+            f.user_devices.with_label_values(&l).set(int(devices));
+            f.user_clients.with_label_values(&l).set(int(clients));
         }
         s.view = View { gpus, processes };
         !busy.is_empty()
@@ -684,11 +744,21 @@ pub fn spawn_sampler(
         })
 }
 
-/// The most scrapes served at once; more connections wait in the kernel's backlog.
+/// The most scrape connections held at once, over all peers. A connection past it takes
+/// the place of the oldest one that has not sent its request yet, or is closed.
 pub const MOST_SCRAPES: usize = 16;
 
-/// The time a scraper has to send its request's headers.
-pub const SCRAPE_HEADER_MS: u64 = 5000;
+/// The most scrape connections one peer holds at once: an IP address over TCP, a uid over
+/// a unix socket. A connection past it takes the place of that peer's oldest one that has
+/// not sent its request yet, or is closed.
+pub const SCRAPES_PER_PEER: usize = 2;
+
+/// The time a scraper has from its connect to the end of its request's headers, in all
+/// (not per byte, so a slow sender cannot stretch it).
+pub const SCRAPE_REQUEST_MS: u64 = 2000;
+
+/// The time the answer has, from the request read, to be written and taken.
+pub const SCRAPE_RESPONSE_MS: u64 = 5000;
 
 /// Errors of the metrics endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -779,53 +849,162 @@ fn respond(
     reply(StatusCode::OK, prometheus::TEXT_FORMAT, metrics.encode())
 }
 
-async fn serve_one<I>(io: I, metrics: Arc<Metrics>)
+/// Who a scrape connection comes from, for [`SCRAPES_PER_PEER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerKey {
+    Ip(std::net::IpAddr),
+    Uid(u32),
+    /// A unix peer whose credentials could not be read: all such count as one.
+    Unknown,
+}
+
+/// A scrape connection being served.
+#[derive(Debug)]
+struct Scrape {
+    peer: PeerKey,
+    since: Instant,
+    /// Set when its request's headers were read.
+    asked: Arc<std::sync::OnceLock<Instant>>,
+    task: tokio::task::AbortHandle,
+}
+
+/// The scrape connections being served; only the accept loop touches it.
+#[derive(Debug, Default)]
+struct Scrapes {
+    live: Vec<Scrape>,
+}
+
+impl Scrapes {
+    /// Whether a connection from `peer` may be served now, making room for it: the oldest
+    /// connection that has not asked yet (of `peer` when it holds its most, else of all when
+    /// all slots are taken) is closed. `Err` names why it may not.
+    fn admit(&mut self, peer: PeerKey, metrics: &Metrics) -> Result<(), &'static str> {
+        self.live.retain(|s| !s.task.is_finished());
+        let of_peer = self.live.iter().filter(|s| s.peer == peer).count();
+        let (from_peer, reason) = if of_peer >= SCRAPES_PER_PEER {
+            (true, "peer")
+        } else if self.live.len() >= MOST_SCRAPES {
+            (false, "full")
+        } else {
+            return Ok(());
+        };
+        let victim = self
+            .live
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| (!from_peer || s.peer == peer) && s.asked.get().is_none())
+            .min_by_key(|(_, s)| s.since)
+            .map(|(i, _)| i);
+        match victim {
+            Some(i) => {
+                self.live.swap_remove(i).task.abort();
+                metrics.scrape_refused("displaced");
+                Ok(())
+            }
+            None => Err(reason),
+        }
+    }
+}
+
+async fn serve_one<I>(io: I, metrics: Arc<Metrics>, asked: Arc<std::sync::OnceLock<Instant>>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let m = metrics.clone();
+    let seen = asked.clone();
     let service = hyper::service::service_fn(move |req| {
-        let m = metrics.clone();
+        let _ = seen.set(Instant::now());
+        let m = m.clone();
         async move { Ok::<_, std::convert::Infallible>(respond(&m, &req)) }
     });
-    let served = hyper::server::conn::http1::Builder::new()
+    let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(SCRAPE_HEADER_MS))
+        .header_read_timeout(Duration::from_millis(SCRAPE_REQUEST_MS))
         // One scrape per connection: an idle keep-alive connection would hold a slot.
         .keep_alive(false)
-        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
-        .await;
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    tokio::pin!(conn);
+    // The whole request within its deadline, then the answer within its own.
+    let served = tokio::select! {
+        r = &mut conn => Some(r),
+        () = tokio::time::sleep(Duration::from_millis(SCRAPE_REQUEST_MS)) => None,
+    };
+    let served = match (served, asked.get()) {
+        (Some(r), _) => r,
+        (None, None) => {
+            metrics.scrape_refused("deadline");
+            tracing::debug!("a metrics connection sent no whole request in time; closed");
+            return;
+        }
+        (None, Some(at)) => {
+            let by = *at + Duration::from_millis(SCRAPE_RESPONSE_MS);
+            match tokio::time::timeout_at(by.into(), conn).await {
+                Ok(r) => r,
+                Err(_) => {
+                    metrics.scrape_refused("deadline");
+                    tracing::debug!("a metrics answer was not taken in time; closed");
+                    return;
+                }
+            }
+        }
+    };
     if let Err(e) = served {
         tracing::debug!(error = %e, "a metrics connection failed");
     }
 }
 
-/// Serves `endpoint` until dropped (abort the task to stop it).
+/// Serves `endpoint` until dropped (abort the task to stop it). The accept loop never
+/// waits for a slot: each connection is admitted or closed at once (within
+/// [`SCRAPES_PER_PEER`] and [`MOST_SCRAPES`], displacing the oldest one not yet asking),
+/// and each is bounded in time, so no peer keeps others out for longer than a deadline.
 pub async fn serve(endpoint: Endpoint, metrics: Arc<Metrics>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MOST_SCRAPES));
+    let mut scrapes = Scrapes::default();
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let m = metrics.clone();
         let accepted = match &endpoint {
             Endpoint::Unix(l, _) => l.accept().await.map(|(s, _)| {
-                tokio::spawn(async move {
-                    serve_one(s, m).await;
-                    drop(slot);
-                });
+                let peer = s
+                    .peer_cred()
+                    .map_or(PeerKey::Unknown, |c| PeerKey::Uid(c.uid()));
+                (Io::Unix(s), peer)
             }),
-            Endpoint::Tcp(l) => l.accept().await.map(|(s, _)| {
-                tokio::spawn(async move {
-                    serve_one(s, m).await;
-                    drop(slot);
-                });
-            }),
+            Endpoint::Tcp(l) => l
+                .accept()
+                .await
+                .map(|(s, a)| (Io::Tcp(s), PeerKey::Ip(a.ip().to_canonical()))),
         };
-        if let Err(e) = accepted {
-            tracing::warn!(error = %e, "metrics: accept failed");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let (io, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Err(reason) = scrapes.admit(peer, &metrics) {
+            metrics.scrape_refused(reason);
+            tracing::debug!(?peer, reason, "metrics connection closed at accept");
+            continue;
         }
+        let asked = Arc::new(std::sync::OnceLock::new());
+        let m = metrics.clone();
+        let a = asked.clone();
+        let task = match io {
+            Io::Unix(s) => tokio::spawn(serve_one(s, m, a)),
+            Io::Tcp(s) => tokio::spawn(serve_one(s, m, a)),
+        };
+        scrapes.live.push(Scrape {
+            peer,
+            since: Instant::now(),
+            asked,
+            task: task.abort_handle(),
+        });
     }
+}
+
+/// An accepted scrape connection.
+enum Io {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
 }
 
 #[cfg(test)]

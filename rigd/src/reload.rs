@@ -1,6 +1,7 @@
-//! Reloading what can change while rigd serves (SIGHUP): `[access]` and `[limits]` here, the
-//! log filter in [`crate::logging`]. Everything else (the socket, GPUs, connection caps and
-//! timeouts) needs a restart, and a reload that changes it says so.
+//! Reloading what can change while rigd serves (SIGHUP): `[access]`, `daemon.admin_group`
+//! (both for connections accepted from then on), `[limits]` and `metrics.per_client` here,
+//! the log filter in [`crate::logging`]. Everything else (the socket, GPUs, connection caps
+//! and timeouts, where metrics listen) needs a restart, and a reload that changes it says so.
 //!
 //! A configuration that does not validate changes nothing: rigd goes on with the one in
 //! force and logs why.
@@ -15,12 +16,14 @@ use crate::state::Shared;
 pub struct Reloader {
     pub(crate) access: Arc<AccessRule>,
     pub(crate) state: Shared,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     pub(crate) running: Arc<Config>,
 }
 
 impl Reloader {
-    /// Puts `new`'s `[access]` and `[limits]` in force. Returns one line per thing that
-    /// changed, and per changed setting that needs a restart.
+    /// Puts `new`'s `[access]`, `daemon.admin_group`, `[limits]` and `metrics.per_client` in
+    /// force. Returns one line per thing that changed, and per changed setting that needs a
+    /// restart.
     pub fn apply(&self, new: &Config) -> Vec<String> {
         let mut said = Vec::new();
         let own = nix::unistd::geteuid().as_raw();
@@ -29,6 +32,21 @@ impl Reloader {
                 "[access] users={:?} groups={:?} any={}",
                 new.access.users, new.access.groups, new.access.any
             ));
+        }
+        // Validation resolved the group; a group removed since is nobody's.
+        let admin_gid = new
+            .daemon
+            .admin_group
+            .as_deref()
+            .and_then(crate::config::resolve_group);
+        if self.state.set_admin_gid(admin_gid) {
+            said.push(format!(
+                "daemon.admin_group={} (for connections from now on)",
+                new.daemon.admin_group.as_deref().unwrap_or("none")
+            ));
+        }
+        if self.metrics.set_per_client(new.metrics.per_client) {
+            said.push(format!("metrics.per_client={}", new.metrics.per_client));
         }
         if self.state.set_limits(new.limits) {
             let l = &new.limits;
@@ -55,6 +73,9 @@ impl Reloader {
             ("[connections]", old.connections != new.connections),
             ("[images]", old.images != new.images),
             ("[[sim]]", old.sim != new.sim),
+            ("metrics.listen", old.metrics.listen != new.metrics.listen),
+            ("metrics.group", old.metrics.group != new.metrics.group),
+            ("metrics.remote", old.metrics.remote != new.metrics.remote),
         ];
         for (key, differs) in restart {
             if differs {

@@ -150,7 +150,8 @@ const MAP_RESERVE: u64 = 1024;
 #[derive(Debug)]
 pub struct State {
     gpus: Vec<GpuEntry>,
-    inspect_gid: Option<u32>,
+    /// `daemon.admin_group`'s gid; SIGHUP may change it ([`State::set_admin_gid`]).
+    inspect_gid: std::sync::RwLock<Option<u32>>,
     own_uid: u32,
     /// What is global: clients, charges, the device table.
     book: Mutex<Book>,
@@ -359,8 +360,9 @@ impl Book {
 }
 
 impl State {
-    /// A state over `gpus`. `inspect_gid` is the group whose members may run rigctl's
-    /// queries over everyone (root and rigd's own user always may).
+    /// A state over `gpus`. `inspect_gid` is the administrators' group
+    /// (`daemon.admin_group`), whose members may inspect and stop everyone's work (root and
+    /// rigd's own user always may).
     pub fn new(
         gpus: Vec<GpuEntry>,
         limits: Limits,
@@ -384,7 +386,7 @@ impl State {
         );
         Self {
             gpus,
-            inspect_gid,
+            inspect_gid: std::sync::RwLock::new(inspect_gid),
             own_uid: nix::unistd::geteuid().as_raw(),
             book: Mutex::new(Book {
                 limits,
@@ -1079,9 +1081,17 @@ impl State {
             .is_some_and(|c| c.inspector)
     }
 
-    /// Whether `client` may inspect others (and administer: [`crate::admin`]).
+    /// Whether `client` is an administrator: may inspect others and stop their work
+    /// ([`crate::admin`]). Decided at connect from the socket's credentials.
     pub fn is_inspector(&self, client: ClientId) -> bool {
         self.inspector(client)
+    }
+
+    /// Makes `gid` the administrators' group for connections from now on (a reload); says
+    /// whether it changed.
+    pub fn set_admin_gid(&self, gid: Option<u32>) -> bool {
+        let mut g = self.inspect_gid.write().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *g, gid) != gid
     }
 
     /// Loses `id` as stopped by the administrator, whoever owns it ([`crate::admin`]); an
@@ -1124,10 +1134,7 @@ impl State {
     }
 
     fn denied() -> Response {
-        err(
-            ErrorCode::PermissionDenied,
-            "only root, rigd's user and members of rigd's socket group may inspect other clients",
-        )
+        err(ErrorCode::PermissionDenied, crate::admin::NOT_ADMIN)
     }
 
     fn list_clients(&self, client: ClientId) -> Response {
@@ -1166,11 +1173,21 @@ impl State {
     }
 
     fn list_devices(&self, client: ClientId, mode: Mode) -> Answer<Response> {
-        if !self.inspector(client) {
-            return Ok(Self::denied());
-        }
+        // A non-administrator sees its own user's devices only: those of its connections.
+        let mine: Option<BTreeSet<ClientId>> = (!self.inspector(client)).then(|| {
+            let book = self.book();
+            let uid = uid_of(&book, client);
+            book.clients
+                .iter()
+                .filter(|(_, c)| c.peer.uid == uid)
+                .map(|(id, _)| *id)
+                .collect()
+        });
         let mut out = Vec::new();
         for (slot, pid) in self.snapshot() {
+            if mine.as_ref().is_some_and(|m| !m.contains(&slot.owner)) {
+                continue;
+            }
             let d = slot.lock(mode)?;
             out.push(info(pid, &d));
         }
@@ -1188,8 +1205,11 @@ impl State {
             };
             let owner = book.clients.get(&slot.owner);
             let pid = owner.map_or(0, |c| u32::try_from(c.peer.pid).unwrap_or(0));
-            let allowed =
-                slot.owner == client || book.clients.get(&client).is_some_and(|c| c.inspector);
+            let asker = book.clients.get(&client);
+            let allowed = slot.owner == client
+                || asker.is_some_and(|c| {
+                    c.inspector || owner.is_some_and(|o| o.peer.uid == c.peer.uid)
+                });
             (slot, pid, allowed)
         };
         if !allowed {
@@ -1538,11 +1558,10 @@ fn info(owner_pid: u32, d: &Device) -> DeviceInfo {
 impl Handler for State {
     fn connect(&self, peer: Peer, program: String) -> ClientId {
         let id = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
+        let admin_gid = *self.inspect_gid.read().unwrap_or_else(|e| e.into_inner());
         let inspector = peer.uid == 0
             || peer.uid == self.own_uid
-            || self
-                .inspect_gid
-                .is_some_and(|g| peer.gid == g || peer.groups.contains(&g));
+            || admin_gid.is_some_and(|g| peer.gid == g || peer.groups.contains(&g));
         self.book().clients.insert(
             id,
             Client {

@@ -1,6 +1,8 @@
 //! The metrics endpoint over real HTTP while clients work: the figures move as they should,
 //! and the exposition (Prometheus text format) passes `promtool check metrics` where promtool is installed (CI
-//! installs it).
+//! installs it). What it shows of other users is per uid unless `metrics.per_client`; it
+//! listens on loopback unless told otherwise; and no peer, however many connections it
+//! opens and however slowly it sends, keeps another scraper out.
 
 mod common;
 mod work;
@@ -88,7 +90,7 @@ fn figures_move_while_clients_work() {
     let mdir = tempfile::tempdir().unwrap();
     let msock = mdir.path().join("metrics.sock");
     let d = Rigd::start(&format!(
-        "{SIM}\n[metrics]\nlisten = \"{}\"\n",
+        "{SIM}\n[metrics]\nlisten = \"{}\"\nper_client = true\n",
         msock.display()
     ));
     assert!(eventually(Duration::from_secs(20), || msock.exists()));
@@ -125,6 +127,7 @@ fn figures_move_while_clients_work() {
             && value(b, "rig_gpu_values_completed_total", &gpu) == 3.0
             && value(b, "rig_process_devices", &[&pid]) == 1.0
             && value(b, "rig_process_memory_bytes", &[&pid]) >= (1 << 20) as f64
+            && value(b, "rig_user_devices", &["uid=\"0\""]) == 1.0
     };
     let mut b = String::new();
     assert!(
@@ -229,4 +232,231 @@ fn tcp_endpoint_serves_and_is_off_by_default() {
         "{body}"
     );
     assert!(d.log().contains("serving metrics"), "{}", d.log());
+}
+
+/// Whether any sample of `body` names a client process (its pid or program).
+fn names_processes(body: &str) -> bool {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .any(|l| l.contains("pid=\"") || l.contains("program=\""))
+}
+
+/// By default other users' work shows per uid only: devices, bytes and processes of each
+/// uid, no pid or program; a departed client's series go; `per_client = true` (here by a
+/// reload) brings the per-process series back.
+#[test]
+fn figures_are_per_uid_unless_per_client() {
+    let mdir = tempfile::tempdir().unwrap();
+    let msock = mdir.path().join("metrics.sock");
+    let metrics = format!("[metrics]\nlisten = \"{}\"\n", msock.display());
+    let d = Rigd::start(&format!("{SIM}\n{metrics}"));
+    assert!(eventually(Duration::from_secs(20), || msock.exists()));
+    let uid = format!("uid=\"{}\"", nix::unistd::geteuid());
+    let mut c = d.client("secret-program");
+    let o = c.open();
+    let r = c.call(Request::Alloc {
+        device: o.id(),
+        memory: MemoryKind::Device,
+        bytes: 1 << 20,
+    });
+    assert!(matches!(r, Response::Allocated { .. }), "{r:?}");
+    let mut b = String::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            b = scrape(&msock);
+            value(&b, "rig_user_devices", &[&uid]) == 1.0
+                && value(&b, "rig_user_clients", &[&uid]) == 1.0
+                && value(&b, "rig_user_memory_bytes", &[&uid]) >= (1 << 20) as f64
+        }),
+        "{b}"
+    );
+    assert!(!names_processes(&b), "{b}");
+    assert!(!b.contains("secret-program"), "{b}");
+    assert!(b.contains("# TYPE rig_user_devices gauge"), "{b}");
+    promtool_check(&b);
+    // A reload turns the per-process series on.
+    std::fs::write(
+        d.dir.path().join("rigd.toml"),
+        format!("{SIM}\n{metrics}per_client = true\n"),
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let pid = format!("pid=\"{}\"", std::process::id());
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            b = scrape(&msock);
+            value(&b, "rig_process_devices", &[&pid, &uid]) == 1.0
+        }),
+        "{b}\n{}",
+        d.log()
+    );
+    assert!(d.log().contains("metrics.per_client=true"), "{}", d.log());
+    promtool_check(&b);
+    // Gone with their client.
+    drop(o);
+    drop(c);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            b = scrape(&msock);
+            !b.contains("rig_user_devices{") && !names_processes(&b)
+        }),
+        "{b}"
+    );
+}
+
+/// A TCP stream from `from` (any address of 127/8 is this host's) to 127.0.0.1:`port`.
+fn tcp_from(from: std::net::Ipv4Addr, port: u16) -> std::net::TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = rt
+        .block_on(async {
+            let s = tokio::net::TcpSocket::new_v4()?;
+            s.bind((from, 0).into())?;
+            s.connect((std::net::Ipv4Addr::LOCALHOST, port).into())
+                .await
+        })
+        .unwrap()
+        .into_std()
+        .unwrap();
+    s.set_nonblocking(false).unwrap();
+    s
+}
+
+/// Half a request, then silence (slowloris).
+const HALF: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: rigd\r\n";
+
+/// Scrapes over `s`, which must be answered within 1 s of the connect.
+fn scrape_in_a_second<S: Read + Write>(s: S, at: std::time::Instant) -> String {
+    let (status, _, body) = get(s, "/metrics");
+    let took = at.elapsed();
+    assert!(status.contains("200"), "{status}");
+    assert!(took < Duration::from_secs(1), "the scrape took {took:?}");
+    body
+}
+
+/// Many idle, half-sent connections, from one peer or from many, neither keep a scraper
+/// out nor are kept past the request deadline.
+#[test]
+fn slow_peers_do_not_keep_scrapers_out() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mdir = tempfile::tempdir().unwrap();
+    let msock = mdir.path().join("metrics.sock");
+    let d = Rigd::start(&format!(
+        "{SIM}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"
+    ));
+    assert!(eventually(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    }));
+    // One peer's 20 connections, then 2 from each of 10 more: past every cap.
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut s = tcp_from([127, 0, 0, 2].into(), port);
+        let _ = s.write_all(HALF);
+        held.push(s);
+    }
+    for last in 3..13 {
+        for _ in 0..2 {
+            let mut s = tcp_from([127, 0, 0, last].into(), port);
+            let _ = s.write_all(HALF);
+            held.push(s);
+        }
+    }
+    let at = std::time::Instant::now();
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let body = scrape_in_a_second(s, at);
+    assert!(body.contains("rig_gpu_memory_total_bytes"), "{body}");
+    assert!(
+        value(&body, "rig_metrics_connections_closed_total", &[]) > 0.0,
+        "{body}"
+    );
+    promtool_check(&body);
+    // The one that never finishes its request is closed at the deadline (2 s after its
+    // connect), whether or not it was displaced first.
+    let mut last = held.pop().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 64];
+    let t = std::time::Instant::now();
+    let n = last.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&buf[..n]));
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    drop(held);
+    drop(d);
+
+    // Over a unix socket the peer is a uid: the scraper's own uid here, so its own idle
+    // connections give way to its scrape.
+    let d = Rigd::start(&format!(
+        "{SIM}\n[metrics]\nlisten = \"{}\"\n",
+        msock.display()
+    ));
+    assert!(eventually(Duration::from_secs(20), || msock.exists()));
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let mut s = std::os::unix::net::UnixStream::connect(&msock).unwrap();
+        let _ = s.write_all(HALF);
+        held.push(s);
+    }
+    let at = std::time::Instant::now();
+    let s = std::os::unix::net::UnixStream::connect(&msock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    scrape_in_a_second(s, at);
+    drop(held);
+    drop(d);
+}
+
+/// A port alone listens on 127.0.0.1 only; an address beyond loopback needs
+/// `metrics.remote`, at `--check` as at start.
+#[test]
+fn metrics_listen_on_loopback_unless_remote() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let d = Rigd::start(&format!("{SIM}\n[metrics]\nlisten = \"{port}\"\n"));
+    assert!(eventually(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    }));
+    assert!(
+        d.log().contains(&format!("metrics=127.0.0.1:{port}")),
+        "{}",
+        d.log()
+    );
+    // Bound to 127.0.0.1, not to every address: another of this host's refuses.
+    assert!(std::net::TcpStream::connect(("127.0.0.2", port)).is_err());
+    drop(d);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rigd.toml");
+    std::fs::write(
+        &cfg,
+        format!("{SIM}\n[metrics]\nlisten = \"0.0.0.0:{port}\"\n"),
+    )
+    .unwrap();
+    for check in [true, false] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rigd"));
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(dir.path().join("rigd.sock"));
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("metrics.listen") && err.contains("metrics.remote"),
+            "{err}"
+        );
+    }
 }
