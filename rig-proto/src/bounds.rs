@@ -167,6 +167,29 @@ mod tests {
         assert!(crate::frame::encode(&hello(MOST_PROGRAM)).unwrap().len() < MOST_HELLO / 8);
     }
 
+    #[test]
+    fn a_reader_bounded_for_a_hello_refuses_from_the_header() {
+        let mut r = crate::frame::Reader::new();
+        r.set_most(Some(MOST_HELLO));
+        let header = crate::frame::Header {
+            len: crate::MAX_FRAME,
+            fds: 0,
+        }
+        .encode()
+        .unwrap();
+        r.spare()[..8].copy_from_slice(&header);
+        match r.advance(8, Vec::new()) {
+            Err(crate::FrameError::TooLarge { len, max }) => {
+                assert_eq!((len, max), (crate::MAX_FRAME, MOST_HELLO));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Unbounded again, the same header is a frame to wait for.
+        r.set_most(None);
+        r.spare()[..8].copy_from_slice(&header);
+        assert!(matches!(r.advance(8, Vec::new()), Ok(None)));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..Default::default() })]
 
