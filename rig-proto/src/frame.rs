@@ -56,8 +56,8 @@ pub const fn config() -> WireConfig {
 /// A failure to frame, send, receive or decode.
 ///
 /// After any error but [`FrameError::Decode`], [`FrameError::Trailing`] and
-/// [`FrameError::TooLong`] the byte stream is no longer in step, and the connection must be closed (see
-/// [`FrameError::is_fatal`]).
+/// [`FrameError::TooLong`] the byte stream is no longer in step, and the connection must be
+/// closed (see [`FrameError::is_fatal`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FrameError {
