@@ -1,7 +1,8 @@
 //! Arbitrary bytes, cut into arbitrary receives with arbitrary descriptors, through the
 //! frame reader both sides use, then every whole frame through the message decoders: frames
-//! or a typed error, never a panic; descriptors all closed; a decoded message re-encodes to
-//! one that decodes to itself.
+//! or a typed error, never a panic; descriptors all closed; a first frame (the hello) past
+//! its bound refused from its header; a decoded message re-encodes to one that decodes to
+//! itself, and its strings' bounds are checked.
 #![no_main]
 
 use std::os::fd::OwnedFd;
@@ -9,6 +10,7 @@ use std::os::fd::OwnedFd;
 use libfuzzer_sys::fuzz_target;
 use rig_proto::frame::{self, Reader};
 use rig_proto::messages::{Hello, HelloReply, Request, Response};
+use rig_proto::{MOST_HELLO, MOST_PROGRAM};
 
 /// A descriptor to pass with a receive: a memfd, as clients pass.
 fn memfd() -> OwnedFd {
@@ -33,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut reader = Reader::new();
+    // As rigd reads a connection: its first frame, the hello, bounded to MOST_HELLO.
+    let mut first = plan % 2 == 0;
+    reader.set_most(first.then_some(MOST_HELLO));
     let mut step = 0u32;
     while !rest.is_empty() {
         // Receive sizes and descriptor counts come from the plan byte and the step.
@@ -53,6 +58,16 @@ fuzz_target!(|data: &[u8]| {
         loop {
             match reader.take() {
                 Ok(Some(f)) => {
+                    if std::mem::take(&mut first) {
+                        assert!(f.payload.len() <= MOST_HELLO);
+                        reader.set_most(None);
+                    }
+                    if let Ok(h) = frame::decode::<Hello>(&f.payload) {
+                        assert_eq!(h.check_bounds().is_ok(), h.program.len() <= MOST_PROGRAM);
+                    }
+                    if let Ok(r) = frame::decode::<Request>(&f.payload) {
+                        let _ = r.check_bounds();
+                    }
                     roundtrip::<Hello>(&f.payload);
                     roundtrip::<HelloReply>(&f.payload);
                     roundtrip::<Request>(&f.payload);

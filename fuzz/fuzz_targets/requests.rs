@@ -1,7 +1,8 @@
 //! Arbitrary sequences of requests, with arbitrary numbers and arbitrary descriptors (memfds
 //! of any size, sealed or not, huge sparse ones, pipes), from several clients, straight into
-//! rigd's request handler over a simulated GPU: every request answered, never a panic, and
-//! once every client is gone rigd holds no memory and no device.
+//! rigd's request handler over a simulated GPU: every request answered, never a panic, a
+//! request whose strings pass their bounds refused, no client listed with a name past its
+//! bound, and once every client is gone rigd holds no memory and no device.
 #![no_main]
 
 use std::os::fd::OwnedFd;
@@ -9,8 +10,10 @@ use std::sync::{Arc, mpsc};
 
 use libfuzzer_sys::fuzz_target;
 use rig_proto::messages::{
-    DeviceId, Generations, GpuInfo, ImageId, MemoryKind, PathKind, RegionId, Request, Response,
+    DeviceId, ErrorCode, Generations, GpuInfo, ImageId, MemoryKind, PathKind, RegionId, Request,
+    Response,
 };
+use rig_proto::{MOST_ENTRY_NAME, MOST_PROGRAM, MOST_STOP_REASON};
 use rigd::config::{Limits, Peer, SimGpuConfig};
 use rigd::gpus::GpuEntry;
 use rigd::path::Backend;
@@ -34,6 +37,23 @@ impl Input<'_> {
 
     fn u64(&mut self) -> u64 {
         (0..8).fold(0, |v, i| v | u64::from(self.byte()) << (8 * i))
+    }
+
+    /// A string of a length around `bound` (a client string's bound): short, at it, one
+    /// past it, or far past it.
+    fn text(&mut self, bound: usize) -> String {
+        let n = match self.byte() % 4 {
+            0 => usize::from(self.byte()),
+            1 => bound,
+            2 => bound + 1,
+            _ => usize::from(self.byte()) << 14,
+        };
+        // Two-byte characters now and then, so cuts meet character boundaries.
+        if self.byte() % 2 == 0 {
+            "é".repeat(n / 2)
+        } else {
+            "k".repeat(n)
+        }
     }
 
     /// Small numbers most of the time, any number sometimes.
@@ -127,6 +147,8 @@ fuzz_target!(|data: &[u8]| {
         s.connect(peer(1), "a".into()),
         s.connect(peer(2), "b".into()),
         s.connect(peer(3), "c".into()),
+        // A name past the bound, which the server refuses: the state keeps it cut.
+        s.connect(peer(4), "p".repeat(3 * MOST_PROGRAM).into()),
     ];
     let mut devices = vec![DeviceId(0)];
     let mut regions = vec![RegionId(0)];
@@ -136,7 +158,7 @@ fuzz_target!(|data: &[u8]| {
         steps += 1;
         let client = clients[usize::from(input.byte()) % clients.len()];
         let device = devices[usize::from(input.byte()) % devices.len()];
-        let op = input.byte() % 18;
+        let op = input.byte() % 19;
         let request = match op {
             0 => Request::OpenDevice {
                 gpu: u32::from(input.byte() % 3),
@@ -170,7 +192,7 @@ fuzz_target!(|data: &[u8]| {
             5 => Request::StopDevice {
                 device,
                 last: input.u64(),
-                fault: None,
+                fault: (input.byte() % 2 == 0).then(|| input.text(MOST_STOP_REASON)),
             },
             6 if input.byte() % 2 == 0 => Request::LoadImage {
                 device,
@@ -189,7 +211,16 @@ fuzz_target!(|data: &[u8]| {
             7 => Request::ResolveEntry {
                 device,
                 image: images[usize::from(input.byte()) % images.len()],
-                name: "add".into(),
+                name: if input.byte() % 2 == 0 {
+                    "add".into()
+                } else {
+                    input.text(MOST_ENTRY_NAME)
+                },
+            },
+            17 => Request::Prepare {
+                device,
+                image: images[usize::from(input.byte()) % images.len()],
+                name: input.text(MOST_ENTRY_NAME),
             },
             8 => Request::Unload {
                 device,
@@ -218,7 +249,16 @@ fuzz_target!(|data: &[u8]| {
         for _ in 0..count {
             fds.extend(descriptor(&mut input));
         }
+        let within = request.check_bounds().is_ok();
         match s.handle(client, request, fds).0 {
+            // Past its bounds, refused whatever else it asked.
+            Response::Error(e) if !within => {
+                assert_eq!(e.code, ErrorCode::BadRequest, "{e:?}");
+            }
+            _ if !within => panic!("a request past its bounds was answered"),
+            Response::Clients(cs) => {
+                assert!(cs.iter().all(|c| c.program.len() <= MOST_PROGRAM));
+            }
             Response::DeviceOpened(d) => devices.push(d.device),
             Response::Allocated { region, .. } | Response::Mapped { region, .. } => {
                 regions.push(region)

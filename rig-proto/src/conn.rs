@@ -33,7 +33,8 @@ pub const MOST_POSTED: usize = 64;
 pub const MOST_POSTED_ERRORS: usize = 64;
 
 impl Connection {
-    /// Connects to the socket at `path` and says hello as `program`.
+    /// Connects to the socket at `path` and says hello as `program` (cut as
+    /// [`Connection::handshake`] says).
     pub fn connect(path: impl AsRef<Path>, program: &str) -> Result<Connection, Error> {
         let path = path.as_ref();
         let stream = UnixStream::connect(path).map_err(|source| Error::Connect {
@@ -43,12 +44,14 @@ impl Connection {
         Connection::handshake(stream, program)
     }
 
-    /// Says hello on a stream already connected to rigd (a socketpair in tests).
+    /// Says hello on a stream already connected to rigd (a socketpair in tests). A program
+    /// name past [`crate::MOST_PROGRAM`] bytes is cut at a character boundary, which rigd
+    /// would refuse whole.
     pub fn handshake(stream: UnixStream, program: &str) -> Result<Connection, Error> {
         let hello = Hello {
             magic: MAGIC,
             version: VERSION,
-            program: program.to_owned(),
+            program: crate::cut(program, crate::MOST_PROGRAM).to_owned(),
         };
         match frame::write_frame(stream.as_fd(), &frame::encode(&hello)?, &[]) {
             Ok(()) => {}

@@ -55,9 +55,9 @@ pub const fn config() -> WireConfig {
 
 /// A failure to frame, send, receive or decode.
 ///
-/// After any error but [`FrameError::Decode`] and [`FrameError::Trailing`] the byte
-/// stream is no longer in step, and the connection must be closed (see
-/// [`FrameError::is_fatal`]).
+/// After any error but [`FrameError::Decode`], [`FrameError::Trailing`] and
+/// [`FrameError::TooLong`] the byte stream is no longer in step, and the connection must be
+/// closed (see [`FrameError::is_fatal`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FrameError {
@@ -113,6 +113,10 @@ pub enum FrameError {
     /// A message did not encode (over the cap, for one).
     #[error("message cannot be encoded")]
     Encode(#[source] bincode::error::EncodeError),
+    /// The message decoded but a string in it is longer than its bound; the stream is in
+    /// step.
+    #[error(transparent)]
+    TooLong(#[from] crate::bounds::TooLong),
     /// The peer started a frame and did not finish it within the bound it is given.
     #[error("the peer sent part of a frame and not the rest within {ms} ms")]
     Stalled {
@@ -132,6 +136,7 @@ impl FrameError {
             self,
             FrameError::Decode(_)
                 | FrameError::Trailing { .. }
+                | FrameError::TooLong(_)
                 | FrameError::Encode(_)
                 | FrameError::FdMismatch { .. }
         )
@@ -251,6 +256,8 @@ pub struct Reader {
     fds: Vec<(usize, OwnedFd)>,
     /// The current frame, when it is too large for `data`.
     big: Option<Big>,
+    /// A bound of payloads below [`MAX_FRAME`] (a hello's), if set: [`Reader::set_most`].
+    most: Option<usize>,
 }
 
 /// A frame larger than [`AHEAD`], received into its own buffer.
@@ -412,6 +419,13 @@ impl Reader {
         let mut bytes = [0u8; HEADER_BYTES];
         bytes.copy_from_slice(&self.data[head..head + HEADER_BYTES]);
         let header = match Header::parse(&bytes) {
+            Ok(h) => match self.most {
+                Some(max) if h.len > max => Err(FrameError::TooLarge { len: h.len, max }),
+                _ => Ok(h),
+            },
+            Err(e) => Err(e),
+        };
+        let header = match header {
             Ok(h) => h,
             Err(e) => {
                 self.reset();
@@ -484,7 +498,17 @@ impl Reader {
     }
 
     fn reset(&mut self) {
-        *self = Reader::default();
+        *self = Reader {
+            most: self.most,
+            ..Reader::default()
+        };
+    }
+
+    /// Bounds the payload of the frames taken from now on to `most` bytes (`None`:
+    /// [`MAX_FRAME`]), checked from the header before anything is received for the payload:
+    /// rigd bounds a hello so ([`crate::MOST_HELLO`]).
+    pub fn set_most(&mut self, most: Option<usize>) {
+        self.most = most;
     }
 
     /// Reads the next frame from a blocking socket: from bytes already received if they

@@ -45,7 +45,13 @@
 //!   before allocation, and an encoder refuses to build such a frame;
 //! - a frame carries at most [`MAX_FDS`] (8) descriptors;
 //! - bincode's own limit equals the frame cap, so no length inside a payload can make the
-//!   decoder allocate past it.
+//!   decoder allocate past it;
+//! - a hello's payload is at most [`MOST_HELLO`] (4096) bytes and its program name at most
+//!   [`MOST_PROGRAM`] (256); a kernel name at most [`MOST_ENTRY_NAME`] (4096); a stop's
+//!   reason at most [`MOST_STOP_REASON`] (1024). rigd checks them as soon as a message is
+//!   decoded ([`Request::check_bounds`], [`Hello::check_bounds`]), before it keeps
+//!   anything, and refuses with [`ErrorCode::BadRequest`] naming the bound ([`TooLong`]);
+//!   [`Connection::connect`] cuts its own program name ([`cut`]).
 //!
 //! # Errors
 //!
@@ -66,6 +72,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod bounds;
 mod conn;
 mod fdpass;
 pub mod frame;
@@ -75,6 +82,9 @@ mod server;
 
 use std::path::PathBuf;
 
+pub use bounds::{
+    CUT_MARK, MOST_ENTRY_NAME, MOST_HELLO, MOST_PROGRAM, MOST_STOP_REASON, TooLong, cut, cut_marked,
+};
 pub use conn::{Connection, MOST_POSTED, MOST_POSTED_ERRORS};
 pub use frame::{FrameError, MAX_FDS, MAX_FRAME};
 pub use messages::*;
@@ -84,8 +94,9 @@ pub use server::{ServerConnection, reply_for};
 /// The first eight bytes every client's hello carries: `"rigproto"` read little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
-/// The protocol version of this build. Both sides must speak the same one.
-pub const VERSION: u32 = 5;
+/// The protocol version of this build. Both sides must speak the same one. Version 6
+/// bounds every string a client sends (see [`MOST_PROGRAM`] and its siblings).
+pub const VERSION: u32 = 6;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

@@ -47,7 +47,8 @@ pub struct Hello {
     pub magic: u64,
     /// The protocol version the client speaks, [`crate::VERSION`] of its build.
     pub version: u32,
-    /// The client's program name, as `rigctl clients` shows it.
+    /// The client's program name, as `rigctl clients` shows it: at most
+    /// [`crate::MOST_PROGRAM`] bytes, in a payload of at most [`crate::MOST_HELLO`].
     pub program: String,
 }
 
@@ -151,7 +152,7 @@ pub enum Request {
         device: DeviceId,
         /// The image.
         image: ImageId,
-        /// The kernel's name, without `.kd`.
+        /// The kernel's name, without `.kd`: at most [`crate::MOST_ENTRY_NAME`] bytes.
         name: String,
     },
     /// Needs a live device and an image of it; may start making `name`'s entry and
@@ -161,7 +162,7 @@ pub enum Request {
         device: DeviceId,
         /// The image.
         image: ImageId,
-        /// The kernel's name.
+        /// The kernel's name: at most [`crate::MOST_ENTRY_NAME`] bytes.
         name: String,
     },
     /// Needs an image of this device that no work can still run (after a stop too);
@@ -208,7 +209,8 @@ pub enum Request {
         device: DeviceId,
         /// The last value the client gave to submit.
         last: u64,
-        /// Why the client lost the device, if for a fault or a hang.
+        /// Why the client lost the device, if for a fault or a hang: at most
+        /// [`crate::MOST_STOP_REASON`] bytes.
         fault: Option<String>,
     },
     /// Needs a device of this client, live or not; answered with [`Response::Status`], which
@@ -1197,16 +1199,10 @@ impl Fault {
     }
 
     /// The fault with `detail` cut to [`MOST_FAULT_DETAIL`] bytes at a character boundary,
-    /// and marked when cut.
+    /// the mark [`crate::CUT_MARK`] included when cut.
     pub fn bounded(mut self) -> Fault {
-        if self.detail.len() > MOST_FAULT_DETAIL {
-            let mut end = MOST_FAULT_DETAIL;
-            while !self.detail.is_char_boundary(end) {
-                end -= 1;
-            }
-            self.detail.truncate(end);
-            self.detail.push_str(" (cut)");
-        }
+        self.detail =
+            crate::bounds::cut_marked(std::mem::take(&mut self.detail), MOST_FAULT_DETAIL);
         self
     }
 }

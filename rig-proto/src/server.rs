@@ -21,7 +21,7 @@ use tokio::net::UnixStream;
 use crate::fdpass;
 use crate::frame::{self, Frame, FrameError, Outgoing, Reader};
 use crate::messages::{ErrorCode, ErrorReply, Hello, HelloReply, Request, Response, Welcome};
-use crate::{Error, MAGIC, VERSION};
+use crate::{Error, MAGIC, MOST_HELLO, MOST_PROGRAM, VERSION, cut};
 
 /// One client's connection, as rigd holds it.
 #[derive(Debug)]
@@ -163,13 +163,30 @@ impl ServerConnection {
         Ok(())
     }
 
-    /// Reads the client's [`Hello`] and checks it. A bad magic or another version is
-    /// answered with [`HelloReply::Refused`] here and returned as an error; a good hello is
+    /// Reads the client's [`Hello`] and checks it. A payload past [`MOST_HELLO`], a bad
+    /// magic, another version or a program name past [`MOST_PROGRAM`] is answered with
+    /// [`HelloReply::Refused`] here and returned as an error; a good hello is
     /// returned for the caller to [`welcome`](Self::welcome) or [`refuse`](Self::refuse).
     /// `Ok(None)` if the peer closed before saying anything.
     pub async fn read_hello(&mut self) -> Result<Option<Hello>, Error> {
-        let Some(frame) = self.read_frame().await? else {
-            return Ok(None);
+        // A hello is small: a longer one is refused from its header, unread.
+        self.reader.set_most(Some(MOST_HELLO));
+        let frame = self.read_frame().await;
+        self.reader.set_most(None);
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(None),
+            Err(e @ FrameError::TooLarge { len, .. }) => {
+                let why = format!(
+                    "a hello of {len} bytes is more than the {MOST_HELLO} bytes rig_proto::MOST_HELLO allows \
+                     (its program name may be at most {MOST_PROGRAM} bytes, rig_proto::MOST_PROGRAM); \
+                     send a shorter program name (rig-client cuts its own)"
+                );
+                self.refuse(ErrorReply::new(ErrorCode::BadRequest, why))
+                    .await?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
         };
         if !frame.fds.is_empty() {
             let e = FrameError::FdMismatch {
@@ -199,7 +216,8 @@ impl ServerConnection {
             let why = format!(
                 "rigd speaks protocol version {VERSION} and {} speaks {}; use a rig-client built \
                  from the same release as rigd",
-                hello.program, hello.version
+                cut(&hello.program, MOST_PROGRAM),
+                hello.version
             );
             self.refuse(ErrorReply::new(ErrorCode::VersionMismatch, why))
                 .await?;
@@ -207,6 +225,10 @@ impl ServerConnection {
                 daemon: VERSION,
                 client: hello.version,
             });
+        }
+        if let Err(e) = hello.check_bounds() {
+            self.refuse(e.clone().into()).await?;
+            return Err(FrameError::TooLong(e).into());
         }
         Ok(Some(hello))
     }
@@ -253,6 +275,8 @@ impl ServerConnection {
             return Ok(None);
         };
         let request: Request = frame::decode(&frame.payload)?;
+        // Before anything of it is kept; the frame's descriptors close as it drops.
+        request.check_bounds()?;
         let needed = request.fds_needed();
         if frame.fds.len() != needed {
             // The frame's descriptors close as `frame` drops.

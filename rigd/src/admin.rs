@@ -181,7 +181,7 @@ impl Admin {
             let p = by_pid.entry(c.pid).or_insert_with(|| ProcessInfo {
                 pid: u32::try_from(c.pid).unwrap_or(0),
                 uid: c.uid,
-                program: crate::metrics::program_of(c.pid).unwrap_or_else(|| c.program.clone()),
+                program: crate::metrics::program_of(c.pid).unwrap_or_else(|| c.program.to_string()),
                 hello: Vec::new(),
                 connections: 0,
                 devices: Vec::new(),
@@ -189,8 +189,8 @@ impl Admin {
             });
             p.connections += 1;
             p.bytes += c.bytes;
-            if !p.hello.contains(&c.program) {
-                p.hello.push(c.program.clone());
+            if !p.hello.iter().any(|h| **h == *c.program) {
+                p.hello.push(c.program.to_string());
             }
         }
         for d in &o.devices {

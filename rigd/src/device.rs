@@ -1249,7 +1249,8 @@ impl Device {
             return;
         }
         let why = why.bounded();
-        tracing::warn!(device = self.id.0, reason = %why, "device lost");
+        // The reason may be the client's own (a stop's).
+        tracing::warn!(device = self.id.0, reason = %crate::logging::client_text(&why.to_string()), "device lost");
         self.faults.push(why.clone());
         self.lost = Some(why.clone());
         // The flag goes up before the stop writes the last value into the word, so a client

@@ -6,7 +6,11 @@
 //! gpu...) as journal fields, and journald adds the one timestamp. Otherwise they are plain
 //! lines on stderr. The filter is `RUST_LOG` when set, else `daemon.log`, and SIGHUP may
 //! replace the latter ([`Logging::reload`]). This module owns the subscriber; it decides
-//! nothing about what is logged.
+//! nothing about what is logged, except that a field repeating what a client sent (a
+//! program name, a reason, a kernel name, a message built from them) goes through
+//! [`client_text`], so no line repeats client data unbounded.
+
+use std::fmt::{self, Write as _};
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -162,4 +166,54 @@ fn journal_is_stderr() -> bool {
     std::fs::File::from(f)
         .metadata()
         .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// The most bytes of client data one log field repeats. The protocol bounds every string a
+/// client sends ([`rig_proto::MOST_PROGRAM`] and its siblings); this bounds what a line
+/// repeats of them whatever those are, messages built from them included.
+pub const MOST_LOGGED: usize = 512;
+
+/// `text` (which a client sent, or which names what it sent) as a log field: cut to
+/// [`MOST_LOGGED`] bytes at a character boundary and marked with an ellipsis when cut, and
+/// its control characters escaped, so a client can neither flood the log nor forge a line.
+pub fn client_text(text: &str) -> ClientText<'_> {
+    ClientText(text)
+}
+
+/// What [`client_text`] gives: formats as the bounded, escaped text.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientText<'a>(&'a str);
+
+impl fmt::Display for ClientText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kept = rig_proto::cut(self.0, MOST_LOGGED);
+        for c in kept.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        if kept.len() < self.0.len() {
+            f.write_char('…')?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_text_is_bounded_escaped_and_marked_when_cut() {
+        assert_eq!(client_text("rig-demo").to_string(), "rig-demo");
+        assert_eq!(client_text("a\nb").to_string(), "a\\nb");
+        let long = "é".repeat(MOST_LOGGED);
+        let shown = client_text(&long).to_string();
+        assert!(shown.ends_with('…'), "{shown}");
+        assert_eq!(shown.len(), MOST_LOGGED + '…'.len_utf8());
+        let exact = "x".repeat(MOST_LOGGED);
+        assert_eq!(client_text(&exact).to_string(), exact);
+    }
 }

@@ -96,8 +96,8 @@ pub struct ClientSeen {
     pub pid: i32,
     /// Its uid.
     pub uid: u32,
-    /// The program its hello named.
-    pub program: String,
+    /// The program its hello named (shared with the state's record, not copied).
+    pub program: std::sync::Arc<str>,
     /// Devices it holds.
     pub devices: usize,
     /// Bytes it holds.
@@ -655,7 +655,7 @@ impl Metrics {
                     .get(&c.pid)
                     .map(|p| p.program.clone())
                     .or_else(|| program_of(c.pid))
-                    .unwrap_or_else(|| c.program.clone()),
+                    .unwrap_or_else(|| c.program.to_string()),
                 connections: 0,
                 devices: 0,
                 bytes: 0,

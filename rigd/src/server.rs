@@ -43,6 +43,7 @@ use tokio::sync::{broadcast, mpsc as tmpsc};
 
 use crate::config::{AccessRule, Connections, Peer};
 use crate::image::Prepared;
+use crate::logging::client_text;
 use crate::state::{ClientId, Handler, Reply, Shared};
 
 /// Refusals at accept are logged at most once a second for each reason, with how many
@@ -468,11 +469,12 @@ impl Server {
         if conn.welcome(DAEMON_NAME, std::process::id()).await.is_err() {
             return;
         }
-        let program = hello.program.clone();
+        // Kept once, within rig_proto::MOST_PROGRAM (read_hello refused a longer one).
+        let program: Arc<str> = hello.program.into();
         let client = self.state.connect(peer.clone(), program.clone());
         // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
         // journal; a client's first device open is logged at info with its pid.
-        tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %program, "client connected");
+        tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %client_text(&program), "client connected");
         self.serve(client, &mut conn, &held.0, stop).await;
         // The socket is done with: its slot is free for the user's next connection, which
         // must not wait for this one's devices to be torn down.
@@ -510,7 +512,7 @@ impl Server {
                 drop(code_object);
                 let response = state.place_image(client, device, prepared);
                 if let Response::Error(e) = &response {
-                    tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %e.message, "request refused");
+                    tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %client_text(&e.message), "request refused");
                 }
                 (response, Vec::new())
             }

@@ -55,8 +55,9 @@ pub type Reply = (Response, Vec<OwnedFd>);
 /// by every connection: each call locks what it needs, and may block (it waits for locks
 /// and for the paths).
 pub trait Handler: Send + Sync {
-    /// A client passed the handshake.
-    fn connect(&self, peer: Peer, program: String) -> ClientId;
+    /// A client passed the handshake; `program` is its hello's name, within
+    /// [`rig_proto::MOST_PROGRAM`], kept once for the connection's life.
+    fn connect(&self, peer: Peer, program: Arc<str>) -> ClientId;
     /// One request of `client`, with the descriptors that came with it.
     fn handle(&self, client: ClientId, request: Request, fds: Vec<OwnedFd>) -> Reply;
     /// The client's connection closed (or broke): give back all it holds.
@@ -66,7 +67,8 @@ pub trait Handler: Send + Sync {
 #[derive(Debug)]
 struct Client {
     peer: Peer,
-    program: String,
+    /// Shared, not copied, by every look at the book ([`State::observe`]).
+    program: Arc<str>,
     devices: BTreeSet<DeviceId>,
     inspector: bool,
     /// What this connection's devices hold (running total).
@@ -783,7 +785,7 @@ impl State {
                 client = client.0,
                 pid = c.peer.pid,
                 uid = c.peer.uid,
-                program = %c.program,
+                program = %crate::logging::client_text(&c.program),
                 device = id.0,
                 gpu,
                 "device opened"
@@ -1149,7 +1151,7 @@ impl State {
                     pid: u32::try_from(c.peer.pid).unwrap_or(0),
                     uid: c.peer.uid,
                     gid: c.peer.gid,
-                    program: c.program.clone(),
+                    program: c.program.to_string(),
                     devices: c.devices.iter().copied().collect(),
                     bytes: c.held.bytes,
                 })
@@ -1478,6 +1480,11 @@ impl State {
         fds: Vec<OwnedFd>,
         mode: Mode,
     ) -> Result<Reply, Busy> {
+        // The server checked at decode; the Handler is also called directly (an embedded
+        // rigd, the fuzzers).
+        if let Err(e) = request.check_bounds() {
+            return Ok(none(Response::Error(e.into())));
+        }
         let r = match request {
             Request::ListGpus => Ok(none(Response::Gpus(self.gpu_infos()))),
             Request::OpenDevice { gpu } => self.open_device(client, *gpu),
@@ -1496,7 +1503,7 @@ impl State {
             Err(Halt::Busy) => return Err(Busy),
         };
         if let Response::Error(e) = &reply.0 {
-            tracing::debug!(client = client.0, request = request.name(), code = ?e.code, error = %e.message, "request refused");
+            tracing::debug!(client = client.0, request = request.name(), code = ?e.code, error = %crate::logging::client_text(&e.message), "request refused");
         }
         Ok(reply)
     }
@@ -1556,7 +1563,12 @@ fn info(owner_pid: u32, d: &Device) -> DeviceInfo {
 }
 
 impl Handler for State {
-    fn connect(&self, peer: Peer, program: String) -> ClientId {
+    fn connect(&self, peer: Peer, program: Arc<str>) -> ClientId {
+        // The server refused a longer name; a caller of the Handler itself gets it cut.
+        let program = match rig_proto::cut(&program, rig_proto::MOST_PROGRAM) {
+            kept if kept.len() == program.len() => program,
+            kept => kept.into(),
+        };
         let id = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
         let admin_gid = *self.inspect_gid.read().unwrap_or_else(|e| e.into_inner());
         let inspector = peer.uid == 0
@@ -1607,12 +1619,6 @@ impl Handler for State {
 
 /// The detail of the loss of every device still open when rigd stops.
 pub const SHUTTING_DOWN: &str = "rigd is shutting down";
-
-/// The most bytes of a reason a client gives with its stop that rigd keeps: the reason is
-/// held (and shown by rigctl) as long as the device, charged to no quota, so a frame's
-/// 16 MiB of it must not be. It is the bound of every fault's detail
-/// ([`rig_proto::Fault::bounded`], which [`Device::lose_at`] applies).
-pub const MOST_CLIENT_REASON: usize = rig_proto::MOST_FAULT_DETAIL;
 
 /// The device a request names.
 fn named_device(r: &Request) -> Option<DeviceId> {

@@ -360,25 +360,22 @@ fn a_stop_with_a_reason_loses_the_device_with_it() {
     };
     assert_eq!(rep.info.lost.map(|f| f.detail).as_deref(), Some(why));
 
-    // A reason as long as a frame allows is kept cut, not whole: rigd holds it uncharged.
+    // A reason past its bound is refused, naming it, before anything is done: rigd would
+    // hold it uncharged as long as the device.
     let o = c.open();
-    assert_eq!(
-        c.call(Request::StopDevice {
-            device: o.id(),
-            last: 1,
-            fault: Some("é".repeat(4 << 20)),
-        }),
-        Response::Done
-    );
+    let Response::Error(e) = c.call(Request::StopDevice {
+        device: o.id(),
+        last: 1,
+        fault: Some("é".repeat(4 << 20)),
+    }) else {
+        panic!("a frame-sized reason was taken")
+    };
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("MOST_STOP_REASON"), "{}", e.message);
     let Response::Status(s) = c.call(Request::DeviceStatus { device: o.id() }) else {
         panic!()
     };
-    let kept = s.lost.unwrap().detail;
-    assert!(
-        kept.len() <= rigd::state::MOST_CLIENT_REASON + 8 && kept.ends_with("(cut)"),
-        "{} bytes kept",
-        kept.len()
-    );
+    assert!(!s.stopped && s.lost.is_none(), "{s:?}");
 }
 
 #[test]

@@ -221,7 +221,11 @@ impl DeviceShared {
                 &Request::StopDevice {
                     device: self.id,
                     last: self.submitted(),
-                    fault: Some(d.why.to_string()),
+                    // rigd refuses a reason past its bound; a chain of losses may be longer.
+                    fault: Some(rig_proto::cut_marked(
+                        d.why.to_string(),
+                        rig_proto::MOST_STOP_REASON,
+                    )),
                 },
                 &[],
             );
