@@ -5,6 +5,10 @@
 //! map into plain structs and classifies each argument; it checks types and presence of the
 //! keys rig needs, and leaves the cross-checks with the ELF (symbols, descriptors) to the
 //! caller.
+//!
+//! The note is the client's: it is read in place, never as a tree, so skipping what rig does
+//! not read allocates nothing, and what rig keeps is bounded ([`MAX_KERNELS`], [`MAX_ARGS`],
+//! [`MAX_STRING`], [`MAX_DEPTH`]).
 
 use super::Malformed as Why;
 

@@ -16,7 +16,7 @@
 //! problem and never a panic. [`CodeObject::check`] says whether a GPU runs it.
 //!
 //! This module does not allocate GPU memory, resolve symbols against libraries (rig links
-//! none: an undefined symbol is an error at [`CodeObject::check`]) or decide a launch's
+//! none: an undefined symbol, weak or not, is an error at [`CodeObject::check`]) or decide a launch's
 //! arguments ([`crate::kernarg`] lays those out from [`Kernel::plan`]).
 //!
 //! Facts from LLVM's AMDGPUUsage ("ELF Header", "Note Records", "Kernel Descriptor",
