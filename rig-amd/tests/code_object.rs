@@ -640,3 +640,37 @@ fn rig_reads_what_llvm_reads() {
     }
     assert!(relocations >= 10, "pointers.co of each target has two");
 }
+
+/// The hostile shapes of `fuzz/seeds/code_object` (made by
+/// `fuzz/seeds/make_code_object_seeds.py`): each refused naming its bound, or parsed having
+/// skipped what rig does not read.
+#[test]
+fn hostile_seeds_are_refused_naming_their_bound() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/code_object");
+    let gfx1100 = Gpu::by_name("gfx1100").unwrap();
+    let seed = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let err = |name: &str| match CodeObject::parse(&seed(name)) {
+        Ok(co) => co.check(gfx1100).unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    let co = CodeObject::parse(&seed("metadata-skipped-values.co")).unwrap();
+    assert_eq!(co.kernels().len(), 1);
+    let e = err("metadata-15000-kernels.co");
+    assert!(
+        e.contains("15000 kernels") && e.contains("MAX_KERNELS (4096)"),
+        "{e}"
+    );
+    let e = err("metadata-deep.co");
+    assert!(e.contains("MAX_DEPTH"), "{e}");
+    let e = err("metadata-count-lies.co");
+    assert!(e.contains("declares 4294967295 entries"), "{e}");
+    let e = err("relocations-long-undefined.co");
+    assert!(
+        e.contains("needs symbol uuuu") && e.contains("(4000 bytes)") && e.len() < 1024,
+        "{e}"
+    );
+    let co = CodeObject::parse(&seed("relocations-long-undefined.co")).unwrap();
+    assert_eq!(co.undefined().count(), 1, "named once");
+    let e = err("relocations-overlapping.co");
+    assert!(e.contains("overlap"), "{e}");
+}

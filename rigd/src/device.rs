@@ -525,6 +525,8 @@ pub struct Device {
     quarantine_cost: Footprint,
     /// Images loaded, by id.
     images: HashMap<ImageId, crate::image::Image>,
+    /// What their kernels cost, kept for the user ([`crate::image::Kernels::cost`]).
+    images_cost: Footprint,
     /// The scratch memory entries grew, if any.
     scratch: Option<PathMemory>,
     /// Why rigd lost it, once it did.
@@ -617,6 +619,7 @@ impl Device {
             quarantine: Vec::new(),
             quarantine_cost: Footprint::default(),
             images: HashMap::new(),
+            images_cost: Footprint::default(),
             scratch: None,
             lost: None,
             stopped: false,
@@ -915,6 +918,7 @@ impl Device {
             .plus(queues)
             .plus(self.regions.cost)
             .plus(self.quarantine_cost)
+            .plus(self.images_cost)
     }
 
     /// Gives `memory` back through the path once no work of the device can touch it: at
@@ -1279,6 +1283,7 @@ impl Device {
         all.extend(self.quarantine.drain(..).map(|q| q.memory));
         self.quarantine_cost = Footprint::default();
         self.images.clear();
+        self.images_cost = Footprint::default();
         all.extend(self.compute.drain(..).map(|q| q.memory));
         all.extend(self.copy.drain(..).map(|q| q.memory));
         all.extend(self.segments.drain(..).map(|s| s.memory));
@@ -1474,8 +1479,8 @@ impl Device {
         let Some(r) = self.regions.remove(&region) else {
             return false;
         };
-        if let Some(image) = r.image {
-            self.images.remove(&image);
+        if let Some(img) = r.image.and_then(|image| self.images.remove(&image)) {
+            self.images_cost = self.images_cost.minus(img.kernels.cost());
         }
         let cost = Footprint::region(&r.memory);
         self.give_back(r.memory, cost, true);
@@ -1499,13 +1504,14 @@ impl Device {
         self.path.free(memory);
     }
 
-    /// Keeps `memory` as region `region` holding image `id`, `code` placed at its start.
+    /// Keeps `memory` as region `region` holding image `id`, placed at its start, whose
+    /// entries need `kernels`.
     pub fn add_image(
         &mut self,
         region: RegionId,
         id: ImageId,
         memory: PathMemory,
-        code: rig_amd::code_object::CodeObject,
+        kernels: crate::image::Kernels,
     ) {
         let address = memory.address;
         self.regions.insert(
@@ -1515,12 +1521,13 @@ impl Device {
                 image: Some(id),
             },
         );
+        self.images_cost = self.images_cost.plus(kernels.cost());
         self.images.insert(
             id,
             crate::image::Image {
                 region,
                 address,
-                code,
+                kernels,
             },
         );
     }
@@ -1536,6 +1543,7 @@ impl Device {
         let Some(img) = self.images.remove(&id) else {
             return false;
         };
+        self.images_cost = self.images_cost.minus(img.kernels.cost());
         if let Some(r) = self.regions.get_mut(&img.region) {
             r.image = None;
         }

@@ -14,12 +14,23 @@
 //! the image (a segment's zero-filled memory) is the allocation's own, which every path
 //! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment
 //! costs rigd neither memory nor time beyond the allocation charged to the client.
+//!
+//! Once placed, rigd keeps of an image only what its entries need ([`Kernels`]: each
+//! kernel's name, descriptor and argument layout, a few hundred bytes a kernel, at most
+//! `rig_amd::code_object::MAX_KERNELS` of them); the file and the parsed code object go.
+//! What it keeps is charged to the client's user, with the image's memory, against
+//! `limits.memory_bytes` and `limits.host_memory_bytes` ([`Kernels::cost`]), so it shows
+//! in the bytes `rigctl clients` and the metrics report.
 
-use rig_amd::code_object::{CodeObject, CodeObjectError, Pieces, PlaceError};
+use std::mem::size_of;
+
+use rig_amd::code_object::{CodeObject, CodeObjectError, KernelDescriptor, Pieces, PlaceError};
+use rig_amd::kernarg::HiddenLayout;
 use rig_proto::messages::{
     Descriptor, Entry, ErrorCode, ErrorReply, ImageId, RegionId, Response, Scratch, Shortage,
 };
 
+use crate::device::Footprint;
 use crate::path::Refusal;
 use crate::state::{ClientId, Halt, Held, State, live};
 
@@ -30,8 +41,108 @@ pub struct Image {
     pub region: RegionId,
     /// The GPU address of its first byte.
     pub address: u64,
-    /// The parsed code object, for entries.
-    pub code: CodeObject,
+    /// What its entries need.
+    pub kernels: Kernels,
+}
+
+/// What rigd keeps of an image's kernels for their entries: their names in one string and
+/// an entry each, sorted by name.
+#[derive(Debug)]
+pub struct Kernels {
+    names: String,
+    entries: Vec<Kept>,
+    bytes: u64,
+}
+
+/// One kernel as an entry needs it.
+#[derive(Debug)]
+struct Kept {
+    /// Its name's bytes in [`Kernels::names`].
+    name: (u32, u32),
+    descriptor_offset: u64,
+    descriptor: KernelDescriptor,
+    explicit_size: u32,
+    max_threads: u32,
+    kernarg_size: u32,
+    kernarg_align: u32,
+    hidden: HiddenLayout,
+    wave64: bool,
+    reads_dispatch_packet: bool,
+    /// The runtime services it reads, which rig does not provide, if any.
+    services: Option<Box<str>>,
+}
+
+/// What holding an image costs rigd beyond its kernels: its entry in the device's table.
+const PER_IMAGE: u64 = (size_of::<(ImageId, Image)>() + 16) as u64;
+
+impl Kernels {
+    /// The kernels of `code`, compact.
+    pub fn new(code: &CodeObject) -> Kernels {
+        let mut order: Vec<&rig_amd::code_object::Kernel> = code.kernels().iter().collect();
+        order.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        let mut names = String::with_capacity(order.iter().map(|k| k.name().len()).sum());
+        let mut entries = Vec::with_capacity(order.len());
+        let mut text = 0;
+        for k in order {
+            let start = names.len() as u32;
+            names.push_str(k.name());
+            let services: Vec<&str> = k.runtime_services().collect();
+            let services = (!services.is_empty()).then(|| services.join(", ").into_boxed_str());
+            text += services.as_ref().map_or(0, |s| s.len());
+            entries.push(Kept {
+                name: (start, names.len() as u32),
+                descriptor_offset: k.descriptor_offset(),
+                descriptor: *k.descriptor(),
+                explicit_size: k.explicit_size(),
+                max_threads: k.max_threads(),
+                kernarg_size: k.kernarg_size(),
+                kernarg_align: k.kernarg_align(),
+                hidden: k.plan().hidden,
+                wave64: k.wave64(),
+                reads_dispatch_packet: k.reads_dispatch_packet(),
+                services,
+            });
+        }
+        let bytes =
+            PER_IMAGE + (names.capacity() + entries.capacity() * size_of::<Kept>() + text) as u64;
+        Kernels {
+            names,
+            entries,
+            bytes,
+        }
+    }
+
+    fn name(&self, k: &Kept) -> &str {
+        // PANIC: `new` recorded each name's bounds in `names`.
+        &self.names[k.name.0 as usize..k.name.1 as usize]
+    }
+
+    fn get(&self, name: &str) -> Option<&Kept> {
+        self.entries
+            .binary_search_by(|k| self.name(k).cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// What keeping them costs the client's user: rigd's heap bytes for them, charged as
+    /// memory (`limits.memory_bytes`) and as host memory rigd made (`limits.host_memory_bytes`).
+    pub fn cost(&self) -> Footprint {
+        Footprint {
+            bytes: self.bytes,
+            host_bytes: self.bytes,
+            ..Footprint::default()
+        }
+    }
 }
 
 /// Why an image was refused before anything was allocated for it.
@@ -131,7 +242,24 @@ impl State {
             ));
         }
         let size = code.image_size();
-        self.reserve_memory(client, h, size)?;
+        // What rigd keeps of it, made and charged before the memory; the code object (with
+        // its copy of the file) goes before the upload.
+        let kernels = Kernels::new(&code);
+        let names: Vec<String> = code.kernels().iter().map(|k| k.name().to_owned()).collect();
+        drop(code);
+        let keep = kernels.cost();
+        self.reserve_for(
+            client,
+            h,
+            Footprint {
+                objects: 1,
+                gpu_bytes: size,
+                ..keep.plus(Footprint {
+                    bytes: size,
+                    ..Footprint::default()
+                })
+            },
+        )?;
         let region = RegionId(self.new_object_id());
         let image = ImageId(self.new_object_id());
         let d = &mut h.d;
@@ -166,14 +294,13 @@ impl State {
             }
         }
         let address = memory.address;
-        let kernels = code.kernels().iter().map(|k| k.name().to_owned()).collect();
-        d.add_image(region, image, memory, code);
+        d.add_image(region, image, memory, kernels);
         Ok(Response::ImageLoaded {
             image,
             region,
             gpu_address: address,
             size,
-            kernels,
+            kernels: names,
         })
     }
 
@@ -193,22 +320,20 @@ impl State {
                 format!("device {} has no image {}", d.id().0, image.0),
             ));
         };
-        let Some(k) = img.code.kernel(name) else {
+        let Some(k) = img.kernels.get(name) else {
             return Ok(Response::Absent);
         };
-        let services: Vec<&str> = k.runtime_services().collect();
-        if !services.is_empty() {
+        if let Some(services) = &k.services {
             return Ok(refused(
                 ErrorCode::EntryRefused,
                 format!(
-                    "kernel {name} reads {}, a runtime's service rig does not provide; build it without printf, hostcall or device-side enqueue",
-                    services.join(", ")
+                    "kernel {name} reads {services}, a runtime's service rig does not provide; build it without printf, hostcall or device-side enqueue"
                 ),
             ));
         }
         let gpu = &d.description().gpu;
         let pm4 = gpu.dies == 1;
-        if pm4 && k.reads_dispatch_packet() {
+        if pm4 && k.reads_dispatch_packet {
             return Ok(refused(
                 ErrorCode::EntryRefused,
                 format!(
@@ -216,19 +341,20 @@ impl State {
                 ),
             ));
         }
-        let wave_bytes = wave_scratch(gpu, k.private_segment_size(), k.wave64());
+        let private = k.descriptor.private_segment_fixed_size;
+        let wave_bytes = wave_scratch(gpu, private, k.wave64);
         let waves = u64::from(gpu.compute_units) * u64::from(gpu.waves_per_cu);
         let mut entry = Entry {
-            code: img.address + k.descriptor_offset(),
-            params: k.explicit_size(),
-            max_threads: k.max_threads(),
-            kernarg_size: k.kernarg_size(),
-            kernarg_align: k.kernarg_align(),
-            group_segment: k.group_segment_size(),
-            private_segment: k.private_segment_size(),
-            wave64: k.wave64(),
-            descriptor: Descriptor(k.descriptor().to_bytes()),
-            hidden: k.plan().hidden,
+            code: img.address + k.descriptor_offset,
+            params: k.explicit_size,
+            max_threads: k.max_threads,
+            kernarg_size: k.kernarg_size,
+            kernarg_align: k.kernarg_align,
+            group_segment: k.descriptor.group_segment_fixed_size,
+            private_segment: private,
+            wave64: k.wave64,
+            descriptor: Descriptor(k.descriptor.to_bytes()),
+            hidden: k.hidden,
             scratch: None,
         };
         if wave_bytes == 0 {

@@ -544,7 +544,12 @@ impl State {
     }
 
     /// Reserves `need` for the request holding `h` (see [`State::reserve`]).
-    fn reserve_for(&self, client: ClientId, h: &mut Held<'_>, need: Footprint) -> Answer<()> {
+    pub(crate) fn reserve_for(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        need: Footprint,
+    ) -> Answer<()> {
         self.reserve(client, h.slot.gpu, need, false)?;
         h.reserved = h.reserved.plus(need);
         Ok(())

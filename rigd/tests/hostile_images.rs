@@ -1,7 +1,11 @@
 //! Code objects as an attacker makes them, against the real rigd: a small file whose
 //! segment declares gigabytes of zero-filled memory is refused from its program headers,
 //! at once and without rigd's memory growing; a large but legal one loads without
-//! zero-filling on rigd's heap, and without stalling anyone else while it does.
+//! zero-filling on rigd's heap, and without stalling anyone else while it does. Bombs of
+//! metadata (a note of millions of values), of relocations (tens of thousands naming a long
+//! undefined symbol, sections that overlap) and of kernels cost rigd a small multiple of
+//! their bytes at most, and what rigd keeps of a loaded image is its kernels' entries,
+//! charged to the client.
 
 mod common;
 
@@ -32,10 +36,19 @@ fn with_memsz(co: &[u8], memsz: u64) -> Vec<u8> {
 
 /// rigd's peak resident memory (`VmHWM`), in bytes.
 fn peak_rss(d: &Rigd) -> u64 {
+    status_bytes(d, "VmHWM:")
+}
+
+/// rigd's resident memory now (`VmRSS`), in bytes.
+fn rss(d: &Rigd) -> u64 {
+    status_bytes(d, "VmRSS:")
+}
+
+fn status_bytes(d: &Rigd, field: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
     let kb: u64 = s
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap();
@@ -174,4 +187,465 @@ fn others_are_served_while_a_big_image_loads() {
     // Nothing was zero-filled on rigd's heap (nor written into the simulated VRAM).
     let grew = peak_rss(&d).saturating_sub(before);
     assert!(grew < 64 << 20, "rigd's peak memory grew by {grew} bytes");
+}
+
+fn u16_at(f: &[u8], o: usize) -> usize {
+    u16::from_le_bytes([f[o], f[o + 1]]) as usize
+}
+
+fn u32_at(f: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(f[o..o + 4].try_into().unwrap())
+}
+
+fn u64_at(f: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(f[o..o + 8].try_into().unwrap())
+}
+
+fn put64(f: &mut [u8], o: usize, v: u64) {
+    f[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// The file offsets of the program headers of type `ty`.
+fn phdrs(f: &[u8], ty: u32) -> Vec<usize> {
+    let (off, size, count) = (u64_at(f, 0x20) as usize, u16_at(f, 0x36), u16_at(f, 0x38));
+    (0..count)
+        .map(|i| off + i * size)
+        .filter(|&p| u32_at(f, p) == ty)
+        .collect()
+}
+
+/// The file offsets of the section headers of type `ty`.
+fn shdrs(f: &[u8], ty: u32) -> Vec<usize> {
+    let (off, size, count) = (u64_at(f, 0x28) as usize, u16_at(f, 0x3a), u16_at(f, 0x3c));
+    (0..count)
+        .map(|i| off + i * size)
+        .filter(|&s| u32_at(f, s + 4) == ty)
+        .collect()
+}
+
+const PT_NOTE: u32 = 4;
+const SHT_RELA: u32 = 4;
+
+/// The metadata note's descriptor bytes.
+fn metadata(co: &[u8]) -> &[u8] {
+    let p = phdrs(co, PT_NOTE)[0];
+    let (mut at, end) = (u64_at(co, p + 8) as usize, 0);
+    let end = end + at + u64_at(co, p + 32) as usize;
+    while at < end {
+        let (namesz, descsz, ty) = (
+            u32_at(co, at) as usize,
+            u32_at(co, at + 4) as usize,
+            u32_at(co, at + 8),
+        );
+        let desc = at + 12 + namesz.div_ceil(4) * 4;
+        if ty == 32 && &co[at + 12..at + 12 + namesz] == b"AMDGPU\0" {
+            return &co[desc..desc + descsz];
+        }
+        at = desc + descsz.div_ceil(4) * 4;
+    }
+    panic!("no metadata note")
+}
+
+/// `co` with `desc` as its metadata note: appended to the file, its note segment pointing
+/// at it (which the parser reads before the sections).
+fn with_metadata(co: &[u8], desc: &[u8]) -> Vec<u8> {
+    let mut f = co.to_vec();
+    f.resize(f.len().div_ceil(8) * 8, 0);
+    let at = f.len();
+    f.extend(7u32.to_le_bytes());
+    f.extend((desc.len() as u32).to_le_bytes());
+    f.extend(32u32.to_le_bytes());
+    f.extend(b"AMDGPU\0\0");
+    f.extend(desc);
+    f.resize(f.len().div_ceil(4) * 4, 0);
+    let size = (f.len() - at) as u64;
+    let p = phdrs(&f, PT_NOTE)[0];
+    put64(&mut f, p + 8, at as u64);
+    put64(&mut f, p + 32, size);
+    put64(&mut f, p + 40, size);
+    f
+}
+
+/// `note` (a msgpack map of at most 14 entries) with one more, `key` and `value` (msgpack
+/// bytes).
+fn with_entry(note: &[u8], key: &str, value: &[u8]) -> Vec<u8> {
+    assert!((0x80..0x8f).contains(&note[0]), "a small map");
+    let mut out = vec![note[0] + 1];
+    out.extend(&note[1..]);
+    out.push(0xa0 | key.len() as u8);
+    out.extend(key.as_bytes());
+    out.extend(value);
+    out
+}
+
+/// A msgpack array of `n` items, each `item`.
+fn array_of(n: usize, item: &[u8]) -> Vec<u8> {
+    let mut out = vec![0xdd];
+    out.extend((n as u32).to_be_bytes());
+    for _ in 0..n {
+        out.extend(item);
+    }
+    out
+}
+
+/// rigd's peak memory may grow by at most this for a request of `bytes`: a small multiple,
+/// and a constant.
+fn bound(bytes: usize) -> u64 {
+    4 * bytes as u64 + (32 << 20)
+}
+
+#[test]
+fn a_metadata_bomb_costs_rigd_a_small_multiple_of_its_bytes() {
+    let d = Rigd::start(common::SIM);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = compile(dir.path(), KERNEL, "gfx1100") else {
+        return;
+    };
+    let note = metadata(&co).to_vec();
+    let mut c = d.client("bomb");
+    let dev = c.open().id();
+    // 15 MiB of nils under a key rig does not read: each was a 40-byte value before.
+    let skipped = with_metadata(
+        &co,
+        &with_entry(&note, "amdhsa.bomb", &array_of(15 << 20, &[0xc0])),
+    );
+    // 15 MiB of empty kernels: refused from the array's count.
+    let kernels = {
+        let root = rmpv::decode::read_value(&mut &note[..]).unwrap();
+        let mut bytes = Vec::new();
+        let rmpv::Value::Map(entries) = root else {
+            panic!("the root is a map")
+        };
+        let rest: Vec<_> = entries
+            .into_iter()
+            .filter(|(k, _)| k.as_str() != Some("amdhsa.kernels"))
+            .collect();
+        rmpv::encode::write_value(&mut bytes, &rmpv::Value::Map(rest)).unwrap();
+        with_metadata(
+            &co,
+            &with_entry(&bytes, "amdhsa.kernels", &array_of(15 << 20, &[0x80])),
+        )
+    };
+    for (what, file) in [("skipped values", skipped), ("kernels", kernels)] {
+        let before = peak_rss(&d);
+        let len = file.len();
+        let r = c.call(Request::LoadImage {
+            device: dev,
+            code_object: file,
+        });
+        let grew = peak_rss(&d).saturating_sub(before);
+        eprintln!("a {len}-byte metadata bomb of {what}: rigd's peak grew by {grew} bytes: {r:?}");
+        match (what, &r) {
+            ("skipped values", Response::ImageLoaded { kernels, .. }) => {
+                assert_eq!(kernels, &["add"])
+            }
+            ("kernels", Response::Error(e)) => {
+                assert_eq!(e.code, ErrorCode::ImageRefused);
+                assert!(
+                    e.message.contains("15728640 kernels")
+                        && e.message.contains("MAX_KERNELS (4096)"),
+                    "{}",
+                    e.message
+                );
+            }
+            _ => panic!("{what}: {r:?}"),
+        }
+        assert!(
+            grew <= bound(len),
+            "a {len}-byte metadata bomb grew rigd's peak by {grew} bytes"
+        );
+    }
+}
+
+const SHT_DYNSYM: u32 = 11;
+
+/// `KERNEL` reading a global `name` it does not define, weak or not (lld refuses to link a
+/// strong one, so the weak one's binding is rewritten, as an attacker would).
+fn needing(dir: &std::path::Path, name: &str, weak: bool) -> Option<Vec<u8>> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut co = compile(
+        dir,
+        &format!(
+            "extern __global int {name} __attribute__((weak, visibility(\"default\")));\n__kernel void add(__global int* a, int b) {{ a[__builtin_amdgcn_workitem_id_x()] += b + {name}; }}\n"
+        ),
+        "gfx1100",
+    )?;
+    if !weak {
+        let s = shdrs(&co, SHT_DYNSYM)[0];
+        let (off, size) = (u64_at(&co, s + 24) as usize, u64_at(&co, s + 32) as usize);
+        for sym in (off..off + size).step_by(24) {
+            // st_shndx 0 (undefined), st_info's binding STB_WEAK (2) to STB_GLOBAL (1).
+            if u16_at(&co, sym + 6) == 0 && co[sym + 4] >> 4 == 2 {
+                co[sym + 4] = (1 << 4) | (co[sym + 4] & 0xf);
+            }
+        }
+    }
+    Some(co)
+}
+
+/// `co` with its relocation section's `n` copies of its first entry, appended, and `also`
+/// more allocated relocation sections naming the same entries (overlapping in the file).
+fn with_relocations(co: &[u8], n: usize, also: usize) -> Vec<u8> {
+    let mut f = co.to_vec();
+    let s = *shdrs(&f, SHT_RELA).first().expect("a relocation section");
+    let (off, size) = (u64_at(&f, s + 24) as usize, u64_at(&f, s + 32));
+    assert_eq!(size, 24, "one relocation");
+    let entry = f[off..off + 24].to_vec();
+    f.resize(f.len().div_ceil(8) * 8, 0);
+    let at = f.len();
+    for _ in 0..n {
+        f.extend(&entry);
+    }
+    put64(&mut f, s + 24, at as u64);
+    put64(&mut f, s + 32, 24 * n as u64);
+    if also > 0 {
+        // A new section header table: the old one and `also` copies of the section's.
+        let (shoff, shentsize, shnum) = (
+            u64_at(&f, 0x28) as usize,
+            u16_at(&f, 0x3a),
+            u16_at(&f, 0x3c),
+        );
+        let table = f[shoff..shoff + shentsize * shnum].to_vec();
+        let rela = f[s..s + shentsize].to_vec();
+        f.resize(f.len().div_ceil(8) * 8, 0);
+        let new = f.len();
+        f.extend(&table);
+        for _ in 0..also {
+            f.extend(&rela);
+        }
+        put64(&mut f, 0x28, new as u64);
+        let count = (shnum + also) as u16;
+        f[0x3c..0x3e].copy_from_slice(&count.to_le_bytes());
+    }
+    f
+}
+
+#[test]
+fn a_relocation_bomb_is_refused_naming_its_symbol_once() {
+    let d = Rigd::start(common::SIM);
+    let dir = tempfile::tempdir().unwrap();
+    let long = "w".repeat(8000);
+    let (Some(weak), Some(strong), Some(short)) = (
+        needing(&dir.path().join("weak"), &long, true),
+        needing(&dir.path().join("strong"), &long, false),
+        needing(&dir.path().join("short"), "ext", false),
+    ) else {
+        return;
+    };
+    let mut c = d.client("bomb");
+    let dev = c.open().id();
+    // 40,000 relocations naming an 8000-byte symbol: 320 MB as copies of the name.
+    let bombs = [
+        ("weak", with_relocations(&weak, 40_000, 0), long.as_str()),
+        (
+            "strong",
+            with_relocations(&strong, 40_000, 0),
+            long.as_str(),
+        ),
+        // 64 sections over one block of relocations: 2.6 million from a 1 MB file.
+        ("overlapping", with_relocations(&short, 40_000, 64), "ext"),
+    ];
+    for (what, file, name) in bombs {
+        let before = peak_rss(&d);
+        let len = file.len();
+        let r = c.call(Request::LoadImage {
+            device: dev,
+            code_object: file,
+        });
+        let grew = peak_rss(&d).saturating_sub(before);
+        eprintln!("a {len}-byte {what} relocation bomb: rigd's peak grew by {grew} bytes");
+        let Response::Error(e) = &r else {
+            panic!("{what}: a relocation bomb was loaded: {r:?}")
+        };
+        assert_eq!(e.code, ErrorCode::ImageRefused, "{what}: {}", e.message);
+        if what == "overlapping" {
+            assert!(e.message.contains("overlap"), "{}", e.message);
+        } else {
+            // Named once, and cut.
+            assert_eq!(
+                e.message.matches("(8000 bytes)").count(),
+                1,
+                "{}",
+                e.message
+            );
+            assert!(
+                e.message.contains("(8000 bytes)") && e.message.len() < 1024,
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains(&name[..512]));
+        }
+        assert!(
+            grew <= bound(len),
+            "a {len}-byte {what} relocation bomb grew rigd's peak by {grew} bytes"
+        );
+    }
+    // Each symbol alone, weak or not, is refused too: rig defines none.
+    for co in [weak, strong] {
+        let r = c.call(Request::LoadImage {
+            device: dev,
+            code_object: co,
+        });
+        assert!(
+            matches!(&r, Response::Error(e) if e.code == ErrorCode::ImageRefused && e.message.contains("needs symbol")),
+            "{r:?}"
+        );
+    }
+}
+
+/// The bytes rigd charges the client named `program`, as `rigctl clients` shows them.
+fn charged(c: &mut common::Client, program: &str) -> u64 {
+    let Response::Clients(list) = c.call(Request::ListClients) else {
+        panic!("no client list")
+    };
+    list.iter()
+        .filter(|i| i.program == program)
+        .map(|i| i.bytes)
+        .sum()
+}
+
+/// `co`'s metadata with `n` kernels, each `add` under another name (they share its
+/// descriptor).
+fn with_kernels(co: &[u8], n: usize) -> Vec<u8> {
+    let mut root = rmpv::decode::read_value(&mut metadata(co)).unwrap();
+    let rmpv::Value::Map(entries) = &mut root else {
+        panic!("the root is a map")
+    };
+    let (_, rmpv::Value::Array(kernels)) = entries
+        .iter_mut()
+        .find(|(k, _)| k.as_str() == Some("amdhsa.kernels"))
+        .unwrap()
+    else {
+        panic!("kernels")
+    };
+    let add = kernels[0].clone();
+    *kernels = (0..n)
+        .map(|i| {
+            let mut k = add.clone();
+            let rmpv::Value::Map(f) = &mut k else {
+                panic!("a kernel is a map")
+            };
+            for (key, v) in f.iter_mut() {
+                if key.as_str() == Some(".name") {
+                    *v = format!("kernel_number_{i}").into();
+                }
+            }
+            k
+        })
+        .collect();
+    let mut note = Vec::new();
+    rmpv::encode::write_value(&mut note, &root).unwrap();
+    with_metadata(co, &note)
+}
+
+#[test]
+fn an_image_keeps_only_its_entries_and_they_are_charged() {
+    let d = Rigd::start(BIG_SIM);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(co) = compile(dir.path(), KERNEL, "gfx1100") else {
+        return;
+    };
+    let mut c = d.client("keeper");
+    let dev = c.open().id();
+
+    // 15 MiB of bytes past the file's sections and segments: nothing rigd needs to keep.
+    let mut padded = co.clone();
+    padded.resize(co.len() + (15 << 20), 0x5a);
+    let base = rss(&d);
+    let images = 24;
+    for _ in 0..images {
+        let r = c.call(Request::LoadImage {
+            device: dev,
+            code_object: padded.clone(),
+        });
+        assert!(matches!(r, Response::ImageLoaded { .. }), "{r:?}");
+    }
+    let grew = rss(&d).saturating_sub(base);
+    eprintln!(
+        "{images} images of {} bytes: rigd's memory grew by {grew} bytes",
+        padded.len()
+    );
+    assert!(
+        grew < 160 << 20,
+        "{images} images of 15 MiB files kept {grew} bytes"
+    );
+
+    // 15,000 kernels are refused naming the limit; 4,000 load, and what rigd keeps of them
+    // is charged to the client, and given back with the image.
+    let r = c.call(Request::LoadImage {
+        device: dev,
+        code_object: with_kernels(&co, 15_000),
+    });
+    assert!(
+        matches!(&r, Response::Error(e) if e.code == ErrorCode::ImageRefused && e.message.contains("15000 kernels") && e.message.contains("MAX_KERNELS (4096)")),
+        "{r:?}"
+    );
+    let mut admin = d.client("admin");
+    let before = charged(&mut admin, "keeper");
+    let one = c.call(Request::LoadImage {
+        device: dev,
+        code_object: co.clone(),
+    });
+    let Response::ImageLoaded {
+        size,
+        image: small,
+        region: small_region,
+        ..
+    } = one
+    else {
+        panic!("{one:?}")
+    };
+    let small_charge = charged(&mut admin, "keeper") - before;
+    assert!(
+        small_charge > size,
+        "an image's entries are charged: {small_charge} for {size} bytes"
+    );
+    let r = c.call(Request::LoadImage {
+        device: dev,
+        code_object: with_kernels(&co, 4000),
+    });
+    let Response::ImageLoaded {
+        image,
+        region,
+        size: big_size,
+        kernels,
+        ..
+    } = r
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(kernels.len(), 4000);
+    let big_charge = charged(&mut admin, "keeper") - before - small_charge;
+    eprintln!(
+        "an image of 4000 kernels: charged {big_charge} bytes for {big_size} bytes of GPU memory"
+    );
+    assert!(
+        big_charge >= big_size + 4000 * 200,
+        "4000 kernels' entries charged {big_charge} bytes, {big_size} of them GPU memory"
+    );
+    let r = c.call(Request::ResolveEntry {
+        device: dev,
+        image,
+        name: "kernel_number_3999".into(),
+    });
+    assert!(matches!(r, Response::Entry(_)), "{r:?}");
+    c.call(Request::Unload { device: dev, image });
+    c.call(Request::Free {
+        device: dev,
+        region,
+    });
+    c.call(Request::Unload {
+        device: dev,
+        image: small,
+    });
+    c.call(Request::Free {
+        device: dev,
+        region: small_region,
+    });
+    assert!(
+        common::eventually(Duration::from_secs(5), || charged(&mut admin, "keeper")
+            <= before),
+        "the charge is given back: {} after, {before} before",
+        charged(&mut admin, "keeper")
+    );
 }

@@ -62,8 +62,9 @@ pub(crate) enum Target {
     Image(u64),
     /// An absolute symbol.
     Absolute(u64),
-    /// A symbol the object does not define.
-    Undefined { name: String, weak: bool },
+    /// A symbol the object does not define (its name is kept once, in
+    /// [`Relocations::undefined`], never per relocation).
+    Undefined,
 }
 
 /// The three relocations a loader applies.
@@ -84,6 +85,31 @@ pub(crate) struct Reloc {
     pub kind: RelocKind,
     pub addend: i64,
     pub target: Target,
+}
+
+/// The dynamic relocations, and the names of the undefined symbols they need.
+#[derive(Debug, Default)]
+pub(crate) struct Relocations {
+    pub relocs: Vec<Reloc>,
+    /// The first [`MAX_UNDEFINED_NAMES`] undefined symbols named, each once, shown to
+    /// [`MAX_NAME_SHOWN`] bytes.
+    pub undefined: Vec<String>,
+}
+
+/// Undefined symbols whose names a code object keeps (one is enough to refuse it).
+pub(crate) const MAX_UNDEFINED_NAMES: usize = 16;
+
+/// Bytes of a symbol's name an error shows; the rest is cut (names are the client's).
+pub(crate) const MAX_NAME_SHOWN: usize = 512;
+
+/// A symbol's name for a message: lossy UTF-8, cut at [`MAX_NAME_SHOWN`] bytes.
+pub(crate) fn shown(name: &[u8]) -> String {
+    let cut = name.len() > MAX_NAME_SHOWN;
+    let mut s = String::from_utf8_lossy(&name[..name.len().min(MAX_NAME_SHOWN)]).into_owned();
+    if cut {
+        s.push_str(&format!("... ({} bytes)", name.len()));
+    }
+    s
 }
 
 /// The parts of the ELF file the code object keeps.
@@ -314,33 +340,79 @@ impl<'d> Loaded<'d> {
     }
 
     /// The dynamic relocations: those of allocated `SHT_RELA`/`SHT_REL` sections. The linker
-    /// applied the static ones already.
-    pub fn relocations(&self) -> Result<Vec<Reloc>, Malformed> {
+    /// applied the static ones already. Sections may overlap in the file, so their entries
+    /// are counted first: more than the file has bytes for (one a 16 bytes, `Elf64_Rel`'s
+    /// size) is refused before anything is allocated for them.
+    pub fn relocations(&self) -> Result<Relocations, Malformed> {
         let e = Le;
-        let mut out = Vec::new();
-        for s in self.sections.iter() {
-            if s.sh_flags(e) & u64::from(elf::SHF_ALLOC) == 0 {
-                continue;
+        let allocated = || {
+            self.sections
+                .iter()
+                .filter(|s| s.sh_flags(e) & u64::from(elf::SHF_ALLOC) != 0)
+        };
+        let mut count = 0usize;
+        for s in allocated() {
+            if let Some((relas, _)) = s.rela(e, self.data).map_err(elf_err)? {
+                count = count.saturating_add(relas.len());
+            } else if let Some((rels, _)) = s.rel(e, self.data).map_err(elf_err)? {
+                count = count.saturating_add(rels.len());
             }
+        }
+        let most = self.data.len() / 16;
+        if count > most {
+            return Err(Malformed::Relocation(format!(
+                "sections hold {count} entries, more than a {}-byte file has room for ({most}): they overlap",
+                self.data.len()
+            )));
+        }
+        let mut out = Relocations {
+            relocs: Vec::with_capacity(count),
+            undefined: Vec::new(),
+        };
+        // (symbol table, index) of the undefined symbols named so far, for `undefined`.
+        let mut seen: Vec<(usize, u32)> = Vec::new();
+        for s in allocated() {
+            let mut add =
+                |r: Option<Reloc>,
+                 link: usize,
+                 sym: u32,
+                 table: &Option<SymbolTable<'d, Elf64, &'d [u8]>>| {
+                    let Some(r) = r else { return };
+                    if r.target == Target::Undefined
+                        && seen.len() < MAX_UNDEFINED_NAMES
+                        && !seen.contains(&(link, sym))
+                    {
+                        seen.push((link, sym));
+                        out.undefined.push(self.symbol_name(table, sym));
+                    }
+                    out.relocs.push(r);
+                };
             if let Some((relas, link)) = s.rela(e, self.data).map_err(elf_err)? {
                 let table = self.linked_symbols(link)?;
                 for r in relas {
                     let (offset, ty, sym) = (r.r_offset(e), r.r_type(e, false), r.r_sym(e, false));
-                    if let Some(r) = self.reloc(offset, ty, sym, Some(r.r_addend(e)), &table)? {
-                        out.push(r);
-                    }
+                    let reloc = self.reloc(offset, ty, sym, Some(r.r_addend(e)), &table)?;
+                    add(reloc, link.0, sym, &table);
                 }
             } else if let Some((rels, link)) = s.rel(e, self.data).map_err(elf_err)? {
                 let table = self.linked_symbols(link)?;
                 for r in rels {
                     let (offset, ty, sym) = (r.r_offset(e), r.r_type(e), r.r_sym(e));
-                    if let Some(r) = self.reloc(offset, ty, sym, None, &table)? {
-                        out.push(r);
-                    }
+                    let reloc = self.reloc(offset, ty, sym, None, &table)?;
+                    add(reloc, link.0, sym, &table);
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Symbol `sym`'s name in `table`, for a message.
+    fn symbol_name(&self, table: &Option<SymbolTable<'d, Elf64, &'d [u8]>>, sym: u32) -> String {
+        let name = table.as_ref().and_then(|t| {
+            let s = t.symbol(object::SymbolIndex(sym as usize)).ok()?;
+            t.symbol_name(Le, s).ok()
+        });
+        shown(name.unwrap_or(b"?"))
     }
 
     fn linked_symbols(
@@ -411,12 +483,11 @@ impl<'d> Loaded<'d> {
         s: &Sym64<Le>,
     ) -> Result<Target, Malformed> {
         let e = Le;
-        let name = || String::from_utf8_lossy(table.symbol_name(e, s).unwrap_or(b"?")).into_owned();
+        let name = || shown(table.symbol_name(e, s).unwrap_or(b"?"));
         Ok(match s.st_shndx(e) {
-            elf::SHN_UNDEF => Target::Undefined {
-                name: name(),
-                weak: s.st_bind() == elf::STB_WEAK,
-            },
+            // Weak ones too: ROCr's loader resolves an undefined symbol only against
+            // variables the program defined, weak or not, and rig defines none.
+            elf::SHN_UNDEF => Target::Undefined,
             elf::SHN_ABS => Target::Absolute(s.st_value(e)),
             _ => Target::Image(
                 self.image_range(s.st_value(e), 0)

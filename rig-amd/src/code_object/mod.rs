@@ -16,7 +16,7 @@
 //! problem and never a panic. [`CodeObject::check`] says whether a GPU runs it.
 //!
 //! This module does not allocate GPU memory, resolve symbols against libraries (rig links
-//! none: an undefined symbol is an error at [`CodeObject::check`]) or decide a launch's
+//! none: an undefined symbol, weak or not, is an error at [`CodeObject::check`]) or decide a launch's
 //! arguments ([`crate::kernarg`] lays those out from [`Kernel::plan`]).
 //!
 //! Facts from LLVM's AMDGPUUsage ("ELF Header", "Note Records", "Kernel Descriptor",
@@ -28,7 +28,7 @@ mod metadata;
 mod target;
 
 pub use descriptor::*;
-pub use metadata::{Arg, ArgKind, Axis, Hidden};
+pub use metadata::{Arg, ArgKind, Axis, Hidden, MAX_ARGS, MAX_DEPTH, MAX_KERNELS, MAX_STRING};
 pub use target::{Feature, GenericFamily, Processor, Target};
 
 use crate::gpu::Gpu;
@@ -106,6 +106,16 @@ pub enum Malformed {
     /// A dynamic relocation rig cannot apply.
     #[error("relocation {0}")]
     Relocation(String),
+    /// It holds more of something than rig reads from one code object.
+    #[error("{what}, more than {limit} ({value}) allows")]
+    Limit {
+        /// What it holds, such as "its metadata lists 15000 kernels".
+        what: String,
+        /// The bound's name, such as `rig_amd::code_object::MAX_KERNELS`.
+        limit: &'static str,
+        /// The bound.
+        value: u64,
+    },
 }
 
 /// Why a code object cannot be used (on a GPU).
@@ -342,6 +352,9 @@ pub struct CodeObject {
     base: u64,
     segments: Vec<Segment>,
     relocs: Vec<elf::Reloc>,
+    /// Undefined symbols its relocations name, each once (at most
+    /// `elf::MAX_UNDEFINED_NAMES`).
+    undefined: Vec<String>,
     /// The file, which the segments' bytes are ranges of: a copy of the input, so that the
     /// parse's memory is bounded by the input's size however the segments overlap in it.
     file: Vec<u8>,
@@ -389,15 +402,17 @@ impl CodeObject {
             }
         };
         let symbols = loaded.symbols()?;
-        let mut names = std::collections::HashSet::new();
+        // Names borrowed, not copied: the metadata's own bound its cost.
+        let mut names = std::collections::HashSet::with_capacity(meta.kernels.len());
+        if let Some(m) = meta.kernels.iter().find(|m| !names.insert(m.name.as_str())) {
+            return Err(Malformed::BadMetadata(format!(
+                "two kernels are named {}",
+                m.name
+            )));
+        }
+        drop(names);
         let mut kernels: Vec<Kernel> = Vec::with_capacity(meta.kernels.len());
         for m in meta.kernels {
-            if !names.insert(m.name.clone()) {
-                return Err(Malformed::BadMetadata(format!(
-                    "two kernels are named {}",
-                    m.name
-                )));
-            }
             let vaddr = symbols.get(m.symbol.as_bytes()).copied();
             kernels.push(kernel(&loaded, vaddr, m, gfx9)?);
         }
@@ -412,7 +427,8 @@ impl CodeObject {
             alignment: loaded.alignment,
             base: loaded.base,
             segments: loaded.segments,
-            relocs,
+            relocs: relocs.relocs,
+            undefined: relocs.undefined,
             file: bytes.to_vec(),
         })
     }
@@ -488,12 +504,11 @@ impl CodeObject {
         Ok(())
     }
 
-    /// Symbols its relocations need that it does not define (weak ones resolve to 0).
+    /// Symbols its relocations need that it does not define, weak ones included (as ROCr's
+    /// loader has it, a weak symbol resolves only to a variable the program defines, and rig
+    /// defines none): each once, the first 16, names cut at 512 bytes.
     pub fn undefined(&self) -> impl Iterator<Item = &str> {
-        self.relocs.iter().filter_map(|r| match &r.target {
-            elf::Target::Undefined { name, weak: false } => Some(name.as_str()),
-            _ => None,
-        })
+        self.undefined.iter().map(String::as_str)
     }
 
     /// Places the image for `load_address` into `out`, which must hold
@@ -583,7 +598,7 @@ impl CodeObject {
             .map(|r| {
                 // Each value is `constant + scale * load address`, wrapping.
                 let (s, s_scale) = match &r.target {
-                    elf::Target::None | elf::Target::Undefined { .. } => (0, 0),
+                    elf::Target::None | elf::Target::Undefined => (0, 0),
                     elf::Target::Image(offset) => (*offset, 1),
                     elf::Target::Absolute(v) => (*v, 0),
                 };
@@ -809,15 +824,6 @@ mod tests {
             reloc(1, RelocKind::Abs64, 8, Sym::Image(0x100)),
             reloc(2, RelocKind::Abs64, -1, Sym::Absolute(0x5000)),
             reloc(3, RelocKind::Rel64, 4, Sym::Image(0x100)),
-            reloc(
-                4,
-                RelocKind::Abs64,
-                0,
-                Sym::Undefined {
-                    name: "w".into(),
-                    weak: true,
-                },
-            ),
         ];
         let load = 0x7000_0000_0000;
         let image = co.placed(load).unwrap();
@@ -829,17 +835,10 @@ mod tests {
         assert_eq!(word(1), load + 0x108);
         assert_eq!(word(2), 0x4fff);
         assert_eq!(word(3), (0x100 + 4u64).wrapping_sub(at(3)));
-        assert_eq!(word(4), 0);
 
-        co.relocs.push(reloc(
-            5,
-            RelocKind::Abs64,
-            0,
-            Sym::Undefined {
-                name: "strong".into(),
-                weak: false,
-            },
-        ));
+        co.relocs
+            .push(reloc(4, RelocKind::Abs64, 0, Sym::Undefined));
+        co.undefined.push("strong".into());
         assert_eq!(co.undefined().collect::<Vec<_>>(), ["strong"]);
         assert_eq!(co.placed(load), Err(PlaceError::Undefined("strong".into())));
         let gpu = Gpu::by_name("gfx1100").unwrap();
