@@ -291,6 +291,12 @@ impl Reader {
         Self::default()
     }
 
+    /// The announced payload length of a frame being received into its own buffer (one
+    /// longer than [`AHEAD`]), once its header arrived.
+    pub fn big_len(&self) -> Option<usize> {
+        self.big.as_ref().map(|b| b.header.len)
+    }
+
     /// True if no byte of a frame has arrived yet (none is buffered either).
     pub fn at_boundary(&self) -> bool {
         self.big.is_none() && self.head == self.tail

@@ -89,7 +89,7 @@ pub use conn::{Connection, MOST_POSTED, MOST_POSTED_ERRORS};
 pub use frame::{FrameError, MAX_FDS, MAX_FRAME};
 pub use messages::*;
 #[cfg(feature = "tokio")]
-pub use server::{ServerConnection, reply_for};
+pub use server::{FrameBudget, ServerConnection, reply_for};
 
 /// The first eight bytes every client's hello carries: `"rigproto"` read little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");

@@ -141,7 +141,9 @@ pub enum Request {
     LoadImage {
         /// The device.
         device: DeviceId,
-        /// The ELF bytes of the code object.
+        /// The ELF bytes of the code object. Encoded as any byte sequence is (its length,
+        /// then its bytes), and decoded as one copy rather than byte by byte.
+        #[serde(with = "serde_bytes")]
         code_object: Vec<u8>,
     },
     /// Needs a live device and an image of it; makes what a launch of `name` needs (its

@@ -13,15 +13,104 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::UnixStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::fdpass;
 use crate::frame::{self, Frame, FrameError, Outgoing, Reader};
 use crate::messages::{ErrorCode, ErrorReply, Hello, HelloReply, Request, Response, Welcome};
 use crate::{Error, MAGIC, MOST_HELLO, MOST_PROGRAM, VERSION, cut};
+
+/// What large frames of one peer (rigd: one user) may cost: bytes in memory at once
+/// (arriving, decoded, and answered) and bytes a second.
+///
+/// A frame longer than [`frame::AHEAD`] is received into a buffer of its own only once its
+/// length is reserved from its peer's pool, and the reservation lasts until the connection
+/// reads its next frame (its request was answered by then). Before that, the peer's pace
+/// is kept: its large frames' bytes are admitted at most at its rate, after a burst of one
+/// pool. A connection that must wait for either waits without reading, so the kernel holds
+/// the peer's bytes, not rigd, and rigd spends no time on them; the wait counts towards the
+/// frame's bound. Clones share one pool and one pace.
+#[derive(Debug, Clone)]
+pub struct FrameBudget {
+    pool: Arc<Semaphore>,
+    pace: Arc<Pace>,
+}
+
+/// A peer's rate of large-frame bytes: when its admitted bytes are paid for.
+#[derive(Debug)]
+struct Pace {
+    bytes_per_second: f64,
+    /// How far ahead of its rate a peer may be: one pool's bytes.
+    burst: Duration,
+    /// When the bytes admitted so far are paid for at the rate.
+    paid_at: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Pace {
+    /// Waits until `bytes` more keep the peer within its rate and burst.
+    async fn admit(&self, bytes: usize) {
+        let now = tokio::time::Instant::now();
+        let due = {
+            let mut paid_at = self.paid_at.lock().unwrap_or_else(|e| e.into_inner());
+            let from = paid_at.map_or(now, |p| p.max(now));
+            let until = from + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second);
+            *paid_at = Some(until);
+            until.checked_sub(self.burst)
+        };
+        if let Some(due) = due.filter(|d| *d > now) {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+/// [`FrameBudget`] counts in units of this many bytes.
+const BUDGET_UNIT: usize = 1024;
+
+impl FrameBudget {
+    /// A pool of `bytes` (at least [`frame::MAX_FRAME`], so that any frame can be had)
+    /// admitted at `bytes_per_second` (at least one byte a second).
+    pub fn new(bytes: usize, bytes_per_second: u64) -> Self {
+        let bytes = bytes.max(frame::MAX_FRAME);
+        let rate = bytes_per_second.max(1) as f64;
+        FrameBudget {
+            pool: Arc::new(Semaphore::new(
+                bytes.div_ceil(BUDGET_UNIT).min(Semaphore::MAX_PERMITS),
+            )),
+            pace: Arc::new(Pace {
+                bytes_per_second: rate,
+                burst: Duration::from_secs_f64(bytes as f64 / rate),
+                paid_at: std::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Bytes free in the pool now.
+    pub fn available(&self) -> usize {
+        self.pool.available_permits() * BUDGET_UNIT
+    }
+
+    /// Whether another clone of this budget exists.
+    pub fn shared(&self) -> bool {
+        Arc::strong_count(&self.pool) > 1
+    }
+
+    async fn reserve(&self, bytes: usize) -> OwnedSemaphorePermit {
+        // The pace first: a peer waiting for it holds none of its pool.
+        self.pace.admit(bytes).await;
+        let units = u32::try_from(bytes.div_ceil(BUDGET_UNIT)).unwrap_or(u32::MAX);
+        // PANIC: nothing closes the pool.
+        self.pool
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .expect("a frame budget's pool is never closed")
+    }
+}
 
 /// One client's connection, as rigd holds it.
 #[derive(Debug)]
@@ -32,6 +121,12 @@ pub struct ServerConnection {
     frame_timeout: Option<Duration>,
     /// When the current, incomplete frame was first seen (`None` at a frame boundary).
     started: Option<tokio::time::Instant>,
+    /// Where large frames reserve their bytes, if anywhere.
+    budget: Option<FrameBudget>,
+    /// The reservation of the large frame arriving now.
+    arriving: Option<OwnedSemaphorePermit>,
+    /// The reservation of the last frame read, held while its request is answered.
+    answering: Option<OwnedSemaphorePermit>,
 }
 
 impl ServerConnection {
@@ -43,7 +138,16 @@ impl ServerConnection {
             reader: Reader::new(),
             frame_timeout: None,
             started: None,
+            budget: None,
+            arriving: None,
+            answering: None,
         }
+    }
+
+    /// Makes every frame longer than [`frame::AHEAD`] reserve its bytes from `budget`
+    /// before it is received.
+    pub fn set_budget(&mut self, budget: FrameBudget) {
+        self.budget = Some(budget);
     }
 
     /// Bounds how long a frame may take from its first byte to its last: past it,
@@ -94,14 +198,32 @@ impl ServerConnection {
             reader,
             frame_timeout,
             started,
+            budget,
+            arriving,
+            answering,
         } = self;
+        // The last frame's request was answered before the next read.
+        *answering = None;
         loop {
             match reader.take() {
                 Ok(None) => {}
                 taken => {
                     *started = None;
+                    *answering = arriving.take();
                     return taken;
                 }
+            }
+            if let (Some(budget), Some(len), None) = (&*budget, reader.big_len(), &*arriving) {
+                let since = *started.get_or_insert_with(tokio::time::Instant::now);
+                let reserved = match *frame_timeout {
+                    Some(bound) => tokio::time::timeout_at(since + bound, budget.reserve(len))
+                        .await
+                        .map_err(|_| FrameError::Stalled {
+                            ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                        })?,
+                    None => budget.reserve(len).await,
+                };
+                *arriving = Some(reserved);
             }
             // Receive first and wait for readiness only when nothing is there: a client
             // that sends its next request right after an answer costs one `recvmsg`.
@@ -274,7 +396,20 @@ impl ServerConnection {
         let Some(frame) = self.read_frame().await? else {
             return Ok(None);
         };
-        let request: Request = frame::decode(&frame.payload)?;
+        let Frame { payload, fds } = frame;
+        let request: Request = if payload.len() > frame::AHEAD {
+            // A large payload's decode is a copy of it: off the async workers, so that the
+            // other connections they serve do not wait behind it.
+            tokio::task::spawn_blocking(move || frame::decode(&payload))
+                .await
+                .map_err(|e| FrameError::Io(io::Error::other(e)))??
+        } else {
+            frame::decode(&payload)?
+        };
+        let frame = Frame {
+            payload: Vec::new(),
+            fds,
+        };
         // Before anything of it is kept; the frame's descriptors close as it drops.
         request.check_bounds()?;
         let needed = request.fds_needed();

@@ -1118,3 +1118,26 @@ fn rig_amd_types_and_faults_have_a_pinned_encoding() {
     // position None; detail "t".
     assert_eq!(encode(&f).unwrap(), [3, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, b't']);
 }
+
+proptest! {
+    /// A code object travels as its length then its bytes, exactly as a plain byte vector
+    /// would: the one-copy decode changed nothing on the wire.
+    #[test]
+    fn a_code_object_is_encoded_as_any_byte_vector(bytes in vec(any::<u8>(), 0..4096), device in any::<u64>()) {
+        #[derive(serde::Serialize)]
+        enum Plain {
+            _ListGpus, _OpenDevice { _gpu: u32 }, _CloseDevice { _device: u64 }, _Alloc { _a: u64, _b: u8, _c: u64 },
+            _Free { _a: u64, _b: u64 }, _MapHost { _a: u64 },
+            LoadImage { device: u64, code_object: Vec<u8> },
+        }
+        let ours = encode(&Request::LoadImage { device: DeviceId(device), code_object: bytes.clone() }).unwrap();
+        let plain = bincode::serde::encode_to_vec(
+            Plain::LoadImage { device, code_object: bytes.clone() },
+            rig_proto::frame::config(),
+        )
+        .unwrap();
+        prop_assert_eq!(&ours, &plain);
+        let back: Request = decode(&plain).unwrap();
+        prop_assert_eq!(back, Request::LoadImage { device: DeviceId(device), code_object: bytes });
+    }
+}

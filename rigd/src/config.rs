@@ -492,6 +492,13 @@ pub struct Connections {
     /// closed; 0 never closes one. A connection holding a device is never closed for
     /// silence: its work goes through shared memory, not the socket.
     pub idle_ms: u64,
+    /// Bytes of large frames (longer than 8 KiB) one uid may have in rigd's memory at
+    /// once, over all its connections, arriving or being answered; at least one frame at
+    /// the cap (16 MiB). A frame past it waits, unread, within `frame_ms`.
+    pub frame_bytes_per_uid: usize,
+    /// Bytes of large frames a second one uid may send over all its connections, after a
+    /// burst of `frame_bytes_per_uid`; a frame past it waits, unread, within `frame_ms`.
+    pub frame_bytes_per_second_per_uid: u64,
 }
 
 impl Default for Connections {
@@ -502,6 +509,8 @@ impl Default for Connections {
             hello_ms: 5000,
             frame_ms: 10_000,
             idle_ms: 300_000,
+            frame_bytes_per_uid: 64 << 20,
+            frame_bytes_per_second_per_uid: 256 << 20,
         }
     }
 }
@@ -513,6 +522,19 @@ impl Connections {
         }
         if self.hello_ms == 0 || self.frame_ms == 0 {
             return Err("connections.hello_ms and connections.frame_ms must be at least 1".into());
+        }
+        if self.frame_bytes_per_second_per_uid < 1 << 20 {
+            return Err(format!(
+                "connections.frame_bytes_per_second_per_uid {} must be at least 1048576 (1 MiB a second)",
+                self.frame_bytes_per_second_per_uid
+            ));
+        }
+        if self.frame_bytes_per_uid < rig_proto::MAX_FRAME {
+            return Err(format!(
+                "connections.frame_bytes_per_uid {} must be at least one frame at the cap ({} bytes)",
+                self.frame_bytes_per_uid,
+                rig_proto::MAX_FRAME
+            ));
         }
         Ok(())
     }

@@ -43,6 +43,7 @@ pub mod config;
 pub mod device;
 pub mod discover;
 pub mod gpus;
+pub mod heap;
 pub mod image;
 pub mod listen;
 pub mod logging;
@@ -204,6 +205,7 @@ impl Daemon {
                 max_image_bytes: config.images.max_bytes,
                 metrics: metrics.clone(),
                 admin: admin.clone(),
+                frame_budgets: server::FrameBudgets::default(),
             },
             gpus: n,
         }

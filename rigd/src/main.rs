@@ -95,6 +95,9 @@ fn main() -> ExitCode {
         }
     }
     tracing::info!(administrators = %administrators(&config), "who may inspect and stop others' work");
+    if !rigd::heap::give_large_blocks_back() {
+        tracing::debug!("the allocator keeps its own mapping threshold");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

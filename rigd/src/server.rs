@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use rig_proto::frame::FrameError;
 use rig_proto::messages::{ErrorCode, ErrorReply, Request, Response};
-use rig_proto::{ServerConnection, reply_for};
+use rig_proto::{FrameBudget, ServerConnection, reply_for};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc as tmpsc};
 
@@ -93,6 +93,33 @@ pub struct Server {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Administrators' requests.
     pub admin: Arc<crate::admin::Admin>,
+    /// Each user's budget of large frames (`connections.frame_bytes_per_uid`).
+    pub frame_budgets: FrameBudgets,
+}
+
+/// The budget of large frames of each user with a connection, shared by its connections
+/// (`connections.frame_bytes_per_uid`, `frame_bytes_per_second_per_uid`).
+#[derive(Debug, Clone, Default)]
+pub struct FrameBudgets {
+    by_uid: Arc<std::sync::Mutex<std::collections::HashMap<u32, FrameBudget>>>,
+}
+
+impl FrameBudgets {
+    /// The budget of `uid`'s connections, made with `bytes` if it has none; budgets no
+    /// connection holds any more go.
+    fn of(&self, uid: u32, limits: &Connections) -> FrameBudget {
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        by_uid.retain(|_, b| b.shared());
+        by_uid
+            .entry(uid)
+            .or_insert_with(|| {
+                FrameBudget::new(
+                    limits.frame_bytes_per_uid,
+                    limits.frame_bytes_per_second_per_uid,
+                )
+            })
+            .clone()
+    }
 }
 
 /// Reads a peer's credentials from the socket: `SO_PEERCRED` and `SO_PEERGROUPS`, both as
@@ -445,6 +472,7 @@ impl Server {
         let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
         conn.set_frame_timeout(ms(limits.frame_ms));
+        conn.set_budget(self.frame_budgets.of(peer.uid, &limits));
         let hello = tokio::select! {
             h = tokio::time::timeout(ms(limits.hello_ms), conn.read_hello()) => h,
             _ = stop.recv() => return,

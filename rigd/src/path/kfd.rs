@@ -104,6 +104,15 @@ struct Listener {
     events: Events,
     ranges: Mutex<Vec<(u64, u64)>>,
     interrupts: AtomicU64,
+    /// When `interrupts` last grew, as nanoseconds past [`stamp_epoch`] plus one (0: never);
+    /// stamped before the count grows, so a reader of the count sees its stamp or a later one.
+    interrupted_at: AtomicU64,
+}
+
+/// The instant `Listener::interrupted_at` counts from.
+fn stamp_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// rigd's one KFD process (the kernel makes one per address space): the open KFD and the
@@ -455,8 +464,10 @@ fn event_loop(process: Weak<KfdProcess>, page: Pages, slot: u32, ids: [u32; 3]) 
         // so before this store, so before the devices' checks below.
         page.atomic_u64(slot).store(1, Ordering::Release);
         // Every device checks its own word; an interrupt of one wakes all of them.
+        let at = u64::try_from(stamp_epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
         for (_, l) in &listeners {
-            l.interrupts.fetch_add(1, Ordering::Relaxed);
+            l.interrupted_at.fetch_max(at, Ordering::Release);
+            l.interrupts.fetch_add(1, Ordering::Release);
             (l.events.interrupt)();
         }
         let m = wait[1].memory_exception();
@@ -523,6 +534,7 @@ impl Backend for KfdBackend {
             events,
             ranges: Mutex::new(Vec::new()),
             interrupts: AtomicU64::new(0),
+            interrupted_at: AtomicU64::new(0),
         });
         let mut ls = self
             .shared
@@ -1258,7 +1270,14 @@ impl Path for KfdPath {
     }
 
     fn progress(&self) -> u64 {
-        self.listener.interrupts.load(Ordering::Relaxed)
+        self.listener.interrupts.load(Ordering::Acquire)
+    }
+
+    fn progressed_at(&self) -> Option<Instant> {
+        match self.listener.interrupted_at.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(stamp_epoch() + Duration::from_nanos(n - 1)),
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! and a small client over rig-proto's blocking connection.
 #![allow(dead_code)]
 
+pub mod bombs;
+
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,10 +14,100 @@ use rig_proto::{Connection, Error};
 use rig_shm::SharedRegion;
 
 /// A running rigd, stopped (SIGTERM) and reaped on drop.
+///
+/// With `RIG_TEST_RIGD_MEMORY` set (bytes), each rigd runs in a memory cgroup of its own
+/// with that limit (CI runs the suite so: `.ci/run`), and a rigd the kernel killed for
+/// memory fails its test when dropped.
 pub struct Rigd {
     pub child: Child,
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
+    pub limit: Option<MemoryLimit>,
+}
+
+/// A memory cgroup (v2 where its memory controller is enabled, else v1's) made for one
+/// process, removed on drop.
+pub struct MemoryLimit {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl MemoryLimit {
+    /// A new cgroup limited to `bytes`, or `None` where none can be made (not root, no
+    /// memory controller).
+    pub fn new(bytes: u64) -> Option<MemoryLimit> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "rig-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let v2_root = Path::new("/sys/fs/cgroup");
+        let v2 = std::fs::read_to_string(v2_root.join("cgroup.subtree_control"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"));
+        let (dir, file) = if v2 {
+            (v2_root.join(&name), "memory.max")
+        } else {
+            (
+                Path::new("/sys/fs/cgroup/memory").join(&name),
+                "memory.limit_in_bytes",
+            )
+        };
+        std::fs::create_dir(&dir).ok()?;
+        let limit = MemoryLimit { dir, v2 };
+        std::fs::write(limit.dir.join(file), bytes.to_string()).ok()?;
+        Some(limit)
+    }
+
+    /// The file a process writes its pid to, to join.
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Processes of the cgroup the kernel killed for memory.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The most memory the cgroup has held, in bytes.
+    pub fn peak(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryLimit {
+    fn drop(&mut self) {
+        // Its process is reaped by now; the kernel may take a moment to let go of it.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The memory limit `RIG_TEST_RIGD_MEMORY` asks for every rigd of the tests, if any.
+pub fn memory_limit_asked() -> Option<u64> {
+    std::env::var("RIG_TEST_RIGD_MEMORY").ok()?.parse().ok()
 }
 
 /// The default test configuration: one simulated gfx1100 with a short hang bound.
@@ -29,11 +121,46 @@ impl Rigd {
 
     /// Starts rigd with extra arguments.
     pub fn start_with(config: &str, args: &[&str]) -> Rigd {
+        Self::spawn(config, &[], args, memory_limit_asked())
+    }
+
+    /// Starts rigd in a memory cgroup of its own limited to `bytes` (where one can be made).
+    pub fn start_limited(config: &str, bytes: u64) -> Rigd {
+        Self::spawn(config, &[], &[], Some(bytes))
+    }
+
+    /// Starts rigd through `wrapper` (a command line that runs its first argument after it,
+    /// such as `sh -c 'ulimit -n 1024 && exec "$0" "$@"'`), so the test can set what rigd
+    /// inherits; the wrapper must `exec` rigd so the pid stays rigd's.
+    pub fn start_wrapped(config: &str, wrapper: &[&str]) -> Rigd {
+        Self::spawn(config, wrapper, &[], memory_limit_asked())
+    }
+
+    fn spawn(config: &str, wrapper: &[&str], args: &[&str], memory: Option<u64>) -> Rigd {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("rigd.sock");
         let cfg = dir.path().join("rigd.toml");
         std::fs::write(&cfg, config).expect("write config");
-        let child = Command::new(env!("CARGO_BIN_EXE_rigd"))
+        let limit = memory.and_then(|bytes| {
+            let l = MemoryLimit::new(bytes);
+            if l.is_none() {
+                eprintln!(
+                    "no memory cgroup can be made here: rigd runs without its {bytes}-byte limit"
+                );
+            }
+            l
+        });
+        // The cgroup is joined first, then the wrapper, then rigd, each by exec.
+        let join = "echo $$ > \"$RIG_TEST_CGROUP_PROCS\" && exec \"$0\" \"$@\"";
+        let mut line: Vec<std::ffi::OsString> = Vec::new();
+        if limit.is_some() {
+            line.extend(["sh", "-c", join].map(Into::into));
+        }
+        line.extend(wrapper.iter().map(Into::into));
+        line.push(env!("CARGO_BIN_EXE_rigd").into());
+        let mut command = Command::new(&line[0]);
+        command
+            .args(&line[1..])
             .arg("--config")
             .arg(&cfg)
             .arg("--socket")
@@ -43,10 +170,17 @@ impl Rigd {
             .stdout(Stdio::null())
             .stderr(Stdio::from(
                 std::fs::File::create(dir.path().join("rigd.log")).expect("log file"),
-            ))
-            .spawn()
-            .expect("start rigd");
-        let r = Rigd { child, dir, socket };
+            ));
+        if let Some(l) = &limit {
+            command.env("RIG_TEST_CGROUP_PROCS", l.procs());
+        }
+        let child = command.spawn().expect("start rigd");
+        let r = Rigd {
+            child,
+            dir,
+            socket,
+            limit,
+        };
         r.wait_ready();
         r
     }
@@ -103,6 +237,15 @@ impl Drop for Rigd {
             nix::sys::signal::Signal::SIGTERM,
         );
         let _ = self.child.wait();
+        if let Some(l) = &self.limit {
+            let kills = l.oom_kills();
+            if kills > 0 && !std::thread::panicking() {
+                panic!(
+                    "the kernel killed rigd for memory ({kills} OOM kills; peak {} bytes)",
+                    l.peak()
+                );
+            }
+        }
     }
 }
 
@@ -219,33 +362,4 @@ pub fn compile(dir: &Path, src: &str, mcpu: &str) -> Option<Vec<u8>> {
         .ok()?;
     assert!(st.success(), "clang failed to build the test kernel");
     std::fs::read(&out).ok()
-}
-
-impl Rigd {
-    /// Starts rigd through `wrapper` (a command line that runs its first argument after it,
-    /// such as `sh -c 'ulimit -n 1024 && exec "$0" "$@"'`), so the test can set what rigd
-    /// inherits; the wrapper must `exec` rigd so the pid stays rigd's.
-    pub fn start_wrapped(config: &str, wrapper: &[&str]) -> Rigd {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let socket = dir.path().join("rigd.sock");
-        let cfg = dir.path().join("rigd.toml");
-        std::fs::write(&cfg, config).expect("write config");
-        let child = Command::new(wrapper[0])
-            .args(&wrapper[1..])
-            .arg(env!("CARGO_BIN_EXE_rigd"))
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--socket")
-            .arg(&socket)
-            .env("RUST_LOG", "rigd=debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.path().join("rigd.log")).expect("log file"),
-            ))
-            .spawn()
-            .expect("start rigd");
-        let r = Rigd { child, dir, socket };
-        r.wait_ready();
-        r
-    }
 }
