@@ -318,13 +318,13 @@ pub fn allocate(
                 id: id.clone(),
                 resource,
             })?;
-        if let Some(k) = parsed.unit {
-            if k >= units(gpu.budget, settings.memory_unit) {
-                return Err(AllocateError::UnknownDevice {
-                    id: id.clone(),
-                    resource,
-                });
-            }
+        if let Some(k) = parsed.unit
+            && k >= units(gpu.budget, settings.memory_unit)
+        {
+            return Err(AllocateError::UnknownDevice {
+                id: id.clone(),
+                resource,
+            });
         }
         if !seen.insert(parsed) {
             continue;
