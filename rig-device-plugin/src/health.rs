@@ -46,10 +46,15 @@ fn ask(
     conn: &mut Option<Connection>,
 ) -> Result<Vec<rig_proto::GpuInfo>, String> {
     if conn.is_none() {
-        let c = Connection::connect(socket, PROGRAM).map_err(|e| error_chain(&e))?;
-        c.set_timeout(Some(ANSWER_WITHIN))
-            .map_err(|e| error_chain(&e))?;
-        *conn = Some(c);
+        // The stream's timeouts bound the hello too: a socket that accepts but whose rigd
+        // never answers (stuck, or systemd's socket with rigd stopped) is "not answering".
+        let stream = std::os::unix::net::UnixStream::connect(socket)
+            .map_err(|e| format!("cannot connect to {}: {e}", socket.display()))?;
+        stream
+            .set_read_timeout(Some(ANSWER_WITHIN))
+            .and_then(|()| stream.set_write_timeout(Some(ANSWER_WITHIN)))
+            .map_err(|e| e.to_string())?;
+        *conn = Some(Connection::handshake(stream, PROGRAM).map_err(|e| error_chain(&e))?);
     }
     let c = conn.as_mut().expect("connected above");
     match c.call(&Request::ListGpus, &[]) {

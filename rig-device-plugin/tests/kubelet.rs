@@ -111,9 +111,16 @@ impl Rigd {
         self.terminate();
     }
 
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal rigd");
+    }
+
     fn terminate(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        // A rigd a failed test left stopped must run to take the SIGTERM.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
         let _ = self.child.wait();
     }
 }
@@ -469,9 +476,17 @@ async fn health_follows_rigd_away_and_back() {
     let sick = until(&mut stream, "rigd is gone", all("Unhealthy")).await;
     assert_eq!(ids(&sick), ids(&healthy), "the devices stay, unhealthy");
 
-    let _rigd = Rigd::start(&rigd_socket, 1);
+    let rigd = Rigd::start(&rigd_socket, 1);
     let back = until(&mut stream, "rigd is back", all("Healthy")).await;
     assert_eq!(ids(&back), ids(&healthy));
+
+    // A rigd that stops answering (stopped here; stuck, or systemd's socket with rigd
+    // down, alike) is unhealthy once a poll waits past its bound, and healthy when it
+    // answers again.
+    rigd.signal(nix::sys::signal::Signal::SIGSTOP);
+    until(&mut stream, "rigd is stuck", all("Unhealthy")).await;
+    rigd.signal(nix::sys::signal::Signal::SIGCONT);
+    until(&mut stream, "rigd answers again", all("Healthy")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
