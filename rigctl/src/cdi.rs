@@ -12,9 +12,11 @@ use std::path::Path;
 use rig_proto::messages::GpuInfo;
 use serde_json::{Value, json};
 
-/// The CDI version the spec is written in: 0.6.0 is the first that holds everything it
-/// uses and is read by containerd 1.7, CRI-O 1.28 and Podman 4.7 and later.
-pub const CDI_VERSION: &str = "0.6.0";
+/// The CDI version the spec is written in: the lowest that holds what it uses (environment
+/// and mounts with options, all in 0.3.0), since a runtime refuses versions newer than its
+/// CDI library: Debian 12's Podman 4.3 answers a 0.6.0 spec with "unresolvable CDI
+/// devices", and every later runtime reads 0.3.0.
+pub const CDI_VERSION: &str = "0.3.0";
 
 /// The CDI kind of rig's GPUs.
 pub const KIND: &str = "rig.dev/gpu";
@@ -93,7 +95,7 @@ mod tests {
             Path::new("/run/rig/rigd.sock"),
             Path::new("/run/rig"),
         );
-        assert_eq!(s["cdiVersion"], "0.6.0");
+        assert_eq!(s["cdiVersion"], "0.3.0");
         assert_eq!(s["kind"], "rig.dev/gpu");
         let names: Vec<&str> = s["devices"]
             .as_array()

@@ -513,7 +513,7 @@ fn cdi_spec_mounts_the_socket_and_names_each_gpu() {
     let stdout: serde_json::Value =
         serde_json::from_str(&text(&rigctl(&s.socket, &["cdi"]))).unwrap();
     assert_eq!(spec, stdout);
-    assert_eq!(spec["cdiVersion"], "0.6.0");
+    assert_eq!(spec["cdiVersion"], "0.3.0");
     assert_eq!(spec["kind"], "rig.dev/gpu");
     let names: Vec<&str> = spec["devices"]
         .as_array()
