@@ -9,6 +9,7 @@
 //! member of `daemon.admin_group`. Being in rigd's socket group only lets a user connect.
 #![forbid(unsafe_code)]
 
+mod cdi;
 mod image;
 mod table;
 
@@ -76,6 +77,16 @@ enum Command {
     Evict {
         /// The process id, as `rigctl clients` lists it.
         pid: u32,
+    },
+    /// A CDI spec of rigd's GPUs (rig.dev/gpu=INDEX and =all: rigd's socket mounted,
+    /// RIG_SOCKET set) for containerd, CRI-O and Podman; JSON, to stdout or --output.
+    Cdi {
+        /// Write it here (atomically), such as /etc/cdi/rig.json.
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Where containers see the directory holding rigd's socket.
+        #[arg(long, value_name = "PATH", default_value = "/run/rig")]
+        container_socket_dir: PathBuf,
     },
     /// A code object's kernels, arguments and segment sizes (parsed here, no rigd needed).
     Image {
@@ -327,6 +338,21 @@ fn run(cli: Cli) -> Result<(), CtlError> {
                 Format::Json => json(&report)?,
                 Format::Csv => return Err(CtlError::NoCsv("image")),
                 Format::Table => image::render_report(&report),
+            }
+        }
+        Command::Cdi {
+            output,
+            container_socket_dir,
+        } => {
+            let mut c = connect(&cli.socket)?;
+            let Response::Gpus(g) = call(&mut c, Request::ListGpus)? else {
+                return Err(CtlError::Unexpected("another answer"));
+            };
+            let socket = cli.socket.clone().unwrap_or_else(rig_proto::socket_path);
+            let text = json(&cdi::spec(&g, &socket, &container_socket_dir))?;
+            match output {
+                Some(path) => return cdi::write(&path, &text).map_err(CtlError::Output),
+                None => text,
             }
         }
         Command::Status => {

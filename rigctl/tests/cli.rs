@@ -501,3 +501,42 @@ fn nix_is_root() -> bool {
         .and_then(|l| l.split_whitespace().nth(1).map(|e| e == "0"))
         .unwrap_or(false)
 }
+
+#[test]
+fn cdi_spec_mounts_the_socket_and_names_each_gpu() {
+    let s = serve();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cdi").join("rig.json");
+    let o = rigctl(&s.socket, &["cdi", "--output", file.to_str().unwrap()]);
+    assert_eq!(text(&o), "", "with --output nothing goes to stdout");
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let stdout: serde_json::Value =
+        serde_json::from_str(&text(&rigctl(&s.socket, &["cdi"]))).unwrap();
+    assert_eq!(spec, stdout);
+    assert_eq!(spec["cdiVersion"], "0.3.0");
+    assert_eq!(spec["kind"], "rig.dev/gpu");
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["0", "all"]);
+    // What a runtime does with the edits: the mount's host side, and RIG_SOCKET inside it,
+    // reach rigd.
+    let mount = &spec["containerEdits"]["mounts"][0];
+    assert_eq!(
+        Path::new(mount["hostPath"].as_str().unwrap()),
+        s.socket.parent().unwrap()
+    );
+    let env = spec["containerEdits"]["env"][0].as_str().unwrap();
+    let inside = env.strip_prefix("RIG_SOCKET=").unwrap();
+    let rel = Path::new(inside)
+        .strip_prefix(mount["containerPath"].as_str().unwrap())
+        .unwrap();
+    let host = Path::new(mount["hostPath"].as_str().unwrap()).join(rel);
+    let mut c = rig_proto::Connection::connect(&host, "cdi-test").unwrap();
+    assert!(
+        matches!(c.call(&Request::ListGpus, &[]).unwrap().0, Response::Gpus(g) if g.len() == 1)
+    );
+}
