@@ -472,9 +472,8 @@ mod tests {
             "03:1f.7".parse::<Bdf>().unwrap().to_string(),
             "0000:03:1f.7"
         );
-        assert_eq!(
+        assert!(
             "10000:00:00.0".parse::<Bdf>().is_err(),
-            true,
             "domain over 16 bits"
         );
         for bad in ["", "0000:01:00", "01:20.0", "01:00.8", "zz:00.0", "1:2.3"] {
