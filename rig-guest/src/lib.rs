@@ -526,7 +526,8 @@ fn libraries(binary: &Path) -> Result<Vec<PathBuf>, GuestError> {
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         // "not a dynamic executable": a static binary needs nothing more.
-        return if text.contains("not a dynamic") || out.stderr.starts_with(b"\tnot a dynamic") {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return if text.contains("not a dynamic") || err.contains("not a dynamic") {
             Ok(Vec::new())
         } else {
             Err(GuestError::Ldd(binary.to_owned()))

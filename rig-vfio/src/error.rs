@@ -167,6 +167,12 @@ pub enum VfioError {
         /// Why.
         why: String,
     },
+    /// A wait or trigger on interrupts before any were enabled.
+    #[error("no interrupts are enabled on {bdf}: call enable_interrupts first")]
+    NoInterrupts {
+        /// The function.
+        bdf: Bdf,
+    },
     /// No interrupt arrived in time.
     #[error("no interrupt on vector {vector} within {millis} ms")]
     InterruptTimeout {

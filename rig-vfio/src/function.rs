@@ -605,10 +605,10 @@ impl PciFunction {
     /// Waits up to `timeout` for `vector` to fire; returns how many times it fired since the
     /// last wait.
     pub fn wait_interrupt(&self, vector: usize, timeout: Duration) -> Result<u64> {
-        let irqs = self.irqs.as_ref().ok_or(VfioError::Interrupts {
-            kind: IrqKind::Msi,
-            why: "none enabled".into(),
-        })?;
+        let irqs = self
+            .irqs
+            .as_ref()
+            .ok_or(VfioError::NoInterrupts { bdf: self.bdf })?;
         let fd = irqs.fds.get(vector).ok_or_else(|| VfioError::Interrupts {
             kind: irqs.kind,
             why: format!("no vector {vector}"),
@@ -633,6 +633,50 @@ impl PciFunction {
             kind: irqs.kind,
             why: format!("eventfd read: {e}"),
         })
+    }
+
+    /// Fires `vector` from the kernel's side, as if the function had raised it
+    /// (`VFIO_IRQ_SET_DATA_NONE | ACTION_TRIGGER`): checks the eventfd wiring without the
+    /// device's help.
+    pub fn trigger_interrupt(&self, vector: usize) -> Result<()> {
+        let irqs = self
+            .irqs
+            .as_ref()
+            .ok_or(VfioError::NoInterrupts { bdf: self.bdf })?;
+        let v = u32::try_from(vector).unwrap_or(u32::MAX);
+        self.device()
+            .trigger_irq(irqs.kind.index(), v)
+            .map_err(|e| VfioError::Interrupts {
+                kind: irqs.kind,
+                why: format!("trigger of vector {vector} refused ({e})"),
+            })
+    }
+
+    /// The config-space offset of the first capability with `id` in the standard list
+    /// (0x05 MSI, 0x10 PCI Express, 0x11 MSI-X), as VFIO shows it; None when absent.
+    pub fn find_capability(&self, id: u8) -> Result<Option<u64>> {
+        const STATUS: u64 = 0x06;
+        const STATUS_CAP_LIST: u16 = 0x10;
+        const CAP_PTR: u64 = 0x34;
+        if self.config_u16(STATUS)? & STATUS_CAP_LIST == 0 {
+            return Ok(None);
+        }
+        let mut b = [0u8; 1];
+        self.config_read(CAP_PTR, &mut b)?;
+        let mut at = u64::from(b[0] & !3);
+        // A list longer than config space can hold is a loop: stop after 48 entries.
+        for _ in 0..48 {
+            if at < 0x40 {
+                return Ok(None);
+            }
+            let mut cap = [0u8; 2];
+            self.config_read(at, &mut cap)?;
+            if cap[0] == id {
+                return Ok(Some(at));
+            }
+            at = u64::from(cap[1] & !3);
+        }
+        Ok(None)
     }
 
     /// Resets the function through VFIO (`VFIO_DEVICE_RESET`) and says which reset the

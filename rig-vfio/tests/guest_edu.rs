@@ -2,7 +2,9 @@
 //! QEMU's `edu` device behind a PCIe root port, and runs `rig-vfio-edu` inside it (take,
 //! config space, BAR0 by mmap and by the device file, liveness, the factorial's MSI on an
 //! eventfd, DMA both ways through the IOMMU, DMA to unmapped IOVAs stopped, reset, release,
-//! take again). The guest kernel's log must show the IOMMU faults of the refused DMAs.
+//! take again). The guest kernel's log must show the IOMMU faults of the refused DMAs. A
+//! virtio-rng function bound to the kernel's virtio-pci driver is taken from it and given back
+//! to it, with its MSI-X vectors and its I/O-port BAR.
 //!
 //! Skipped, and says so, when QEMU, a kernel or busybox is missing (`.ci/run` installs them).
 
@@ -25,6 +27,10 @@ const STEPS: &[&str] = &[
     "reset",
     "release",
     "retake",
+    "virtio-take",
+    "virtio-msix",
+    "virtio-io-bar",
+    "virtio-release",
 ];
 
 #[test]
@@ -38,7 +44,7 @@ fn edu_through_vfio_in_a_guest() {
     };
     let work = tempfile::tempdir().unwrap();
     let outcome = rig_guest::Guest::new(host.clone(), env!("CARGO_BIN_EXE_rig-vfio-edu"))
-        .modules(["vfio", "vfio_iommu_type1", "vfio-pci"])
+        .modules(["vfio", "vfio_iommu_type1", "vfio-pci", "virtio_pci"])
         .qemu([
             "-device",
             "intel-iommu,intremap=on,caching-mode=on",
@@ -46,6 +52,8 @@ fn edu_through_vfio_in_a_guest() {
             "pcie-root-port,id=rp1,slot=1",
             "-device",
             "edu,bus=rp1",
+            "-device",
+            "virtio-rng-pci",
         ])
         .append(["intel_iommu=on"])
         .timeout(Duration::from_secs(120))
