@@ -51,8 +51,9 @@ pub enum Missing {
     Qemu,
     /// No kernel image under /boot, or no modules for it.
     #[error(
-        "no guest kernel: no readable /boot/vmlinuz-* with /lib/modules/<version>/modules.dep \
-         (apt-get install linux-image-cloud-amd64, or set RIG_GUEST_KERNEL to a vmlinuz)"
+        "no guest kernel: no readable /boot/vmlinuz-* whose /lib/modules/<version> has the \
+         modules the test needs (apt-get install linux-image-cloud-amd64 for vfio, \
+         linux-image-amd64 for amdgpu; or set RIG_GUEST_KERNEL to a vmlinuz)"
     )]
     Kernel,
     /// No busybox.
@@ -113,8 +114,15 @@ fn on_path(name: &str) -> Option<PathBuf> {
 impl Host {
     /// Finds QEMU, a kernel with its modules and busybox; `Missing` names the first absent.
     pub fn find() -> Result<Host, Missing> {
+        Host::find_for(&[])
+    }
+
+    /// As [`Host::find`], with a kernel that has every one of `modules` (as a module or built
+    /// in): Debian's cloud kernel has vfio-pci but no amdgpu, its generic kernel
+    /// (`linux-image-amd64`) has both.
+    pub fn find_for(modules: &[&str]) -> Result<Host, Missing> {
         let qemu = on_path("qemu-system-x86_64").ok_or(Missing::Qemu)?;
-        let (kernel, kernel_version) = find_kernel().ok_or(Missing::Kernel)?;
+        let (kernel, kernel_version) = find_kernel(modules).ok_or(Missing::Kernel)?;
         let busybox = ["/bin/busybox", "/usr/bin/busybox"]
             .iter()
             .map(PathBuf::from)
@@ -131,17 +139,33 @@ impl Host {
     }
 }
 
-/// A readable `vmlinuz-<version>` with a `modules.dep`: `RIG_GUEST_KERNEL` first, then the
-/// newest cloud kernel, then the newest of any other.
-fn find_kernel() -> Option<(PathBuf, String)> {
+/// Whether `name` (`vfio-pci` or `vfio_pci`) is in a modules.dep or modules.builtin text.
+fn lists_module(text: &str, name: &str) -> bool {
+    let want = name.replace('-', "_");
+    text.lines().any(|l| {
+        let path = l.split(':').next().unwrap_or(l);
+        let file = path.rsplit('/').next().unwrap_or(path);
+        file.split(".ko").next().unwrap_or(file).replace('-', "_") == want
+    })
+}
+
+/// A readable `vmlinuz-<version>` whose `modules.dep` (or `modules.builtin`) lists every one
+/// of `modules`: `RIG_GUEST_KERNEL` first, then the newest cloud kernel, then the newest of
+/// any other.
+fn find_kernel(modules: &[&str]) -> Option<(PathBuf, String)> {
     let usable = |image: &Path| -> Option<(PathBuf, String)> {
         let version = image
             .file_name()?
             .to_str()?
             .strip_prefix("vmlinuz-")?
             .to_owned();
-        let dep = Path::new("/lib/modules").join(&version).join("modules.dep");
-        (fs::File::open(image).is_ok() && dep.is_file()).then(|| (image.to_owned(), version))
+        let dir = Path::new("/lib/modules").join(&version);
+        let dep = fs::read_to_string(dir.join("modules.dep")).ok()?;
+        let builtin = fs::read_to_string(dir.join("modules.builtin")).unwrap_or_default();
+        let has_all = modules
+            .iter()
+            .all(|m| lists_module(&dep, m) || lists_module(&builtin, m));
+        (fs::File::open(image).is_ok() && has_all).then(|| (image.to_owned(), version))
     };
     if let Some(image) = std::env::var_os("RIG_GUEST_KERNEL") {
         return usable(Path::new(&image));
@@ -270,7 +294,9 @@ impl Guest {
         let mut cmdline = vec![
             "console=ttyS0".to_owned(),
             "panic=-1".into(),
-            "loglevel=4".into(),
+            // Only emergencies (a panic) on the console while the test prints there: the whole
+            // kernel log comes after the test, between DMESG_BEGIN and DMESG_END.
+            "loglevel=1".into(),
             "rdinit=/init".into(),
         ];
         cmdline.extend(self.append.iter().cloned());

@@ -35,7 +35,7 @@ const STEPS: &[&str] = &[
 
 #[test]
 fn edu_through_vfio_in_a_guest() {
-    let host = match rig_guest::Host::find() {
+    let host = match rig_guest::Host::find_for(&["vfio-pci"]) {
         Ok(h) => h,
         Err(missing) => {
             eprintln!("skipped: the guest test needs a VM: {missing}");
