@@ -44,12 +44,17 @@ pub const DOORBELL_SLICE_BYTES: u64 = 8192;
 pub const DOORBELL_STRIDE: u64 = rig_shm::layout::DOORBELL_SLOT_BYTES as u64;
 /// Bytes of the kernel's signal-event page (8 bytes per signal event).
 pub const EVENT_PAGE_BYTES: u64 = abi::SIGNAL_EVENT_LIMIT as u64 * 8;
-/// The mmap offset of the kernel's event page on `/dev/kfd`.
-pub const EVENT_PAGE_OFFSET: u64 = 1 << 35;
+/// The mmap offset of the kernel's event page on `/dev/kfd`: `KFD_MMAP_TYPE_EVENTS`, the type
+/// in the top two bits (what Linux 6.1's CREATE_EVENT answers, seen in the guest test).
+pub const EVENT_PAGE_OFFSET: u64 = 2 << 62;
 /// The value of a signal slot no one signalled.
 pub const UNSIGNALED: u64 = u64::MAX;
-/// The first id of events other than signal events.
-pub const FIRST_NONSIGNAL_EVENT: u32 = abi::SIGNAL_EVENT_LIMIT;
+/// The first id of events other than signal events: the upper half of the kernel's id space,
+/// `(INT_MAX >> 1) + 1` (`KFD_FIRST_NONSIGNAL_EVENT_ID`).
+pub const FIRST_NONSIGNAL_EVENT: u32 = (i32::MAX as u32 >> 1) + 1;
+/// The first signal event's id: the kernel keeps id 0 for itself (its fast path ignores an
+/// interrupt with no context id), so signal events are numbered from 1.
+pub const FIRST_SIGNAL_EVENT: u32 = 1;
 /// The lowest GPU address a process may allocate at.
 pub const GPUVM_BASE: u64 = 1 << 32;
 /// The highest (47 bits).
@@ -431,7 +436,7 @@ impl EventTable {
         let hit = context < abi::SIGNAL_EVENT_LIMIT
             && e.map
                 .get(&context)
-                .is_some_and(|ev| ev.kind == abi::EVENT_SIGNAL)
+                .is_some_and(|ev| matches!(ev.kind, abi::EVENT_SIGNAL | abi::EVENT_DEBUG_EVENT))
             && slot(context).load(Ordering::Acquire) != UNSIGNALED;
         let ids: Vec<u32> = if hit {
             vec![context]
@@ -439,7 +444,8 @@ impl EventTable {
             e.map
                 .iter()
                 .filter(|(id, ev)| {
-                    ev.kind == abi::EVENT_SIGNAL && slot(**id).load(Ordering::Acquire) != UNSIGNALED
+                    matches!(ev.kind, abi::EVENT_SIGNAL | abi::EVENT_DEBUG_EVENT)
+                        && slot(**id).load(Ordering::Acquire) != UNSIGNALED
                 })
                 .map(|(id, _)| *id)
                 .collect()
@@ -562,6 +568,12 @@ impl Process {
                     write_args(args, &a);
                     return Ok(None);
                 }
+                // Asking for more nodes than the topology has GPUs is EINVAL (the kernel's
+                // bound, "Add upper bound check for num_of_nodes", in Debian's 6.1 and in
+                // the stable kernels since).
+                if a.num_of_nodes > count {
+                    return Err(libc::EINVAL);
+                }
                 let n = a.num_of_nodes.min(count) as usize;
                 let entry = std::mem::size_of::<abi::ProcessDeviceApertures>();
                 if array.len() < n * entry {
@@ -667,9 +679,12 @@ impl Process {
             }
             n if n == abi::GET_CLOCK_COUNTERS.nr => {
                 let mut a: abi::GetClockCountersArgs = read_args(args);
-                let i = self.kernel.gpu_index(a.gpu_id).ok_or(libc::EINVAL)?;
-                // KFD reads the GPU's counter first, then the host's clocks.
-                a.gpu_clock_counter = self.kernel.gpus[i].sim.clock_ticks();
+                // KFD reads the GPU's counter first, then the host's clocks; a GPU it does
+                // not know reads 0 and the call still succeeds (Linux's kfd_chardev.c).
+                a.gpu_clock_counter = self
+                    .kernel
+                    .gpu_index(a.gpu_id)
+                    .map_or(0, |i| self.kernel.gpus[i].sim.clock_ticks());
                 a.cpu_clock_counter = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC_RAW);
                 a.system_clock_counter = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
                 a.system_clock_freq = 1_000_000_000;
@@ -1103,7 +1118,8 @@ impl Process {
     fn create_event(&self, a: &mut abi::CreateEventArgs) -> Result<(), Errno> {
         let mut e = lock(&self.events.inner);
         match a.event_type {
-            abi::EVENT_SIGNAL => {
+            // A debug event takes a signal slot as a signal event does.
+            abi::EVENT_SIGNAL | abi::EVENT_DEBUG_EVENT => {
                 if e.page.is_none() {
                     if a.event_page_offset != 0 {
                         let h = a.event_page_offset;
@@ -1131,7 +1147,7 @@ impl Process {
                         e.page_is_kernels = true;
                     }
                 }
-                let id = (0..abi::SIGNAL_EVENT_LIMIT)
+                let id = (FIRST_SIGNAL_EVENT..abi::SIGNAL_EVENT_LIMIT)
                     .find(|id| !e.map.contains_key(id))
                     .ok_or(libc::ENOMEM)?;
                 if let Some(page) = &e.page {
@@ -1147,13 +1163,15 @@ impl Process {
                     0
                 };
             }
-            abi::EVENT_MEMORY | abi::EVENT_HW_EXCEPTION => {
-                let id = (FIRST_NONSIGNAL_EVENT..u32::MAX)
+            // KFD checks no other type: any is made as an "other" event (which only the
+            // kernel can signal; SET_EVENT on it is EINVAL).
+            _ => {
+                let id = (FIRST_NONSIGNAL_EVENT..=i32::MAX as u32)
                     .find(|id| !e.map.contains_key(id))
                     .ok_or(libc::ENOMEM)?;
                 a.event_id = id;
+                a.event_trigger_data = id;
             }
-            _ => return Err(libc::EINVAL),
         }
         e.map.insert(
             a.event_id,
@@ -1170,7 +1188,11 @@ impl Process {
     fn wait_events(&self, a: &abi::WaitEventsArgs, array: &mut [u8]) -> Result<u32, Errno> {
         let entry = std::mem::size_of::<abi::EventData>();
         let n = a.num_events as usize;
-        if n == 0 || n > abi::SIGNAL_EVENT_LIMIT as usize {
+        // No events: every one of none is signaled, so the kernel answers COMPLETE.
+        if n == 0 {
+            return Ok(abi::WAIT_RESULT_COMPLETE);
+        }
+        if n > abi::SIGNAL_EVENT_LIMIT as usize {
             return Err(libc::EINVAL);
         }
         if array.len() < n * entry {

@@ -150,6 +150,40 @@ pub fn node(g: &NodeFacts, index: u32) -> Node {
     }
 }
 
+/// The properties of a CPU node, in the order Linux's KFD writes them.
+const CPU_PROPERTIES: &[&str] = &[
+    "cpu_cores_count",
+    "simd_count",
+    "mem_banks_count",
+    "caches_count",
+    "io_links_count",
+    "p2p_links_count",
+    "cpu_core_id_base",
+    "simd_id_base",
+    "max_waves_per_simd",
+    "lds_size_in_kb",
+    "gds_size_in_kb",
+    "num_gws",
+    "wave_front_size",
+    "array_count",
+    "simd_arrays_per_engine",
+    "cu_per_simd_array",
+    "simd_per_cu",
+    "max_slots_scratch_cu",
+    "gfx_target_version",
+    "vendor_id",
+    "device_id",
+    "location_id",
+    "domain",
+    "drm_render_minor",
+    "hive_id",
+    "num_sdma_engines",
+    "num_sdma_xgmi_engines",
+    "num_sdma_queues_per_engine",
+    "num_cp_queues",
+    "max_engine_clk_ccompute",
+];
+
 /// Writes the tree for `gpus` under `root` (a `nodes/` directory inside it).
 pub fn write_tree(root: &Path, gpus: &[NodeFacts]) -> std::io::Result<()> {
     let nodes = root.join("nodes");
@@ -159,10 +193,20 @@ pub fn write_tree(root: &Path, gpus: &[NodeFacts]) -> std::io::Result<()> {
     let cpu = nodes.join("0");
     write(&cpu.join("gpu_id"), "0\n")?;
     write(&cpu.join("name"), "rig-kfd-emu host\n")?;
-    write(
-        &cpu.join("properties"),
-        "cpu_cores_count 2\nsimd_count 0\nmem_banks_count 1\ngfx_target_version 0\n",
-    )?;
+    // Every property Linux's KFD writes for a CPU node, in its order (seen in a guest with
+    // amdgpu loaded and no GPU: rig-kfd-emu/tests/guest_kfd.rs); all zero but the counts.
+    let cpu_props: String = CPU_PROPERTIES
+        .iter()
+        .map(|k| {
+            let v = match *k {
+                "cpu_cores_count" => 2,
+                "mem_banks_count" => 1,
+                _ => 0,
+            };
+            format!("{k} {v}\n")
+        })
+        .collect();
+    write(&cpu.join("properties"), &cpu_props)?;
     write(
         &cpu.join("mem_banks/0/properties"),
         "heap_type 0\nsize_in_bytes 17179869184\nflags 0\nwidth 64\nmem_clk_max 3200\n",

@@ -183,10 +183,19 @@ impl Kfd {
     }
 
     /// This process's apertures, one per GPU.
+    ///
+    /// Asks the count first (`num_of_nodes` 0), then that many: the kernel refuses a
+    /// `num_of_nodes` above its GPU count (EINVAL, since its "upper bound check").
     pub fn apertures(&self) -> Result<Vec<abi::ProcessDeviceApertures>, KfdError> {
-        let mut entries = vec![abi::ProcessDeviceApertures::default(); MAX_APERTURES];
+        let mut count = abi::GetProcessAperturesNewArgs::default();
+        self.call(&mut count, Extra::None)?;
+        let n = (count.num_of_nodes as usize).min(MAX_APERTURES);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut entries = vec![abi::ProcessDeviceApertures::default(); n];
         let mut a = abi::GetProcessAperturesNewArgs {
-            num_of_nodes: MAX_APERTURES as u32,
+            num_of_nodes: n as u32,
             ..Default::default()
         };
         self.call(

@@ -78,7 +78,12 @@ impl Mapping {
             return Err(Errno(libc::EINVAL));
         }
         let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        let offset = libc::off_t::try_from(offset).map_err(|_| Errno(libc::EINVAL))?;
+        // The kernel takes the offset as an unsigned long, and KFD's offsets use the top bits
+        // for their type (KFD_MMAP_TYPE_EVENTS is 2 << 62, doorbells 3 << 62): pass the bits
+        // as they are. Refusing offsets past i64::MAX made the kernel's event page and
+        // doorbells unmappable (found by the guest test against Linux's KFD).
+        #[allow(clippy::cast_possible_wrap)]
+        let offset = offset as libc::off_t;
         // SAFETY: a new mapping at an address the kernel picks; nothing else is touched.
         let ptr = unsafe {
             libc::mmap(

@@ -7,9 +7,11 @@
 //! VM; GPU addresses are therefore handed out by the backend). rigd runs this code in a
 //! worker process per client ([`super::worker`]), so a client's devices share a VM with
 //! no other client's. It binds the render node's VM (ACQUIRE_VM), announces the
-//! runtime (RUNTIME_ENABLE), and runs one event thread over three events: signal event 0,
-//! which rig's releases name with their interrupt context 0 and whose slot the thread arms
-//! before each wait (KFD signals an event from an interrupt only if its slot was written);
+//! runtime (RUNTIME_ENABLE), and runs one event thread over three events: the process's
+//! signal event (id 1; the kernel keeps id 0), which rig's releases name with interrupt
+//! context 0, so that the kernel finds it by searching the written slots, and whose slot the
+//! thread arms before each wait (KFD signals an event from an interrupt only if its slot was
+//! written);
 //! the memory-exception event, whose faulting address picks the device it reaches; and the
 //! hardware-exception event, which reaches every device.
 //!
@@ -414,7 +416,7 @@ fn start_events(process: &Arc<KfdProcess>) -> Result<(), String> {
     let hw = kfd
         .create_event(abi::EVENT_HW_EXCEPTION, true, 0, 0)
         .map_err(|e| e.to_string())?;
-    // Armed before any queue runs: an interrupt naming event 0 signals it only then.
+    // Armed before any queue runs: an interrupt (naming context 0) signals it only then.
     page.atomic_u64(signal.event_slot_index as usize * 8)
         .store(1, Ordering::Release);
     let weak = Arc::downgrade(process);
