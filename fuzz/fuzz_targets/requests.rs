@@ -49,7 +49,7 @@ impl Input<'_> {
             _ => usize::from(self.byte()) << 14,
         };
         // Two-byte characters now and then, so cuts meet character boundaries.
-        if self.byte() % 2 == 0 {
+        if self.byte().is_multiple_of(2) {
             "é".repeat(n / 2)
         } else {
             "k".repeat(n)
