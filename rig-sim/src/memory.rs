@@ -1374,6 +1374,23 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_copies_move_as_memmove_does() {
+        let vm = vm();
+        vm.alloc_vram(0, 4 * PAGE).unwrap();
+        let n = 5000usize;
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+        let stop = AtomicBool::new(false);
+        // Down by 3 (forwards) and up by 7 (backwards), each over its own source.
+        for (src, dst) in [(1003u64, 1000u64), (1000, 1007)] {
+            vm.write(src, &data).unwrap();
+            assert!(vm.copy(dst, src, n as u64, &stop).unwrap());
+            let mut got = vec![0u8; n];
+            vm.read(dst, &mut got).unwrap();
+            assert!(got == data, "{src} -> {dst}");
+        }
+    }
+
+    #[test]
     fn words_and_atomics() {
         let vm = vm();
         vm.alloc_vram(0, PAGE).unwrap();
