@@ -771,6 +771,11 @@ const STREAM_MIN: usize = 256 << 10;
 /// - elsewhere, relaxed `AtomicU8` loads and stores, one byte at a time (slow, and only a
 ///   fallback: CI and the deployments are x86_64).
 ///
+/// One gap is left in the model, not in the hardware: a byte-wise copy racing a kernel's
+/// 4- or 8-byte atomic store to the same bytes (through this process's windows) is a
+/// mixed-size race, which Rust's model does not define; x86 still gives each byte one
+/// stored value.
+///
 /// The bytes are data, never trusted: a copy torn by a concurrent writer is the writer's
 /// own result (a real copy engine racing the CPU gives the same), and anything the
 /// simulator parses from them (packets, arguments) is checked after the copy, in private
