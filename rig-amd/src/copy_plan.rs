@@ -29,7 +29,7 @@ use thiserror::Error;
 pub struct Limits {
     /// Most bytes one COPY_LINEAR or CONSTANT_FILL moves.
     pub linear_bytes: u64,
-    /// Most rows of one sub-window packet: the seed's `most_rows`.
+    /// Most rows of one sub-window packet ([`crate::sdma::MOST_ROWS`] on SDMA).
     pub most_rows: u32,
     /// Most elements of a sub-window row.
     pub most_width: u32,

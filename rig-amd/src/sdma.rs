@@ -120,7 +120,7 @@ impl Layout {
 
 /// The most elements of a sub-window's row (rect_x, 14 bits, stored less one).
 pub const MOST_WIDTH: u32 = 1 << 14;
-/// The most rows of one sub-window (rect_y, 14 bits, stored less one): the seed's `most_rows`.
+/// The most rows of one sub-window (rect_y, 14 bits, stored less one).
 pub const MOST_ROWS: u32 = 1 << 14;
 /// The most elements of a sub-window's slice pitch (28 bits, stored less one).
 pub const MOST_SLICE_PITCH: u32 = 1 << 28;

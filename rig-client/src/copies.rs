@@ -1,7 +1,7 @@
 //! Copies and fills on `COPY:0` as SDMA packets.
 //!
 //! This module turns a copy part into packets through [`rig_amd::copy_plan`] (linear
-//! copies of each row in chunks of the engine's most bytes per packet; boxes as the seed's
+//! copies of each row in chunks of the engine's most bytes per packet; boxes as
 //! sub-window copies where they fit), and a fill into CONST_FILLs of its whole dwords; the
 //! fill's unaligned ends are copied from the argument segment by [`crate::place`], which
 //! knows the segment's address only at submit. Packet formats are [`rig_amd::sdma`]'s.
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::place::{Target, encode};
 use crate::types::CopyBox;
 
-/// Appends the packets of a copy of box `b` from `src` to `dst`: the seed's rule, as
+/// Appends the packets of a copy of box `b` from `src` to `dst`, as
 /// [`rig_amd::copy_plan`] plans it.
 pub(crate) fn copy(t: &Target, src: u64, dst: u64, b: CopyBox, out: &mut Vec<u32>) -> Result<()> {
     let limits = copy_plan::Limits {

@@ -113,7 +113,7 @@ fn refusal(shortage: rig_proto::Shortage, limit: Option<&rig_proto::Limit>) -> S
     }
 }
 
-/// Why a device never runs a part of a submission (the seed's room answering "never").
+/// Why a device never runs a part of a submission (room answering "never", `docs/client.md`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Never {
     /// A copy or fill of one byte or more was placed on `COMPUTE:0`.

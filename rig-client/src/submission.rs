@@ -2,8 +2,8 @@
 //!
 //! This module owns the builder ([`Submission`]) and the checks that need no device state:
 //! an `after` index must be below its own, a copy never goes on `COMPUTE:0`, a launch's
-//! grid, group, shared memory and parameters must suit its kernel (the seed's "never"
-//! answers of room). A submission remembers the first refusal and [`crate::Device::submit`]
+//! grid, group, shared memory and parameters must suit its kernel (the "never"
+//! answers of room, `docs/client.md`). A submission remembers the first refusal and [`crate::Device::submit`]
 //! returns it, so that building stays infallible and chainable. How parts become packets is
 //! [`crate::place`]'s business.
 

@@ -360,7 +360,7 @@ impl Node {
 
     /// The work-group processors that run work, per shader engine and array: KFD states
     /// counts, not which processors are fused off, so every processor of each array is set
-    /// (the seed's rule for processors a path cannot read); `hal` says how many compute units
+    /// (the rule for processors a path cannot read); `hal` says how many compute units
     /// a processor has.
     pub fn wgps(&self, hal: &rig_amd::hal::Hal) -> Vec<Vec<u32>> {
         let mask = hal.wgp_mask(self.cu_per_simd_array());

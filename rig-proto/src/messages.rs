@@ -178,7 +178,7 @@ pub enum Request {
     },
     /// Needs a live device; makes rings or an argument segment big enough for a
     /// submission (a byte count of 0 asks nothing of that part). Answered with
-    /// [`Response::Grown`] and its descriptors, or [`Response::NoMemory`] (the seed's Short).
+    /// [`Response::Grown`] and its descriptors, or [`Response::NoMemory`].
     Grow {
         /// The device.
         device: DeviceId,
@@ -913,7 +913,7 @@ pub struct RingLimits {
     pub copy: u64,
 }
 
-/// A device's facts: the seed's `Rig_edge.facts` for this driver, plus what a client needs
+/// A device's facts (`docs/client.md`, What rigd hands over at open), plus what a client needs
 /// to encode packets for the GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Facts {
@@ -977,7 +977,7 @@ pub struct Facts {
 // Code
 // ---------------------------------------------------------------------------------------
 
-/// What a launch of one kernel needs: the seed's entry (`code`, `params`, `threads`) plus
+/// What a launch of one kernel needs: its entry (`code`, `params`, `threads`) plus
 /// what the client needs to encode its dispatch and fill its kernel arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {

@@ -127,7 +127,7 @@ pub const SDMA_POSITION_UNIT: u64 = 1;
 pub const AQL_POSITION_UNIT: u64 = 64;
 
 /// Bytes of one doorbell slot: one cache line.
-pub const DOORBELL_SLOT_BYTES: usize = CACHE_LINE_BYTES as usize;
+pub const DOORBELL_SLOT_BYTES: usize = crate::usize_of(CACHE_LINE_BYTES);
 /// Offset of the 64-bit value in a doorbell slot.
 pub const DOORBELL_VALUE_OFFSET: usize = 0;
 /// Offset of the 32-bit sleeping futex word in a doorbell slot.

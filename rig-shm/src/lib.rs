@@ -32,6 +32,12 @@
 //! protocol can be checked there; [`SharedRegion::from_fd`] is then unavailable.
 #![deny(missing_docs)]
 
+// rig-shm maps memfds and sleeps on futexes: Linux on 64-bit machines only. Offsets and
+// sizes in shared memory are `u64` on the wire and `usize` in the mappings, and the two are
+// the same width here, which `usize_of` relies on.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("rig-shm needs 64-bit addresses (u64 offsets of shared memory are used as usize)");
+
 pub mod doorbell;
 pub mod futex;
 pub mod layout;
@@ -119,3 +125,14 @@ pub enum ShmError {
 
 /// Result of shared-memory operations.
 pub type Result<T> = std::result::Result<T, ShmError>;
+
+/// `v` as a `usize`, without loss: rig-shm builds only where `usize` has 64 bits (the
+/// `compile_error!` above). For offsets and counts that are already bounded by a mapping's
+/// size; a peer-written value is range-checked before it gets here.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "usize is 64 bits wide on every target rig-shm builds for"
+)]
+pub(crate) const fn usize_of(v: u64) -> usize {
+    v as usize
+}

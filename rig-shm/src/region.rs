@@ -530,6 +530,9 @@ mod tests {
         assert_eq!(c.load_u64(4096, Ordering::Acquire), 42);
     }
 
+    // The tests of real memfds (sealing, resizing, ranges of a sparse file) are compiled out
+    // under Miri, with the `sys` module they call: Miri has no memfd, mmap of a file or
+    // fcntl seals, and a region there is heap memory.
     #[cfg(not(miri))]
     fn raw_memfd(flags: libc::c_uint, len: usize) -> OwnedFd {
         use std::os::fd::FromRawFd;

@@ -9,7 +9,8 @@
 //! Every access of the GPU goes through `Vm::span`: an unmapped page, or a write to a page
 //! mapped read-only, is a [`PageFault`] of this VMID with the faulting address. Host pages are
 //! shared with other processes, so this module never makes references to mapped bytes: it
-//! copies through raw pointers and uses atomics for words.
+//! uses atomics for words, and copies and fills with `rep movsb`/`rep stosq` (relaxed
+//! byte-wise atomic copies in Rust's model, see `copy_bytes`), never with `memcpy`.
 //!
 //! **Lifetime of what an access translated.** Short accesses (words, packets, a kernel's
 //! accesses through `Memory::read`/`write`) run while holding the page table, so an unmap
@@ -469,8 +470,9 @@ impl Vm {
             let want = buf.len() - done;
             done += self.with_span(va.wrapping_add(done as u64), want, false, |p, n| {
                 // SAFETY: `p` has n readable bytes, mapped while the table is held; `buf` is
-                // private and has n bytes from `done`.
-                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr().add(done), n) };
+                // private and has n bytes from `done`, disjoint from any mapping. Another
+                // process may write `p`'s bytes meanwhile: `copy_bytes` tolerates that.
+                unsafe { copy_bytes(p, buf.as_mut_ptr().add(done), n) };
                 n
             })?;
         }
@@ -484,8 +486,9 @@ impl Vm {
             let want = data.len() - done;
             done += self.with_span(va.wrapping_add(done as u64), want, true, |p, n| {
                 // SAFETY: `p` has n writable bytes, mapped while the table is held; `data` is
-                // private and has n bytes from `done`.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(done), p, n) };
+                // private and has n bytes from `done`, disjoint from any mapping. Another
+                // process may write `p`'s bytes meanwhile: `copy_bytes` tolerates that.
+                unsafe { copy_bytes(data.as_ptr().add(done), p, n) };
                 n
             })?;
         }
@@ -523,8 +526,9 @@ impl Vm {
             let overlap =
                 (s.ptr as usize) < (d.ptr as usize) + n && (d.ptr as usize) < (s.ptr as usize) + n;
             if overlap {
-                // SAFETY: both spans have at least n bytes (d.len <= s.len), kept alive by s and d.
-                unsafe { std::ptr::copy(s.ptr, d.ptr, n) };
+                // SAFETY: both spans have at least n bytes (d.len <= s.len), kept alive by s and d;
+                // `move_bytes` tolerates other writers of either, as `copy_bytes` does.
+                unsafe { move_bytes(s.ptr, d.ptr, n) };
             } else {
                 // SAFETY: as above, and the two ranges are disjoint (checked just before).
                 unsafe { copy_bytes(s.ptr, d.ptr, n) };
@@ -745,7 +749,37 @@ impl Vm {
 /// skip reading the destination into the cache: what `memcpy` and `memset` do for large sizes.
 const STREAM_MIN: usize = 256 << 10;
 
-/// Copies `n` bytes from `src` to `dst`, two disjoint ranges.
+/// Copies `n` bytes from `src` to `dst`, two disjoint ranges, either of which other processes
+/// (a client, through its own mapping of a host region) or other threads (a kernel's
+/// relaxed-atomic stores through a `rig_isa::Window`) may read and write meanwhile.
+///
+/// **Why not `memcpy`.** A `memcpy` (`ptr::copy_nonoverlapping`) is a non-atomic access, and
+/// a non-atomic access that races with a write is undefined behaviour in Rust's model, even
+/// when the writer is another process the compiler cannot see: the compiler may, for
+/// instance, read a source byte twice and act on two different values. Volatile copies do
+/// not change that (volatile says nothing about concurrency). What the model does allow is
+/// relaxed atomic accesses, and the per-byte form is what RFC 3301's `AtomicPerByte` (and
+/// the `atomic-memcpy` crate) define: every byte copied is one value some writer stored,
+/// with no ordering between bytes. So the copy here is:
+///
+/// - on x86_64, inline assembly: `rep movsb` (the microcoded string copy, at `memcpy`'s
+///   speed with ERMS), and for [`STREAM_MIN`] bytes and more a loop of unaligned 16-byte
+///   loads and non-temporal stores closed by `sfence`. An `asm!` block's effect must be one
+///   that Rust code could have had, and a byte-wise relaxed atomic copy is such code: the
+///   hardware makes each byte one stored value (x86 gives single-copy atomicity for each
+///   aligned access, which covers every byte), so no data race exists in the model;
+/// - elsewhere, relaxed `AtomicU8` loads and stores, one byte at a time (slow, and only a
+///   fallback: CI and the deployments are x86_64).
+///
+/// One gap is left in the model, not in the hardware: a byte-wise copy racing a kernel's
+/// 4- or 8-byte atomic store to the same bytes (through this process's windows) is a
+/// mixed-size race, which Rust's model does not define; x86 still gives each byte one
+/// stored value.
+///
+/// The bytes are data, never trusted: a copy torn by a concurrent writer is the writer's
+/// own result (a real copy engine racing the CPU gives the same), and anything the
+/// simulator parses from them (packets, arguments) is checked after the copy, in private
+/// memory, and never read twice from the shared bytes.
 ///
 /// # Safety
 ///
@@ -753,42 +787,147 @@ const STREAM_MIN: usize = 256 << 10;
 /// disjoint, and no reference may cover either.
 unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    if n >= STREAM_MIN {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-        let head = dst.align_offset(16).min(n);
-        let body_end = head + (n - head) / 64 * 64;
-        // SAFETY: the caller's ranges hold n bytes; `head` <= n. Each 64-byte step reads and
-        // writes inside [head, body_end) <= n, stores to 16-byte aligned addresses (dst + head
-        // is aligned), and the fence orders the streaming stores before any later store, such
-        // as the release of a fence that publishes the copy.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, dst, head);
-            let mut i = head;
-            while i < body_end {
-                let s = src.add(i).cast::<__m128i>();
-                let d = dst.add(i).cast::<__m128i>();
-                let (a, b, c, e) = (
-                    _mm_loadu_si128(s),
-                    _mm_loadu_si128(s.add(1)),
-                    _mm_loadu_si128(s.add(2)),
-                    _mm_loadu_si128(s.add(3)),
-                );
-                _mm_stream_si128(d, a);
-                _mm_stream_si128(d.add(1), b);
-                _mm_stream_si128(d.add(2), c);
-                _mm_stream_si128(d.add(3), e);
-                i += 64;
+    {
+        if n >= STREAM_MIN {
+            let head = dst.align_offset(16).min(n);
+            let body = (n - head) / 64 * 64;
+            // SAFETY: the caller's ranges hold n bytes, and head + body <= n; the streaming
+            // loop's stores are to 16-byte aligned addresses (dst + head is aligned) and end
+            // with `sfence`, which orders them before any later store, such as the release
+            // of a fence that publishes the copy.
+            unsafe {
+                rep_movsb(src, dst, head);
+                stream_64(src.add(head), dst.add(head), body);
+                rep_movsb(src.add(head + body), dst.add(head + body), n - head - body);
             }
-            _mm_sfence();
-            std::ptr::copy_nonoverlapping(src.add(body_end), dst.add(body_end), n - body_end);
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { rep_movsb(src, dst, n) };
         }
-        return;
     }
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+    #[cfg(not(target_arch = "x86_64"))]
+    for i in 0..n {
+        // SAFETY: i < n, inside both ranges; `AtomicU8` has the alignment of `u8`, and every
+        // access to the bytes from this process is atomic or a raw copy like this one.
+        unsafe {
+            let b = std::sync::atomic::AtomicU8::from_ptr(src.add(i).cast_mut());
+            let v = b.load(Ordering::Relaxed);
+            std::sync::atomic::AtomicU8::from_ptr(dst.add(i)).store(v, Ordering::Relaxed);
+        }
+    }
 }
 
-/// Writes `len` bytes at `dst` with `pattern` repeated from its first byte.
+/// Copies `n` bytes from `src` to `dst`, which may overlap, as `memmove` does, with the
+/// same tolerance of other writers as [`copy_bytes`].
+///
+/// # Safety
+///
+/// `src` must be valid for `n` bytes of reads and `dst` for `n` bytes of writes, and no
+/// reference may cover either.
+unsafe fn move_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    if (dst as usize) <= (src as usize) || (dst as usize) >= (src as usize) + n {
+        // A forward copy reads every byte before it is overwritten when dst is below src
+        // (`rep movsb` behaves as a byte-at-a-time forward copy even where it moves lines).
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract.
+        unsafe {
+            rep_movsb(src, dst, n);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for i in 0..n {
+            // SAFETY: as in `copy_bytes`; forward, so each byte is read before it is written.
+            unsafe { copy_byte(src.add(i), dst.add(i)) };
+        }
+    } else {
+        // dst above src and overlapping: backwards, from the last byte.
+        for i in (0..n).rev() {
+            // SAFETY: i < n, inside both ranges; backwards, so each byte is read before the
+            // copy overwrites it.
+            unsafe { copy_byte(src.add(i), dst.add(i)) };
+        }
+    }
+}
+
+/// Copies one byte as a relaxed atomic load and store.
+///
+/// # Safety
+///
+/// `src` readable and `dst` writable, neither covered by a reference.
+unsafe fn copy_byte(src: *const u8, dst: *mut u8) {
+    use std::sync::atomic::AtomicU8;
+    // SAFETY: the caller's contract; `AtomicU8` has the size and alignment of `u8`.
+    unsafe {
+        let v = AtomicU8::from_ptr(src.cast_mut()).load(Ordering::Relaxed);
+        AtomicU8::from_ptr(dst).store(v, Ordering::Relaxed);
+    }
+}
+
+/// `rep movsb`: copies `n` bytes forwards.
+///
+/// # Safety
+///
+/// As [`copy_bytes`], except that `dst` may lie below an overlapping `src`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn rep_movsb(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: `rep movsb` reads `n` bytes from `src` and writes `n` bytes to `dst` upwards
+    // (the ABI keeps the direction flag clear), inside the caller's ranges.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") n => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// Copies `n` bytes, a multiple of 64, with unaligned 16-byte loads and non-temporal stores
+/// (which skip reading the destination into the cache, as `memcpy` does for large sizes),
+/// then `sfence`.
+///
+/// # Safety
+///
+/// As [`copy_bytes`], and `dst` 16-byte aligned.
+#[cfg(target_arch = "x86_64")]
+unsafe fn stream_64(src: *const u8, dst: *mut u8, n: usize) {
+    if n == 0 {
+        return;
+    }
+    // SAFETY: each step reads and writes the 64 bytes at the cursors, inside the caller's
+    // ranges (n is a multiple of 64 and above 0, so the loop ends at exactly n); the stores
+    // are aligned (dst is); the xmm registers are declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "movdqu {a}, [{s}]",
+            "movdqu {b}, [{s} + 16]",
+            "movdqu {c}, [{s} + 32]",
+            "movdqu {e}, [{s} + 48]",
+            "movntdq [{d}], {a}",
+            "movntdq [{d} + 16], {b}",
+            "movntdq [{d} + 32], {c}",
+            "movntdq [{d} + 48], {e}",
+            "add {s}, 64",
+            "add {d}, 64",
+            "sub {n}, 64",
+            "jnz 2b",
+            "sfence",
+            s = inout(reg) src => _,
+            d = inout(reg) dst => _,
+            n = inout(reg) n => _,
+            a = out(xmm_reg) _,
+            b = out(xmm_reg) _,
+            c = out(xmm_reg) _,
+            e = out(xmm_reg) _,
+            options(nostack)
+        );
+    }
+}
+
+/// Writes `len` bytes at `dst` with `pattern` repeated from its first byte. Other writers of
+/// the bytes are tolerated as in [`copy_bytes`]: `rep stosq` is a relaxed atomic store of
+/// each byte in Rust's model.
 ///
 /// # Safety
 ///
@@ -812,14 +951,14 @@ unsafe fn fill_pattern(dst: *mut u8, len: usize, pattern: [u8; 4]) {
             );
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    let from = qwords * 8;
     #[cfg(not(target_arch = "x86_64"))]
-    for i in 0..qwords * 2 {
-        // SAFETY: 4 * i + 4 <= 8 * qwords <= len.
-        unsafe { dst.add(4 * i).cast::<[u8; 4]>().write_unaligned(pattern) };
-    }
-    for i in qwords * 8..len {
-        // SAFETY: i < len.
-        unsafe { dst.add(i).write(pattern[i % 4]) };
+    let from = 0;
+    for i in from..len {
+        // SAFETY: i < len; `AtomicU8` has the size and alignment of `u8`.
+        let b = unsafe { std::sync::atomic::AtomicU8::from_ptr(dst.add(i)) };
+        b.store(pattern[i % 4], Ordering::Relaxed);
     }
 }
 
@@ -1237,6 +1376,23 @@ mod tests {
             assert_eq!(*b, [0x11, 0x22, 0x33, 0x44][i % 4], "byte {i}");
         }
         assert_eq!(got[3 + n], data[n - 2]);
+    }
+
+    #[test]
+    fn overlapping_copies_move_as_memmove_does() {
+        let vm = vm();
+        vm.alloc_vram(0, 4 * PAGE).unwrap();
+        let n = 5000usize;
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+        let stop = AtomicBool::new(false);
+        // Down by 3 (forwards) and up by 7 (backwards), each over its own source.
+        for (src, dst) in [(1003u64, 1000u64), (1000, 1007)] {
+            vm.write(src, &data).unwrap();
+            assert!(vm.copy(dst, src, n as u64, &stop).unwrap());
+            let mut got = vec![0u8; n];
+            vm.read(dst, &mut got).unwrap();
+            assert!(got == data, "{src} -> {dst}");
+        }
     }
 
     #[test]

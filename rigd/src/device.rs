@@ -1,4 +1,4 @@
-//! The device maker (the seed's `make`) and what a made device holds.
+//! The device maker and what a made device holds.
 //!
 //! A device is one client's open of one GPU, made through its [`Path`]: the compute ring
 //! (PM4 on one die, AQL on several) and the copy ring (SDMA), each with its read and write
@@ -490,7 +490,7 @@ struct Quarantined {
     held: bool,
 }
 
-/// A device: the seed's `t`, as rigd holds it for one client.
+/// A device, as rigd holds it for one client.
 #[derive(Debug)]
 pub struct Device {
     /// Its id.
@@ -587,7 +587,7 @@ pub fn grown_bytes(need: u64) -> Option<u64> {
 }
 
 impl Device {
-    /// Makes a device through `path` (the seed's `make`): rings, segment, control page,
+    /// Makes a device through `path`: rings, segment, control page,
     /// doorbells and queues. On failure, what it made goes back.
     pub fn make(
         id: DeviceId,
@@ -1042,7 +1042,7 @@ impl Device {
         Ok(total)
     }
 
-    /// Makes what a submission of these sizes needs (the seed's `grow`).
+    /// Makes what a submission of these sizes needs.
     ///
     /// Retires queues older than the ones the client installed, replaces a grown queue no
     /// work ran on when it is too small, and makes rings or a segment for parts the newest
@@ -1210,7 +1210,7 @@ impl Device {
         }
     }
 
-    /// Stops the device (the seed's Stop): the path destroys its queues; once none runs, the
+    /// Stops the device: the path destroys its queues; once none runs, the
     /// word is made to read `last`. Returns whether the path stopped everything.
     pub fn stop(&mut self, last: u64, fault: Option<&rig_proto::Fault>) -> Stopped {
         if self.stopped {

@@ -248,7 +248,7 @@ pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError>
     Ok(out)
 }
 
-/// The facts of device `d` on the GPU `desc` describes (the seed's Facts, plus what a
+/// The facts of device `d` on the GPU `desc` describes (its facts, plus what a
 /// client needs to encode packets).
 pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
     let g = &desc.gpu;

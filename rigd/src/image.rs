@@ -3,7 +3,7 @@
 //!
 //! Parsing, checking and relocating code objects is `rig_amd::code_object`'s; this module
 //! owns what rigd does with the result: where the image lies, the device's scratch, and
-//! the seed's refusals (not a code object, another processor, too much LDS, a runtime
+//! its refusals (not a code object, another processor, too much LDS, a runtime
 //! service's hidden argument, a dispatch-packet read on a GPU of one die).
 //!
 //! Loading is split in two so that the device's lock is held only for what needs it:

@@ -15,9 +15,11 @@
 //!   stopping and closing devices, loading images) run on tokio's blocking pool, never on
 //!   an async worker; a client's disconnect is handled after its last request.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
-//!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Only
-//!   the simulated GPU's path exists so far; it is served when configured, or as the
-//!   embedded default when no AMD GPU is present, and the log says so.
+//!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Two
+//!   exist: the simulated GPU's (served when configured, or as the embedded default when
+//!   no AMD GPU is present, and the log says so) and KFD's (a real AMD GPU through
+//!   `/dev/kfd`, `docs/kfd.md`). The vfio path's PCI layer is the `rig-vfio` crate
+//!   (`docs/vfio.md`); no path uses it yet.
 //! - **Isolation.** Each device has its own GPU address space; a fault or hang loses that
 //!   device alone ([`device::Device::lose`]) and every other client goes on.
 //! - **Privilege boundary.** The socket is mode 0660 with a configured group, and each

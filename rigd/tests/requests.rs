@@ -565,7 +565,7 @@ fn images_and_entries() {
         Response::Done
     );
 
-    // Another processor's code object is refused with the seed's message.
+    // Another processor's code object is refused with rigd's message.
     if let Some(other) = compile(dir.path(), src, "gfx942") {
         let Response::Error(e) = c.call(Request::LoadImage {
             device: dev,

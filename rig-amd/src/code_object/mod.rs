@@ -227,13 +227,13 @@ impl Kernel {
         &self.descriptor
     }
 
-    /// Where its explicit arguments end: the bytes of parameters a launch passes (the seed's
-    /// `params`).
+    /// Where its explicit arguments end: the bytes of parameters a launch passes
+    /// (`.kernarg_segment_size` less the hidden arguments, LLVM's AMDGPUUsage).
     pub fn explicit_size(&self) -> u32 {
         self.plan.explicit_size
     }
 
-    /// The most work-items of a group (`.max_flat_workgroup_size`, the seed's `threads`).
+    /// The most work-items of a group (`.max_flat_workgroup_size`, LLVM's AMDGPUUsage).
     pub fn max_threads(&self) -> u32 {
         self.max_threads
     }

@@ -2,7 +2,7 @@
 //! pure function of the submission, the value, its block in the segment and the device's
 //! fixed addresses.
 //!
-//! Each queue's work for v first waits for v - 1 (the seed's Order); a part ordered `after`
+//! Each queue's work for v first waits for v - 1; a part ordered `after`
 //! parts of the other queue waits for their 8-byte words in the value's block
 //! (WAIT_REG_MEM on PM4, POLL_REGMEM on SDMA), which those parts write when done
 //! (RELEASE_MEM, FENCE); the queue that releases v writes the timeline word and raises the

@@ -7,7 +7,7 @@
 //!   packets and argument bytes, with the kernel-argument addresses left to patch. Made at
 //!   the first submit and kept in the submission, so a later submit of it copies words.
 //! - [`framing`]: the words of value v on each queue, a pure function of the compiled
-//!   submission and the value: the seed's Order between values, `after` between queues
+//!   submission and the value: the order between values, `after` between queues
 //!   through 8-byte words in the value's block, the release of the timeline word.
 //! - [`rings`]: the shared rings and the argument segment as the client fills them.
 //! - [`room`]: the [`Placer`], the client's half of a device's queues: a submission that

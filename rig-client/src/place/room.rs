@@ -189,7 +189,7 @@ pub(crate) enum Step {
 }
 
 impl Placer {
-    /// Tries to place the value after the last one: the seed's room, then submit.
+    /// Tries to place the value after the last one: room (`docs/client.md`), then submit.
     pub(crate) fn try_place(&mut self, c: &Compiled, reached: &dyn Fn() -> u64) -> Result<Step> {
         if self.pending.is_some() {
             if reached() < self.last {

@@ -15,7 +15,7 @@
 //! the memory-exception event, whose faulting address picks the device it reaches; and the
 //! hardware-exception event, which reaches every device.
 //!
-//! Memory kinds map as design.md says: Device is VRAM the host does not address (no
+//! Memory kinds (`docs/client.md`) map so: Device is VRAM the host does not address (no
 //! PUBLIC flag, so it spends none of the BAR, which is 256 MiB on a GPU without resizable
 //! BAR), Pinned is rigd's memfd registered as USERPTR, Mapped is PUBLIC VRAM exported as a
 //! dma-buf (KFD 1.12; none where the BAR is small, as the topology's banks say), and
@@ -65,7 +65,8 @@ use super::{
 
 /// The hang bound of KFD devices, in milliseconds: amdgpu bounds no user queue's work.
 pub const HANG_MS: u64 = 2000;
-/// The most bytes of a ring through KFD (its `ring_size` is 32 bits; the seed's 2 GiB).
+/// The most bytes of a ring through KFD (its `ring_size` in `linux/kfd_ioctl.h` is 32 bits;
+/// the largest power of two below that).
 pub const MOST_RING: u64 = 1 << 31;
 /// Bytes of KFD's per-process doorbell page (its doorbell slice).
 const DOORBELL_SLICE: u64 = 8192;

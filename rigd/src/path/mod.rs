@@ -1,4 +1,4 @@
-//! Paths: the ways rigd reaches a GPU (the seed's `path` record, as two traits).
+//! Paths: the ways rigd reaches a GPU, as two traits.
 //!
 //! A [`Backend`] is one GPU reached one way; it describes the GPU ([`GpuDescription`]) and
 //! opens address spaces on it. A [`Path`] is one device's GPU address space on that GPU (a
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 
-/// What a path knows of its GPU: the seed's path fields that do not change while it runs.
+/// What a path knows of its GPU that does not change while it runs.
 #[derive(Debug, Clone)]
 pub struct GpuDescription {
     /// The GPU's table entry (processor, GC and SDMA versions, dies, LDS, waves).
@@ -100,7 +100,7 @@ impl QueueCosts {
     }
 }
 
-/// A path's refusal of a call (the seed's `refusal`).
+/// A path's refusal of a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The path, its kernel driver or the GPU lacked memory or another resource.
@@ -129,12 +129,12 @@ pub enum MapRefusal {
     Unfit(String),
 }
 
-/// A failure of the GPU or the path itself (the seed's `Fault`).
+/// A failure of the GPU or the path itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Fault(pub String);
 
-/// Memory a path gave (the seed's `memory` record).
+/// Memory a path gave.
 #[derive(Debug)]
 pub struct PathMemory {
     /// The GPU address of its first byte, a multiple of 4096.
@@ -149,7 +149,7 @@ pub struct PathMemory {
     pub token: u64,
 }
 
-/// What a queue reads and where it keeps its positions (the seed's `queue` arguments).
+/// What a queue reads and where it keeps its positions.
 #[derive(Debug)]
 pub struct QueueSpec {
     /// The packets it reads.
@@ -173,7 +173,7 @@ pub struct QueueSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QueueHandle(pub u64);
 
-/// How a stop ended (the seed's `` `Stopped | `Unknown ``).
+/// How a stop ended: stopped, or unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
     /// No queue of the device runs or can write memory any more.
@@ -209,7 +209,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal>;
 }
 
-/// One device's address space on a GPU: the seed's path functions.
+/// One device's address space on a GPU: what a path does for it.
 ///
 /// Only the daemon's state owner calls it, so methods take `&mut self`; the path's own
 /// threads (a simulated queue, an interrupt handler) report through [`Events`].

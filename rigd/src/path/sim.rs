@@ -1,8 +1,8 @@
 //! The `sim` path: the simulated GPU of `rig-sim`, reached in-process.
 //!
 //! One [`SimBackend`] per configured simulated GPU; each device opened on it gets a
-//! [`SimPath`] over a fresh address space (its own VMID). Memory kinds map as design.md
-//! says: Device memory is simulated VRAM; Pinned memory is memfd pages the address space
+//! [`SimPath`] over a fresh address space (its own VMID). Memory kinds (`docs/client.md`)
+//! map so: Device memory is simulated VRAM; Pinned memory is memfd pages the address space
 //! maps and the client maps too; Mapped memory is also memfd pages (the simulator has no
 //! BAR), and as much VRAM is reserved for it as it has bytes, in a holding address space no
 //! queue runs in, so Mapped memory takes from VRAM what a BAR mapping of VRAM would.
