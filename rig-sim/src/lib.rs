@@ -272,6 +272,12 @@ impl SimGpu {
         self.events.woken()
     }
 
+    /// Waits of packets registered now, watching memory for a write (a diagnostic, like
+    /// [`SimGpu::waits_woken`]).
+    pub fn waits_watching(&self) -> usize {
+        self.events.watching()
+    }
+
     /// The GPU clock counter now.
     pub fn clock_ticks(&self) -> u64 {
         self.clock.now()

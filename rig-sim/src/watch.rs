@@ -62,6 +62,11 @@ impl Events {
         self.watching.load(Ordering::SeqCst) == 0
     }
 
+    /// Waits registered now.
+    pub(crate) fn watching(&self) -> usize {
+        self.watching.load(Ordering::SeqCst)
+    }
+
     /// Waits engine writes have woken so far (each wait once per write that woke it).
     pub(crate) fn woken(&self) -> u64 {
         self.woken.load(Ordering::Relaxed)

@@ -354,7 +354,13 @@ fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
     let theirs = host(&other, HOST_VA, 4096);
     let mut bystander = TestQueue::new(&other, QueueKind::Pm4, 4096, 0);
     bystander.submit(&wait(HOST_VA));
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Both waits watch their words before the kernel runs (a loaded machine may take long
+    // to start their queues).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while gpu.waits_watching() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(gpu.waits_watching(), 2, "the two waits never watched their words");
     let before = gpu.waits_woken();
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
     q.submit(&add_dispatch(&k, args, grid.groups));

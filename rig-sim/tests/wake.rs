@@ -30,6 +30,16 @@ fn sleeper(r: &SharedRegion, offset: usize) -> std::thread::JoinHandle<Duration>
     })
 }
 
+/// Waits until `n` waits of `gpu` watch their words (a loaded machine may take long to
+/// start their queues).
+fn watching(gpu: &rig_sim::SimGpu, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while gpu.waits_watching() < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(gpu.waits_watching(), n, "the waits never all watched their words");
+}
+
 #[test]
 fn a_pm4_release_that_interrupts_wakes_sleepers_of_its_word() {
     let gpu = gpu("gfx1100");
@@ -169,8 +179,8 @@ fn a_write_wakes_only_the_waits_watching_its_page() {
     peer.map_host(PEER_VA, &data, 4096, 4096, false).unwrap();
     let mut peer_waiter = TestQueue::new(&peer, QueueKind::Pm4, 4096, 0);
     peer_waiter.submit(&wait_words(PEER_VA, 1));
-    // Every wait asleep by now.
-    std::thread::sleep(Duration::from_millis(200));
+    // Every wait watching its word before the write (66 of them).
+    watching(&gpu, 66);
     let before = gpu.waits_woken();
     writer.submit(&release_words(HOST_VA, 1));
     writer.wait_idle();
@@ -236,7 +246,7 @@ fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
     copied_waiter.submit(&wait_words(dst_va + BYTES - 4, 1));
     let mut filled_waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 2);
     filled_waiter.submit(&wait_words(fill_va + BYTES - 4, 1));
-    std::thread::sleep(Duration::from_millis(200));
+    watching(&gpu, 2);
     let layout = sdma::Layout::for_gpu(rig_amd::gpu::Gpu::by_name("gfx1100").unwrap());
     let mut q = TestQueue::new(&space, QueueKind::Sdma, 4096, 0);
     let before = gpu.waits_woken();
