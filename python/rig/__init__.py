@@ -9,8 +9,9 @@
     dev.submit(rig.Submission().launch(vadd, [4, 1, 1], [256, 1, 1], x=x, y=y, a=np.float32(2))).wait()
     print(y.numpy(np.float32)[:4])
 
-Errors are rig.Error with rigd's message and its status code (rig.Lost for a lost device,
-rig.ArgError for an argument that does not fit its parameter).
+Errors are rig.Error with rig's message and its status code, each status a subclass of its
+own: rig.ConnectError (no rigd on the socket), rig.ConnectionLost (rigd went away), rig.Lost
+(a lost device), rig.ArgError (an argument that does not fit its parameter), and so on.
 """
 
 from __future__ import annotations
@@ -23,21 +24,77 @@ import numpy as np
 from ._ffi import ffi, lib
 
 __all__ = [
-    "Error", "Lost", "ArgError", "CompileError", "connect", "compile", "Connection", "Device",
+    "Error", "ConnectError", "ConnectionLost", "ProtocolError", "LayoutError",
+    "SharedMemoryError", "Refused", "Lost", "Never", "Unsupported", "OutOfMemory", "NoKernel",
+    "InvalidArgument", "HostError", "ArgError", "CompileError", "Panic", "status_string",
+    "connect", "compile", "Connection", "Device",
     "Buffer", "HostArray", "Image", "Kernel", "Local", "Param", "Submission", "Point", "Profile",
 ]
 
 
 class Error(Exception):
-    """A failed call: `status` is the C ABI's RigStatus, the message rig's."""
+    """A failed call: `status` is the C ABI's RigStatus, the message rig's (the whole
+    chain of causes). Each status raises a subclass of its own."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
 
 
+class ConnectError(Error):
+    """rigd could not be reached: no rigd listens on the socket, the socket is not
+    permitted, or rigd refused the connection (RIG_STATUS_CONNECT)."""
+
+
+class ConnectionLost(Error):
+    """The connection to rigd failed after it was made: rigd went away
+    (RIG_STATUS_CONNECTION)."""
+
+
+class ProtocolError(Error):
+    """rigd answered something this library cannot use: they are out of step
+    (RIG_STATUS_PROTOCOL)."""
+
+
+class LayoutError(Error):
+    """rigd shared memory laid out in a way this library cannot use (RIG_STATUS_LAYOUT)."""
+
+
+class SharedMemoryError(Error):
+    """Memory rigd shared could not be mapped or used (RIG_STATUS_SHARED)."""
+
+
+class Refused(Error):
+    """rigd refused the request (RIG_STATUS_REFUSED)."""
+
+
 class Lost(Error):
     """The device was lost (a fault, a hang, a reset); the message is rigd's reason."""
+
+
+class Never(Error):
+    """The device never runs a part of the submission (RIG_STATUS_NEVER)."""
+
+
+class Unsupported(Error):
+    """rigd answered that the device never does what was asked, such as Mapped memory or
+    host pages on a path that maps none (RIG_STATUS_UNSUPPORTED)."""
+
+
+class OutOfMemory(Error):
+    """Out of device, host or quota memory (RIG_STATUS_OUT_OF_MEMORY)."""
+
+
+class NoKernel(Error):
+    """The image has no kernel of that name (RIG_STATUS_NO_KERNEL)."""
+
+
+class InvalidArgument(Error):
+    """An argument is outside what the call accepts (RIG_STATUS_INVALID, RIG_STATUS_NULL)."""
+
+
+class HostError(Error):
+    """A host system call failed (RIG_STATUS_IO)."""
 
 
 class ArgError(Error):
@@ -48,7 +105,34 @@ class CompileError(Error):
     """A kernel source did not build: clang's diagnostics, or what to install."""
 
 
-_BY_STATUS = {lib.RIG_STATUS_LOST: Lost, lib.RIG_STATUS_ARG: ArgError, lib.RIG_STATUS_COMPILE: CompileError}
+class Panic(Error):
+    """rig panicked: a bug of rig's, with its message (RIG_STATUS_PANIC)."""
+
+
+_BY_STATUS = {
+    lib.RIG_STATUS_CONNECT: ConnectError,
+    lib.RIG_STATUS_CONNECTION: ConnectionLost,
+    lib.RIG_STATUS_PROTOCOL: ProtocolError,
+    lib.RIG_STATUS_LAYOUT: LayoutError,
+    lib.RIG_STATUS_SHARED: SharedMemoryError,
+    lib.RIG_STATUS_REFUSED: Refused,
+    lib.RIG_STATUS_LOST: Lost,
+    lib.RIG_STATUS_NEVER: Never,
+    lib.RIG_STATUS_UNSUPPORTED: Unsupported,
+    lib.RIG_STATUS_OUT_OF_MEMORY: OutOfMemory,
+    lib.RIG_STATUS_NO_KERNEL: NoKernel,
+    lib.RIG_STATUS_INVALID: InvalidArgument,
+    lib.RIG_STATUS_NULL: InvalidArgument,
+    lib.RIG_STATUS_IO: HostError,
+    lib.RIG_STATUS_ARG: ArgError,
+    lib.RIG_STATUS_COMPILE: CompileError,
+    lib.RIG_STATUS_PANIC: Panic,
+}
+
+
+def status_string(status: int) -> str:
+    """What a RigStatus means, in a few words (the C ABI's rig_status_string)."""
+    return ffi.string(lib.rig_status_string(status)).decode()
 
 
 def _check(status: int) -> None:

@@ -12,12 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def rigd(tmp_path_factory):
+def start_rigd(path: Path) -> subprocess.Popen:
+    """A rigd serving `path`, up once it accepts connections."""
     binary = os.environ.get("RIGD", str(ROOT / "target" / "debug" / "rigd"))
     if not Path(binary).exists():
         pytest.fail(f"{binary} not found: cargo build -p rigd, or set RIGD")
-    path = tmp_path_factory.mktemp("rigd") / "rigd.sock"
     proc = subprocess.Popen(
         [binary, "--config", str(ROOT / "config" / "rigd.toml"), "--socket", str(path)],
         stdout=subprocess.DEVNULL,
@@ -28,7 +27,7 @@ def rigd(tmp_path_factory):
         try:
             with sockets.socket(sockets.AF_UNIX) as s:
                 s.connect(str(path))
-            break
+            return proc
         except OSError:
             if proc.poll() is not None:
                 pytest.fail(f"rigd exited: {proc.stderr.read().decode()}")
@@ -36,6 +35,12 @@ def rigd(tmp_path_factory):
                 proc.kill()
                 pytest.fail("rigd did not come up in 30 s")
             time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def rigd(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rigd") / "rigd.sock"
+    proc = start_rigd(path)
     yield str(path)
     proc.terminate()
     proc.wait(timeout=30)

@@ -117,9 +117,9 @@ def test_errors_carry_rigs_message(device, rigd):
         rig.Submission().launch(k, [1], [64], x=x)
     with pytest.raises(rig.CompileError, match="undeclared identifier"):
         rig.compile("kernel void k(global int *y) { y[0] = nope; }", device.arch)
-    with pytest.raises(rig.Error, match="no kernel named"):
+    with pytest.raises(rig.NoKernel, match="no kernel named"):
         device.load(rig.compile(VADD, device.arch)).kernel("nope")
-    with pytest.raises(rig.Error) as e:
+    with pytest.raises(rig.ConnectError) as e:
         rig.connect("/nonexistent/rigd.sock")
     assert "/nonexistent/rigd.sock" in str(e.value)
     assert device.lost() is None

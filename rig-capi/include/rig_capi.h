@@ -7,19 +7,22 @@
 #include <stdint.h>
 #include <stdbool.h>
 
-// What a call did: `RIG_STATUS_OK`, or why it failed ([`rig_last_error`] says more).
+// What a call did: `RIG_STATUS_OK`, or why it failed ([`rig_last_error`] says more, and
+// [`rig_status_string`] names the status). Every error of rig-client has a status of its
+// own. Numbers are never reused or renumbered: new statuses are appended.
 typedef enum RigStatus {
   // It succeeded.
   RIG_STATUS_OK = 0,
-  // rigd could not be reached.
+  // rigd could not be reached: no rigd listens on the socket, the socket is not
+  // permitted, or rigd refused the connection.
   RIG_STATUS_CONNECT = 1,
-  // The connection to rigd failed after it was made.
+  // rigd answered something this client cannot use (out of step with it).
   RIG_STATUS_PROTOCOL = 2,
   // rigd refused the request.
   RIG_STATUS_REFUSED = 3,
   // The device was lost (a fault, a hang, a reset); the message is rigd's reason.
   RIG_STATUS_LOST = 4,
-  // The device never runs a part of the submission.
+  // The device never runs a part of the submission (the client's check).
   RIG_STATUS_NEVER = 5,
   // Out of device, host or quota memory.
   RIG_STATUS_OUT_OF_MEMORY = 6,
@@ -37,8 +40,19 @@ typedef enum RigStatus {
   RIG_STATUS_NULL = 12,
   // The library panicked: a bug of rig's, reported with its message.
   RIG_STATUS_PANIC = 13,
-  // Another error of rig-client's.
+  // No call answers it any more: every error has a status of its own. Kept so that no
+  // number moves.
   RIG_STATUS_OTHER = 14,
+  // The connection to rigd failed after it was made: rigd went away (or closed it).
+  RIG_STATUS_CONNECTION = 15,
+  // rigd shared memory whose layout this client cannot use (rigd and the library are
+  // out of step).
+  RIG_STATUS_LAYOUT = 16,
+  // Memory rigd shared could not be mapped or used.
+  RIG_STATUS_SHARED = 17,
+  // rigd answered that the device never does what was asked (Mapped memory or host
+  // pages on a path that maps none, a growth past what the path makes).
+  RIG_STATUS_UNSUPPORTED = 18,
 } RigStatus;
 
 // What a kernel parameter takes.
@@ -134,6 +148,9 @@ typedef struct RigWork {
   // When it ended.
   uint64_t end_ns;
 } RigWork;
+
+// Every status, in the order of their numbers.
+#define RigStatus_ALL { RigStatus_Ok, RigStatus_Connect, RigStatus_Protocol, RigStatus_Refused, RigStatus_Lost, RigStatus_Never, RigStatus_OutOfMemory, RigStatus_NoKernel, RigStatus_Invalid, RigStatus_Io, RigStatus_Arg, RigStatus_Compile, RigStatus_Null, RigStatus_Panic, RigStatus_Other, RigStatus_Connection, RigStatus_Layout, RigStatus_Shared, RigStatus_Unsupported, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -562,6 +579,11 @@ size_t rig_code_len(const struct RigCode *code);
 // # Safety
 // `code` is NULL or a code object of [`rig_compile`], not used after.
 void rig_code_free(struct RigCode *code);
+
+// What status `status` (a `RigStatus`; C may pass any integer) means, such as "the
+// connection to rigd failed (rigd went away)"; "not a RigStatus" for other numbers. The
+// string is static: the caller does not free it.
+const char *rig_status_string(int32_t status);
 
 // The message of the last call on this thread that failed ("" if none did). Valid until
 // the thread's next failing call; the caller does not free it.

@@ -105,8 +105,17 @@ fn compile(compiler: &str, extra: &[&str], source: &str, out: &Path, link: &[&st
     assert!(status.success(), "{compiler} {source}");
 }
 
+/// `program` as a command that loads the librig of this test run: cargo's
+/// `LD_LIBRARY_PATH` also names target/<profile>, whose librig.so `cargo build` made and may
+/// be older, and it wins over the program's rpath.
+fn command(program: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", lib_dir());
+    c
+}
+
 fn run(program: &Path, d: &Daemon) -> String {
-    let out = Command::new(program).arg(d.socket()).output().unwrap();
+    let out = command(program).arg(d.socket()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -157,6 +166,39 @@ fn the_cpp_example_runs_against_rigd() {
         "{out}"
     );
     assert!(out.contains("y[10] = 31") && out.ends_with("ok\n"), "{out}");
+}
+
+#[test]
+fn the_status_example_tells_no_rigd_from_rigd_gone() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("status");
+    compile("cc", &["-std=c11"], "status.c", &exe, &["-lrig"]);
+    let mut child = command(&exe)
+        .arg(d.socket())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    while !said.ends_with("opened\n") {
+        assert!(out.read_line(&mut said).unwrap() > 0, "{said}");
+    }
+    drop(d); // rigd stops (SIGTERM) and is waited for.
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    std::io::Read::read_to_string(&mut out, &mut said).unwrap();
+    assert!(child.wait().unwrap().success(), "{said}");
+    assert!(
+        said.contains("no rigd: rigd could not be reached (1): cannot reach rigd at "),
+        "{said}"
+    );
+    assert!(
+        said.contains("rigd went away: the connection to rigd failed (rigd went away) (15): "),
+        "{said}"
+    );
+    assert!(said.ends_with("ok\n"), "{said}");
 }
 
 #[test]

@@ -12,10 +12,19 @@ use std::io;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a call of the Rig API failed.
+///
+/// A variant's message says what failed; where the cause is an error of its own it is the
+/// [`source`](std::error::Error::source), not part of the message. [`Error::report`] prints
+/// the whole chain once ("cannot reach rigd at /run/rig/rigd.sock: cannot connect to rigd
+/// at ...: No such file or directory (os error 2)"), as a program's top level should.
+///
+/// Non-exhaustive: a later version may add variants. [`Error::kind`] names each variant
+/// with a fieldless [`ErrorKind`], for bindings that give every kind its own code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// rigd could not be reached or refused the connection.
-    #[error("cannot reach rigd at {path}: {source}")]
+    #[error("cannot reach rigd at {path}")]
     Connect {
         /// The socket path tried.
         path: String,
@@ -24,16 +33,16 @@ pub enum Error {
         source: rig_proto::Error,
     },
     /// The control connection to rigd failed after it was made: the socket (its OS error),
-    /// the framing, or rigd closing it.
-    #[error("the connection to rigd failed: {0}")]
+    /// the framing, or rigd closing it (rigd went away).
+    #[error("the connection to rigd failed")]
     Connection(#[source] rig_proto::Error),
     /// rigd answered with something this client cannot use (an answer of another request,
     /// a descriptor it did not pass, a layout out of step).
-    #[error("the connection to rigd failed: {0}")]
+    #[error("rigd answered out of step: {0}")]
     Protocol(String),
     /// rigd shared memory whose layout the client cannot use (a ring that is not a power of
     /// two, an unaligned word, a share past its descriptor): rigd and rig-client disagree.
-    #[error("rigd's answer is unusable: {0}")]
+    #[error("rigd's answer is unusable")]
     Layout(#[from] rig_proto::LayoutError),
     /// rigd refused a request, with the protocol's code and its reason.
     #[error("rigd refused: {message}")]
@@ -54,9 +63,20 @@ pub enum Error {
         /// abort, rigd no longer answering).
         fault: rig_proto::Fault,
     },
-    /// The device never runs a part of a submission, whatever completes first.
-    #[error("the device never runs this: {0}")]
+    /// The device never runs a part of a submission, whatever completes first (the client's
+    /// own check, before anything reaches rigd). The message is the [`Never`]'s.
+    #[error(transparent)]
     Never(#[from] Never),
+    /// rigd answered that the device never does what was asked, whatever is freed first
+    /// (the protocol's `Never`): Mapped memory or host pages on a path that maps none, a
+    /// growth past what the path makes.
+    #[error("rigd cannot {what} on this device: {reason}")]
+    Unsupported {
+        /// What was asked, such as "map this host memory".
+        what: &'static str,
+        /// rigd's reason.
+        reason: String,
+    },
     /// The device, the host or the client's quota lacks the memory asked for.
     #[error("out of memory: {what}: {asked} bytes asked, {}", refusal(*shortage, limit.as_ref()))]
     OutOfMemory {
@@ -76,12 +96,13 @@ pub enum Error {
     /// An image has no kernel of that name.
     #[error("the image has no kernel named {0:?}")]
     NoKernel(String),
-    /// An argument is outside what the call accepts, such as a range past a buffer's end.
+    /// An argument is outside what the call accepts, such as a range past a buffer's end,
+    /// or a handle of a device closed before.
     #[error("{0}")]
     Invalid(String),
     /// Memory rigd shared could not be mapped or used: rig-shm's error, whose source is the
     /// OS error where there is one.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Shared {
         /// What the client was mapping.
         what: &'static str,
@@ -90,7 +111,7 @@ pub enum Error {
         source: rig_shm::ShmError,
     },
     /// A host system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What the crate was doing.
         what: &'static str,
@@ -98,6 +119,101 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// Which variant an [`Error`] is, without its fields: what a binding matches to give each
+/// kind its own code (rig-capi's `RigStatus`).
+///
+/// Exhaustive on purpose, unlike [`Error`]: a binding matches it with no wildcard, so a
+/// kind added to rig-client fails to compile there until it has a code of its own, instead
+/// of reaching C or Python as "other". Programs match [`Error`] itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// [`Error::Connect`].
+    Connect,
+    /// [`Error::Connection`].
+    Connection,
+    /// [`Error::Protocol`].
+    Protocol,
+    /// [`Error::Layout`].
+    Layout,
+    /// [`Error::Refused`].
+    Refused,
+    /// [`Error::Lost`].
+    Lost,
+    /// [`Error::Never`].
+    Never,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::OutOfMemory`].
+    OutOfMemory,
+    /// [`Error::Arg`].
+    Arg,
+    /// [`Error::NoKernel`].
+    NoKernel,
+    /// [`Error::Invalid`].
+    Invalid,
+    /// [`Error::Shared`].
+    Shared,
+    /// [`Error::Io`].
+    Io,
+}
+
+impl Error {
+    /// Which variant this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Connect { .. } => ErrorKind::Connect,
+            Error::Connection(_) => ErrorKind::Connection,
+            Error::Protocol(_) => ErrorKind::Protocol,
+            Error::Layout(_) => ErrorKind::Layout,
+            Error::Refused { .. } => ErrorKind::Refused,
+            Error::Lost { .. } => ErrorKind::Lost,
+            Error::Never(_) => ErrorKind::Never,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
+            Error::Arg(_) => ErrorKind::Arg,
+            Error::NoKernel(_) => ErrorKind::NoKernel,
+            Error::Invalid(_) => ErrorKind::Invalid,
+            Error::Shared { .. } => ErrorKind::Shared,
+            Error::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// The error and its sources, each once, joined by ": ": what a program prints at its
+    /// top level (`eprintln!("{}", e.report())`).
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+}
+
+/// An error with its chain of sources, as [`Error::report`] prints it.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+
+impl<'a> Report<'a> {
+    /// The chain of any error, such as one of a crate beside rig-client.
+    pub fn of(error: &'a (dyn std::error::Error + 'static)) -> Report<'a> {
+        Report(error)
+    }
+}
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut said = self.0.to_string();
+        f.write_str(&said)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            let this = e.to_string();
+            // An error of another crate may print its own source too: say it once.
+            if !this.is_empty() && !said.ends_with(&this) {
+                write!(f, ": {this}")?;
+                said = this;
+            }
+            next = e.source();
+        }
+        Ok(())
+    }
 }
 
 /// How an [`Error::OutOfMemory`] says who refused.
@@ -265,6 +381,38 @@ pub enum Never {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_is_printed_by_the_report_once_not_by_the_message() {
+        let os = io::Error::from_raw_os_error(libc::ENOENT);
+        let e = Error::Io {
+            what: "reading the word",
+            source: io::Error::new(os.kind(), os),
+        };
+        assert_eq!(e.to_string(), "reading the word");
+        let report = e.report().to_string();
+        assert!(report.starts_with("reading the word: "), "{report}");
+        assert_eq!(report.matches("os error 2").count(), 1, "{report}");
+        let never = Error::from(Never::Overlap { part: 2 });
+        assert_eq!(never.kind(), ErrorKind::Never);
+        assert_eq!(
+            never.report().to_string(),
+            "part 2: the copy's source and destination overlap"
+        );
+    }
+
+    #[test]
+    fn rigds_never_is_unsupported_with_its_reason() {
+        let e = Error::Unsupported {
+            what: "map this host memory",
+            reason: "this gpu's path maps no host memory".into(),
+        };
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert_eq!(
+            e.to_string(),
+            "rigd cannot map this host memory on this device: this gpu's path maps no host memory"
+        );
+    }
 
     #[test]
     fn out_of_memory_says_what_was_asked_what_is_missing_and_which_limit() {

@@ -80,6 +80,12 @@
 //! reached it is lost too, its fault ([`FaultKind::Producer`]) naming that device ("AMD:1
 //! lost: AMD:0 lost: ...").
 //!
+//! A request rigd answers the device never does (Mapped memory or host pages on a path that
+//! maps none) is [`Error::Unsupported`] with rigd's reason; no rigd on the socket is
+//! [`Error::Connect`], a rigd that went away [`Error::Connection`]. [`Error`] is
+//! non-exhaustive, and a message never repeats its [`source`](std::error::Error::source):
+//! [`Error::report`] prints the error with its sources, once each, for a program's top level.
+//!
 //! # Lifetimes
 //!
 //! Handles keep what they name alive, never the reverse: a kernel keeps its image loaded,
@@ -121,7 +127,7 @@ mod types;
 pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Registers};
 pub use buffer::{Buffer, f32s, put_f32s};
 pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, WaitPolicy};
-pub use error::{Error, Never, Result};
+pub use error::{Error, ErrorKind, Never, Report, Result};
 pub use image::{Image, Kernel};
 pub use point::Point;
 pub use profile::{Profile, Work};

@@ -174,10 +174,12 @@ impl Liveness {
         let why = match rig.call(&Request::DeviceStatus { device: self.id }, &[]) {
             Ok((Response::Status(s), _)) => s.lost.unwrap_or_else(unsaid),
             Ok(_) => unsaid(),
-            Err(e @ Error::Connection(_)) => Fault::new(FaultKind::Disconnected, e.to_string()),
+            Err(e @ Error::Connection(_)) => {
+                Fault::new(FaultKind::Disconnected, e.report().to_string())
+            }
             Err(e) => Fault::new(
                 FaultKind::Internal,
-                format!("rigd lost the device and cannot say why: {e}"),
+                format!("rigd lost the device and cannot say why: {}", e.report()),
             ),
         };
         self.lost.get_or_init(|| why).clone()

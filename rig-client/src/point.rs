@@ -32,20 +32,14 @@ impl Point {
         self.value
     }
 
-    /// True iff the device reached the value before any loss (two acquire loads, no system
-    /// call). False once the value's work is known lost: a value the device had not
-    /// reached when rigd lost it, or whose work waited on the GPU for a point of another
-    /// device that was lost before it reached it (the device is lost then, as
-    /// [`Point::wait`] says).
+    /// True iff the device reached the value before any loss, without waiting (two acquire
+    /// loads, no system call; it never sleeps or spins). False once the value's work is
+    /// known lost: a value the device had not reached when rigd lost it, or whose work
+    /// waited on the GPU for a point of another device that was lost before it reached it
+    /// (the device is lost then, as [`Point::wait`] says); the first call that finds the
+    /// value's work lost with a producer tells rigd to stop the device.
     pub fn signaled(&self) -> bool {
         self.device.reached(self.value)
-    }
-
-    /// Whether the value is reached, without waiting: [`Point::signaled`]. It never sleeps
-    /// or spins; the first call that finds the value's work lost with a producer tells rigd
-    /// to stop the device.
-    pub fn is_reached(&self) -> bool {
-        self.signaled()
     }
 
     /// Waits until the value is reached: spins briefly ([`WaitPolicy::default`]), then

@@ -88,7 +88,7 @@ fn start_daemon() -> Result<(Rig, OwnDaemon), String> {
 
 fn pick_daemon() -> Result<(Rig, Option<OwnDaemon>), String> {
     if let Some(p) = std::env::var_os(rig_proto::SOCKET_ENV).filter(|p| !p.is_empty()) {
-        let rig = Rig::connect_to(&p).map_err(|e| e.to_string())?;
+        let rig = Rig::connect_to(&p).map_err(|e| e.report().to_string())?;
         println!("using the rigd at {} (RIG_SOCKET)", Path::new(&p).display());
         return Ok((rig, None));
     }
@@ -108,18 +108,20 @@ fn pick_daemon() -> Result<(Rig, Option<OwnDaemon>), String> {
 
 fn run() -> Result<(), String> {
     let (rig, _own) = pick_daemon()?;
-    let gpus = rig.gpus().map_err(|e| e.to_string())?;
+    let gpus = rig.gpus().map_err(|e| e.report().to_string())?;
     let gpu = gpus.first().ok_or("rigd serves no GPU")?;
-    let device = rig.open_device(&gpu.name).map_err(|e| e.to_string())?;
+    let device = rig
+        .open_device(&gpu.name)
+        .map_err(|e| e.report().to_string())?;
     println!(
         "opened {} ({}{})",
         device.name(),
         device.arch(),
         if gpu.simulated { ", simulated" } else { "" }
     );
-    example(&device).map_err(|e| e.to_string())?;
-    figures(&device).map_err(|e| e.to_string())?;
-    device.close().map_err(|e| e.to_string())?;
+    example(&device).map_err(|e| e.report().to_string())?;
+    figures(&device).map_err(|e| e.report().to_string())?;
+    device.close().map_err(|e| e.report().to_string())?;
     Ok(())
 }
 

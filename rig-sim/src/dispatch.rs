@@ -75,12 +75,6 @@ impl From<crate::memory::PageFault> for KernelFault {
     }
 }
 
-impl From<String> for KernelFault {
-    fn from(why: String) -> Self {
-        KernelFault::Refused(why)
-    }
-}
-
 /// Runs kernels for the simulated GPU.
 pub trait KernelExecutor: Send + Sync {
     /// Runs `launch` (the workgroups of [`Launch::workgroups`] only) to completion, or returns
@@ -428,7 +422,7 @@ mod tests {
                 .unwrap()
                 .push((l.die, l.workgroups, l.threads, l.dispatch.scratch));
             if l.die == 5 {
-                return Err("die 5 failed".to_string().into());
+                return Err(KernelFault::Refused("die 5 failed".into()));
             }
             Ok(())
         }

@@ -21,7 +21,7 @@ fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() 
     flag.write(|b| b.fill(0)).unwrap();
     let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
     let point = dev.submit(&s).unwrap();
-    assert!(!point.is_reached());
+    assert!(!point.signaled());
     let t = Instant::now();
     assert!(!point.wait_timeout(Duration::from_millis(30)).unwrap());
     let took = t.elapsed();
@@ -44,7 +44,7 @@ fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() 
         point.wait_timeout(Duration::from_secs(1)),
         Err(Error::Lost { .. })
     ));
-    assert!(!point.is_reached());
+    assert!(!point.signaled());
 }
 
 #[test]
@@ -72,7 +72,7 @@ fn sleeping_waits_end_with_their_release() {
     for _ in 0..300 {
         let p = dev.submit(&s).unwrap();
         assert!(p.wait_with(WaitPolicy::sleeping()).unwrap());
-        assert!(p.is_reached());
+        assert!(p.signaled());
     }
     let took = t.elapsed();
     assert!(

@@ -14,7 +14,7 @@ use rig_shm::SharedRegion;
 
 use super::{Device, DeviceShared};
 use crate::buffer::{Buffer, BufferInner, HostView, Sub};
-use crate::error::{Error, Result};
+use crate::error::{Error, Report, Result};
 use crate::image::{Image, ImageInner};
 use crate::slab::{self, Cut, Piece, Pool, SLAB_BYTES, SLAB_MOST};
 use crate::submission::Submission;
@@ -291,7 +291,7 @@ impl DeviceShared {
             },
             Ok(_) => Ok(()),
             Err(Error::Connection(e)) => {
-                let why = format!("{e}; the device's work is gone with it");
+                let why = format!("{}; the device's work is gone with it", Report::of(&e));
                 Err(self
                     .live
                     .keep_reason(Fault::new(FaultKind::Disconnected, why)))
@@ -369,6 +369,10 @@ impl DeviceShared {
                 asked: bytes,
                 shortage,
                 limit,
+            }),
+            Response::Never { reason } => Err(Error::Unsupported {
+                what: "grow the device's rings",
+                reason,
             }),
             r => Err(Error::Protocol(format!("rigd answered grow with {r:?}"))),
         }
@@ -513,7 +517,9 @@ impl DeviceShared {
     fn grant(&self, kind: Memory) -> Result<Option<Memory>> {
         let (region, address, host) = match self.alloc_raw(SLAB_BYTES, kind) {
             Ok(granted) => granted,
-            Err(Error::OutOfMemory { .. } | Error::Invalid(_)) => return Ok(None),
+            Err(Error::OutOfMemory { .. } | Error::Invalid(_) | Error::Unsupported { .. }) => {
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         let fell_back = host.as_ref().is_some_and(|h| h.fell_back);
@@ -632,7 +638,10 @@ impl DeviceShared {
                     }),
                 ))
             }
-            Response::Never { reason } => Err(Error::Invalid(reason)),
+            Response::Never { reason } => Err(Error::Unsupported {
+                what: "allocate this memory",
+                reason,
+            }),
             Response::NoMemory {
                 bytes,
                 shortage,
@@ -730,7 +739,10 @@ impl Device {
                 last_write: Default::default(),
                 last_use: Default::default(),
             }))),
-            Response::Never { reason } => Err(Error::Invalid(reason)),
+            Response::Never { reason } => Err(Error::Unsupported {
+                what: "map this host memory",
+                reason,
+            }),
             Response::NoMemory {
                 bytes,
                 shortage,

@@ -651,7 +651,7 @@ fn an_answer_with_a_bad_layout_is_refused_with_its_error() {
     // An unaligned lost flag, which no ring names.
     let e = layout(|o| o.lost.offset += 2);
     assert_eq!(e.what, "the lost flag");
-    let shown = Error::Layout(e).to_string();
+    let shown = Error::Layout(e).report().to_string();
     assert!(
         shown.contains("rigd and rig-client are out of step"),
         "{shown}"
