@@ -360,7 +360,11 @@ fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
     while gpu.waits_watching() < 2 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(gpu.waits_watching(), 2, "the two waits never watched their words");
+    assert_eq!(
+        gpu.waits_watching(),
+        2,
+        "the two waits never watched their words"
+    );
     let before = gpu.waits_woken();
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
     q.submit(&add_dispatch(&k, args, grid.groups));

@@ -37,7 +37,11 @@ fn watching(gpu: &rig_sim::SimGpu, n: usize) {
     while gpu.waits_watching() < n && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(gpu.waits_watching(), n, "the waits never all watched their words");
+    assert_eq!(
+        gpu.waits_watching(),
+        n,
+        "the waits never all watched their words"
+    );
 }
 
 #[test]
