@@ -207,7 +207,13 @@ impl Kubelet {
         for entry in std::fs::read_dir(dir).expect("the device-plugins directory") {
             let path = entry.expect("an entry").path();
             if path.extension().is_some_and(|e| e == "sock") {
-                std::fs::remove_file(&path).expect("remove a socket");
+                // The plugin may be re-making its own socket at this moment.
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        panic!("remove a socket: {e}")
+                    }
+                    _ => {}
+                }
             }
         }
         let listener = tokio::net::UnixListener::bind(socket).expect("bind kubelet.sock");
