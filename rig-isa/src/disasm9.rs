@@ -397,15 +397,7 @@ fn sopk(c: &mut Ctx) {
         }
         _ => {
             c.op(i.dst, 1, false);
-            let signed = matches!(
-                n,
-                "s_movk_i32" | "s_cmovk_i32" | "s_mulk_i32" | "s_addk_i32"
-            ) || n.starts_with("s_cmpk") && n.ends_with("i32");
-            if signed {
-                let _ = write!(c.out, ", 0x{v:x}");
-            } else {
-                let _ = write!(c.out, ", 0x{v:x}");
-            }
+            let _ = write!(c.out, ", 0x{v:x}");
         }
     }
 }
@@ -716,23 +708,8 @@ fn valu_srcs(i: &Inst, n: &str) -> usize {
     let _ = t;
     match i.enc {
         0..=0xff => return 2,
-        0x100..=0x13f => {
-            return if matches!(
-                n,
-                "v_addc_co_u32" | "v_subb_co_u32" | "v_subbrev_co_u32" | "v_cndmask_b32"
-            ) {
-                2
-            } else if n.starts_with("v_mac")
-                || n.starts_with("v_fmac")
-                || n.starts_with("v_dot2c")
-                || n.starts_with("v_dot4c")
-                || n.starts_with("v_dot8c")
-            {
-                2
-            } else {
-                2
-            };
-        }
+        // VOP2 in VOP3: two sources (the carry-in of addc/subb/cndmask printed apart).
+        0x100..=0x13f => return 2,
         0x140..=0x1bf => return 1,
         _ => {}
     }
@@ -834,8 +811,7 @@ pub(crate) fn mfma_widths(n: &str) -> (u8, u8, u8) {
         "f64" => 64,
         _ => 32,
     };
-    let per_lane =
-        (k * m * blocks * ebits / 64).div_ceil(32).max(1) * if ty == "xf32" { 1 } else { 1 };
+    let per_lane = (k * m * blocks * ebits / 64).div_ceil(32).max(1);
     let ab = per_lane as u8;
     if n.starts_with("v_smfmac") {
         // Sparse A holds half of its K; the index VGPR is src2.
@@ -1161,10 +1137,8 @@ fn mubuf(c: &mut Ctx) {
     let data = if n.contains("cmpswap") { dw * 2 } else { dw };
     let lds_op = n.contains("_lds_");
     let lds = i.op_sel & 8 != 0;
-    if !(lds_op || lds && load) {
-        if load || store || i.cache & 1 != 0 || atomic {
-            c.op(i.dst, if atomic { data } else { dw }, acc);
-        }
+    if !(lds_op || lds && load) && (load || store || i.cache & 1 != 0 || atomic) {
+        c.op(i.dst, if atomic { data } else { dw }, acc);
     }
     let offen = i.op_sel & 2 != 0;
     let idxen = i.op_sel & 4 != 0;

@@ -152,10 +152,8 @@ fn salu_tuples(i: &Inst, nsrc: usize, dst: bool) -> Result<(), DecodeError> {
     if n == "s_getpc_b64" {
         return Ok(());
     }
-    for k in 0..nsrc {
-        if !tuple_ok(i.src[k], ws[k]) {
-            return Err(DecodeError::Illegal);
-        }
+    if i.src[..nsrc].iter().zip(ws).any(|(&s, w)| !tuple_ok(s, w)) {
+        return Err(DecodeError::Illegal);
     }
     Ok(())
 }
