@@ -280,8 +280,15 @@ impl Ctx<'_> {
         } else {
             operand(&mut t, i.src[k], n, i.literal, i.acc >> k & 1 != 0);
         }
-        let int_const = matches!(i.src[k], 128..=208 | src::LITERAL);
-        let negk = neg && int_const && !sext;
+        // LLVM spells a negated immediate `neg(k)`: an integer constant or literal, and in
+        // SDWA every inline constant (with abs too: `-|k|` there).
+        let sdwa = i.sdwa.is_some();
+        let int_const = if sdwa {
+            matches!(i.src[k], 128..=208 | 240..=248)
+        } else {
+            matches!(i.src[k], 128..=208 | src::LITERAL)
+        };
+        let negk = neg && int_const && !sext && !(sdwa && abs);
         if negk && abs {
             let _ = write!(self.out, "neg(|{t}|)");
             return;
@@ -573,7 +580,7 @@ fn smem(c: &mut Ctx) {
 const SEL: [&str; 8] = [
     "BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD", "?",
 ];
-const UNUSED: [&str; 4] = ["UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE", "?"];
+const UNUSED: [&str; 4] = ["UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE", "UNUSED_PAD"];
 
 fn valu(c: &mut Ctx) {
     let i = c.i;

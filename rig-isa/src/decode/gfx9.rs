@@ -274,7 +274,8 @@ fn vop_tail(i: &mut Inst, words: &[u32], vopc: bool) -> Result<(), DecodeError> 
         249 => {
             let d = word(words, 1)?;
             i.len = 2;
-            if i.format == Format::Vop1 && field(d, 28, 4) != 0 {
+            // VOP1 has no src1: its select, sign extension, modifiers and SGPR bit are 0.
+            if i.format == Format::Vop1 && field(d, 24, 8) != 0 {
                 return Err(DecodeError::Illegal);
             }
             let s0 = field(d, 23, 1) != 0;
@@ -320,6 +321,14 @@ fn vop_tail(i: &mut Inst, words: &[u32], vopc: bool) -> Result<(), DecodeError> 
             }
             i.neg = (field(d, 20, 1) | field(d, 22, 1) << 1) as u8;
             i.abs = (field(d, 21, 1) | field(d, 23, 1) << 1) as u8;
+            if matches!(
+                crate::disasm9::name(i),
+                "v_dot2c_i32_i16" | "v_dot4c_i32_i8" | "v_dot8c_i32_i4"
+            ) {
+                // Their DPP forms have no source modifiers: LLVM ignores the bits.
+                i.neg = 0;
+                i.abs = 0;
+            }
             i.dpp = Some(Dpp::Dpp16 {
                 ctrl: field(d, 8, 9) as u16,
                 row_mask: field(d, 28, 4) as u8,
@@ -375,10 +384,9 @@ fn sdwa_dpp_ok(i: &Inst, sdwa: bool) -> Result<(), DecodeError> {
     };
     let wide = (i.format != Format::Vopc && w[0] > 1) || w[1..=nsrc].iter().any(|&x| x > 1);
     let last = n.rsplit('_').next().unwrap_or("");
-    let float = matches!(last, "f16" | "f32" | "f64")
-        || n == "v_cndmask_b32"
-        || n.contains("_f32_")
-        || n.contains("_f16_");
+    // By the source type: the conversions to a float from integers (`v_cvt_f32_u32`,
+    // `v_cvt_f32_ubyte0`, `v_cvt_f32_fp8`) take sign extension, not float modifiers.
+    let float = matches!(last, "f16" | "f32" | "f64") || n == "v_cndmask_b32";
     let bad_mods = !float && (i.neg | i.abs) != 0;
     if wide || bad_mods || n.starts_with("v_accvgpr") {
         return Err(DecodeError::Illegal);
@@ -387,12 +395,30 @@ fn sdwa_dpp_ok(i: &Inst, sdwa: bool) -> Result<(), DecodeError> {
         return Err(DecodeError::Illegal);
     }
     if let Some(s) = i.sdwa {
-        if s.dst_sel > 6 || s.dst_unused > 2 || s.src_sel[0] > 6 || s.src_sel[1] > 6 {
+        // dst_unused 3 is taken (LLVM prints it UNUSED_PAD).
+        if s.dst_sel > 6 || s.src_sel[0] > 6 || s.src_sel[1] > 6 {
             return Err(DecodeError::Illegal);
         }
-        if float && s.sext != 0 {
+        // src1 of v_cmp*_class and v_ldexp is an integer: sign extension, no float modifiers.
+        let int1 = n.contains("_class_") || n.starts_with("v_ldexp");
+        let float_srcs = if int1 { 1 } else { 3 };
+        if float && s.sext & float_srcs != 0 {
             return Err(DecodeError::Illegal);
         }
+        if int1 && (i.neg | i.abs) & 2 != 0 {
+            return Err(DecodeError::Illegal);
+        }
+        // An output modifier only on a float result.
+        if i.omod != 0 && !float_dst(n) {
+            return Err(DecodeError::Illegal);
+        }
+        // No SDWA form of the operations that accumulate into their destination.
+        if mac(n) {
+            return Err(DecodeError::Illegal);
+        }
+    } else if n == "v_pk_fmac_f16" {
+        // Nor a DPP form of v_pk_fmac_f16.
+        return Err(DecodeError::Illegal);
     }
     if !sdwa {
         let Some(Dpp::Dpp16 { ctrl, .. }) = i.dpp else {
@@ -406,10 +432,42 @@ fn sdwa_dpp_ok(i: &Inst, sdwa: bool) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// The VOP2 operations that accumulate into their destination (`v_mac_f16`, `v_fmac_f32`,
+/// `v_pk_fmac_f16`, `v_dot2c_f32_f16`, `v_dot4c_i32_i8`...): gfx942 has no SDWA form of them.
+fn mac(n: &str) -> bool {
+    n.starts_with("v_mac_") || n.starts_with("v_fmac_") || n.starts_with("v_pk_fmac_") || {
+        n.starts_with("v_dot") && n.split('_').nth(1).is_some_and(|t| t.ends_with('c'))
+    }
+}
+
+/// Whether the result of `n` is a float: a conversion's first type, else the last one.
+fn float_dst(n: &str) -> bool {
+    let ty = |t: &&str| {
+        matches!(
+            *t,
+            "f16" | "f32" | "f64" | "i16" | "u16" | "i32" | "u32" | "i24" | "u24" | "b16" | "b32"
+        )
+    };
+    let t = if n.starts_with("v_cvt_") {
+        n.split('_').find(ty)
+    } else {
+        n.rsplit('_').next()
+    };
+    matches!(t, Some("f16" | "f32" | "f64"))
+}
+
 fn vop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 9, 8);
     let n = name(Class::Vop1, op)?;
-    check_mbz(tables::fixed(ISA, Class::Vop1), op, w, 0)?;
+    let first = n.starts_with("v_readfirstlane");
+    // The generated table holds v_readfirstlane's SGPR destination to 7 bits; LLVM decodes the
+    // 8th too (the source-only registers; constants flagged invalid), and rejects what a
+    // scalar source rejects and the literal.
+    let w_fixed = if first { w & !(1 << 24) } else { w };
+    check_mbz(tables::fixed(ISA, Class::Vop1), op, w_fixed, 0)?;
+    if first && matches!(field(w, 17, 8), 209..=234 | 249 | 250 | 255) {
+        return Err(DecodeError::Illegal);
+    }
     let mut i = Inst::new(
         ISA,
         Format::Vop1,
@@ -417,7 +475,7 @@ fn vop1(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
         0x140 + op as u16,
         1,
     );
-    i.dst = if n.starts_with("v_readfirstlane") {
+    i.dst = if first {
         s9(field(w, 17, 8))
     } else {
         src::VGPR0 + field(w, 17, 8) as u16
@@ -452,9 +510,7 @@ fn vop2(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
         if matches!(i.src[0], 249 | 250) {
             return Err(DecodeError::Illegal);
         }
-        if i.src[0] == src::LITERAL {
-            return Err(DecodeError::Illegal);
-        }
+        // A literal src0 is the constant K as well (one literal dword).
         literal(&mut i, words)?;
         if !ssrc_ok(i.src[0]) {
             return Err(DecodeError::Illegal);
