@@ -270,10 +270,12 @@ impl Ctx<'_> {
     fn vsrc(&mut self, k: usize, n: u8) {
         self.sep();
         let i = self.i;
-        let fl = float_src(name(i), k) || i.sdwa.is_some() || i.dpp.is_some();
+        // DPP v_ldexp_f16's integer src1: its neg bit is sign extension (its abs bit is 0).
+        let int1 = k == 1 && i.dpp.is_some() && name(i).starts_with("v_ldexp");
+        let fl = (float_src(name(i), k) || i.sdwa.is_some() || i.dpp.is_some()) && !int1;
         let neg = i.neg >> k & 1 != 0 && fl;
         let abs = i.abs >> k & 1 != 0 && fl;
-        let sext = i.sdwa.is_some_and(|s| s.sext >> k & 1 != 0);
+        let sext = i.sdwa.is_some_and(|s| s.sext >> k & 1 != 0) || (int1 && i.neg >> 1 & 1 != 0);
         let mut t = String::new();
         if self.s16.0 && i.src[k] < 256 {
             operand16(&mut t, i.src[k], i.literal, self.s16.1);

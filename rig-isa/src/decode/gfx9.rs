@@ -329,6 +329,10 @@ fn vop_tail(i: &mut Inst, words: &[u32], vopc: bool) -> Result<(), DecodeError> 
                 i.neg = 0;
                 i.abs = 0;
             }
+            if crate::disasm9::name(i).starts_with("v_ldexp") {
+                // src1 is an integer: its neg bit is sign extension, its abs bit ignored.
+                i.abs &= 1;
+            }
             i.dpp = Some(Dpp::Dpp16 {
                 ctrl: field(d, 8, 9) as u16,
                 row_mask: field(d, 28, 4) as u8,
@@ -388,7 +392,15 @@ fn sdwa_dpp_ok(i: &Inst, sdwa: bool) -> Result<(), DecodeError> {
     // `v_cvt_f32_ubyte0`, `v_cvt_f32_fp8`) take sign extension, not float modifiers.
     let float = matches!(last, "f16" | "f32" | "f64") || n == "v_cndmask_b32";
     let bad_mods = !float && (i.neg | i.abs) != 0;
-    if wide || bad_mods || n.starts_with("v_accvgpr") {
+    // 64-bit operands only in DPP, with row_newbcast (LLVM flags the other controls).
+    let newbcast = matches!(
+        i.dpp,
+        Some(Dpp::Dpp16 {
+            ctrl: 0x150..=0x15f,
+            ..
+        })
+    );
+    if (wide && !newbcast) || bad_mods || n.starts_with("v_accvgpr") {
         return Err(DecodeError::Illegal);
     }
     if !ssrc_ok(i.src[0]) || i.src[0] == src::LITERAL || (nsrc > 1 && !ssrc_ok(i.src[1])) {
@@ -416,8 +428,8 @@ fn sdwa_dpp_ok(i: &Inst, sdwa: bool) -> Result<(), DecodeError> {
         if mac(n) {
             return Err(DecodeError::Illegal);
         }
-    } else if n == "v_pk_fmac_f16" {
-        // Nor a DPP form of v_pk_fmac_f16.
+    } else if matches!(n, "v_pk_fmac_f16" | "v_readfirstlane_b32" | "v_swap_b32") {
+        // Nor a DPP form of v_pk_fmac_f16, v_readfirstlane_b32 and v_swap_b32.
         return Err(DecodeError::Illegal);
     }
     if !sdwa {
