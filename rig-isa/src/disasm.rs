@@ -78,6 +78,9 @@ pub fn base_name(i: &Inst) -> &'static str {
 
 /// Mnemonic as LLVM prints it.
 pub fn mnemonic(i: &Inst) -> String {
+    if i.isa == Isa::Gfx9 {
+        return crate::disasm9::mnemonic(i);
+    }
     let (printed, dpp_base) = match i.format {
         Format::Vop1 | Format::Vop2 | Format::Vopc | Format::Vop3 | Format::Vop3sd => {
             (enc_printed(i), true)
@@ -663,6 +666,9 @@ impl Ctx<'_> {
 
 impl fmt::Display for Inst {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.isa == Isa::Gfx9 {
+            return f.write_str(&crate::disasm9::text(self));
+        }
         // GFX12's scalar f16 operations print their constants as 16-bit patterns.
         let salu16 =
             matches!(self.format, Format::Sop2 | Format::Sopc) && base_name(self).ends_with("_f16");

@@ -31,12 +31,16 @@
 
 pub mod decode;
 pub mod disasm;
+pub mod disasm9;
 // Generated from LLVM's tables: each constant is named by its mnemonic, which says all.
 #[allow(clippy::all, missing_docs)]
 pub mod opcodes;
 // The same for gfx1201, with each opcode's semantic id.
 #[allow(clippy::all, missing_docs)]
 pub mod opcodes_gfx12;
+// The same for gfx942 (GFX9/CDNA3).
+#[allow(clippy::all, missing_docs)]
+pub mod opcodes_gfx9;
 
 pub use decode::{DecodeError, Format, Inst, Isa, decode, decode_isa};
 

@@ -18,7 +18,7 @@ use crate::opcodes::op_valu::*;
 mod div;
 mod dot;
 mod ops;
-pub(crate) use ops::min_max_f32;
+pub(crate) use ops::{add_f32, min_max_f32, mul_f32};
 mod wmma;
 
 /// The part of a wave the VALU touches.
@@ -387,8 +387,8 @@ fn vop2_fast(w: &mut WaveRef, i: &Inst, pc: u64) -> Result<bool, ExecFault> {
     let fl = f32::from_bits;
     match i.op {
         V_FMAC_F32 => crate::fma::fma_lanes(&mut r, a, b, d),
-        V_MUL_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(x) * fl(y)).to_bits()),
-        V_ADD_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(x) + fl(y)).to_bits()),
+        V_MUL_F32 => lanes3(&mut r, a, b, d, |x, y, _| mul_f32(x, y)),
+        V_ADD_F32 => lanes3(&mut r, a, b, d, |x, y, _| add_f32(x, y)),
         V_SUB_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(x) - fl(y)).to_bits()),
         V_SUBREV_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(y) - fl(x)).to_bits()),
         V_ADD_NC_U32 => lanes3(&mut r, a, b, d, |x, y, _| x.wrapping_add(y)),

@@ -76,6 +76,7 @@ fn corpus_text(isa: Isa) -> Vec<Vec<u32>> {
     let dir = match isa {
         Isa::Gfx11 => corpus,
         Isa::Gfx12 => corpus.join("gfx1201"),
+        Isa::Gfx9 => corpus.join("gfx942"),
     };
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).expect("corpus dir").flatten() {

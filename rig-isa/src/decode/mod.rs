@@ -16,6 +16,7 @@
 
 mod gfx11;
 mod gfx12;
+pub(crate) mod gfx9;
 pub(crate) mod tables;
 
 use tables::{Class, lookup};
@@ -28,6 +29,23 @@ pub enum Isa {
     Gfx11,
     /// RDNA4 (gfx1200, gfx1201).
     Gfx12,
+    /// GFX9/CDNA3 (gfx942, wave64 only).
+    Gfx9,
+}
+
+/// GFX9's sub-dword addressing (SDWA) second dword of a VOP1/VOP2/VOPC instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sdwa {
+    /// Destination select (0-3 bytes, 4-5 words, 6 dword).
+    pub dst_sel: u8,
+    /// Destination bits outside the select: 0 zero, 1 sign-extend, 2 preserve.
+    pub dst_unused: u8,
+    /// Source selects of src0 and src1.
+    pub src_sel: [u8; 2],
+    /// Sign-extension of src0 (bit 0) and src1 (bit 1).
+    pub sext: u8,
+    /// src0 (bit 0) and src1 (bit 1) are scalar operands.
+    pub sgpr: u8,
 }
 
 /// Encoding class of an instruction (RDNA3 "microcode format").
@@ -154,6 +172,10 @@ pub struct Inst {
     pub opy: u8,
     /// VOPD Y sources.
     pub srcy: [u16; 2],
+    /// GFX9 accumulator VGPRs: bits 0-2 mark `src[0..3]`, bit 3 `dst`, as AGPRs.
+    pub acc: u8,
+    /// GFX9 SDWA selects.
+    pub sdwa: Option<Sdwa>,
 }
 
 /// Why a word sequence is not an instruction of the encoding family.
@@ -221,6 +243,8 @@ impl Inst {
             dpp: None,
             opy: 0,
             srcy: [0; 2],
+            acc: 0,
+            sdwa: None,
         }
     }
 
@@ -294,6 +318,9 @@ pub fn decode(words: &[u32]) -> Result<Inst, DecodeError> {
 
 /// Decodes the instruction of encoding family `isa` at the start of `words`.
 pub fn decode_isa(isa: Isa, words: &[u32]) -> Result<Inst, DecodeError> {
+    if isa == Isa::Gfx9 {
+        return gfx9::decode(words);
+    }
     let w = word(words, 0)?;
     let top9 = w >> 23;
     if w >> 30 == 0b10 {

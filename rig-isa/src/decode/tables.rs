@@ -8,7 +8,7 @@
 //! the encoding's own name (`Inst::enc`).
 
 use super::Isa;
-use crate::{opcodes as g11, opcodes_gfx12 as g12};
+use crate::{opcodes as g11, opcodes_gfx9 as g9, opcodes_gfx12 as g12};
 
 /// An opcode table of an encoding family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +84,26 @@ pub(crate) fn names(isa: Isa, class: Class) -> Names {
             Global => &g12::GLOBAL,
             Mubuf => &g12::MUBUF,
         },
+        Isa::Gfx9 => match class {
+            Sop2 => &g9::SOP2,
+            Sopk => &g9::SOPK,
+            Sop1 => &g9::SOP1,
+            Sopc => &g9::SOPC,
+            Sopp => &g9::SOPP,
+            Smem => &g9::SMEM,
+            Vop1 => &g9::VOP1,
+            Vop2 => &g9::VOP2,
+            Vopc => &g9::VOPC,
+            Vop3 => &g9::VOP3,
+            Valu => &g9::VALU,
+            Vop3p => &g9::VOP3P,
+            Ds => &g9::DS,
+            Flat => &g9::FLAT,
+            Scratch => &g9::SCRATCH,
+            Global => &g9::GLOBAL,
+            Mubuf => &g9::MUBUF,
+            Vopdx | Vopdy => &[],
+        },
     }
 }
 
@@ -129,6 +149,25 @@ pub(crate) fn fixed(isa: Isa, class: Class) -> Fixed {
             Mubuf => &g12::FIXED_MUBUF,
             Valu | Vopdx | Vopdy => &[],
         },
+        Isa::Gfx9 => match class {
+            Sop2 => &g9::FIXED_SOP2,
+            Sopk => &g9::FIXED_SOPK,
+            Sop1 => &g9::FIXED_SOP1,
+            Sopc => &g9::FIXED_SOPC,
+            Sopp => &g9::FIXED_SOPP,
+            Smem => &g9::FIXED_SMEM,
+            Vop1 => &g9::FIXED_VOP1,
+            Vop2 => &g9::FIXED_VOP2,
+            Vopc => &g9::FIXED_VOPC,
+            Vop3 => &g9::FIXED_VOP3,
+            Vop3p => &g9::FIXED_VOP3P,
+            Ds => &g9::FIXED_DS,
+            Flat => &g9::FIXED_FLAT,
+            Scratch => &g9::FIXED_SCRATCH,
+            Global => &g9::FIXED_GLOBAL,
+            Mubuf => &g9::FIXED_MUBUF,
+            Valu | Vopdx | Vopdy => &[],
+        },
     }
 }
 
@@ -153,6 +192,22 @@ fn sem_map(isa: Isa, class: Class) -> Option<&'static [u16]> {
             Scratch => &g12::SEM_SCRATCH,
             Global => &g12::SEM_GLOBAL,
             Mubuf => &g12::SEM_MUBUF,
+        }),
+        Isa::Gfx9 => Some(match class {
+            Sop2 => &g9::SEM_SOP2,
+            Sopk => &g9::SEM_SOPK,
+            Sop1 => &g9::SEM_SOP1,
+            Sopc => &g9::SEM_SOPC,
+            Sopp => &g9::SEM_SOPP,
+            Smem => &g9::SEM_SMEM,
+            Vop1 | Vop2 | Vopc | Vop3 | Valu => &g9::SEM_VALU,
+            Vop3p => &g9::SEM_VOP3P,
+            Ds => &g9::SEM_DS,
+            Flat => &g9::SEM_FLAT,
+            Scratch => &g9::SEM_SCRATCH,
+            Global => &g9::SEM_GLOBAL,
+            Mubuf => &g9::SEM_MUBUF,
+            Vopdx | Vopdy => &[],
         }),
     }
 }
@@ -181,6 +236,28 @@ pub(crate) fn sem_name(class: Class, op: u16) -> Option<&'static str> {
     if let Some(n) = base.get(op as usize) {
         return *n;
     }
+    if op as usize >= base.len() + GFX9_NEW {
+        let new: Names = match class {
+            Sop2 => &g9::NEW_SOP2,
+            Sopk => &g9::NEW_SOPK,
+            Sop1 => &g9::NEW_SOP1,
+            Sopc => &g9::NEW_SOPC,
+            Sopp => &g9::NEW_SOPP,
+            Smem => &g9::NEW_SMEM,
+            Valu => &g9::NEW_VALU,
+            Vop3p => &g9::NEW_VOP3P,
+            Ds => &g9::NEW_DS,
+            Flat => &g9::NEW_FLAT,
+            Scratch => &g9::NEW_SCRATCH,
+            Global => &g9::NEW_GLOBAL,
+            Mubuf => &g9::NEW_MUBUF,
+            _ => return None,
+        };
+        return new
+            .get(op as usize - base.len() - GFX9_NEW)
+            .copied()
+            .flatten();
+    }
     let new: Names = match class {
         Sop2 => &g12::NEW_SOP2,
         Sopk => &g12::NEW_SOPK,
@@ -202,11 +279,25 @@ pub(crate) fn sem_name(class: Class, op: u16) -> Option<&'static str> {
     new.get(op as usize - base.len()).copied().flatten()
 }
 
+/// Offset past a base table of the ids of operations gfx942 has and gfx1100 lacks (past
+/// GFX12's, which start at the base table's length).
+pub(crate) const GFX9_NEW: usize = 1024;
+
+/// A printed mnemonic without its encoding suffix (`_e32`, `_e64`, `_dpp`, `_sdwa`).
+pub(crate) fn strip_suffix(n: &str) -> &str {
+    for s in ["_e32", "_e64", "_dpp", "_sdwa"] {
+        if let Some(b) = n.strip_suffix(s) {
+            return b;
+        }
+    }
+    n
+}
+
 /// VOP3 op_sel bits LLVM prints per encoded opcode.
 pub(crate) fn vop3_opsel(isa: Isa) -> &'static [u8; 1024] {
     match isa {
         Isa::Gfx11 => &g11::VOP3_OPSEL,
-        Isa::Gfx12 => &g12::VOP3_OPSEL,
+        Isa::Gfx12 | Isa::Gfx9 => &g12::VOP3_OPSEL,
     }
 }
 
@@ -214,6 +305,6 @@ pub(crate) fn vop3_opsel(isa: Isa) -> &'static [u8; 1024] {
 pub(crate) fn vop3_mods(isa: Isa) -> &'static [u8; 1024] {
     match isa {
         Isa::Gfx11 => &g11::VOP3_MODS,
-        Isa::Gfx12 => &g12::VOP3_MODS,
+        Isa::Gfx12 | Isa::Gfx9 => &g12::VOP3_MODS,
     }
 }

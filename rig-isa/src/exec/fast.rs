@@ -14,7 +14,7 @@ use crate::decode::src;
 use crate::prep::{Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64};
 #[cfg(test)]
 use crate::simd::Wide;
-use crate::valu::min_max_f32;
+use crate::valu::{add_f32, min_max_f32, mul_f32};
 use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
@@ -325,8 +325,8 @@ fn alu<const N: usize>(wv: &Wave, op: &AluOp, r: &mut [u32; N]) {
     match op.f {
         Alu::Mov => *r = *a,
         Alu::Fma => map(r, a, b, c, |x, y, z| fl(x).mul_add(fl(y), fl(z)).to_bits()),
-        Alu::MulF => map(r, a, b, c, |x, y, _| (fl(x) * fl(y)).to_bits()),
-        Alu::AddF => map(r, a, b, c, |x, y, _| (fl(x) + fl(y)).to_bits()),
+        Alu::MulF => map(r, a, b, c, |x, y, _| mul_f32(x, y)),
+        Alu::AddF => map(r, a, b, c, |x, y, _| add_f32(x, y)),
         Alu::SubF => map(r, a, b, c, |x, y, _| (fl(x) - fl(y)).to_bits()),
         Alu::SubrevF => map(r, a, b, c, |x, y, _| (fl(y) - fl(x)).to_bits()),
         Alu::MinF | Alu::MaxF => {

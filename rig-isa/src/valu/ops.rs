@@ -214,6 +214,35 @@ fn med3<T: PartialOrd + Copy>(a: T, b: T, c: T) -> T {
     }
 }
 
+/// The quiet form of the first NaN source (S0 tested first) when there is one, else `r`, the
+/// host's result. The host's choice of NaN is not fixed: x86 returns its instruction's first
+/// operand, LLVM may swap the operands of a commutative `+` or `*` (so one build of a lane
+/// loop gave S1's NaN where another gave S0's), and constant folding gives its own NaN. With
+/// this the general executor and the fast forms (`exec::fast`) agree in every build.
+#[inline(always)]
+fn nan_first(x: u32, y: u32, r: f32) -> u32 {
+    let nan = |v: u32| v & 0x7fff_ffff > 0x7f80_0000;
+    if nan(x) {
+        x | 0x0040_0000
+    } else if nan(y) {
+        y | 0x0040_0000
+    } else {
+        r.to_bits()
+    }
+}
+
+/// `v_add_f32` on bits; a NaN source gives its quiet form, S0 first ([`nan_first`]).
+#[inline(always)]
+pub(crate) fn add_f32(x: u32, y: u32) -> u32 {
+    nan_first(x, y, f32::from_bits(x) + f32::from_bits(y))
+}
+
+/// `v_mul_f32` on bits; a NaN source gives its quiet form, S0 first ([`nan_first`]).
+#[inline(always)]
+pub(crate) fn mul_f32(x: u32, y: u32) -> u32 {
+    nan_first(x, y, f32::from_bits(x) * f32::from_bits(y))
+}
+
 /// `v_min_f32` / `v_max_f32` on bits (`max` picks which), as the RDNA3 ISA guide's pseudocode
 /// defines them: in IEEE mode a signalling NaN source (S0 tested first) gives its quiet form;
 /// then a NaN S1 gives S0 and a NaN S0 gives S1; else the lesser (greater), with -0 below +0,
@@ -366,10 +395,12 @@ fn f32_ops(
     let (n, op, ieee) = (w.lanes, i.op, w.ieee);
     let [a, b, c, r] = t;
     match op {
-        V_ADD_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) + f(y))),
+        V_ADD_F32 => map!(n, exec, r, a, b, c, |x, y, _z| add_f32(x as u32, y as u32)
+            as u64),
         V_SUB_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) - f(y))),
         V_SUBREV_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(y) - f(x))),
-        V_MUL_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) * f(y))),
+        V_MUL_F32 => map!(n, exec, r, a, b, c, |x, y, _z| mul_f32(x as u32, y as u32)
+            as u64),
         V_MUL_DX9_ZERO_F32 => {
             map!(
                 n,
@@ -1432,6 +1463,31 @@ mod tests {
         }
         // Every VALU operation the interpreter runs, but the compares (below 0x100).
         assert!(owned > 200, "only {owned} opcodes are owned");
+    }
+
+    #[test]
+    fn nan_sources_give_the_first_quieted() {
+        let (q0, q1, s1) = (0x7fc0_0000u32, 0xffc0_1234u32, 0x7f80_0005u32);
+        for (x, y, want) in [
+            (q0, q1, q0),
+            (q1, q0, q1),
+            (s1, q0, s1 | 0x40_0000),
+            (q0, s1, q0),
+        ] {
+            assert_eq!(add_f32(x, y), want, "add {x:#x} {y:#x}");
+            assert_eq!(mul_f32(x, y), want, "mul {x:#x} {y:#x}");
+        }
+        // One NaN source gives its quiet form; numbers add and multiply as the host's.
+        assert_eq!(add_f32(1.0f32.to_bits(), s1), s1 | 0x40_0000);
+        assert_eq!(mul_f32(s1, 2.0f32.to_bits()), s1 | 0x40_0000);
+        assert_eq!(
+            add_f32(1.5f32.to_bits(), 2.0f32.to_bits()),
+            3.5f32.to_bits()
+        );
+        assert_eq!(
+            mul_f32(1.5f32.to_bits(), 2.0f32.to_bits()),
+            3.0f32.to_bits()
+        );
     }
 
     #[test]

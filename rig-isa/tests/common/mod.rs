@@ -51,6 +51,7 @@ pub fn corpus_dir_of(isa: Isa) -> PathBuf {
     match isa {
         Isa::Gfx11 => corpus_dir(),
         Isa::Gfx12 => corpus_dir().join("gfx1201"),
+        Isa::Gfx9 => corpus_dir().join("gfx942"),
     }
 }
 
