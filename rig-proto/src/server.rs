@@ -89,11 +89,6 @@ impl FrameBudget {
         }
     }
 
-    /// Bytes free in the pool now.
-    pub fn available(&self) -> usize {
-        self.pool.available_permits() * BUDGET_UNIT
-    }
-
     /// Whether another clone of this budget exists.
     pub fn shared(&self) -> bool {
         Arc::strong_count(&self.pool) > 1

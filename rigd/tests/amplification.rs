@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::bombs::{
     array_of, metadata, needing, with_entry, with_kernels, with_metadata, with_relocations,
 };
-use common::{Rigd, SIM};
+use common::{Rigd, SIM, peak_rss as peak, rss};
 use rig_proto::frame::{self, MAX_FRAME};
 use rig_proto::messages::{
     DeviceId, Generations, Hello, HelloReply, ImageId, MemoryKind, Request, Response,
@@ -45,27 +45,6 @@ const FRAME_BYTES_PER_UID: u64 = 64 * MIB;
 /// What rigd may keep of all the frames once their connections closed: freed memory the
 /// allocator keeps for reuse, none of it the attacker's to grow.
 const RETAINED_MOST: u64 = 48 * MIB;
-
-/// Fields of `/proc/PID/status`, in bytes.
-fn status_bytes(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            let kb = l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim();
-            kb.parse::<u64>().ok()
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
-fn rss(pid: u32) -> u64 {
-    status_bytes(pid, "VmRSS:")
-}
-
-/// The resident set's peak since the last [`reset_peak`].
-fn peak(pid: u32) -> u64 {
-    status_bytes(pid, "VmHWM:")
-}
 
 /// Starts a new peak at the resident set now (`clear_refs` 5: root, or rigd's own user).
 fn reset_peak(pid: u32) -> bool {

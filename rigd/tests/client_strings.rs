@@ -17,13 +17,9 @@ use rig_proto::messages::{
 };
 use rig_proto::{MAX_FRAME, MOST_ENTRY_NAME, MOST_HELLO, MOST_PROGRAM, MOST_STOP_REASON};
 
-/// A field of rigd's `/proc/PID/status`, in KiB.
+/// A memory field of `/proc/PID/status`, in KiB.
 fn status_kib(pid: u32, key: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+    common::status_bytes(pid, key) / 1024
 }
 
 /// A hello naming `program`, framed by hand (its length may pass what a client sends).

@@ -37,23 +37,12 @@ fn with_memsz(co: &[u8], memsz: u64) -> Vec<u8> {
 
 /// rigd's peak resident memory (`VmHWM`), in bytes.
 fn peak_rss(d: &Rigd) -> u64 {
-    status_bytes(d, "VmHWM:")
+    common::peak_rss(d.pid())
 }
 
 /// rigd's resident memory now (`VmRSS`), in bytes.
 fn rss(d: &Rigd) -> u64 {
-    status_bytes(d, "VmRSS:")
-}
-
-fn status_bytes(d: &Rigd, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
+    common::rss(d.pid())
 }
 
 /// A simulated GPU with VRAM enough for the huge segment, so that only rigd's image limit

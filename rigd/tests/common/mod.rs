@@ -105,6 +105,27 @@ impl Drop for MemoryLimit {
     }
 }
 
+/// A memory field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...), in bytes.
+pub fn status_bytes(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// The resident memory of process `pid` now, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    status_bytes(pid, "VmRSS")
+}
+
+/// The peak resident memory of process `pid` (since its start or the last reset of it), in
+/// bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    status_bytes(pid, "VmHWM")
+}
+
 /// The memory limit `RIG_TEST_RIGD_MEMORY` asks for every rigd of the tests, if any.
 pub fn memory_limit_asked() -> Option<u64> {
     std::env::var("RIG_TEST_RIGD_MEMORY").ok()?.parse().ok()
