@@ -197,8 +197,12 @@ impl ServerConnection {
             arriving,
             answering,
         } = self;
-        // The last frame's request was answered before the next read.
+        // The last frame's request was answered before the next read; a reservation whose
+        // frame an error ended goes too, so no frame can arrive on another's reservation.
         *answering = None;
+        if reader.big_len().is_none() {
+            *arriving = None;
+        }
         loop {
             match reader.take() {
                 Ok(None) => {}
