@@ -1,6 +1,6 @@
-//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 and, in gfx1201/, for
-//! gfx1201 by build.sh) runs in rig-isa as each target and, compiled by the machine's C compiler
-//! from the same OpenCL C source, on the host;
+//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 and, in gfx1201/ and
+//! gfx942/, for gfx1201 and gfx942 by build.sh) runs in rig-isa as each target and, compiled by
+//! the machine's C compiler from the same OpenCL C source, on the host;
 //! the output buffers must match bit for bit (integers and floats alike: the kernels are built
 //! with -cl-fp32-correctly-rounded-divide-sqrt and -ffp-contract=off (the host with
 //! -ffp-contract=off too) and both sides round to nearest even with
@@ -20,7 +20,11 @@ use common::{Arg, Case, corpus_dir, run_gpu_on};
 use rig_isa::Isa;
 
 /// The targets every case runs as (the corpus is built for each).
-const TARGETS: [(Isa, &str); 2] = [(Isa::Gfx11, "gfx1100"), (Isa::Gfx12, "gfx1201")];
+const TARGETS: [(Isa, &str); 3] = [
+    (Isa::Gfx11, "gfx1100"),
+    (Isa::Gfx12, "gfx1201"),
+    (Isa::Gfx9, "gfx942"),
+];
 
 struct Rng(u64);
 impl Rng {
@@ -1060,9 +1064,9 @@ fn find_cc() -> Option<String> {
 }
 
 /// The kernels built for gfx1100 alone (kernels/corpus/gfx11_only: GFX11 builtins or
-/// inline assembly).
-fn gfx11_only() -> Vec<String> {
-    let list = corpus_dir().join("gfx11_only");
+/// inline assembly), or not for gfx942 (kernels/corpus/not_gfx942: RDNA builtins).
+fn listed(file: &str) -> Vec<String> {
+    let list = corpus_dir().join(file);
     std::fs::read_to_string(&list)
         .unwrap_or_else(|e| panic!("{}: {e}", list.display()))
         .lines()
@@ -1081,16 +1085,25 @@ fn corpus_matches_host() {
     let dir = std::env::temp_dir().join(format!("rig-isa-corpus-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let only = std::env::var("RIG_ISA_KERNEL").ok();
+    let only_target = std::env::var("RIG_ISA_TARGET").ok();
     let mut failures = Vec::new();
     let mut ran = 0;
-    let gfx11_only = gfx11_only();
+    let gfx11_only = listed("gfx11_only");
+    let not_gfx942 = listed("not_gfx942");
     for c in cases() {
         if only.as_deref().is_some_and(|o| o != c.name) {
             continue;
         }
         let host = run_host(&c, &cc, &dir);
         for (isa, target) in TARGETS {
+            if only_target.as_deref().is_some_and(|t| t != target) {
+                continue;
+            }
             if isa != Isa::Gfx11 && gfx11_only.iter().any(|n| n == c.name) {
+                continue;
+            }
+            // gfx942 code is wave64 only: its O2 build is what the W64 builds are elsewhere.
+            if isa == Isa::Gfx9 && (c.opt == "W64" || not_gfx942.iter().any(|n| n == c.name)) {
                 continue;
             }
             let gpu = std::panic::catch_unwind(|| run_gpu_on(isa, &c, 2));
