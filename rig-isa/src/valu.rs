@@ -1002,6 +1002,45 @@ fn packed_half(op: u16, clamp: bool, x: u64, y: u64, z: u64) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn sdwa_selects_extend_and_destinations_pad_sign_extend_or_keep() {
+        assert_eq!(sdwa_select(0x8180_7f01, 1, false), 0x7f);
+        assert_eq!(sdwa_select(0x8180_7f01, 2, true), 0xffff_ff80);
+        assert_eq!(sdwa_select(0x8180_7f01, 5, true), 0xffff_8180);
+        assert_eq!(sdwa_select(0x8180_7f01, 4, false), 0x7f01);
+        assert_eq!(sdwa_select(0x8180_7f01, 6, true), 0x8180_7f01);
+        let sd = |dst_sel, dst_unused| Sdwa {
+            dst_sel,
+            dst_unused,
+            src_sel: [6, 6],
+            sext: 0,
+            sgpr: 0,
+        };
+        let old = 0x1234_5678;
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 0)), 0x0000_9900);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 1)), 0xffff_9900);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 2)), 0x1234_9978);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(5, 2)), 0xef99_5678);
+        assert_eq!(sdwa_dst(old, 0xabcd_7f99, sd(4, 1)), 0x0000_7f99);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(6, 0)), 0xabcd_ef99);
+    }
+
+    #[test]
+    fn the_unified_file_puts_agprs_past_the_accumulator_offset() {
+        let acc = crate::exec::AccRegs {
+            base: 32,
+            count: 16,
+        };
+        assert_eq!(crate::exec::reg_row(31, 32, acc), Some(31));
+        assert_eq!(crate::exec::reg_row(32, 32, acc), None);
+        assert_eq!(crate::exec::reg_row(256, 32, acc), Some(32));
+        assert_eq!(crate::exec::reg_row(256 + 15, 32, acc), Some(47));
+        assert_eq!(crate::exec::reg_row(256 + 16, 32, acc), None);
+        // No AGPRs outside GFX9.
+        let none = crate::exec::AccRegs::default();
+        assert_eq!(crate::exec::reg_row(256, 256, none), None);
+    }
+
     /// Runs the VOP2 `words` on a wave32 of 16 VGPRs filled from `seed`, through the fast path
     /// or the general one; returns the VGPRs.
     fn run(words: &[u32], exec: u32, seed: u32, fast: bool) -> Vec<u32> {

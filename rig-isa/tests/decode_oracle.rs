@@ -610,6 +610,16 @@ fn corpus_code_decodes_like_llvm_gfx1201() {
     );
 }
 
+/// The same for the gfx942 builds of the corpus and of the project's kernels.
+#[test]
+fn corpus_code_decodes_like_llvm_gfx942() {
+    corpus_code(
+        Isa::Gfx9,
+        "../kernels/corpus/gfx942",
+        "../kernels/out/gfx942",
+    );
+}
+
 fn corpus_code(isa: Isa, corpus: &str, kernels: &str) {
     if Command::new("llvm-objdump-19")
         .arg("--version")
