@@ -20,9 +20,11 @@ build() { # target outdir name tag [extra clang flags]
 }
 GFX11_ONLY=$(grep -v '^#' gfx11_only)
 NOT_GFX942=$(grep -v '^#' not_gfx942)
+GFX942_ONLY=$(grep -v '^#' gfx942_only)
 skip() { # target name: whether name is not built for target
   { [ "$1" != gfx1100 ] && printf '%s\n' $GFX11_ONLY | grep -qx "$2"; } ||
-    { [ "$1" = gfx942 ] && printf '%s\n' $NOT_GFX942 | grep -qx "$2"; }
+    { [ "$1" = gfx942 ] && printf '%s\n' $NOT_GFX942 | grep -qx "$2"; } ||
+    { [ "$1" != gfx942 ] && printf '%s\n' $GFX942_ONLY | grep -qx "$2"; }
 }
 for cpu in ${*:-gfx1100 gfx1201 gfx942}; do
   dir=.

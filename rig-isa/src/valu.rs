@@ -17,6 +17,7 @@ use crate::opcodes::op_valu::*;
 
 mod div;
 mod dot;
+mod mfma;
 mod ops;
 pub(crate) use ops::{add_f32, min_max_f32, mul_f32};
 mod wmma;
@@ -811,7 +812,9 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
-    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))? {
+    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))?
+        || mfma::mfma(w, i, pc, &|| unsupported(i, pc))?
+    {
         return Ok(());
     }
     let Some(nsrc) = vop3p_sources(i.op) else {

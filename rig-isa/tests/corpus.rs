@@ -890,6 +890,29 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    {
+        // MFMA f32 (gfx942 only): per group of one wave64, A and B of 64 elements, C of up to
+        // 2048; multiples of 1/8 in [-4, 4] and integers in [-20, 20], so sums are exact.
+        let groups = 4;
+        let k8 = |r: &mut Rng| (r.next() % 65) as f32 / 8.0 - 4.0;
+        let av: Vec<f32> = (0..64 * groups).map(|_| k8(&mut r)).collect();
+        let bv: Vec<f32> = (0..64 * groups).map(|_| k8(&mut r)).collect();
+        let cv: Vec<f32> = (0..2048 * groups)
+            .map(|_| (r.next() % 41) as f32 - 20.0)
+            .collect();
+        add(
+            "mfma_f32",
+            "O2",
+            g1(64 * groups as u32, 64),
+            vec![f32s(av), f32s(bv), f32s(cv), zero(4 * 72 * 64 * groups)],
+            vec![
+                Buf(0, "const float*"),
+                Buf(1, "const float*"),
+                Buf(2, "const float*"),
+                Buf(3, "float*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
@@ -1064,7 +1087,8 @@ fn find_cc() -> Option<String> {
 }
 
 /// The kernels built for gfx1100 alone (kernels/corpus/gfx11_only: GFX11 builtins or
-/// inline assembly), or not for gfx942 (kernels/corpus/not_gfx942: RDNA builtins).
+/// inline assembly), not for gfx942 (kernels/corpus/not_gfx942: RDNA builtins), or for gfx942
+/// alone (kernels/corpus/gfx942_only: MFMA).
 fn listed(file: &str) -> Vec<String> {
     let list = corpus_dir().join(file);
     std::fs::read_to_string(&list)
@@ -1090,6 +1114,7 @@ fn corpus_matches_host() {
     let mut ran = 0;
     let gfx11_only = listed("gfx11_only");
     let not_gfx942 = listed("not_gfx942");
+    let gfx942_only = listed("gfx942_only");
     for c in cases() {
         if only.as_deref().is_some_and(|o| o != c.name) {
             continue;
@@ -1104,6 +1129,9 @@ fn corpus_matches_host() {
             }
             // gfx942 code is wave64 only: its O2 build is what the W64 builds are elsewhere.
             if isa == Isa::Gfx9 && (c.opt == "W64" || not_gfx942.iter().any(|n| n == c.name)) {
+                continue;
+            }
+            if isa != Isa::Gfx9 && gfx942_only.iter().any(|n| n == c.name) {
                 continue;
             }
             let gpu = std::panic::catch_unwind(|| run_gpu_on(isa, &c, 2));
