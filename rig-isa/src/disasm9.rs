@@ -135,6 +135,15 @@ fn float_src(n: &str, k: usize) -> bool {
     fl && !int_second
 }
 
+/// The integer sources of VOP3 float operations that take input modifiers (sign extension).
+fn sext_src(n: &str, k: usize) -> bool {
+    match n {
+        "v_cvt_pk_u8_f32" => k >= 1,
+        "v_cvt_pkaccum_u8_f32" | "v_trig_preop_f64" => k == 1,
+        _ => k == 1 && n.starts_with("v_ldexp"),
+    }
+}
+
 fn reg(f: &mut String, prefix: &str, base: u16, n: u8) {
     if n <= 1 {
         let _ = write!(f, "{prefix}{base}");
@@ -270,27 +279,28 @@ impl Ctx<'_> {
     fn vsrc(&mut self, k: usize, n: u8) {
         self.sep();
         let i = self.i;
-        // DPP v_ldexp_f16's integer src1: its neg bit is sign extension (its abs bit is 0).
-        let int1 = k == 1 && i.dpp.is_some() && name(i).starts_with("v_ldexp");
+        // DPP v_ldexp_f16's integer src1 and VOP3's integer sources with input modifiers:
+        // the neg bit is sign extension (the abs bit is not printed).
+        let int1 = (k == 1 && i.dpp.is_some() && name(i).starts_with("v_ldexp"))
+            || (i.format == Format::Vop3 && sext_src(name(i), k));
         let fl = (float_src(name(i), k) || i.sdwa.is_some() || i.dpp.is_some()) && !int1;
         let neg = i.neg >> k & 1 != 0 && fl;
         let abs = i.abs >> k & 1 != 0 && fl;
-        let sext = i.sdwa.is_some_and(|s| s.sext >> k & 1 != 0) || (int1 && i.neg >> 1 & 1 != 0);
+        let sext = i.sdwa.is_some_and(|s| s.sext >> k & 1 != 0) || (int1 && i.neg >> k & 1 != 0);
         let mut t = String::new();
-        if self.s16.0 && i.src[k] < 256 {
+        // 32-bit operands of 16-bit operations: v_sad_u16's, and the accumulator of the
+        // widening multiply-adds.
+        let wide_acc = name(i) == "v_sad_u16"
+            || (k == 2 && matches!(name(i), "v_mad_u32_u16" | "v_mad_i32_i16"));
+        if self.s16.0 && i.src[k] < 256 && !wide_acc {
             operand16(&mut t, i.src[k], i.literal, self.s16.1);
         } else {
             operand(&mut t, i.src[k], n, i.literal, i.acc >> k & 1 != 0);
         }
-        // LLVM spells a negated immediate `neg(k)`: an integer constant or literal, and in
-        // SDWA every inline constant (with abs too, it is `-|k|`).
-        let sdwa = i.sdwa.is_some();
-        let int_const = if sdwa {
-            matches!(i.src[k], 128..=208 | 240..=248)
-        } else {
-            matches!(i.src[k], 128..=208 | src::LITERAL)
-        };
-        let negk = neg && int_const && !sext && !abs;
+        // LLVM spells a negated immediate `neg(k)` (an inline constant or a literal; with abs
+        // too, it is `-|k|`).
+        let imm = matches!(i.src[k], 128..=208 | 240..=248 | src::LITERAL);
+        let negk = neg && imm && !sext && !abs;
         if negk {
             let _ = write!(self.out, "neg({t})");
             return;
@@ -643,19 +653,16 @@ fn valu(c: &mut Ctx) {
     if e32_carry_in && matches!(i.format, Format::Vop3 | Format::Vop3sd) {
         c.op(i.src[2], 2, false);
     }
-    let (s16, _) = sixteen(n);
-    let opsel_op = i.enc >= 0x1c0
-        && (s16
-            || n.ends_with("_f16")
-            || n.contains("pknorm")
-            || n.starts_with("v_pack")
-            || n.contains("_u16")
-            || n.contains("_i16"));
-    if i.format == Format::Vop3 && i.op_sel != 0 && opsel_op {
-        let b: Vec<String> = (0..4).map(|k| ((i.op_sel >> k) & 1).to_string()).collect();
-        let k = nsrc.min(3);
-        let mut v: Vec<String> = b[..k].to_vec();
-        v.push(b[3].clone());
+    // op_sel as LLVM prints it for this opcode: its bits, and how many entries (the sources,
+    // then the destination).
+    let shown = crate::decode::tables::vop3_opsel(i.isa)[i.enc as usize & 1023];
+    let sel = i.op_sel & shown & 0xf;
+    if i.format == Format::Vop3 && sel != 0 {
+        let entries = (shown >> 4) as usize;
+        let mut v: Vec<String> = (0..entries.saturating_sub(1))
+            .map(|k| (sel >> k & 1).to_string())
+            .collect();
+        v.push((sel >> 3 & 1).to_string());
         let _ = write!(c.out, " op_sel:[{}]", v.join(","));
     }
     if i.clamp {
@@ -723,6 +730,7 @@ fn valu_srcs(i: &Inst, n: &str) -> usize {
 
 fn three_src(n: &str) -> usize {
     const TWO: &[&str] = &[
+        "v_cvt_pkaccum_u8_f32",
         "v_mul_lo_u32",
         "v_mul_hi_u32",
         "v_mul_hi_i32",

@@ -162,6 +162,21 @@ for cls in PROBE:
             val[op] = full & out[op]
     mbz[cls] = (out, val)
 
+# Which VOP3 op_sel bits LLVM prints per opcode (bits 0-3; word 0 bits 11-14, bit 3 the
+# destination) and how many op_sel entries it prints then (bits 4-7), each bit probed alone.
+opsel = [0] * 1024
+lines, keys = [], []
+for op, t in enumerate(templates["VOP3"]):
+    if t is None or op >= 0x380:
+        continue
+    for k in range(4):
+        lines.append([t[0] | 1 << (11 + k), t[1]]); keys.append((op, k))
+for (op, k), r in zip(keys, run(lines)):
+    if r is None or "op_sel:[" not in r[0]:
+        continue
+    n = r[0].split("op_sel:[", 1)[1].split("]", 1)[0].count(",") + 1
+    opsel[op] |= 1 << k | n << 4
+
 # Unified VALU numbering of GFX9's VOP3: VOPC = op, VOP2 = 0x100 + op, VOP1 = 0x140 + op.
 # Opcodes 0x380 and up are the VOP3P class (its own table).
 tables["VOP3"] = [m if op < 0x380 else None for op, m in enumerate(tables["VOP3"])]
@@ -277,6 +292,10 @@ for cls in CLASSES:
             out.append("    (%#x, %#x), // %#x" % (m, v, op))
         out.append("];")
         out.append("")
+out.append("/// VOP3 op_sel bits LLVM prints per opcode (bits 0-3, bit 3 the destination) and the")
+out.append("/// number of op_sel entries it prints then (bits 4-7).")
+out.append("pub static VOP3_OPSEL: [u8; 1024] = [%s];" % ", ".join(str(x) for x in opsel))
+out.append("")
 for cls in SEM:
     names = [mnemonic(m) for m in tables[cls]]
     bnames = BASE[cls]

@@ -370,7 +370,22 @@ fn valu_tuples(i: &Inst) -> Result<(), DecodeError> {
     if i.dst >= 256 && !tuple_ok(i.dst, w[0]) {
         return Err(DecodeError::Illegal);
     }
-    if i.dst < 256 && n.starts_with("v_cmp") && !tuple_ok(i.dst, 2) {
+    // Scalar destinations (a compare's mask, v_readlane's SGPR, VOP3b's carry out) are what a
+    // scalar source may name but a literal; a carry-in (src2 of the VOP3 carry forms) is a
+    // lane mask.
+    let sdst_ok = |d: u16, n: u8| ssrc_ok(d) && d != src::LITERAL && tuple_ok(d, n);
+    if i.dst < 256 && !sdst_ok(i.dst, if n.starts_with("v_cmp") { 2 } else { 1 }) {
+        return Err(DecodeError::Illegal);
+    }
+    if i.format == Format::Vop3sd && !sdst_ok(i.sdst, 2) {
+        return Err(DecodeError::Illegal);
+    }
+    let carry = i.format == Format::Vop3sd
+        && matches!(n, "v_addc_co_u32" | "v_subb_co_u32" | "v_subbrev_co_u32");
+    let carry_ok = |s: u16| (s < 128 && tuple_ok(s, 2)) || matches!(s, 235..=238 | 251..=253);
+    if (carry && !carry_ok(i.src[2]))
+        || (i.format == Format::Vop3 && n == "v_cndmask_b32" && !tuple_ok(i.src[2], 2))
+    {
         return Err(DecodeError::Illegal);
     }
     Ok(())
@@ -557,8 +572,13 @@ fn vop3(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     let op = field(w, 16, 10);
     let n = name(Class::Vop3, op)?;
     let w1 = word(words, 1)?;
-    check_mbz(tables::fixed(ISA, Class::Vop3), op, w, w1)?;
     let n = super::tables::strip_suffix(n);
+    // The carry-in's high bits: the probe of fixed bits met only values LLVM refuses there
+    // (inline constants, VGPRs), but the special registers from 235 are carry-ins too
+    // (`valu_tuples` checks them).
+    let carry_in = matches!(n, "v_addc_co_u32" | "v_subb_co_u32" | "v_subbrev_co_u32");
+    let w1_fixed = if carry_in { w1 & !(3 << 25) } else { w1 };
+    check_mbz(tables::fixed(ISA, Class::Vop3), op, w, w1_fixed)?;
     let sd = vop3b(n);
     let f = if sd { Format::Vop3sd } else { Format::Vop3 };
     let mut i = Inst::new(ISA, f, valu_sem(op)?, op as u16, 2);

@@ -293,11 +293,13 @@ pub(crate) fn strip_suffix(n: &str) -> &str {
     n
 }
 
-/// VOP3 op_sel bits LLVM prints per encoded opcode.
+/// VOP3 op_sel bits LLVM prints per encoded opcode (gfx942's: also the number of entries
+/// printed, in bits 4-7).
 pub(crate) fn vop3_opsel(isa: Isa) -> &'static [u8; 1024] {
     match isa {
         Isa::Gfx11 => &g11::VOP3_OPSEL,
-        Isa::Gfx12 | Isa::Gfx9 => &g12::VOP3_OPSEL,
+        Isa::Gfx12 => &g12::VOP3_OPSEL,
+        Isa::Gfx9 => &g9::VOP3_OPSEL,
     }
 }
 
