@@ -15,7 +15,7 @@ pub const DEBUGGER_BYTES_PER_WAVE: u64 = 32;
 const SGPR_BYTES_PER_CU: u64 = 0x4000;
 const LDS_BYTES_PER_CU: u64 = 0x10000;
 const HWREG_BYTES_PER_CU: u64 = 0x1000;
-const PAGE: u64 = 4096;
+use rig_amd::PAGE_BYTES as PAGE;
 
 fn align(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to

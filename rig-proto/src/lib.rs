@@ -74,7 +74,7 @@
 
 mod bounds;
 mod conn;
-mod fdpass;
+pub mod fdpass;
 pub mod frame;
 pub mod messages;
 #[cfg(feature = "tokio")]

@@ -53,7 +53,7 @@ use crate::path::{
 pub const FIRST_RING_BYTES: u64 = 64 << 10;
 /// Bytes of the argument segment made at open.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
-const PAGE: u64 = 4096;
+use rig_amd::PAGE_BYTES as PAGE;
 // Growth starts at a page: no smaller than the smallest ring or segment anyone accepts.
 const _: () = assert!(PAGE >= MIN_RING_BYTES && PAGE >= MIN_SEGMENT_BYTES);
 const _: () = assert!(FIRST_RING_BYTES >= MIN_RING_BYTES && FIRST_RING_BYTES.is_power_of_two());

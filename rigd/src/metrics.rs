@@ -61,7 +61,7 @@ pub struct GpuSeen {
     /// Its firmware versions as discovery found them ([`crate::gpus::GpuEntry::firmware`]).
     pub firmware: Option<String>,
     /// What a client costs on it, from its path ([`crate::path::GpuDescription::client_cost`]).
-    pub client_cost: Option<crate::path::kfd::ClientCost>,
+    pub client_cost: Option<crate::path::ClientCost>,
 }
 
 /// A device as the state shows it.

@@ -822,7 +822,6 @@ impl State {
         let on_fault = interrupt.clone();
         let faults = self.faults.clone();
         let events = Events {
-            client: client.0,
             interrupt: Arc::new(move || {
                 let _ = on_irq.write(1);
             }),
@@ -831,7 +830,7 @@ impl State {
                 let _ = on_fault.write(1);
             }),
         };
-        let path = match backend.open(events) {
+        let path = match backend.open(crate::path::Owner(client.0), events) {
             Ok(p) => p,
             Err(Refusal::Lacking(r)) => {
                 tracing::debug!(reason = %r, "the gpu has no room for another address space");

@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 
 use super::kfd::{KfdBackend, KfdProcess};
 use super::{
-    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
-    Refusal, Stopped,
+    Backend, Events, Fault, GpuDescription, MapRefusal, Owner, Path, PathMemory, QueueHandle,
+    QueueSpec, Refusal, Stopped,
 };
 
 /// The most bytes of one frame on a worker's socket.
@@ -525,8 +525,7 @@ impl Link {
             lock(&self.pending).remove(&id);
             return Err(why);
         }
-        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
-        if let Err(e) = seam::send(self.sock.as_fd(), &bytes, &raw) {
+        if let Err(e) = seam::send(self.sock.as_fd(), &bytes, fds) {
             lock(&self.pending).remove(&id);
             return Err(self
                 .gone()
@@ -723,8 +722,8 @@ impl Worker {
             _uid: lease,
         });
         if !passed.is_empty() {
-            let raw: Vec<_> = passed.iter().map(|f| f.as_raw_fd()).collect();
-            if let Err(e) = seam::send(link.sock.as_fd(), KERNEL_FRAME, &raw) {
+            let passed: Vec<BorrowedFd<'_>> = passed.iter().map(AsFd::as_fd).collect();
+            if let Err(e) = seam::send(link.sock.as_fd(), KERNEL_FRAME, &passed) {
                 let mut c = lock(&link.child);
                 let _ = c.kill();
                 let _ = c.wait();
@@ -890,8 +889,8 @@ impl Backend for WorkerBackend {
         &self.desc
     }
 
-    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal> {
-        let worker = self.workers.of(events.client).map_err(Refusal::Refused)?;
+    fn open(&self, owner: Owner, events: Events) -> Result<Box<dyn Path>, Refusal> {
+        let worker = self.workers.of(owner.0).map_err(Refusal::Refused)?;
         let device = worker.link.next_device.fetch_add(1, Ordering::Relaxed);
         let interrupts = Arc::new(AtomicU64::new(0));
         // Listed before the worker opens it: its first interrupt finds it.
@@ -991,16 +990,14 @@ impl Path for WorkerPath {
         let r = self.call(Request::MapHost { offset, bytes }, &[fd.as_fd()]);
         let mut m = self.memory(r).map_err(Why::map_refusal)?;
         // The worker sealed and mapped it; rigd's own mapping is for its uploads.
-        match SharedRegion::from_fd_range_sealed(fd, offset, m.bytes) {
+        match super::memory::host_region(fd, offset, m.bytes) {
             Ok(region) => {
                 m.host = Some(region);
                 Ok(m)
             }
             Err(e) => {
                 self.free(m);
-                Err(MapRefusal::Never(format!(
-                    "the descriptor is not shared memory rigd can map for writing: {e}"
-                )))
+                Err(e)
             }
         }
     }
@@ -1192,7 +1189,6 @@ impl Served {
     fn events(&self, device: u64) -> Events {
         let (a, b) = (self.sock.clone(), self.sock.clone());
         Events {
-            client: 0,
             interrupt: Arc::new(move || {
                 if let Ok(m) = encode(&Message::Interrupt { device }) {
                     let _ = seam::send(a.as_fd(), &m, &[]);
@@ -1248,7 +1244,8 @@ impl Served {
                 let path = self
                     .backend(gpu_id)
                     .map_err(Refusal::Refused)
-                    .and_then(|b| b.open(events));
+                    // The worker serves one client: every device is its.
+                    .and_then(|b| b.open(Owner(0), events));
                 none(match path {
                     Ok(p) => {
                         self.paths.insert(device, p);
@@ -1398,12 +1395,12 @@ pub fn serve(sock: OwnedFd, kernel: Arc<dyn Kernel>) -> Result<(), String> {
             Err(e) => break Err(e),
         };
         let (answer, fds) = s.handle(call.device, call.request, fds);
-        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let fds: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
         let sent = encode(&Message::Reply {
             id: call.id,
             answer,
         })
-        .and_then(|m| seam::send(sock.as_fd(), &m, &raw).map_err(|e| e.to_string()));
+        .and_then(|m| seam::send(sock.as_fd(), &m, &fds).map_err(|e| e.to_string()));
         if let Err(e) = sent {
             break Err(format!("answering rigd: {e}"));
         }
