@@ -571,12 +571,15 @@ fn kind_bytes(kind: Option<MemoryKind>, held: &mut MemoryHeld, bytes: u64) {
 
 fn short(what: &'static str, bytes: u64) -> impl FnOnce(Refusal) -> MakeError {
     move |r| match r {
-        Refusal::Lacking(reason) => MakeError::Short {
+        Refusal::Lacking(why) => MakeError::Short {
             what,
             bytes,
-            reason,
+            reason: why.to_string(),
         },
-        Refusal::Full(reason) | Refusal::Refused(reason) => MakeError::Refused { what, reason },
+        Refusal::Full(why) | Refusal::Refused(why) => MakeError::Refused {
+            what,
+            reason: why.to_string(),
+        },
     }
 }
 

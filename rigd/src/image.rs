@@ -273,7 +273,7 @@ impl State {
                 });
             }
             Err(Refusal::Full(r) | Refusal::Refused(r)) => {
-                return Ok(refused(ErrorCode::Fault, r));
+                return Ok(refused(ErrorCode::Fault, r.to_string()));
             }
         };
         let placed = match pieces.place(memory.address) {
@@ -374,7 +374,7 @@ impl State {
                     });
                 }
                 Err(Refusal::Full(r) | Refusal::Refused(r)) => {
-                    return Ok(refused(ErrorCode::Fault, r));
+                    return Ok(refused(ErrorCode::Fault, r.to_string()));
                 }
             }
         }

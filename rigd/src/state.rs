@@ -914,7 +914,9 @@ impl State {
                 limit: None,
             }),
             Err(AllocError::Refused(Refusal::Full(r) | Refusal::Refused(r))) => {
-                none(Response::Never { reason: r })
+                none(Response::Never {
+                    reason: r.to_string(),
+                })
             }
             Err(e @ AllocError::Share(_)) => none(err(ErrorCode::Internal, e.to_string())),
         })
@@ -967,8 +969,10 @@ impl State {
                 shortage: Shortage::Gpu,
                 limit: None,
             },
-            Err(MapRefusal::Never(reason)) => Response::Never { reason },
-            Err(MapRefusal::Unfit(why)) => err(ErrorCode::InvalidArgument, why),
+            Err(MapRefusal::Never(why)) => Response::Never {
+                reason: why.to_string(),
+            },
+            Err(MapRefusal::Unfit(why)) => err(ErrorCode::InvalidArgument, why.to_string()),
         })
     }
 

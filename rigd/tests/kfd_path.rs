@@ -343,8 +343,8 @@ fn mapped_memory_past_the_bar_is_refused_naming_it_while_device_memory_works() {
     let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     match path.alloc(MemoryKind::Mapped, 4096) {
         Err(rigd::path::Refusal::Refused(why)) => {
-            assert!(why.contains("BAR"), "{why}");
-            assert!(why.contains("4096 MiB"), "{why}");
+            assert!(why.what.contains("BAR"), "{why}");
+            assert!(why.what.contains("4096 MiB"), "{why}");
         }
         other => panic!("Mapped memory on a small BAR answered {other:?}"),
     }
@@ -402,7 +402,7 @@ fn a_staging_copy_that_never_finishes_is_a_fault_naming_its_bound() {
     let start = Instant::now();
     let why = path.upload(&dev, 0, b"second").unwrap_err();
     let ms = rigd::path::kfd::STAGING_BOUND.as_millis();
-    assert!(why.0.contains(&format!("within {ms} ms")), "{why}");
+    assert!(why.0.what.contains(&format!("within {ms} ms")), "{why}");
     assert!(start.elapsed() >= rigd::path::kfd::STAGING_BOUND);
 }
 
@@ -744,6 +744,7 @@ fn mapped_memory_is_refused_where_kfd_gives_no_hdp_flush_page() {
         why.contains("Cannot allocate memory"),
         "names KFD's errno: {why}"
     );
+    assert_eq!(e.why().errno(), Some(libc::ENOMEM), "keeps it");
     let dev = path.alloc(MemoryKind::Device, 4096).unwrap();
     let pinned = path.alloc(MemoryKind::Pinned, 4096).unwrap();
     let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
@@ -992,6 +993,11 @@ fn a_queue_kfd_refuses_leaves_none_of_the_buffers_made_for_it() {
             })
             .unwrap_err();
         assert!(e.to_string().contains("context-save area"), "{kind:?}: {e}");
+        assert_eq!(
+            e.why().errno(),
+            Some(libc::EINVAL),
+            "{kind:?}: KFD's errno is kept"
+        );
         assert_eq!(
             kernel.holdings(),
             before,

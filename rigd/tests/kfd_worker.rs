@@ -552,3 +552,18 @@ fn one_user_filling_its_share_with_queues_leaves_room_for_another() {
     state.disconnect(other);
     until("every charge given back", || state.held_bytes() == 0);
 }
+
+#[test]
+fn a_refusal_keeps_kfds_errno_across_the_worker() {
+    let s = setup();
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(Owner(21), events(&seen)).unwrap();
+    // More VRAM than the GPU has: ALLOC_MEMORY_OF_GPU answers ENOMEM in the worker.
+    let e = path.alloc(MemoryKind::Device, 8 << 30).unwrap_err();
+    assert!(matches!(e, rigd::path::Refusal::Lacking(_)), "{e:?}");
+    assert_eq!(e.why().errno(), Some(libc::ENOMEM), "{e:?}");
+    assert!(
+        matches!(&e.why().cause, Some(rigd::path::Cause::Errno { call, .. }) if call == "ALLOC_MEMORY_OF_GPU"),
+        "{e:?}"
+    );
+}

@@ -20,7 +20,8 @@ pub fn page_round(bytes: u64) -> Option<u64> {
 /// The bytes of an allocation of `bytes`, rounded to whole pages, or the refusal of a size
 /// no allocation has.
 pub fn alloc_bytes(bytes: u64) -> Result<u64, Refusal> {
-    page_round(bytes).ok_or_else(|| Refusal::Refused(format!("cannot allocate {bytes} bytes")))
+    page_round(bytes)
+        .ok_or_else(|| Refusal::Refused(format!("cannot allocate {bytes} bytes").into()))
 }
 
 /// The whole pages of a peer's `region` that [`super::Path::map_peer`] maps for `bytes` at
@@ -28,10 +29,13 @@ pub fn alloc_bytes(bytes: u64) -> Result<u64, Refusal> {
 pub fn peer_range(region: &SharedRegion, offset: u64, bytes: u64) -> Result<u64, Refusal> {
     let bytes = page_round(bytes).unwrap_or(u64::MAX);
     if !offset.is_multiple_of(PAGE) || !region.contains(offset, bytes) {
-        return Err(Refusal::Refused(format!(
-            "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",
-            region.len()
-        )));
+        return Err(Refusal::Refused(
+            format!(
+                "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",
+                region.len()
+            )
+            .into(),
+        ));
     }
     Ok(bytes)
 }
@@ -44,15 +48,15 @@ pub fn peer_range(region: &SharedRegion, offset: u64, bytes: u64) -> Result<u64,
 pub fn host_region(fd: OwnedFd, offset: u64, bytes: u64) -> Result<SharedRegion, MapRefusal> {
     let bytes = page_round(bytes).unwrap_or(u64::MAX);
     SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| match &e {
-        ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
-            "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
-        )),
-        ShmError::OutsideFile { len, .. } => MapRefusal::Never(format!(
-            "{bytes} bytes at offset {offset} lie outside the {len}-byte memfd"
-        )),
-        _ => MapRefusal::Never(format!(
-            "the descriptor is not shared memory rigd can map for writing: {e}"
-        )),
+        ShmError::Unsealable(source) => MapRefusal::Unfit(
+            format!("{e} ({source}); rig-shm's SharedRegion::create makes such memfds").into(),
+        ),
+        ShmError::OutsideFile { len, .. } => MapRefusal::Never(
+            format!("{bytes} bytes at offset {offset} lie outside the {len}-byte memfd").into(),
+        ),
+        _ => MapRefusal::Never(
+            format!("the descriptor is not shared memory rigd can map for writing: {e}").into(),
+        ),
     })
 }
 

@@ -123,18 +123,97 @@ impl QueueCosts {
     }
 }
 
+/// What a path says of a refusal or failure: a sentence for whoever can act on it, and the
+/// cause the path was given, kept as data (a KFD ioctl's errno stays an errno through the
+/// worker and up to rigd's answer), so a caller can tell causes apart without reading
+/// English.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Why {
+    /// The sentence (it names the cause too: it is what reaches the client).
+    pub what: String,
+    /// The cause, where the kernel or the path's own machinery gave one.
+    pub cause: Option<Cause>,
+}
+
+/// What a path was given as the cause of a refusal or failure.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Cause {
+    /// A system call answered an errno.
+    Errno {
+        /// The call (an ioctl's name, `mmap`).
+        call: String,
+        /// Its errno.
+        errno: i32,
+    },
+    /// The worker process that runs the path could not be reached or answered out of turn.
+    Worker,
+}
+
+impl Why {
+    /// `what`, with `cause`.
+    pub fn caused(what: impl Into<String>, cause: Cause) -> Why {
+        Why {
+            what: what.into(),
+            cause: Some(cause),
+        }
+    }
+
+    /// This, said as part of `what`: `what: this`, with its cause.
+    pub fn within(self, what: impl fmt::Display) -> Why {
+        Why {
+            what: format!("{what}: {}", self.what),
+            cause: self.cause,
+        }
+    }
+
+    /// The errno of the system call that caused it, if one did.
+    pub fn errno(&self) -> Option<i32> {
+        match &self.cause {
+            Some(Cause::Errno { errno, .. }) => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl From<String> for Why {
+    fn from(what: String) -> Why {
+        Why { what, cause: None }
+    }
+}
+
+impl From<&str> for Why {
+    fn from(what: &str) -> Why {
+        Why::from(what.to_owned())
+    }
+}
+
 /// A path's refusal of a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The path, its kernel driver or the GPU lacked memory or another resource.
     #[error("{0}")]
-    Lacking(String),
+    Lacking(Why),
     /// Every slot for queues of the kind holds a queue; a retire frees one.
     #[error("{0}")]
-    Full(String),
+    Full(Why),
     /// Any other refusal.
     #[error("{0}")]
-    Refused(String),
+    Refused(Why),
+}
+
+impl Refusal {
+    /// What the path said.
+    pub fn why(&self) -> &Why {
+        match self {
+            Refusal::Lacking(w) | Refusal::Full(w) | Refusal::Refused(w) => w,
+        }
+    }
 }
 
 /// A refusal to map host pages.
@@ -142,20 +221,20 @@ pub enum Refusal {
 pub enum MapRefusal {
     /// The path lacked the room to map them.
     #[error("{0}")]
-    NoRoom(String),
+    NoRoom(Why),
     /// The path never maps these pages (read-only pages, a path that maps no host memory).
     #[error("{0}")]
-    Never(String),
+    Never(Why),
     /// The descriptor is unfit as passed, and the client can fix that (a memfd that cannot
     /// be sealed against shrinking).
     #[error("{0}")]
-    Unfit(String),
+    Unfit(Why),
 }
 
 /// A failure of the GPU or the path itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Fault(pub String);
+pub struct Fault(pub Why);
 
 /// Memory a path gave.
 #[derive(Debug)]

@@ -39,10 +39,11 @@ use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use serde::{Deserialize, Serialize};
 
+use super::Cause;
 use super::kfd::{KfdBackend, KfdProcess};
 use super::{
     Backend, Events, Fault, GpuDescription, MapRefusal, Owner, Path, PathMemory, QueueHandle,
-    QueueSpec, Refusal, Stopped,
+    QueueSpec, Refusal, Stopped, Why,
 };
 
 /// The most bytes of one frame on a worker's socket.
@@ -60,14 +61,45 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, String> {
+/// Why a call on a worker got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    /// The worker is gone (or rigd could not start it): how it ended, or why not.
+    #[error("{0}")]
+    Gone(String),
+    /// The call does not fit a frame.
+    #[error("{0}")]
+    Frame(String),
+    /// The worker's socket refused the call.
+    #[error("sending to the worker (pid {pid}): {errno}")]
+    Send {
+        /// The worker's pid.
+        pid: u32,
+        /// The socket's answer.
+        errno: rig_kfd::sys::Errno,
+    },
+    /// The worker did not answer in time, and rigd killed it.
+    #[error("worker died: pid {pid} did not answer within {REPLY_MS} ms and rigd killed it")]
+    Hung {
+        /// The worker's pid.
+        pid: u32,
+    },
+}
+
+impl From<WorkerError> for Why {
+    fn from(e: WorkerError) -> Why {
+        Why::caused(e.to_string(), Cause::Worker)
+    }
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, WorkerError> {
     let bytes = bincode::serde::encode_to_vec(v, bincode::config::standard())
-        .map_err(|e| format!("encoding a worker frame: {e}"))?;
+        .map_err(|e| WorkerError::Frame(format!("encoding a worker frame: {e}")))?;
     if bytes.len() > MAX_FRAME {
-        return Err(format!(
+        return Err(WorkerError::Frame(format!(
             "a worker frame of {} bytes exceeds the limit of {MAX_FRAME}",
             bytes.len()
-        ));
+        )));
     }
     Ok(bytes)
 }
@@ -159,54 +191,56 @@ enum Answer {
     Stopped(bool),
     /// Nanoseconds since the device's queues have been busy.
     Busy(Option<u64>),
-    Refused(Why),
-    Failed(String),
+    Refused(Wire),
+    Failed(Why),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Why {
-    Lacking(String),
-    Full(String),
-    Refused(String),
-    NoRoom(String),
-    Never(String),
-    Unfit(String),
+/// A refusal as it crosses the worker's socket: [`Refusal`]'s and [`MapRefusal`]'s kinds,
+/// each with what the path said and its cause.
+enum Wire {
+    Lacking(Why),
+    Full(Why),
+    Refused(Why),
+    NoRoom(Why),
+    Never(Why),
+    Unfit(Why),
 }
 
-impl From<Refusal> for Why {
-    fn from(r: Refusal) -> Why {
+impl From<Refusal> for Wire {
+    fn from(r: Refusal) -> Wire {
         match r {
-            Refusal::Lacking(s) => Why::Lacking(s),
-            Refusal::Full(s) => Why::Full(s),
-            Refusal::Refused(s) => Why::Refused(s),
+            Refusal::Lacking(s) => Wire::Lacking(s),
+            Refusal::Full(s) => Wire::Full(s),
+            Refusal::Refused(s) => Wire::Refused(s),
         }
     }
 }
 
-impl From<MapRefusal> for Why {
-    fn from(r: MapRefusal) -> Why {
+impl From<MapRefusal> for Wire {
+    fn from(r: MapRefusal) -> Wire {
         match r {
-            MapRefusal::NoRoom(s) => Why::NoRoom(s),
-            MapRefusal::Never(s) => Why::Never(s),
-            MapRefusal::Unfit(s) => Why::Unfit(s),
+            MapRefusal::NoRoom(s) => Wire::NoRoom(s),
+            MapRefusal::Never(s) => Wire::Never(s),
+            MapRefusal::Unfit(s) => Wire::Unfit(s),
         }
     }
 }
 
-impl Why {
+impl Wire {
     fn refusal(self) -> Refusal {
         match self {
-            Why::Lacking(s) | Why::NoRoom(s) => Refusal::Lacking(s),
-            Why::Full(s) => Refusal::Full(s),
-            Why::Refused(s) | Why::Never(s) | Why::Unfit(s) => Refusal::Refused(s),
+            Wire::Lacking(s) | Wire::NoRoom(s) => Refusal::Lacking(s),
+            Wire::Full(s) => Refusal::Full(s),
+            Wire::Refused(s) | Wire::Never(s) | Wire::Unfit(s) => Refusal::Refused(s),
         }
     }
 
     fn map_refusal(self) -> MapRefusal {
         match self {
-            Why::Lacking(s) | Why::NoRoom(s) => MapRefusal::NoRoom(s),
-            Why::Unfit(s) => MapRefusal::Unfit(s),
-            Why::Full(s) | Why::Refused(s) | Why::Never(s) => MapRefusal::Never(s),
+            Wire::Lacking(s) | Wire::NoRoom(s) => MapRefusal::NoRoom(s),
+            Wire::Unfit(s) => MapRefusal::Unfit(s),
+            Wire::Full(s) | Wire::Refused(s) | Wire::Never(s) => MapRefusal::Never(s),
         }
     }
 }
@@ -498,7 +532,7 @@ struct Link {
     pending: Mutex<HashMap<u64, mpsc::SyncSender<Reply>>>,
     /// Each device's events and the interrupts it was woken by.
     devices: Mutex<HashMap<u64, (Events, Arc<AtomicU64>)>>,
-    /// Why the worker is gone, once it is reaped.
+    /// Wire the worker is gone, once it is reaped.
     dead: Mutex<Option<String>>,
     child: Mutex<Child>,
     /// Its dynamic uid, held until it is reaped.
@@ -510,7 +544,12 @@ impl Link {
         lock(&self.dead).clone()
     }
 
-    fn call(&self, device: u64, request: Request, fds: &[BorrowedFd<'_>]) -> Result<Reply, String> {
+    fn call(
+        &self,
+        device: u64,
+        request: Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Reply, WorkerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = encode(&Call {
             id,
@@ -523,26 +562,29 @@ impl Link {
         // drops the sender.
         if let Some(why) = self.gone() {
             lock(&self.pending).remove(&id);
-            return Err(why);
+            return Err(WorkerError::Gone(why));
         }
         if let Err(e) = seam::send(self.sock.as_fd(), &bytes, fds) {
             lock(&self.pending).remove(&id);
-            return Err(self
-                .gone()
-                .unwrap_or_else(|| format!("sending to the worker (pid {}): {e}", self.pid)));
+            return Err(self.gone().map_or(
+                WorkerError::Send {
+                    pid: self.pid,
+                    errno: e,
+                },
+                WorkerError::Gone,
+            ));
         }
         match rx.recv_timeout(Duration::from_millis(REPLY_MS)) {
             Ok(a) => Ok(a),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(self
-                .gone()
-                .unwrap_or_else(|| "worker died: its answer was lost".into())),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(WorkerError::Gone(self.gone().unwrap_or_else(|| {
+                    "worker died: its answer was lost".into()
+                })))
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 lock(&self.pending).remove(&id);
                 let _ = lock(&self.child).kill();
-                Err(format!(
-                    "worker died: pid {} did not answer within {REPLY_MS} ms and rigd killed it",
-                    self.pid
-                ))
+                Err(WorkerError::Hung { pid: self.pid })
             }
         }
     }
@@ -814,7 +856,7 @@ impl Workers {
     }
 
     /// Client `client`'s worker, started if it has none (or its last one died).
-    fn of(&self, client: u64) -> Result<Arc<Worker>, String> {
+    fn of(&self, client: u64) -> Result<Arc<Worker>, WorkerError> {
         let mut live = lock(&self.live);
         live.retain(|_, w| w.strong_count() > 0);
         if let Some(w) = live.get(&client).and_then(Weak::upgrade)
@@ -822,20 +864,23 @@ impl Workers {
         {
             return Ok(w);
         }
-        let w = Arc::new(Worker::spawn(&self.command, &self.uids)?);
+        let w = Arc::new(Worker::spawn(&self.command, &self.uids).map_err(WorkerError::Gone)?);
         live.insert(client, Arc::downgrade(&w));
         Ok(w)
     }
 
     /// A backend for each of `nodes`, described through a worker started for that alone
     /// (rigd itself never opens KFD): each GPU's entry, or why the worker could not open it.
-    pub fn backends(self: &Arc<Self>, nodes: &[Node]) -> Vec<Result<WorkerBackend, String>> {
+    pub fn backends(self: &Arc<Self>, nodes: &[Node]) -> Vec<Result<WorkerBackend, Why>> {
         if nodes.is_empty() {
             return Vec::new();
         }
         let probe = match Worker::spawn(&self.command, &self.uids) {
             Ok(w) => w,
-            Err(e) => return nodes.iter().map(|_| Err(e.clone())).collect(),
+            Err(e) => {
+                let why = Why::from(WorkerError::Gone(e));
+                return nodes.iter().map(|_| Err(why.clone())).collect();
+            }
         };
         nodes
             .iter()
@@ -861,11 +906,15 @@ impl Workers {
     }
 }
 
-fn unexpected(a: Answer) -> String {
+/// What an answer that is not the one asked for says.
+fn unexpected(a: Answer) -> Why {
     match a {
-        Answer::Failed(s) => s,
-        Answer::Refused(w) => w.refusal().to_string(),
-        a => format!("the worker answered {a:?} out of turn"),
+        Answer::Failed(why) => why,
+        Answer::Refused(w) => w.refusal().why().clone(),
+        a => Why::caused(
+            format!("the worker answered {a:?} out of turn"),
+            Cause::Worker,
+        ),
     }
 }
 
@@ -890,7 +939,10 @@ impl Backend for WorkerBackend {
     }
 
     fn open(&self, owner: Owner, events: Events) -> Result<Box<dyn Path>, Refusal> {
-        let worker = self.workers.of(owner.0).map_err(Refusal::Refused)?;
+        let worker = self
+            .workers
+            .of(owner.0)
+            .map_err(|e| Refusal::Refused(e.into()))?;
         let device = worker.link.next_device.fetch_add(1, Ordering::Relaxed);
         let interrupts = Arc::new(AtomicU64::new(0));
         // Listed before the worker opens it: its first interrupt finds it.
@@ -909,8 +961,8 @@ impl Backend for WorkerBackend {
         ) {
             Ok((Answer::Done, _)) => Ok(Box::new(path)),
             Ok((Answer::Refused(w), _)) => Err(w.refusal()),
-            Ok((a, _)) => Err(Refusal::Refused(unexpected(a))),
-            Err(e) => Err(Refusal::Refused(e)),
+            Ok((a, _)) => Err(Refusal::Refused(unexpected(a).into())),
+            Err(e) => Err(Refusal::Refused(e.into())),
         }
     }
 }
@@ -925,12 +977,12 @@ pub struct WorkerPath {
 }
 
 impl WorkerPath {
-    fn call(&self, request: Request, fds: &[BorrowedFd<'_>]) -> Result<Reply, String> {
+    fn call(&self, request: Request, fds: &[BorrowedFd<'_>]) -> Result<Reply, WorkerError> {
         self.worker.link.call(self.device, request, fds)
     }
 
-    fn memory(&self, r: Result<Reply, String>) -> Result<PathMemory, Why> {
-        match r.map_err(Why::Refused)? {
+    fn memory(&self, r: Result<Reply, WorkerError>) -> Result<PathMemory, Wire> {
+        match r.map_err(|e| Wire::Refused(e.into()))? {
             (
                 Answer::Memory {
                     address,
@@ -941,24 +993,23 @@ impl WorkerPath {
                 },
                 mut fds,
             ) => {
-                let host =
-                    match (host, fds.pop()) {
-                        (false, _) => None,
-                        // Pinned memory is a memfd the worker made: sealed against
-                        // shrinking before rigd maps it, so no worker takes its pages
-                        // from under rigd.
-                        (true, Some(fd)) if kind == Some(MemoryKind::Pinned) => {
-                            Some(SharedRegion::from_fd_sealed(fd).map_err(|e| {
-                                Why::Refused(format!("sealing the worker's Pinned memfd: {e}"))
-                            })?)
-                        }
-                        (true, Some(fd)) => Some(SharedRegion::from_fd(fd).map_err(|e| {
-                            Why::Refused(format!("mapping the worker's memory: {e}"))
-                        })?),
-                        (true, None) => {
-                            return Err(Why::Refused("the worker sent no memory".into()));
-                        }
-                    };
+                let host = match (host, fds.pop()) {
+                    (false, _) => None,
+                    // Pinned memory is a memfd the worker made: sealed against
+                    // shrinking before rigd maps it, so no worker takes its pages
+                    // from under rigd.
+                    (true, Some(fd)) if kind == Some(MemoryKind::Pinned) => {
+                        Some(SharedRegion::from_fd_sealed(fd).map_err(|e| {
+                            Wire::Refused(format!("sealing the worker's Pinned memfd: {e}").into())
+                        })?)
+                    }
+                    (true, Some(fd)) => Some(SharedRegion::from_fd(fd).map_err(|e| {
+                        Wire::Refused(format!("mapping the worker's memory: {e}").into())
+                    })?),
+                    (true, None) => {
+                        return Err(Wire::Refused("the worker sent no memory".into()));
+                    }
+                };
                 Ok(PathMemory {
                     address,
                     bytes,
@@ -968,14 +1019,14 @@ impl WorkerPath {
                 })
             }
             (Answer::Refused(w), _) => Err(w),
-            (a, _) => Err(Why::Refused(unexpected(a))),
+            (a, _) => Err(Wire::Refused(unexpected(a))),
         }
     }
 
-    fn done(&self, r: Result<Reply, String>) -> Result<(), Fault> {
-        match r.map_err(Fault)? {
+    fn done(&self, r: Result<Reply, WorkerError>) -> Result<(), Fault> {
+        match r.map_err(|e| Fault(e.into()))? {
             (Answer::Done, _) => Ok(()),
-            (a, _) => Err(Fault(unexpected(a))),
+            (a, _) => Err(Fault(unexpected(a).into())),
         }
     }
 }
@@ -983,12 +1034,12 @@ impl WorkerPath {
 impl Path for WorkerPath {
     fn alloc(&mut self, kind: MemoryKind, bytes: u64) -> Result<PathMemory, Refusal> {
         let r = self.call(Request::Alloc { kind, bytes }, &[]);
-        self.memory(r).map_err(Why::refusal)
+        self.memory(r).map_err(Wire::refusal)
     }
 
     fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal> {
         let r = self.call(Request::MapHost { offset, bytes }, &[fd.as_fd()]);
-        let mut m = self.memory(r).map_err(Why::map_refusal)?;
+        let mut m = self.memory(r).map_err(Wire::map_refusal)?;
         // The worker sealed and mapped it; rigd's own mapping is for its uploads.
         match super::memory::host_region(fd, offset, m.bytes) {
             Ok(region) => {
@@ -1010,9 +1061,9 @@ impl Path for WorkerPath {
     ) -> Result<PathMemory, Refusal> {
         let fd = region
             .dup_fd()
-            .map_err(|e| Refusal::Lacking(format!("duplicating the peer's memfd: {e}")))?;
+            .map_err(|e| Refusal::Lacking(format!("duplicating the peer's memfd: {e}").into()))?;
         let r = self.call(Request::MapPeer { offset, bytes }, &[fd.as_fd()]);
-        let mut m = self.memory(r).map_err(Why::refusal)?;
+        let mut m = self.memory(r).map_err(Wire::refusal)?;
         m.host = Some(region.clone());
         Ok(m)
     }
@@ -1033,7 +1084,7 @@ impl Path for WorkerPath {
         for (i, piece) in data.chunks(UPLOAD_PIECE).enumerate() {
             let at = offset
                 .checked_add((i * UPLOAD_PIECE) as u64)
-                .ok_or_else(|| Fault(format!("an upload at {offset} overflows")))?;
+                .ok_or_else(|| Fault(format!("an upload at {offset} overflows").into()))?;
             let r = self.call(
                 Request::Upload {
                     token: memory.token,
@@ -1048,11 +1099,10 @@ impl Path for WorkerPath {
     }
 
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
-        let page = spec
-            .doorbell
-            .region()
-            .dup_fd()
-            .map_err(|e| Refusal::Lacking(format!("duplicating the doorbell page: {e}")))?;
+        let page =
+            spec.doorbell.region().dup_fd().map_err(|e| {
+                Refusal::Lacking(format!("duplicating the doorbell page: {e}").into())
+            })?;
         let r = self.call(
             Request::Queue {
                 kind: spec.kind,
@@ -1065,10 +1115,10 @@ impl Path for WorkerPath {
             },
             &[page.as_fd()],
         );
-        match r.map_err(Refusal::Refused)? {
+        match r.map_err(|e| Refusal::Refused(e.into()))? {
             (Answer::Queue(q), _) => Ok(QueueHandle(q)),
             (Answer::Refused(w), _) => Err(w.refusal()),
-            (a, _) => Err(Refusal::Refused(unexpected(a))),
+            (a, _) => Err(Refusal::Refused(unexpected(a).into())),
         }
     }
 
@@ -1163,7 +1213,7 @@ struct Served {
 }
 
 impl Served {
-    fn backend(&mut self, gpu_id: u32) -> Result<&KfdBackend, String> {
+    fn backend(&mut self, gpu_id: u32) -> Result<&KfdBackend, Why> {
         if !self.backends.contains_key(&gpu_id) {
             let process = match &self.process {
                 Some(p) => p.clone(),
@@ -1174,16 +1224,16 @@ impl Served {
                 }
             };
             let node = rig_kfd::topology::read(self.kernel.topology())
-                .map_err(|e| e.to_string())?
+                .map_err(|e| Why::from(e.to_string()))?
                 .into_iter()
                 .find(|n| n.is_gpu() && n.gpu_id == gpu_id)
-                .ok_or_else(|| format!("KFD has no GPU {gpu_id:#x}"))?;
+                .ok_or_else(|| Why::from(format!("KFD has no GPU {gpu_id:#x}")))?;
             let b = KfdBackend::new(process, node)?;
             self.backends.insert(gpu_id, b);
         }
         self.backends
             .get(&gpu_id)
-            .ok_or_else(|| format!("KFD has no GPU {gpu_id:#x}"))
+            .ok_or_else(|| format!("KFD has no GPU {gpu_id:#x}").into())
     }
 
     fn events(&self, device: u64) -> Events {
@@ -1261,7 +1311,9 @@ impl Served {
             }
             request => {
                 let Some(path) = self.paths.get_mut(&device) else {
-                    return none(Answer::Failed(format!("the worker has no device {device}")));
+                    return none(Answer::Failed(
+                        format!("the worker has no device {device}").into(),
+                    ));
                 };
                 match request {
                     Request::Alloc { kind, bytes } => match path.alloc(kind, bytes) {
@@ -1281,9 +1333,9 @@ impl Served {
                         let region = match fds.pop().map(SharedRegion::from_fd) {
                             Some(Ok(r)) => r,
                             Some(Err(e)) => {
-                                return none(Answer::Failed(format!(
-                                    "mapping the peer's memfd: {e}"
-                                )));
+                                return none(Answer::Failed(
+                                    format!("mapping the peer's memfd: {e}").into(),
+                                ));
                             }
                             None => {
                                 return none(Answer::Failed("MapPeer without its memfd".into()));
@@ -1330,7 +1382,9 @@ impl Served {
                         let bell = match bell {
                             Ok(b) => b,
                             Err(e) => {
-                                return none(Answer::Failed(format!("the queue's doorbell: {e}")));
+                                return none(Answer::Failed(
+                                    format!("the queue's doorbell: {e}").into(),
+                                ));
                             }
                         };
                         none(
@@ -1400,7 +1454,12 @@ pub fn serve(sock: OwnedFd, kernel: Arc<dyn Kernel>) -> Result<(), String> {
             id: call.id,
             answer,
         })
-        .and_then(|m| seam::send(sock.as_fd(), &m, &fds).map_err(|e| e.to_string()));
+        .and_then(|m| {
+            seam::send(sock.as_fd(), &m, &fds).map_err(|errno| WorkerError::Send {
+                pid: std::process::id(),
+                errno,
+            })
+        });
         if let Err(e) = sent {
             break Err(format!("answering rigd: {e}"));
         }

@@ -53,8 +53,8 @@ use va::{Held, HostMemory};
 
 use super::memory::{self, page_round};
 use super::{
-    Backend, ClientCost, Events, Fault, GpuDescription, MapRefusal, Owner, Path, PathMemory,
-    QueueCosts, QueueHandle, QueueMemory, QueueSpec, Refusal, Stopped,
+    Backend, Cause, ClientCost, Events, Fault, GpuDescription, MapRefusal, Owner, Path, PathMemory,
+    QueueCosts, QueueHandle, QueueMemory, QueueSpec, Refusal, Stopped, Why,
 };
 
 /// The hang bound of KFD devices, in milliseconds: amdgpu bounds no user queue's work.
@@ -74,7 +74,7 @@ struct Shared {
     next_va: Mutex<(u64, u64)>,
     doorbells: Mutex<Option<Arc<Pages>>>,
     /// The GPU's HDP flush page (MMIO_REMAP) and its handle, or why KFD gave none.
-    hdp: Result<(Arc<Pages>, u64), String>,
+    hdp: Result<(Arc<Pages>, u64), Why>,
 }
 
 impl Drop for Shared {
@@ -91,18 +91,18 @@ impl Drop for Shared {
 /// register page KFD remaps into the process (`ALLOC_MEM_FLAGS_MMIO_REMAP`, mapped through
 /// `/dev/kfd` at the offset the allocation gives), whose `MMIO_REMAP_HDP_MEM_FLUSH_CNTL`
 /// the doorbell forwarders store to.
-fn map_hdp(kfd: &Kfd, gpu_id: u32, va: u64) -> Result<(Arc<Pages>, u64), String> {
+fn map_hdp(kfd: &Kfd, gpu_id: u32, va: u64) -> Result<(Arc<Pages>, u64), Why> {
     let flags = abi::ALLOC_MEM_FLAGS_MMIO_REMAP
         | abi::ALLOC_MEM_FLAGS_WRITABLE
         | abi::ALLOC_MEM_FLAGS_COHERENT;
     let (handle, offset) = kfd
         .alloc(gpu_id, va, PAGE, flags)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| kfd_why(&e))?;
     match kfd.mmap("the HDP flush page", offset, PAGE as usize) {
         Ok(p) => Ok((Arc::new(p), handle)),
         Err(e) => {
             let _ = kfd.free(handle);
-            Err(e.to_string())
+            Err(kfd_why(&e))
         }
     }
 }
@@ -125,28 +125,52 @@ pub struct KfdBackend {
     desc: GpuDescription,
 }
 
+/// What the path says of KFD's error `e`: its sentence, and the errno of the call that
+/// gave it.
+pub(crate) fn kfd_why(e: &KfdError) -> Why {
+    let of = |call: String, errno: &rig_kfd::sys::Errno| {
+        Some(Cause::Errno {
+            call,
+            errno: errno.0,
+        })
+    };
+    let cause = match e {
+        KfdError::Open { what, errno } => of(format!("open {what}"), errno),
+        KfdError::Ioctl { ioctl, errno } => of((*ioctl).to_owned(), errno),
+        KfdError::Mmap { errno, .. } => of("mmap".to_owned(), errno),
+        _ => None,
+    };
+    Why {
+        what: e.to_string(),
+        cause,
+    }
+}
+
+/// KFD's refusal `e`, sorted by its errno (which it keeps): ENOMEM is a lack, EPERM a full
+/// table, anything else a refusal.
 fn refused(e: KfdError) -> Refusal {
-    match &e {
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Lacking(e.to_string()),
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(e.to_string()),
-        _ => Refusal::Refused(e.to_string()),
+    let why = kfd_why(&e);
+    match why.errno() {
+        Some(libc::ENOMEM) => Refusal::Lacking(why),
+        Some(libc::EPERM) => Refusal::Full(why),
+        _ => Refusal::Refused(why),
     }
 }
 
 impl KfdBackend {
     /// The GPU of topology node `node`, in rigd's KFD process `process`.
-    pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, String> {
-        node.gpu().map_err(|e| e.to_string())?;
+    pub fn new(process: Arc<KfdProcess>, node: Node) -> Result<KfdBackend, Why> {
+        node.gpu().map_err(|e| Why::from(e.to_string()))?;
         let kfd = &process.kfd;
         let minor = node
             .drm_render_minor()
             .ok_or_else(|| format!("KFD node {} has no render node", node.index))?;
         let render = kfd
             .acquire_vm(node.gpu_id, minor)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| kfd_why(&e))?;
         let ap = kfd
             .apertures()
-            .map_err(|e| e.to_string())?
+            .map_err(|e| kfd_why(&e))?
             .into_iter()
             .find(|a| a.gpu_id == node.gpu_id)
             .ok_or_else(|| format!("KFD gave no aperture for GPU {:#x}", node.gpu_id))?;
@@ -174,8 +198,8 @@ impl KfdBackend {
 }
 
 /// What the path knows of the GPU of topology node `node` whose counter runs at `clock_hz`.
-pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, String> {
-    let gpu = node.gpu().map_err(|e| e.to_string())?.clone();
+pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, Why> {
+    let gpu = node.gpu().map_err(|e| Why::from(e.to_string()))?.clone();
     let wgps = node.wgps(gpu.hal());
     Ok(GpuDescription {
         gpu,
@@ -259,10 +283,10 @@ pub fn most_ring(node: &Node, kind: QueueKind) -> u64 {
 }
 
 /// The GPU counter's rate, from two GET_CLOCK_COUNTERS 20 ms apart, to the nearest MHz.
-fn measure_clock_hz(kfd: &Kfd, gpu_id: u32) -> Result<u64, String> {
-    let a = kfd.clock_counters(gpu_id).map_err(|e| e.to_string())?;
+fn measure_clock_hz(kfd: &Kfd, gpu_id: u32) -> Result<u64, Why> {
+    let a = kfd.clock_counters(gpu_id).map_err(|e| kfd_why(&e))?;
     std::thread::sleep(Duration::from_millis(20));
-    let b = kfd.clock_counters(gpu_id).map_err(|e| e.to_string())?;
+    let b = kfd.clock_counters(gpu_id).map_err(|e| kfd_why(&e))?;
     let ticks = b.gpu_clock_counter.saturating_sub(a.gpu_clock_counter) as f64;
     let ns = b
         .cpu_clock_counter
@@ -341,19 +365,22 @@ impl Path for KfdPath {
             }
             MemoryKind::Mapped => {
                 if self.shared.node.host_visible_vram_bytes() == 0 {
-                    return Err(Refusal::Refused(format!(
-                        "the GPU has no Mapped memory: its BAR is smaller than its {} MiB of \
+                    return Err(Refusal::Refused(
+                        format!(
+                            "the GPU has no Mapped memory: its BAR is smaller than its {} MiB of \
                          VRAM, which KFD lists as private and gives none of to the host \
                          (enable resizable BAR in the machine's firmware for Mapped memory)",
-                        self.shared.node.vram_bytes() >> 20
-                    )));
+                            self.shared.node.vram_bytes() >> 20
+                        )
+                        .into(),
+                    ));
                 }
                 // Host writes through the BAR reach the GPU's memory only once the HDP is
                 // flushed; without its register, the path cannot promise that.
                 if let Err(why) = &self.shared.hdp {
-                    return Err(Refusal::Refused(format!(
+                    return Err(Refusal::Refused(why.clone().within(
                         "Mapped memory needs the GPU's HDP flush register, and KFD gave no \
-                         MMIO_REMAP page for it: {why}"
+                         MMIO_REMAP page for it",
                     )));
                 }
                 let (va, handle, _) =
@@ -361,9 +388,11 @@ impl Path for KfdPath {
                 let held = Held { handle, va, bytes };
                 let region = match self.shared.kfd.export_dmabuf(handle) {
                     Ok(fd) => SharedRegion::from_fd(fd).map_err(|e| {
-                        Refusal::Refused(format!("mapping the dma-buf of Mapped memory: {e}"))
+                        Refusal::Refused(
+                            format!("mapping the dma-buf of Mapped memory: {e}").into(),
+                        )
                     }),
-                    Err(e) => Err(Refusal::Refused(format!("Mapped memory: {e}"))),
+                    Err(e) => Err(Refusal::Refused(kfd_why(&e).within("Mapped memory"))),
                 };
                 match region {
                     Ok(r) => Ok(self.keep(held, Some(kind), Some((r, 0, None)))),
@@ -375,10 +404,13 @@ impl Path for KfdPath {
             }
             MemoryKind::Pinned => {
                 let len = usize::try_from(bytes).map_err(|_| {
-                    Refusal::Lacking(format!("{bytes} bytes exceed the host's address space"))
+                    Refusal::Lacking(
+                        format!("{bytes} bytes exceed the host's address space").into(),
+                    )
                 })?;
-                let region = SharedRegion::create("rig-pinned", len)
-                    .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
+                let region = SharedRegion::create("rig-pinned", len).map_err(|e| {
+                    Refusal::Lacking(format!("the host has no memory for it: {e}").into())
+                })?;
                 let held = self.register(&region, 0, 0, bytes, true)?;
                 Ok(self.keep(held, Some(kind), Some((region, 0, Some(0)))))
             }
@@ -421,10 +453,9 @@ impl Path for KfdPath {
             .filter(|e| *e <= held.bytes);
         let dst = held.va + offset;
         match (&memory.host, end) {
-            (_, None) => Err(Fault(format!(
-                "{} bytes at {offset} exceed the memory",
-                data.len()
-            ))),
+            (_, None) => Err(Fault(
+                format!("{} bytes at {offset} exceed the memory", data.len()).into(),
+            )),
             (Some(r), _) => {
                 r.write(offset as usize, data);
                 Ok(())
@@ -441,7 +472,7 @@ impl Path for KfdPath {
         let q = self
             .queues
             .remove(&queue.0)
-            .ok_or_else(|| Fault(format!("no queue {} to retire", queue.0)))?;
+            .ok_or_else(|| Fault(format!("no queue {} to retire", queue.0).into()))?;
         self.end_queue(q)
     }
 

@@ -15,7 +15,8 @@ use rig_kfd::abi;
 use rig_kfd::kfd::Kfd;
 use rig_kfd::seam::{Kernel, Pages};
 
-use crate::path::Events;
+use super::kfd_why;
+use crate::path::{Events, Why};
 
 /// How long the event thread's wait lasts before it re-checks that its backend lives: an
 /// idle client's worker makes one WAIT_EVENTS a second.
@@ -50,9 +51,9 @@ pub struct KfdProcess {
 impl KfdProcess {
     /// Opens KFD through `kernel`, negotiates its version, announces the runtime and starts
     /// the event thread.
-    pub fn open(kernel: Arc<dyn Kernel>) -> Result<Arc<KfdProcess>, String> {
-        let kfd = Kfd::open(kernel).map_err(|e| e.to_string())?;
-        kfd.runtime_enable().map_err(|e| e.to_string())?;
+    pub fn open(kernel: Arc<dyn Kernel>) -> Result<Arc<KfdProcess>, Why> {
+        let kfd = Kfd::open(kernel).map_err(|e| kfd_why(&e))?;
+        kfd.runtime_enable().map_err(|e| kfd_why(&e))?;
         let process = Arc::new(KfdProcess {
             kfd,
             listeners: Mutex::new(Vec::new()),
@@ -62,24 +63,24 @@ impl KfdProcess {
     }
 }
 
-fn start_events(process: &Arc<KfdProcess>) -> Result<(), String> {
+fn start_events(process: &Arc<KfdProcess>) -> Result<(), Why> {
     let kfd = &process.kfd;
     let signal = kfd
         .create_event(abi::EVENT_SIGNAL, true, 0, 0)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| kfd_why(&e))?;
     let page = kfd
         .mmap(
             "the event page",
             signal.event_page_offset,
             abi::SIGNAL_EVENT_LIMIT as usize * 8,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| kfd_why(&e))?;
     let memory = kfd
         .create_event(abi::EVENT_MEMORY, true, 0, 0)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| kfd_why(&e))?;
     let hw = kfd
         .create_event(abi::EVENT_HW_EXCEPTION, true, 0, 0)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| kfd_why(&e))?;
     // Armed before any queue runs: an interrupt (naming context 0) signals it only then.
     page.atomic_u64(signal.event_slot_index as usize * 8)
         .store(1, Ordering::Release);

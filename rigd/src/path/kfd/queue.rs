@@ -17,40 +17,50 @@ use rig_kfd::seam::{Kernel, Pages};
 use rig_proto::messages::{MemoryKind, QueueKind};
 
 use super::process::Listener;
-use super::{KfdPath, MOST_RING, Shared, refused};
+use super::{KfdPath, MOST_RING, Shared, kfd_why, refused};
 use crate::path::forward::{AqlWords, Bell, Forwarder};
 use crate::path::memory::page_round;
-use crate::path::{Fault, Path, PathMemory, QueueHandle, QueueSpec, Refusal};
+use crate::path::{Fault, Path, PathMemory, QueueHandle, QueueSpec, Refusal, Why};
 
 /// CREATE_QUEUE's refusals, each naming what the kernel's errno says of the queue (its
 /// ENOSPC is the process's queues on the GPU, its ENOMEM the process's queue ids, not memory).
 pub(super) fn queue_refused(e: KfdError, args: &abi::CreateQueueArgs) -> Refusal {
+    let with_errno = |what: String| Why {
+        what,
+        cause: kfd_why(&e).cause,
+    };
     match &e {
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOSPC => Refusal::Full(format!(
-            "KFD allows the process no more queues on this GPU (127 a process, 255 on GC \
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOSPC => {
+            Refusal::Full(with_errno(format!(
+                "KFD allows the process no more queues on this GPU (127 a process, 255 on GC \
              9.4.3; a device takes two): {e}"
+            )))
+        }
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Full(with_errno(
+            format!("KFD has no queue id left for the process (1024 across its GPUs): {e}"),
         )),
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::ENOMEM => Refusal::Full(format!(
-            "KFD has no queue id left for the process (1024 across its GPUs): {e}"
-        )),
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => Refusal::Full(format!(
-            "the GPU holds as many queues as KFD allows (amdgpu's max_num_of_queues_per_device): {e}"
-        )),
-        KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => Refusal::Refused(format!(
-            "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EPERM => {
+            Refusal::Full(with_errno(format!(
+                "the GPU holds as many queues as KFD allows (amdgpu's max_num_of_queues_per_device): {e}"
+            )))
+        }
+        KfdError::Ioctl { errno, .. } if errno.0 == libc::EINVAL => {
+            Refusal::Refused(with_errno(format!(
+                "KFD refused the queue's buffers: a {}-byte ring, a {}-byte EOP buffer, a {}-byte \
              context-save area with a {}-byte control stack (rig_kfd::queue's sizes for this \
              GPU, which this kernel does not take), each buffer a mapping of exactly its \
              size and each position one of exactly a page (Linux 6.12's rule){}: {e}",
-            args.ring_size,
-            args.eop_buffer_size,
-            args.ctx_save_restore_size,
-            args.ctl_stack_size,
-            if args.queue_type == abi::QUEUE_TYPE_COMPUTE_AQL {
-                ", read and write pointers in the amd_queue_t's page of their own"
-            } else {
-                ""
-            }
-        )),
+                args.ring_size,
+                args.eop_buffer_size,
+                args.ctx_save_restore_size,
+                args.ctl_stack_size,
+                if args.queue_type == abi::QUEUE_TYPE_COMPUTE_AQL {
+                    ", read and write pointers in the amd_queue_t's page of their own"
+                } else {
+                    ""
+                }
+            )))
+        }
         _ => refused(e),
     }
 }
@@ -138,16 +148,18 @@ impl KfdPath {
             QueueKind::Sdma => abi::QUEUE_TYPE_SDMA,
         };
         let ring_size = u32::try_from(spec.bytes).map_err(|_| {
-            Refusal::Refused(format!(
-                "a ring of {} bytes exceeds KFD's {MOST_RING}",
-                spec.bytes
-            ))
+            Refusal::Refused(
+                format!("a ring of {} bytes exceeds KFD's {MOST_RING}", spec.bytes).into(),
+            )
         })?;
         if spec.ring % PAGE != 0 {
-            return Err(Refusal::Refused(format!(
-                "the queue's ring at {:#x} does not begin a page, as KFD wants of a ring",
-                spec.ring
-            )));
+            return Err(Refusal::Refused(
+                format!(
+                    "the queue's ring at {:#x} does not begin a page, as KFD wants of a ring",
+                    spec.ring
+                )
+                .into(),
+            ));
         }
         let mut args = abi::CreateQueueArgs {
             ring_base_address: spec.ring,
@@ -229,8 +241,10 @@ impl KfdPath {
             listener: making.path.listener.clone(),
             last_ring: making.path.last_ring.clone(),
         };
-        let forwarder = Forwarder::spawn("rigd-kfd-doorbell", spec.doorbell, bell, aql)
-            .map_err(|e| Refusal::Lacking(format!("no thread for the queue's doorbell: {e}")))?;
+        let forwarder =
+            Forwarder::spawn("rigd-kfd-doorbell", spec.doorbell, bell, aql).map_err(|e| {
+                Refusal::Lacking(format!("no thread for the queue's doorbell: {e}").into())
+            })?;
         let buffers = making.commit();
         let token = self.next_token;
         self.next_token += 1;
@@ -253,7 +267,7 @@ impl KfdPath {
             .shared
             .kfd
             .destroy_queue(q.id)
-            .map_err(|e| Fault(e.to_string()));
+            .map_err(|e| Fault(e.to_string().into()));
         for b in q.buffers {
             self.free(b);
         }
@@ -266,16 +280,19 @@ impl KfdPath {
     /// slots as rigd sizes it), and where the client reads the queue's read position.
     fn amd_queue(&mut self, spec: &QueueSpec) -> Result<(PathMemory, AqlWords), Refusal> {
         let read = self.host_word(spec.read).ok_or_else(|| {
-            Refusal::Refused(format!(
-                "the AQL queue's read position at {:#x} is not in memory this path gave",
-                spec.read
-            ))
+            Refusal::Refused(
+                format!(
+                    "the AQL queue's read position at {:#x} is not in memory this path gave",
+                    spec.read
+                )
+                .into(),
+            )
         })?;
         let gpu = self
             .shared
             .node
             .gpu()
-            .map_err(|e| Refusal::Refused(e.to_string()))?;
+            .map_err(|e| Refusal::Refused(e.to_string().into()))?;
         let mut q = AmdQueue::new(spec.ring, spec.bytes);
         q.max_cu_id = gpu.compute_units.saturating_sub(1);
         q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);

@@ -77,7 +77,11 @@ impl KfdPath {
 
     /// Copies `data` to `dst` through `st`, piece by piece, each piece's fence waited for.
     fn copy_through(&self, st: &mut Staging, dst: u64, data: &[u8]) -> Result<(), Fault> {
-        let gpu = self.shared.node.gpu().map_err(|e| Fault(e.to_string()))?;
+        let gpu = self
+            .shared
+            .node
+            .gpu()
+            .map_err(|e| Fault(e.to_string().into()))?;
         let layout = rig_amd::sdma::Layout::for_gpu(gpu);
         let mut at = dst;
         for piece in data.chunks(STAGING_BYTES as usize) {
@@ -87,10 +91,10 @@ impl KfdPath {
             let src = st.data.0.va;
             let copy = rig_amd::sdma::CopyLinear::new(src, at, piece.len() as u64)
                 .encode(layout, &mut words)
-                .map_err(|e| Fault(format!("encoding the staging copy: {e}")))?;
+                .map_err(|e| Fault(format!("encoding the staging copy: {e}").into()))?;
             let fence = rig_amd::sdma::Fence::new(layout, st.words.0.va + STAGING_FENCE, st.fence)
                 .encode(&mut words[copy..])
-                .map_err(|e| Fault(format!("encoding the staging copy's fence: {e}")))?;
+                .map_err(|e| Fault(format!("encoding the staging copy's fence: {e}").into()))?;
             rig_amd::sdma::pad(&mut words[copy + fence..]);
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             st.ring
@@ -106,12 +110,15 @@ impl KfdPath {
                 .kernel()
                 .ring(&st.doorbells, st.bell, st.written);
             if !fenced(&st.words.1, st.fence) {
-                return Err(Fault(format!(
-                    "the staging copy of {} bytes into Device memory at {at:#x} did not \
+                return Err(Fault(
+                    format!(
+                        "the staging copy of {} bytes into Device memory at {at:#x} did not \
                      finish within {} ms (its SDMA queue never wrote the fence)",
-                    piece.len(),
-                    STAGING_BOUND.as_millis()
-                )));
+                        piece.len(),
+                        STAGING_BOUND.as_millis()
+                    )
+                    .into(),
+                ));
             }
             at += piece.len() as u64;
         }
@@ -123,9 +130,7 @@ impl KfdPath {
     fn staging_buffer(&mut self, bytes: u64, what: &str) -> Result<(Held, Pages), Fault> {
         let flags = abi::ALLOC_MEM_FLAGS_GTT | abi::ALLOC_MEM_FLAGS_WRITABLE;
         let (va, handle, offset) = self.alloc_mapped(bytes, flags).map_err(|e| {
-            Fault(format!(
-                "no staging {what} for uploads into Device memory: {e}"
-            ))
+            Fault(format!("no staging {what} for uploads into Device memory: {e}").into())
         })?;
         let memory = Held { handle, va, bytes };
         match self
@@ -144,7 +149,7 @@ impl KfdPath {
             }
             Err(e) => {
                 self.release(&memory);
-                Err(Fault(format!("mapping the staging {what}: {e}")))
+                Err(Fault(format!("mapping the staging {what}: {e}").into()))
             }
         }
     }
@@ -185,15 +190,18 @@ impl KfdPath {
             .kfd
             .create_queue(&mut args)
             .map_err(|e| {
-                Fault(format!(
-                    "no SDMA queue for the staging copy: {}",
-                    queue_refused(e, &args)
-                ))
+                Fault(
+                    format!(
+                        "no SDMA queue for the staging copy: {}",
+                        queue_refused(e, &args)
+                    )
+                    .into(),
+                )
             })
             .and_then(|()| {
                 doorbell_page(&self.shared, args.doorbell_offset).map_err(|e| {
                     let _ = self.shared.kfd.destroy_queue(args.queue_id);
-                    Fault(format!("mapping the staging queue's doorbell: {e}"))
+                    Fault(format!("mapping the staging queue's doorbell: {e}").into())
                 })
             });
         let doorbells = match made {
@@ -226,7 +234,7 @@ impl KfdPath {
             .shared
             .kfd
             .destroy_queue(st.queue)
-            .map_err(|e| Fault(e.to_string()));
+            .map_err(|e| Fault(e.to_string().into()));
         for (m, host) in [st.ring, st.words, st.data] {
             drop(host);
             self.release(&m);

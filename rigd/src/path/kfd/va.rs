@@ -175,27 +175,33 @@ impl KfdPath {
                 .filter(|o| o.checked_add(bytes).is_some_and(|e| e <= h.bytes))?;
             Some((h.region.clone(), h.pages_at.map(|p| p + off)))
         });
-        let (region, offset) = match found {
-            Some((region, Some(offset))) => (region, offset),
-            Some((_, None)) => {
-                return Err(Refusal::Refused(format!(
-                    "the queue's {what} at {va:#x} is in memory the path cannot register \
+        let (region, offset) =
+            match found {
+                Some((region, Some(offset))) => (region, offset),
+                Some((_, None)) => {
+                    return Err(Refusal::Refused(
+                        format!(
+                            "the queue's {what} at {va:#x} is in memory the path cannot register \
                      again as a mapping of its own (Mapped memory, or a peer's read-only \
                      memory): give it Pinned memory"
-                )));
-            }
-            None => {
-                return Err(Refusal::Refused(format!(
+                        )
+                        .into(),
+                    ));
+                }
+                None => {
+                    return Err(Refusal::Refused(format!(
                     "the queue's {what} ({bytes} bytes at {va:#x}) is not in Pinned or host \
                      memory this path gave"
-                )));
-            }
-        };
+                ).into()));
+                }
+            };
         let pages = region
             .dup_fd()
             .and_then(|fd| SharedRegion::from_fd_range_sealed(fd, offset, bytes))
             .map_err(|e| {
-                Refusal::Lacking(format!("mapping the queue's {what} again on the host: {e}"))
+                Refusal::Lacking(
+                    format!("mapping the queue's {what} again on the host: {e}").into(),
+                )
             })?;
         let held = self.register(&pages, 0, offset, bytes, true)?;
         Ok(Some(self.keep(held, None, Some((pages, 0, Some(offset))))))

@@ -73,11 +73,11 @@ impl Holding {
         match self.space.alloc_vram(start, bytes) {
             Ok(()) => {}
             Err(SimError::Map(rig_sim::MapError::OutOfVram { .. })) => {
-                return Err(Refusal::Lacking(format!(
-                    "the simulated gpu has no {bytes} bytes of vram left"
-                )));
+                return Err(Refusal::Lacking(
+                    format!("the simulated gpu has no {bytes} bytes of vram left").into(),
+                ));
             }
-            Err(e) => return Err(Refusal::Refused(e.to_string())),
+            Err(e) => return Err(Refusal::Refused(e.to_string().into())),
         }
         free.remove(&start);
         if len > bytes {
@@ -323,7 +323,7 @@ impl SimPath {
             .ok_or_else(|| Refusal::Lacking("the device's gpu address space is full".into()))?;
         self.space
             .map_host(va, &region, offset, bytes, writable)
-            .map_err(|e| Refusal::Refused(e.to_string()))?;
+            .map_err(|e| Refusal::Refused(e.to_string().into()))?;
         let token = self.token();
         self.held.insert(token, (va, bytes, None));
         Ok(PathMemory {
@@ -347,11 +347,11 @@ impl Path for SimPath {
                 match self.space.alloc_vram(va, bytes) {
                     Ok(()) => {}
                     Err(SimError::Map(rig_sim::MapError::OutOfVram { .. })) => {
-                        return Err(Refusal::Lacking(format!(
-                            "the simulated gpu has no {bytes} bytes of vram left"
-                        )));
+                        return Err(Refusal::Lacking(
+                            format!("the simulated gpu has no {bytes} bytes of vram left").into(),
+                        ));
                     }
-                    Err(e) => return Err(Refusal::Refused(e.to_string())),
+                    Err(e) => return Err(Refusal::Refused(e.to_string().into())),
                 }
                 let token = self.token();
                 self.held.insert(token, (va, bytes, None));
@@ -370,10 +370,13 @@ impl Path for SimPath {
                     "rig-mapped"
                 };
                 let len = usize::try_from(bytes).map_err(|_| {
-                    Refusal::Lacking(format!("{bytes} bytes exceed the host's address space"))
+                    Refusal::Lacking(
+                        format!("{bytes} bytes exceed the host's address space").into(),
+                    )
                 })?;
-                let region = SharedRegion::create(name, len)
-                    .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
+                let region = SharedRegion::create(name, len).map_err(|e| {
+                    Refusal::Lacking(format!("the host has no memory for it: {e}").into())
+                })?;
                 let hold = if kind == MemoryKind::Mapped {
                     Some(self.holding.reserve(bytes)?)
                 } else {
@@ -429,7 +432,7 @@ impl Path for SimPath {
     fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault> {
         self.space
             .write(memory.address + offset, data)
-            .map_err(|f| Fault(f.to_string()))
+            .map_err(|f| Fault(f.to_string().into()))
     }
 
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
@@ -456,8 +459,10 @@ impl Path for SimPath {
                 Arc::new(move |f| fault(fault_of(&f))),
             )
             .map_err(|e| match e {
-                SimError::Thread(e) => Refusal::Lacking(format!("no thread for the queue: {e}")),
-                e => Refusal::Refused(e.to_string()),
+                SimError::Thread(e) => {
+                    Refusal::Lacking(format!("no thread for the queue: {e}").into())
+                }
+                e => Refusal::Refused(e.to_string().into()),
             })?;
         let token = self.token();
         self.queues.insert(token, q);
@@ -470,7 +475,7 @@ impl Path for SimPath {
                 q.stop();
                 Ok(())
             }
-            None => Err(Fault(format!("no queue {} to retire", queue.0))),
+            None => Err(Fault(format!("no queue {} to retire", queue.0).into())),
         }
     }
 
