@@ -28,7 +28,7 @@ pub fn alloc_bytes(bytes: u64) -> Result<u64, Refusal> {
 /// `offset`: `bytes` rounded to pages, which must lie in the region from a page's start.
 pub fn peer_range(region: &SharedRegion, offset: u64, bytes: u64) -> Result<u64, Refusal> {
     let bytes = page_round(bytes).unwrap_or(u64::MAX);
-    if !offset.is_multiple_of(PAGE) || !region.contains(offset, bytes) {
+    if offset % PAGE != 0 || !region.contains(offset, bytes) {
         return Err(Refusal::Refused(
             format!(
                 "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",

@@ -325,7 +325,7 @@ impl Backend for WorkerBackend {
         ) {
             Ok((Answer::Done, _)) => Ok(Box::new(path)),
             Ok((Answer::Refused(w), _)) => Err(w.refusal()),
-            Ok((a, _)) => Err(Refusal::Refused(unexpected(a).into())),
+            Ok((a, _)) => Err(Refusal::Refused(unexpected(a))),
             Err(e) => Err(Refusal::Refused(e.into())),
         }
     }
@@ -394,7 +394,7 @@ impl WorkerPath {
     fn done(&self, r: Result<Reply, WorkerError>) -> Result<(), Fault> {
         match r.map_err(|e| Fault(e.into()))? {
             (Answer::Done, _) => Ok(()),
-            (a, _) => Err(Fault(unexpected(a).into())),
+            (a, _) => Err(Fault(unexpected(a))),
         }
     }
 }
@@ -486,7 +486,7 @@ impl Path for WorkerPath {
         match r.map_err(|e| Refusal::Refused(e.into()))? {
             (Answer::Queue(q), _) => Ok(QueueHandle(q)),
             (Answer::Refused(w), _) => Err(w.refusal()),
-            (a, _) => Err(Refusal::Refused(unexpected(a).into())),
+            (a, _) => Err(Refusal::Refused(unexpected(a))),
         }
     }
 
