@@ -1006,3 +1006,26 @@ fn a_queue_kfd_refuses_leaves_none_of_the_buffers_made_for_it() {
         path.free(memory);
     }
 }
+
+#[test]
+fn the_sim_path_and_kfds_topology_state_the_same_shader_arrays() {
+    // rig-amd owns shader arrays per engine (one on CDNA, two on RDNA): the simulated GPU
+    // and the emulated KFD's topology both ask it.
+    for processor in ["gfx942", "gfx1100"] {
+        let s = setup(processor);
+        let sim = rigd::path::sim::SimBackend::new(&rigd::config::SimGpuConfig {
+            processor: processor.into(),
+            memory_bytes: 64 << 20,
+            hang_ms: 100,
+        })
+        .unwrap();
+        let (kfd, sim) = (&s.backend.description().wgps, &sim.description().wgps);
+        let shape = |w: &Vec<Vec<u32>>| (w.len(), w[0].len());
+        assert_eq!(shape(kfd), shape(sim), "{processor}");
+        let arrays = rig_amd::gpu::Gpu::by_name(processor)
+            .unwrap()
+            .hal()
+            .arrays_per_engine;
+        assert_eq!(kfd[0].len(), arrays as usize, "{processor}");
+    }
+}
