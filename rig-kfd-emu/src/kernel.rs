@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_amd::aql::AmdQueue;
 use rig_kfd::abi::{self, Command};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -58,7 +59,6 @@ pub const FIRST_SIGNAL_EVENT: u32 = 1;
 pub const GPUVM_BASE: u64 = 1 << 32;
 /// The highest (47 bits).
 pub const GPUVM_LIMIT: u64 = (1 << 47) - 1;
-use rig_amd::PAGE_BYTES as PAGE;
 
 /// What to emulate.
 #[derive(Debug, Clone)]

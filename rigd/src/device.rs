@@ -33,6 +33,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_proto::messages::{
     DeviceId, DeviceOpened, ErrorCode, ErrorReply, FdIndex, GpuShare, Grown, ImageId, MemoryHeld,
     MemoryKind, QueueKind, QueueShare, RegionId, Response, RingState, SegmentShare, Share,
@@ -53,7 +54,6 @@ use crate::path::{
 pub const FIRST_RING_BYTES: u64 = 64 << 10;
 /// Bytes of the argument segment made at open.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
-use rig_amd::PAGE_BYTES as PAGE;
 // Growth starts at a page: no smaller than the smallest ring or segment anyone accepts.
 const _: () = assert!(PAGE >= MIN_RING_BYTES && PAGE >= MIN_SEGMENT_BYTES);
 const _: () = assert!(FIRST_RING_BYTES >= MIN_RING_BYTES && FIRST_RING_BYTES.is_power_of_two());

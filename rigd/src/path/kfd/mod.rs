@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_kfd::abi;
 use rig_kfd::kfd::{Kfd, KfdError};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -62,7 +63,6 @@ pub const HANG_MS: u64 = 2000;
 /// The most bytes of a ring through KFD (its `ring_size` in `linux/kfd_ioctl.h` is 32 bits;
 /// the largest power of two below that).
 pub const MOST_RING: u64 = 1 << 31;
-use rig_amd::PAGE_BYTES as PAGE;
 
 #[derive(Debug)]
 struct Shared {

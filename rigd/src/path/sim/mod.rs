@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 use rig_sim::{AddressSpace, FaultReason, KernelFault, QueueFault, SimConfig, SimError, SimGpu};
@@ -32,7 +33,6 @@ use crate::config::SimGpuConfig;
 pub const FIRST_VA: u64 = 1 << 32;
 /// One past the last GPU address (47 bits, the canonical lower half).
 pub const END_VA: u64 = 1 << 47;
-use rig_amd::PAGE_BYTES as PAGE;
 
 /// A simulated GPU.
 #[derive(Debug)]
