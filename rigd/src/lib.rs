@@ -28,7 +28,7 @@
 //!   capped per user and in all, and bounded in time ([`server`]).
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
-//!   [`state::Budget`]); memory given back is reused only once no work that may touch it
+//!   [`book::Budget`]); memory given back is reused only once no work that may touch it
 //!   can run ([`device::Device::free`]).
 //!
 //! - **Operations.** [`metrics`] keeps the figures (request latencies counted where they
@@ -41,20 +41,26 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod book;
+pub mod cmd;
 pub mod config;
 pub mod device;
 pub mod discover;
 pub mod gpus;
 pub mod heap;
 pub mod image;
+pub mod inspect;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod path;
+pub mod refusal;
 pub mod reload;
 pub mod server;
 pub mod state;
+pub mod table;
+pub mod watch;
 
 use std::future::Future;
 use std::path::Path;
@@ -104,7 +110,7 @@ pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), S
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard one: every Pinned or Mapped allocation and
 /// host mapping is a descriptor in rigd, and the per-user limits are sized from this one
-/// ([`state::Budget`]).
+/// ([`book::Budget`]).
 fn raise_nofile() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
@@ -123,7 +129,7 @@ fn raise_nofile() {
 pub struct Daemon {
     server: server::Server,
     watch: std::thread::JoinHandle<()>,
-    watch_tx: std::sync::mpsc::Sender<state::Msg>,
+    watch_tx: std::sync::mpsc::Sender<watch::Msg>,
     gpus: usize,
     reloader: reload::Reloader,
     metrics: Arc<metrics::Metrics>,
@@ -166,7 +172,7 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         metrics.set_per_client(config.metrics.per_client);
         let on_work = metrics.clone();
-        let watch = state::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
+        let watch = watch::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
         let access = Arc::new(AccessRule::new(
             &config.access,
             nix::unistd::geteuid().as_raw(),
@@ -204,7 +210,6 @@ impl Daemon {
                 access,
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
-                max_image_bytes: config.images.max_bytes,
                 metrics: metrics.clone(),
                 admin: admin.clone(),
                 frame_budgets: server::FrameBudgets::default(),
@@ -250,7 +255,7 @@ impl Daemon {
             self_metrics.wake();
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        let _ = watch_tx.send(state::Msg::Shutdown);
+        let _ = watch_tx.send(watch::Msg::Shutdown);
         drop(watch_tx);
         let _ = tokio::task::spawn_blocking(move || watch.join()).await;
     }

@@ -42,7 +42,6 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc as tmpsc};
 
 use crate::config::{AccessRule, Connections, Peer};
-use crate::image::Prepared;
 use crate::logging::client_text;
 use crate::state::{ClientId, Handler, Reply, Shared};
 
@@ -87,8 +86,6 @@ pub struct Server {
     pub max_connections: usize,
     /// Per-user cap and timeouts (`[connections]`).
     pub connections: Connections,
-    /// The most bytes an image may take once loaded (`images.max_bytes`).
-    pub max_image_bytes: u64,
     /// The figures requests and connections count into.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Administrators' requests.
@@ -527,26 +524,8 @@ impl Server {
             Err(back) => back,
         };
         let state = self.state.clone();
-        let limit = self.max_image_bytes;
         let name = request.name();
-        let done = tokio::task::spawn_blocking(move || match request {
-            Request::LoadImage {
-                device,
-                code_object,
-            } => {
-                // Parsing and building the image is the costly half: before the device's
-                // lock.
-                let prepared = Prepared::new(&code_object, limit);
-                drop(code_object);
-                let response = state.place_image(client, device, prepared);
-                if let Response::Error(e) = &response {
-                    tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %client_text(&e.message), "request refused");
-                }
-                (response, Vec::new())
-            }
-            request => state.handle(client, request, fds),
-        })
-        .await;
+        let done = tokio::task::spawn_blocking(move || state.handle(client, request, fds)).await;
         match done {
             Ok(reply) => Some(reply),
             Err(e) => {
@@ -616,8 +595,9 @@ impl Server {
                 return;
             }
             let closing = matches!(request, Request::CloseDevice { .. });
-            let (kind, began) = (request.name(), std::time::Instant::now());
-            let (response, fds) = if crate::admin::is_admin(&request) {
+            let route = request.route();
+            let (kind, began) = (route.name, std::time::Instant::now());
+            let (response, fds) = if route.admin {
                 // An administrator's stop or eviction stops devices: off the async workers.
                 let admin = self.admin.clone();
                 match tokio::task::spawn_blocking(move || admin.handle(client, request)).await {
