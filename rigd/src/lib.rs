@@ -7,13 +7,17 @@
 //! Everything that changes what a GPU may touch goes through the socket.
 //!
 //! Design choices:
-//! - **A lock per device.** Connection tasks ([`server`]) decode requests; the state
-//!   ([`state`]) keeps what is global (clients, what each user is charged, the device
-//!   table) under one small lock held only for lookups and accounting, and each device
+//! - **A lock per device.** Connection tasks ([`server`]) decode requests; one table
+//!   ([`cmd`]) sends each to its handler, whose refusals become answers in one place
+//!   ([`refusal`]); the state ([`state`], [`book`], [`table`]) keeps what is global
+//!   (clients, what each user is charged, the device table) under one small lock held
+//!   only for lookups and accounting, and each device
 //!   ([`device::Device`], whose methods keep its invariants) under its own, so a request on
-//!   one device never waits for another's work. Requests that may block (making, growing,
-//!   stopping and closing devices, loading images) run on tokio's blocking pool, never on
-//!   an async worker; a client's disconnect is handled after its last request.
+//!   one device never waits for another's work. Requests whose route says they may block
+//!   ([`rig_proto::Route::blocks`]: making, growing, stopping and closing devices, loading
+//!   images) run on tokio's blocking pool, never on an async worker; a client's disconnect
+//!   is handled after its last request. The [`watch`] thread takes the paths' fault
+//!   reports and runs the hang watchdog.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
 //!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Two
 //!   exist: the simulated GPU's (served when configured, or as the embedded default when

@@ -17,6 +17,7 @@ use rig_proto::{Fault, TooLong};
 
 use crate::device::Footprint;
 use crate::image::ImageError;
+use crate::server::SlotError;
 
 /// What a non-administrator is answered when it asks about others or to stop their work.
 pub const NOT_ADMIN: &str = "only rigd's administrators may ask this (status, GPU figures, other users' clients, devices and processes, stop, evict): root, rigd's own user and members of the group daemon.admin_group names in rigd.toml (none by default); run it as one of them, or have an operator set daemon.admin_group and add you to that group";
@@ -120,6 +121,17 @@ pub enum Refusal {
     /// Only an administrator may ask this.
     #[error("{NOT_ADMIN}")]
     NotAdmin,
+    /// `[access]` does not let the peer use rigd (refused at accept).
+    #[error(
+        "user {uid} may not use rigd; ask the administrator to add it to rigd's group or [access] users"
+    )]
+    NotAllowed {
+        /// The peer's user.
+        uid: u32,
+    },
+    /// No connection slot for the peer (refused at accept).
+    #[error(transparent)]
+    Slot(#[from] SlotError),
     /// An administrator's request that rigd's administration ([`crate::admin`]) answers,
     /// not the devices' state.
     #[error("{0} is an administrator's request, which the device state does not answer")]
@@ -328,8 +340,8 @@ impl Refusal {
             R::NoMemfd | R::TooLong(_) | R::AdminsRequest(_) | R::NotAdminsRequest(_) => {
                 ErrorCode::BadRequest
             }
-            R::NotAdmin => ErrorCode::PermissionDenied,
-            R::Quota(_) => ErrorCode::Quota,
+            R::NotAdmin | R::NotAllowed { .. } => ErrorCode::PermissionDenied,
+            R::Quota(_) | R::Slot(_) => ErrorCode::Quota,
             R::Image(_) | R::ImageRefused(_) => ErrorCode::ImageRefused,
             R::Services { .. } | R::DispatchPacket { .. } => ErrorCode::EntryRefused,
             R::Fault(_) => ErrorCode::Fault,

@@ -36,13 +36,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rig_proto::frame::FrameError;
-use rig_proto::messages::{ErrorCode, ErrorReply, Request, Response};
+use rig_proto::messages::{Request, Response};
 use rig_proto::{FrameBudget, ServerConnection, reply_for};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc as tmpsc};
 
 use crate::config::{AccessRule, Connections, Peer};
 use crate::logging::client_text;
+use crate::refusal::Refusal;
 use crate::state::{ClientId, Handler, Reply, Shared};
 
 /// Refusals at accept are logged at most once a second for each reason, with how many
@@ -422,7 +423,7 @@ impl Server {
                 return None;
             }
         };
-        let refusal = if !self.access.allows(&peer) {
+        let refusal: rig_proto::ErrorReply = if !self.access.allows(&peer) {
             self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
@@ -433,13 +434,7 @@ impl Server {
                     "peer not allowed by [access]; refused"
                 );
             }
-            ErrorReply::new(
-                ErrorCode::PermissionDenied,
-                format!(
-                    "user {} may not use rigd; ask the administrator to add it to rigd's group or [access] users",
-                    peer.uid
-                ),
-            )
+            Refusal::NotAllowed { uid: peer.uid }.into()
         } else {
             match slots.take(peer.uid, stream.as_fd()) {
                 Ok(slot) => return Some((stream, peer, slot)),
@@ -448,7 +443,7 @@ impl Server {
                     if let Some(unlogged) = refusals.note("slots") {
                         tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
                     }
-                    ErrorReply::new(ErrorCode::Quota, e.to_string())
+                    Refusal::from(e).into()
                 }
             }
         };
