@@ -3,10 +3,10 @@
 //!
 //! Limits hold per user across all its connections, and for all clients together
 //! ([`Budget`]). A request that makes something reserves what it may cost, checked and
-//! charged in one hold of the book ([`State::reserve`]), so two requests of one user on two
+//! charged in one hold of the book (`State::reserve`), so two requests of one user on two
 //! devices cannot both pass a check that only one of them fits; once done, the device's
 //! charges are brought to its [`Footprint`] and the reservation dropped, again in one hold
-//! ([`State::settle`]). The book is held briefly: never while a path works or a device's
+//! (`State::settle`). The book is held briefly: never while a path works or a device's
 //! lock is awaited (lock order: a device, then the book).
 
 use std::collections::{BTreeMap, BTreeSet};

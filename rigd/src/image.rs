@@ -1,5 +1,5 @@
 //! Code objects as rigd keeps them: an image placed in the client's Device memory and what
-//! its kernels' entries need; the requests on them are [`crate::cmd::image`]'s.
+//! its kernels' entries need; the requests on them are `crate::cmd::image`'s.
 //!
 //! Parsing, checking and relocating code objects is `rig_amd::code_object`'s; this module
 //! owns what rigd makes of the result before any device is touched, and the refusals that
@@ -8,7 +8,7 @@
 //! Loading is split in two so that the device's lock is held only for what needs it:
 //! [`Prepared::new`] parses, bounds (`images.max_bytes`, from the program headers before
 //! anything is allocated) and builds the image's pieces, before the lock; the load's
-//! second half ([`crate::cmd::image`]) allocates, writes the relocations for the address
+//! second half (`crate::cmd::image`) allocates, writes the relocations for the address
 //! it got and uploads the pieces, under it. Both run on tokio's blocking pool. Only the file's bytes are uploaded: the rest of
 //! the image (a segment's zero-filled memory) is the allocation's own, which every path
 //! gives zeroed ([`crate::path::Path::alloc`]), so a small file declaring a huge segment

@@ -13,10 +13,11 @@
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
 //! reads a request, answers it through the state's [`Handler`] ([`crate::state`]) and sends
-//! the answer back, one request at a time. A request that may block (making, growing,
-//! stopping or closing a device, which make or join queue threads; loading an image, parsed
-//! before the device's lock ([`crate::image`]); mapping host memory), one whose device is
-//! busy, and the disconnect's cleanup run on tokio's blocking pool; the rest are answered in
+//! the answer back, one request at a time. A request whose route says it may block
+//! ([`rig_proto::Route::blocks`]: making, growing, stopping or closing a device, which make
+//! or join queue threads; loading an image, parsed before the device's lock
+//! ([`crate::image`]); mapping host memory; an administrator's), one whose device is busy,
+//! and the disconnect's cleanup run on tokio's blocking pool; the rest are answered in
 //! the task ([`crate::state::State::try_handle`]), so no async worker ever waits for a
 //! path or for another request, and a slow stop of one device delays no other client's
 //! hello or request. A frame that started must arrive whole within `connections.frame_ms`

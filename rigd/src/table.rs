@@ -1,16 +1,16 @@
 //! The device table: each open device behind its own lock, and the two ways a request takes
 //! that lock.
 //!
-//! Locks are per device, not global: the table itself (the [`crate::book::Book`]'s `devices`)
-//! maps ids to `Arc`s of [`Slot`]s, and each slot holds its device behind its own mutex
+//! Locks are per device, not global: the table itself (the `crate::book::Book`'s `devices`)
+//! maps ids to `Arc`s of `Slot`s, and each slot holds its device behind its own mutex
 //! ([`crate::device::Device`] keeps its own invariants), so a request on device A never waits
 //! for device B's work.
 //!
-//! A request takes a device's lock as its [`Mode`] says: [`Wait`] (on a thread that may
-//! block) always gets it; [`Try`] (inline, on an async worker) gets it or [`Busy`]. Busy is
+//! A request takes a device's lock as its `Mode` says: `Wait` (on a thread that may
+//! block) always gets it; `Try` (inline, on an async worker) gets it or [`Busy`]. Busy is
 //! only ever the answer of a lock step, so a request that is told it is busy has changed
-//! nothing, and a handler given a [`Held`] device cannot produce one: it answers with a
-//! [`crate::refusal::Refusal`] or not at all. With [`Wait`] the busy type is
+//! nothing, and a handler given a `Held` device cannot produce one: it answers with a
+//! [`crate::refusal::Refusal`] or not at all. With `Wait` the busy type is
 //! [`std::convert::Infallible`], so the blocking path has no busy answer to give.
 
 use std::convert::Infallible;
@@ -31,7 +31,7 @@ pub(crate) struct Slot {
     pub(crate) device: Mutex<Device>,
 }
 
-/// A lock a [`Try`] request would have waited for: it changed nothing.
+/// A lock a `Try` request would have waited for: it changed nothing.
 #[derive(Debug)]
 pub struct Busy;
 

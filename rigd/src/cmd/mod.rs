@@ -1,16 +1,16 @@
 //! The request table: every request meets its handler here, in one match, and each family
-//! of requests has its file (as mini-redis's `cmd/`): rigd itself ([`daemon`]), opening,
-//! closing and stopping devices ([`devices`]), memory ([`memory`]), images and their
-//! entries ([`image`]), and the queues' rings ([`queues`]). Inspection is
+//! of requests has its file (as mini-redis's `cmd/`): rigd itself (`daemon`), opening,
+//! closing and stopping devices (`devices`), memory (`memory`), images and their
+//! entries (`image`), and the queues' rings (`queues`). Inspection is
 //! [`crate::inspect`]'s; the administrators' requests are [`crate::admin`]'s.
 //!
 //! What the table does not say, a request's route does ([`Request::route`], in rig-proto):
 //! its name, whether it may block (the server then runs it on the blocking pool), whether it
 //! is an administrator's, and the device it is answered on. A request on a device takes
-//! that device's lock in one place ([`State::on_device`]): its handler gets the device
-//! [`Held`] and answers with a [`Refusal`] or a reply, never "busy" — a lock found busy
+//! that device's lock in one place (`State::on_device`): its handler gets the device
+//! `Held` and answers with a [`Refusal`] or a reply, never "busy" — a lock found busy
 //! ([`crate::table::Busy`], only when tried inline) is the lock step's answer, before
-//! anything changed. Refusals become responses at the boundary ([`State::answer`]).
+//! anything changed. Refusals become responses at the boundary (`State::answer`).
 
 pub(crate) mod daemon;
 pub(crate) mod devices;
