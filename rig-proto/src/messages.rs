@@ -267,45 +267,113 @@ pub enum Request {
         /// The client process.
         pid: u32,
     },
+    /// Needs nothing: answered with [`Response::Pong`] at once, touching no device, so its
+    /// round trip is the control path's own (`rigctl ping`).
+    Ping,
 }
 
-impl Request {
-    /// The request's name, for logs and error messages.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Request::ListGpus => "list-gpus",
-            Request::OpenDevice { .. } => "open-device",
-            Request::CloseDevice { .. } => "close-device",
-            Request::Alloc { .. } => "alloc",
-            Request::Free { .. } => "free",
-            Request::MapHost { .. } => "map-host",
-            Request::LoadImage { .. } => "load-image",
-            Request::ResolveEntry { .. } => "resolve-entry",
-            Request::Prepare { .. } => "prepare",
-            Request::Unload { .. } => "unload",
-            Request::Grow { .. } => "grow",
-            Request::Facts { .. } => "facts",
-            Request::SampleClock { .. } => "sample-clock",
-            Request::StopDevice { .. } => "stop-device",
-            Request::DeviceStatus { .. } => "device-status",
-            Request::ListClients => "list-clients",
-            Request::ListDevices => "list-devices",
-            Request::ShowDevice { .. } => "show-device",
-            Request::MapPeerWord { .. } => "map-peer-word",
-            Request::DaemonStatus => "daemon-status",
-            Request::GpuStatus => "gpu-status",
-            Request::ListProcesses => "list-processes",
-            Request::AdminStop { .. } => "admin-stop",
-            Request::Evict { .. } => "evict",
+/// How rigd routes a [`Request`]: its name, the device it acts on, whether it may block,
+/// whether only an administrator may ask it, and the descriptors that ride with it. Each
+/// request's route is stated once, in [`Request::route`]; rigd and the framing read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The request's name, for logs, metrics and error messages.
+    pub name: &'static str,
+    /// The device of the asking client that rigd answers the request on, under that
+    /// device's lock; `None` for a request on no one device of its client (one that
+    /// opens, closes or inspects devices, or asks of rigd itself).
+    pub device: Option<DeviceId>,
+    /// Whether answering may block a thread: it makes, grows, stops or closes queues
+    /// (joining their threads), parses and uploads a code object, maps a client's memory,
+    /// or waits for every device (an administrator's). rigd answers these on its blocking
+    /// pool, never on an async worker.
+    pub blocks: bool,
+    /// Whether only rigd's administrators may ask it.
+    pub admin: bool,
+    /// How many file descriptors must ride with it: exactly this many, no more.
+    pub fds: usize,
+}
+
+impl Route {
+    const fn of(name: &'static str) -> Route {
+        Route {
+            name,
+            device: None,
+            blocks: false,
+            admin: false,
+            fds: 0,
         }
     }
 
-    /// How many file descriptors must ride with this request: exactly this many, no more.
-    pub fn fds_needed(&self) -> usize {
-        match self {
-            Request::MapHost { .. } => 1,
-            _ => 0,
+    const fn on(self, device: DeviceId) -> Route {
+        Route {
+            device: Some(device),
+            ..self
         }
+    }
+
+    const fn blocking(self) -> Route {
+        Route {
+            blocks: true,
+            ..self
+        }
+    }
+
+    const fn admin(self) -> Route {
+        Route {
+            admin: true,
+            blocks: true,
+            ..self
+        }
+    }
+
+    const fn with_fds(self, fds: usize) -> Route {
+        Route { fds, ..self }
+    }
+}
+
+impl Request {
+    /// The request's route: the one place each request's name, device, blocking,
+    /// administrator's need and descriptors are stated.
+    pub fn route(&self) -> Route {
+        let r = Route::of;
+        match self {
+            Request::ListGpus => r("list-gpus"),
+            Request::OpenDevice { .. } => r("open-device").blocking(),
+            Request::CloseDevice { .. } => r("close-device").blocking(),
+            Request::Alloc { device, .. } => r("alloc").on(*device),
+            Request::Free { device, .. } => r("free").on(*device),
+            Request::MapHost { device, .. } => r("map-host").on(*device).blocking().with_fds(1),
+            Request::LoadImage { device, .. } => r("load-image").on(*device).blocking(),
+            Request::ResolveEntry { device, .. } => r("resolve-entry").on(*device),
+            Request::Prepare { device, .. } => r("prepare").on(*device),
+            Request::Unload { device, .. } => r("unload").on(*device),
+            Request::Grow { device, .. } => r("grow").on(*device).blocking(),
+            Request::Facts { device } => r("facts").on(*device),
+            Request::SampleClock { device } => r("sample-clock").on(*device),
+            Request::StopDevice { device, .. } => r("stop-device").on(*device).blocking(),
+            Request::DeviceStatus { device } => r("device-status").on(*device),
+            Request::ListClients => r("list-clients"),
+            Request::ListDevices => r("list-devices"),
+            Request::ShowDevice { .. } => r("show-device"),
+            Request::MapPeerWord { device, .. } => r("map-peer-word").on(*device),
+            Request::DaemonStatus => r("daemon-status").admin(),
+            Request::GpuStatus => r("gpu-status").admin(),
+            Request::ListProcesses => r("list-processes").admin(),
+            Request::AdminStop { .. } => r("admin-stop").admin(),
+            Request::Evict { .. } => r("evict").admin(),
+            Request::Ping => r("ping"),
+        }
+    }
+
+    /// The request's name, for logs and error messages ([`Route::name`]).
+    pub fn name(&self) -> &'static str {
+        self.route().name
+    }
+
+    /// How many file descriptors must ride with this request ([`Route::fds`]).
+    pub fn fds_needed(&self) -> usize {
+        self.route().fds
     }
 }
 
@@ -410,6 +478,8 @@ pub enum Response {
         /// The devices stopped.
         devices: Vec<DeviceId>,
     },
+    /// The answer to [`Request::Ping`].
+    Pong,
 }
 
 /// rigd itself, as `rigctl status` shows it.

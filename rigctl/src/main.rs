@@ -44,6 +44,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// One round trip to rigd, timed: whether it answers, and how fast.
+    Ping,
     /// rigd itself: version, uptime, configuration, socket.
     Status,
     /// The GPUs rigd serves: product, path, firmware, memory used and free, busy, and (on
@@ -227,6 +229,7 @@ fn unexpected(r: &Response) -> CtlError {
         Response::Daemon(_) => "a daemon status",
         Response::GpuStatus(_) => "gpu figures",
         Response::Processes(_) => "a process list",
+        Response::Pong => "a pong",
         _ => "another answer",
     })
 }
@@ -355,6 +358,14 @@ fn run(cli: Cli) -> Result<(), CtlError> {
                 None => text,
             }
         }
+        Command::Ping => {
+            let mut c = connect(&cli.socket)?;
+            let began = std::time::Instant::now();
+            match call(&mut c, Request::Ping)? {
+                Response::Pong => ping(f, &c, &cli.socket, began.elapsed())?,
+                r => return Err(unexpected(&r)),
+            }
+        }
         Command::Status => {
             let mut c = connect(&cli.socket)?;
             match call(&mut c, Request::DaemonStatus)? {
@@ -451,6 +462,34 @@ fn run(cli: Cli) -> Result<(), CtlError> {
     };
     print!("{out}");
     Ok(())
+}
+
+/// What `rigctl ping` prints: who answered, and the round trip of its `Ping`.
+fn ping(
+    f: Format,
+    c: &Connection,
+    socket: &Option<PathBuf>,
+    took: Duration,
+) -> Result<String, CtlError> {
+    let path = socket.clone().unwrap_or_else(rig_proto::socket_path);
+    let w = c.daemon();
+    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    match f {
+        Format::Json => json(&serde_json::json!({
+            "socket": path,
+            "daemon": w.daemon,
+            "pid": w.pid,
+            "round_trip_us": us,
+        })),
+        Format::Csv => Err(CtlError::NoCsv("ping")),
+        Format::Table => Ok(format!(
+            "{} (pid {}) at {} answered in {:.3} ms\n",
+            w.daemon,
+            w.pid,
+            path.display(),
+            took.as_secs_f64() * 1e3
+        )),
+    }
 }
 
 /// The error and its sources, outermost first.

@@ -156,6 +156,27 @@ fn says_what_to_do_without_rigd() {
 }
 
 #[test]
+fn ping_times_a_round_trip_and_says_when_rigd_is_down() {
+    let s = serve();
+    let out = text(&rigctl(&s.socket, &["ping"]));
+    assert!(
+        out.starts_with("rigd ") && out.contains(" answered in ") && out.ends_with(" ms\n"),
+        "{out}"
+    );
+    let v = json_of(&s.socket, &["ping"]);
+    assert_eq!(v["pid"], std::process::id());
+    assert!(v["round_trip_us"].as_u64().is_some(), "{v}");
+    drop(s);
+    let o = rigctl(Path::new("/nonexistent/rigd.sock"), &["ping"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("rigd is not running at /nonexistent/rigd.sock"),
+        "{e}"
+    );
+}
+
+#[test]
 fn image_needs_no_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let o = rigctl(Path::new("/nonexistent"), &["image", "/etc/hostname"]);

@@ -397,7 +397,7 @@ pub fn loss_reason(why: &rig_proto::Fault) -> &'static str {
         K::Hang => "hang",
         K::Reset => "reset",
         K::StoppedByClient => "client",
-        K::StoppedByAdministrator if why.detail == crate::state::SHUTTING_DOWN => "shutdown",
+        K::StoppedByAdministrator if why.detail == crate::watch::SHUTTING_DOWN => "shutdown",
         K::StoppedByAdministrator => "administrator",
         K::Internal => "internal",
         K::Producer => "producer",

@@ -167,6 +167,11 @@ fn a_rig_that_holds_nothing_outlives_rigds_idle_timeout() {
     let names = rig.gpus().unwrap();
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(rig.gpus().unwrap(), names, "a call after the idle timeout");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        rig.ping().unwrap() < Duration::from_secs(10),
+        "a ping after it"
+    );
     let dev = rig.open_device("AMD:0").unwrap();
     std::thread::sleep(Duration::from_millis(600));
     // Held a device all along: the same connection still serves it.

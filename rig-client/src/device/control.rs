@@ -184,6 +184,15 @@ impl Rig {
         }
     }
 
+    /// One round trip to rigd, timed: the time from sending a ping to reading its answer.
+    pub fn ping(&self) -> Result<std::time::Duration> {
+        let began = std::time::Instant::now();
+        match self.call(&Request::Ping, &[])? {
+            (Response::Pong, _) => Ok(began.elapsed()),
+            (r, _) => Err(unexpected("ping", &r)),
+        }
+    }
+
     /// Opens the GPU `name` (such as `"AMD:0"`, or its index such as `"0"`) as a new device.
     pub fn open_device(&self, name: &str) -> Result<Device> {
         let gpus = self.gpus()?;
