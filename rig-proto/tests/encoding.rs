@@ -270,9 +270,11 @@ fn requests() -> Vec<(Request, &'static str)> {
 
 /// One example of each response, with its bytes in hex.
 fn responses() -> Vec<(Response, &'static str)> {
-    let mut hidden = rig_amd::kernarg::HiddenLayout::default();
-    hidden.block_count = [Some(8), Some(12), None];
-    hidden.dynamic_lds_size = Some(40);
+    let hidden = wire::HiddenLayout {
+        block_count: [Some(8), Some(12), None],
+        dynamic_lds_size: Some(40),
+        ..Default::default()
+    };
     vec![
         (Response::Done, "00"),
         (
