@@ -66,6 +66,7 @@
 //! # Modules
 //!
 //! - [`messages`]: every message type;
+//! - [`wire`]: the wire forms of rig-amd's types that messages carry, in the protocol's order;
 //! - [`frame`]: the frame layout, the limits and a resumable reader;
 //! - [`Connection`]: the blocking client side;
 //! - `ServerConnection` (feature `tokio`, off by default; rigd turns it on): rigd's async side.
@@ -79,6 +80,7 @@ pub mod frame;
 pub mod messages;
 #[cfg(feature = "tokio")]
 mod server;
+pub mod wire;
 
 use std::path::PathBuf;
 

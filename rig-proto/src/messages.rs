@@ -666,10 +666,10 @@ pub struct GpuShare {
     pub gpu_address: u64,
 }
 
-/// The packets a hardware queue reads: rig-amd's own type, which the wire carries as it is
-/// (PM4 on a compute queue of a GPU of one die, AQL on one of several dies, SDMA on the copy
-/// queue).
-pub use rig_amd::gpu::QueueKind;
+/// The packets a hardware queue reads: rig-amd's own type, which the wire carries in its
+/// own form ([`crate::wire`]) (PM4 on a compute queue of a GPU of one die, AQL on one of
+/// several dies, SDMA on the copy queue).
+pub use crate::wire::QueueKind;
 
 /// The bytes of one unit of a queue of `kind`'s read and write positions and doorbell
 /// value, as [`rig_shm::layout`] states them: PM4 counts dwords, AQL counts 64-byte
@@ -692,6 +692,7 @@ pub fn position_unit(kind: QueueKind) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueShare {
     /// The packets it reads.
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// 0 for the queue made at open, then one more for each growth of this ring.
     pub generation: u32,
@@ -971,8 +972,8 @@ pub struct Waits {
 }
 
 /// A three-part IP version, such as GC 11.0.0 or SDMA 6.0.0: rig-amd's own type, which the
-/// wire carries as it is.
-pub use rig_amd::gpu::IpVersion;
+/// wire carries in its own form ([`crate::wire`]).
+pub use crate::wire::IpVersion;
 
 /// The largest ring a growth can make per queue; bigger submissions never fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -1017,12 +1018,15 @@ pub struct Facts {
     /// The GPU's PCI function, where it has one.
     pub bus: Option<String>,
     /// The GC version, which the compute queue's registers and packets follow.
+    #[serde(with = "crate::wire::ip_version")]
     pub gc: IpVersion,
     /// The SDMA version, which the copy queue's packets follow.
+    #[serde(with = "crate::wire::ip_version")]
     pub sdma: IpVersion,
     /// The version of the compute queues' firmware.
     pub mec: u32,
     /// The compute queue's packets: `Pm4` or `Aql`.
+    #[serde(with = "crate::wire::queue_kind")]
     pub compute: QueueKind,
     /// The local data share of a work-group, in bytes.
     pub lds_bytes: u32,
@@ -1072,7 +1076,8 @@ pub struct Entry {
     /// Where the hidden arguments the kernel reads lie, which the client fills after the
     /// explicit ones: rig-amd's own layout, the hidden part of the [`Entry::plan`] that
     /// `rig_amd::kernarg::layout` follows.
-    pub hidden: rig_amd::kernarg::HiddenLayout,
+    #[serde(with = "crate::wire::hidden_layout")]
+    pub hidden: crate::wire::HiddenLayout,
     /// The scratch a PM4 dispatch names; `None` if the kernel needs none or the queue (AQL)
     /// hands scratch itself.
     pub scratch: Option<Scratch>,
@@ -1209,6 +1214,7 @@ pub enum FaultKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QueueRef {
     /// The packets it reads (`Sdma` for the copy engine's queue).
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// Its number among the device's queues of its engine (0 for `COMPUTE:0`, `COPY:0`).
     pub index: u32,
@@ -1413,6 +1419,7 @@ pub struct RingState {
     /// The queue's name, such as `"COMPUTE:0"`.
     pub queue: String,
     /// The packets it reads.
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// Its generation.
     pub generation: u32,
