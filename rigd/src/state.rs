@@ -70,6 +70,8 @@ struct Client {
     /// Shared, not copied, by every look at the book ([`State::observe`]).
     program: Arc<str>,
     devices: BTreeSet<DeviceId>,
+    /// Whether it ever opened a device (its leaving is logged at info then).
+    opened: bool,
     inspector: bool,
     /// What this connection's devices hold (running total).
     held: Footprint,
@@ -786,6 +788,7 @@ impl State {
         book.apply(client, uid, gpu, reserved, now);
         if let Some(c) = book.clients.get_mut(&client) {
             c.devices.insert(id);
+            c.opened = true;
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,
@@ -1585,6 +1588,7 @@ impl Handler for State {
                 peer,
                 program,
                 devices: BTreeSet::new(),
+                opened: false,
                 inspector,
                 held: Footprint::default(),
             },
@@ -1607,8 +1611,8 @@ impl Handler for State {
         for id in &c.devices {
             self.remove_device(*id);
         }
-        // A connection that held nothing (inspection, such as rigctl) leaves at debug.
-        if n > 0 {
+        // A connection that never held a device (inspection, such as rigctl) leaves at debug.
+        if c.opened {
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,
