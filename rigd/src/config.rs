@@ -567,9 +567,10 @@ impl Images {
     }
 }
 
-/// `[metrics]`: the OpenMetrics endpoint (`GET /metrics` over HTTP), off unless `listen`
-/// names an address. It answers anyone who reaches it, so by default it listens only on
-/// loopback or a local socket and shows other users' figures per uid, not per process.
+/// `[metrics]`: the Prometheus endpoint (`GET /metrics` over HTTP, text format 0.0.4), off
+/// unless `listen` names an address. It answers anyone who reaches it, so by default it
+/// listens only on loopback or a local socket and shows other users' figures per uid, not
+/// per process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Metrics {

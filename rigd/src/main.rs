@@ -29,6 +29,10 @@ struct Cli {
     /// Check the configuration and exit: 0 when it is valid, 2 (with the key named) when not.
     #[arg(long)]
     check: bool,
+    /// Print rigd's manual page, rigd(8), as roff and exit (save it as
+    /// /usr/share/man/man8/rigd.8).
+    #[arg(long)]
+    man: bool,
     /// The sysfs root scanned for AMD GPUs (for tests).
     #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     sysfs: PathBuf,
@@ -68,8 +72,28 @@ fn say_chain(e: &dyn std::error::Error) {
     eprintln!("rigd: {}", chain(e));
 }
 
+/// rigd(8), made from the command line's own definition.
+fn man() -> ExitCode {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    let rendered = clap_mangen::Man::new(Cli::command())
+        .section("8")
+        .render(&mut out)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &out));
+    match rendered {
+        Ok(()) => ExitCode::from(Exit::Ok as u8),
+        Err(e) => {
+            say_chain(&e);
+            ExitCode::from(Exit::Start as u8)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.man {
+        return man();
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -85,3 +85,20 @@ fn a_log_level_typo_is_refused_with_the_valid_levels() {
         assert!(err.contains("RUST_LOG"), "{err}");
     }
 }
+
+#[test]
+fn the_man_page_is_rigd_8_and_names_every_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rigd"))
+        .arg("--man")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(page.contains(".TH rigd 8"), "{page}");
+    for option in ["config", "socket", "check", "man"] {
+        assert!(
+            page.contains(&format!("\\-\\-{option}")),
+            "--{option}: {page}"
+        );
+    }
+}
