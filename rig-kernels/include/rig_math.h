@@ -4,7 +4,8 @@
 // helper) and give the languages' names for it; it is also rig_kernels::MATH_PRELUDE.
 //
 // Where LLVM's AMDGPU lowering of an intrinsic meets OpenCL's precision (exp, exp2, exp10,
-// log, log2, log10 of float: 1 ulp) the functions are that intrinsic. sin, cos and tan
+// log, log2, log10 of float: within 2 ulp, OpenCL allows 3) the functions are that
+// intrinsic. sin, cos and tan
 // reduce their argument by pi/2 in double (Cody and Waite's three-part pi/2 below 2^24,
 // Payne and Hanek's reduction with 224 bits of 2/pi above) and evaluate Taylor polynomials
 // in double: within 1 ulp over every float. pow takes log2 and exp2 in double (within 1

@@ -169,6 +169,7 @@ fn check(language: &str, source: Source) {
     }
     for (f, (name, bound)) in FUNCTIONS.iter().enumerate() {
         let (u, a, b, g, w) = worst[f];
+        eprintln!("{language} {name}: at most {u} ulp from the host");
         assert!(
             u <= *bound,
             "{language} {name}: {u} ulp (bound {bound}) at x = {a:e}, y = {b:e}: got {g:e}, the host {w:e}"
