@@ -95,7 +95,8 @@ pub enum Error {
     },
     /// The compiler or the linker refused the source: its diagnostics say why.
     #[error(
-        "{program} could not build {source_name} for {processor} ({status}):\n{diagnostics}{hint}"
+        "{program} could not build {source_name} for {processor} ({status}):\n{diagnostics}{}",
+        if *undefined { UNDEFINED_HINT } else { "" }
     )]
     Failed {
         /// `clang` or `ld.lld`.
@@ -108,8 +109,8 @@ pub enum Error {
         status: String,
         /// What it printed (the first 16 KiB).
         diagnostics: String,
-        /// What to do, where the diagnostics show a known cause (empty otherwise).
-        hint: &'static str,
+        /// Whether the link left functions undefined: the message then says what gives them.
+        undefined: bool,
     },
 }
 
@@ -474,18 +475,14 @@ impl Compiler {
             diagnostics.truncate(end);
             diagnostics.push_str("\n[...]");
         }
-        let hint = if program == "ld.lld" && diagnostics.contains("undefined") {
-            UNDEFINED_HINT
-        } else {
-            ""
-        };
+        let undefined = program == "ld.lld" && diagnostics.contains("undefined");
         Err(Error::Failed {
             program,
             source_name: source.name.clone(),
             processor: processor.to_owned(),
             status: out.status.to_string(),
             diagnostics,
-            hint,
+            undefined,
         })
     }
 }
