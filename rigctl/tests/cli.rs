@@ -260,6 +260,21 @@ fn own_comm() -> String {
 }
 
 #[test]
+fn version_names_rigctl_and_the_rigd_it_reaches() {
+    let s = serve();
+    let o = rigctl(&s.socket, &["version"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("rigctl ") && out.contains("rigd "), "{out}");
+    let v = json_of(&s.socket, &["version"]);
+    assert_eq!(v["rigd"]["protocol"], rig_proto::VERSION, "{v}");
+    assert!(
+        v["rigd"]["daemon"].as_str().unwrap().starts_with("rigd "),
+        "{v}"
+    );
+}
+
+#[test]
 fn status_names_version_uptime_config_and_socket() {
     let s = serve();
     let out = text(&rigctl(&s.socket, &["status"]));
@@ -479,13 +494,27 @@ fn errors_say_which_failure_and_what_to_do() {
         )
         .unwrap();
     };
-    // The socket's mode keeps nobody out: permission denied, with the group to join.
+    // The socket's mode keeps nobody out: permission denied, with the group to join...
     let s = serve();
     open_dir(&s);
+    let users = nix::unistd::Gid::from_raw(100);
+    nix::unistd::chown(&s.socket, None, Some(users)).unwrap();
     let v = as_nobody(&s.socket, &["--json", "gpus"]);
     assert_eq!(v["error"]["kind"], "permission-denied", "{v}");
+    let group = nix::unistd::Group::from_gid(users)
+        .ok()
+        .flatten()
+        .map_or("100".to_owned(), |g| g.name);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("usermod -aG {group} ")), "{v}");
+    // ...but not when that group is root's: joining it would be the wrong advice.
+    nix::unistd::chown(&s.socket, None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
+    let v = as_nobody(&s.socket, &["--json", "gpus"]);
+    let message = v["error"]["message"].as_str().unwrap();
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("usermod"),
+        !message.contains("usermod")
+            && message.contains("group root")
+            && message.contains("daemon.group"),
         "{v}"
     );
     // The socket lets everyone in, [access] does not.

@@ -201,7 +201,8 @@ impl Admin {
                 stopped.push(id);
             }
         }
-        tracing::warn!(pid, devices = ?stopped, "process evicted by the administrator");
+        let ids: Vec<String> = stopped.iter().map(|d| d.0.to_string()).collect();
+        tracing::warn!(pid, devices = %ids.join(","), "process evicted by the administrator");
         Ok(Response::Evicted { devices: stopped })
     }
 }

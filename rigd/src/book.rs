@@ -28,6 +28,8 @@ pub(crate) struct Client {
     /// Shared, not copied, by every look at the book ([`State::observe`]).
     pub(crate) program: Arc<str>,
     pub(crate) devices: BTreeSet<DeviceId>,
+    /// Whether it ever opened a device (its leaving is logged at info then).
+    pub(crate) opened: bool,
     pub(crate) inspector: bool,
     /// What this connection's devices hold (running total).
     pub(crate) held: Footprint,

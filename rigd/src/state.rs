@@ -157,6 +157,7 @@ impl Handler for State {
                 peer,
                 program,
                 devices: std::collections::BTreeSet::new(),
+                opened: false,
                 inspector,
                 held: Footprint::default(),
             },
@@ -179,8 +180,8 @@ impl Handler for State {
         for id in &c.devices {
             self.remove_device(*id);
         }
-        // A connection that held nothing (inspection, such as rigctl) leaves at debug.
-        if n > 0 {
+        // A connection that never held a device (inspection, such as rigctl) leaves at debug.
+        if c.opened {
             tracing::info!(
                 client = client.0,
                 pid = c.peer.pid,

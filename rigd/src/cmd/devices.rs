@@ -69,6 +69,7 @@ pub(crate) fn open(st: &State, client: ClientId, gpu: u32) -> Answered {
     book.apply(client, uid, gpu, reserved, now);
     if let Some(c) = book.clients.get_mut(&client) {
         c.devices.insert(id);
+        c.opened = true;
         tracing::info!(
             client = client.0,
             pid = c.peer.pid,
