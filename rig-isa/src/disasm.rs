@@ -201,8 +201,17 @@ fn types(n: &str) -> Vec<u8> {
 
 /// Number of VALU sources by opcode range and name.
 fn valu_nsrc(op: u16, n: &str) -> usize {
-    // Ids of operations new in GFX12 keep their encoding's range below 1024.
-    match op & 0x3ff {
+    // Ids of operations new in GFX12 keep their encoding's range below 1024; those new in
+    // GFX9 are in GFX9's numbering (VOPC, VOP2 from 0x100, VOP1 from 0x140, VOP3 from 0x1c0),
+    // here moved to GFX11's ranges.
+    let gfx9 = crate::opcodes::VALU.len() + tables::GFX9_NEW;
+    let enc = match (op as usize).checked_sub(gfx9) {
+        Some(e @ 0x140..=0x1bf) => 0x180 + (e - 0x140) as u16,
+        Some(e @ 0x1c0..) => 0x200 | e as u16,
+        Some(e) => e as u16,
+        None => op,
+    };
+    match enc & 0x3ff {
         0..=0xff => 2,
         0x100..=0x17f => {
             if matches!(
@@ -330,6 +339,7 @@ pub fn valu_widths(op: u16) -> Widths {
             }
         }
         "v_lshlrev_b64" | "v_lshrrev_b64" | "v_ashrrev_i64" => w.src = [1, 2, 0],
+        "v_lshl_add_u64" => w.src = [2, 1, 2],
         "v_ldexp_f64" | "v_trig_preop_f64" => w.src = [2, 1, 0],
         "v_qsad_pk_u16_u8" | "v_mqsad_pk_u16_u8" => {
             w = Widths {

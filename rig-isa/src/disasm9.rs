@@ -283,18 +283,14 @@ impl Ctx<'_> {
             operand(&mut t, i.src[k], n, i.literal, i.acc >> k & 1 != 0);
         }
         // LLVM spells a negated immediate `neg(k)`: an integer constant or literal, and in
-        // SDWA every inline constant (with abs too: `-|k|` there).
+        // SDWA every inline constant (with abs too, it is `-|k|`).
         let sdwa = i.sdwa.is_some();
         let int_const = if sdwa {
             matches!(i.src[k], 128..=208 | 240..=248)
         } else {
             matches!(i.src[k], 128..=208 | src::LITERAL)
         };
-        let negk = neg && int_const && !sext && !(sdwa && abs);
-        if negk && abs {
-            let _ = write!(self.out, "neg(|{t}|)");
-            return;
-        }
+        let negk = neg && int_const && !sext && !abs;
         if negk {
             let _ = write!(self.out, "neg({t})");
             return;
@@ -878,13 +874,10 @@ fn vop3p(c: &mut Ctx) {
             operand(&mut t, i.src[k], 1, 0, false);
             let neg = i.neg >> k & 1 != 0;
             let abs = i.abs >> k & 1 != 0;
+            // A negated integer constant is `neg(k)`; with abs, `-|k|`.
             let int_const = matches!(i.src[k], 128..=208);
-            if neg && int_const {
-                if abs {
-                    let _ = write!(c.out, "neg(|{t}|)");
-                } else {
-                    let _ = write!(c.out, "neg({t})");
-                }
+            if neg && int_const && !abs {
+                let _ = write!(c.out, "neg({t})");
                 continue;
             }
             if neg {
@@ -976,10 +969,9 @@ pub(crate) fn mubuf_dwords(n: &str) -> u8 {
     }
 }
 
-fn ds(c: &mut Ctx) {
-    let i = c.i;
-    let n = name(i);
-    let acc = i.acc & 2 != 0;
+/// Register widths of a DS operation's operands (0: not an operand): the returned data, data0
+/// and data1.
+pub(crate) fn ds_widths(n: &str) -> (u8, u8, u8) {
     let dw = data_dwords(n);
     let two = (n.contains("2_") || n.contains("2st64")) && !n.contains("condxchg32");
     let read = n.starts_with("ds_read")
@@ -998,12 +990,31 @@ fn ds(c: &mut Ctx) {
         || n.contains("wrxchg2")
         || n.contains("write2")
         || n.starts_with("ds_wrap");
+    let rw = if two && n.starts_with("ds_read2") || n.contains("wrxchg2") {
+        dw * 2
+    } else {
+        dw
+    };
+    (
+        if read { rw } else { 0 },
+        if nodata { 0 } else { dw },
+        if !nodata && cmp { dw } else { 0 },
+    )
+}
+
+fn ds(c: &mut Ctx) {
+    let i = c.i;
+    let n = name(i);
+    let acc = i.acc & 2 != 0;
+    let two = (n.contains("2_") || n.contains("2st64")) && !n.contains("condxchg32");
+    let (rw, d0, d1) = ds_widths(n);
     if n == "ds_nop" {
         return;
     }
     if n.starts_with("ds_gws") {
+        // The data operand is in the address field.
         if n != "ds_gws_sema_v" && n != "ds_gws_sema_p" && n != "ds_gws_sema_release_all" {
-            c.op(i.src[1], 1, acc);
+            c.op(i.src[0], 1, acc);
         }
         let off = i.imm as u32 | (i.imm1 as u32) << 8;
         if off != 0 {
@@ -1024,22 +1035,17 @@ fn ds(c: &mut Ctx) {
         }
         return;
     }
-    if read {
-        let rw = if two && n.starts_with("ds_read2") || n.contains("wrxchg2") {
-            dw * 2
-        } else {
-            dw
-        };
+    if rw > 0 {
         c.op(i.dst, rw, acc);
     }
     if !matches!(n, "ds_consume" | "ds_append") && !n.starts_with("ds_gws") {
         c.op(i.src[0], 1, false);
     }
-    if !nodata {
-        c.op(i.src[1], dw, acc);
-        if cmp {
-            c.op(i.src[2], dw, acc);
-        }
+    if d0 > 0 {
+        c.op(i.src[1], d0, acc);
+    }
+    if d1 > 0 {
+        c.op(i.src[2], d1, acc);
     }
     if two {
         if i.imm != 0 {

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::code::{self, Code};
 use crate::decode::{Format, Inst, Isa, src};
 use crate::opcodes::{self, op_smem};
+use crate::opcodes_gfx9::new_smem as new_smem9;
 use crate::opcodes_gfx12::{new_global, new_smem};
 use crate::prep::Fast;
 use crate::valu::Lanes;
@@ -48,15 +49,45 @@ const SLICE: u64 = 256;
 const MAX_LDS_BYTES: u32 = 64 * 1024;
 /// SGPR index of TTMP0.
 const TTMP0: usize = 108;
+/// SGPR index of GFX9's FLAT_SCRATCH_LO.
+const FLAT_SCRATCH_LO: usize = 102;
 /// High 32 bits of the flat aperture that maps LDS.
 pub const SHARED_APERTURE_HI: u32 = 0x1000_0000;
 /// High 32 bits of the flat aperture that maps private memory.
 pub const PRIVATE_APERTURE_HI: u32 = 0x2000_0000;
 
-/// Words of a wave's VGPR file: 256 registers of up to 64 lanes, whatever the dispatch
-/// allocates (`nvgpr` rows of `lanes` words are the wave's). A fixed size, so that a register
-/// number (a `u8`) indexes it with no bounds check: the forms check `nvgpr` once.
-const VGPR_WORDS: usize = 256 * 64;
+/// Words of a wave's vector register file: 512 registers of up to 64 lanes (GFX9's unified
+/// file of VGPRs and AGPRs; the other generations use the first 256), whatever the dispatch
+/// allocates (`nvgpr` rows of `lanes` words are the wave's VGPRs, [`AccRegs`] its AGPRs). A
+/// fixed size, so that a register number (a `u8`) indexes it with no bounds check: the forms
+/// check `nvgpr` once. Rows past a dispatch's allocation are never touched (the zeroed pages
+/// of an allocation cost nothing until written).
+const VGPR_WORDS: usize = 512 * 64;
+
+/// Operand number of AGPR 0 in an instruction as the core runs it (GFX9's accumulator
+/// registers, lowered from the decoder's `Inst::acc` bits by `lower9`): 256 past VGPR 0.
+pub(crate) const AGPR0: u16 = 512;
+
+/// A wave's accumulator registers (GFX9): `count` AGPRs from row `base` of the unified file,
+/// the kernel descriptor's ACCUM_OFFSET (COMPUTE_PGM_RSRC3 bits 5:0, in units of 4 registers,
+/// minus one) splitting it from the VGPRs. None on the other generations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AccRegs {
+    pub base: usize,
+    pub count: usize,
+}
+
+/// Row of register `r` counted from VGPR 0 (`r` below 256: VGPR `r`; from 256: AGPR
+/// `r - 256`) in a file of `nvgpr` VGPRs and the AGPRs `acc`; None outside them.
+#[inline(always)]
+pub(crate) fn reg_row(r: usize, nvgpr: usize, acc: AccRegs) -> Option<usize> {
+    if r < nvgpr {
+        Some(r)
+    } else {
+        let a = r.wrapping_sub(256);
+        (a < acc.count).then_some(acc.base + a)
+    }
+}
 
 /// A zeroed VGPR file.
 fn vgpr_file() -> Box<[u32; VGPR_WORDS]> {
@@ -73,6 +104,7 @@ struct Wave {
     /// Words of `vgpr` that may be non-zero (the last dispatch's allocation).
     vgpr_used: usize,
     nvgpr: usize,
+    acc: AccRegs,
     lanes: usize,
     scc: bool,
     pc: u64,
@@ -214,6 +246,7 @@ struct Ctx<'a> {
     stop: &'a AtomicBool,
     lanes: usize,
     nvgpr: usize,
+    acc: AccRegs,
     waves_per_group: usize,
     wave_bytes: u64,
     /// The host's vector unit, asked once.
@@ -224,6 +257,7 @@ struct Ctx<'a> {
 struct Plan {
     lanes: usize,
     nvgpr: usize,
+    acc: AccRegs,
     waves_per_group: usize,
     wave_bytes: u64,
     /// Workgroups along each dimension of the grid.
@@ -234,7 +268,7 @@ struct Plan {
 }
 
 /// Checks the launch values a dispatch's sender chose, and derives what the workers need.
-fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFault> {
+fn plan(isa: Isa, d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFault> {
     let bad = |reason| Err(ExecFault::BadDispatch { reason });
     if d.group_size.contains(&0) {
         return bad("a workgroup dimension is zero");
@@ -252,7 +286,23 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     }
     let waves_per_group = items.div_ceil(lanes as u64) as usize;
     // rsrc1 VGPR granules can name more than the 256 architected VGPRs: clamp.
-    let nvgpr = (((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8).min(256);
+    let granted = ((d.pgm_rsrc1 & 0x3f) as usize + 1) * 8;
+    let (nvgpr, acc) = if isa == Isa::Gfx9 {
+        // GFX9's unified file (wave64: up to 512 registers in granules of 8): VGPRs below
+        // ACCUM_OFFSET, AGPRs from there.
+        if !d.wave64 {
+            return bad("gfx942 code runs in wave64 only");
+        }
+        let total = granted.min(512);
+        let base = ((d.pgm_rsrc3 & 0x3f) as usize + 1) * 4;
+        let acc = AccRegs {
+            base: base.min(total),
+            count: total.saturating_sub(base).min(256),
+        };
+        (base.min(total).min(256), acc)
+    } else {
+        (granted.min(256), AccRegs::default())
+    };
     let ngroups: [u64; 3] =
         std::array::from_fn(|k| (d.grid_items[k] as u64).div_ceil(d.group_size[k] as u64));
     // Three 32-bit grid dimensions in groups of one can name more groups than a u64 counts.
@@ -279,6 +329,7 @@ fn plan(d: &Dispatch, share: Workgroups, threads: usize) -> Result<Plan, ExecFau
     Ok(Plan {
         lanes,
         nvgpr,
+        acc,
         waves_per_group,
         wave_bytes,
         ngroups,
@@ -415,7 +466,7 @@ pub(crate) fn execute(
     stop: &AtomicBool,
     threads: usize,
 ) -> Result<ExecStats, ExecFault> {
-    let p = plan(d, share, threads)?;
+    let p = plan(isa, d, share, threads)?;
     if p.mine == 0 {
         return Ok(ExecStats::default());
     }
@@ -428,6 +479,7 @@ pub(crate) fn execute(
             stop,
             lanes: p.lanes,
             nvgpr: p.nvgpr,
+            acc: p.acc,
             waves_per_group: p.waves_per_group,
             wave_bytes: p.wave_bytes,
             wide: crate::simd::Wide::detect(),
@@ -557,6 +609,7 @@ fn new_wave(ctx: &Ctx) -> Wave {
         vgpr: vgpr_file(),
         vgpr_used: 0,
         nvgpr: ctx.nvgpr,
+        acc: ctx.acc,
         lanes: ctx.lanes,
         scc: false,
         pc: ctx.d.code_address,
@@ -575,10 +628,11 @@ fn reset_wave(ctx: &Ctx, wave: &mut Wave, slot: u32) {
     let d = ctx.d;
     wave.sgpr = [0; 128];
     // Zero what the last dispatch may have written too: its registers are not this one's.
-    let used = ctx.nvgpr * ctx.lanes;
+    let used = ctx.nvgpr.max(ctx.acc.base + ctx.acc.count) * ctx.lanes;
     wave.vgpr[..used.max(wave.vgpr_used)].fill(0);
     wave.vgpr_used = used;
     wave.nvgpr = ctx.nvgpr;
+    wave.acc = ctx.acc;
     wave.lanes = ctx.lanes;
     wave.rsrc1 = d.pgm_rsrc1;
     wave.scc = false;
@@ -618,6 +672,12 @@ fn system_sgprs(ctx: &Ctx, wave: &mut Wave, id: [u64; 3], nwaves: usize) {
     if let Some(sc) = d.scratch {
         let off = wave.slot as u64 * ctx.wave_bytes;
         wave.flat_scratch = sc.base + off;
+        if ctx.isa == Isa::Gfx9 {
+            // gfx942's architected flat scratch: FLAT_SCRATCH (s102:103 in GFX9's numbering)
+            // holds the wave's scratch address at launch.
+            wave.sgpr[FLAT_SCRATCH_LO] = wave.flat_scratch as u32;
+            wave.sgpr[FLAT_SCRATCH_LO + 1] = (wave.flat_scratch >> 32) as u32;
+        }
         if rsrc2 & 1 != 0 && s < 106 {
             wave.sgpr[s] = off as u32;
         }
@@ -900,6 +960,7 @@ impl Wave {
                 sgpr: &mut self.sgpr,
                 vgpr: &mut self.vgpr[..],
                 nvgpr: self.nvgpr,
+                acc: self.acc,
                 lanes: self.lanes,
                 scc: &mut self.scc,
                 ftz32: (self.rsrc1 >> 16) & 3 != 3,
@@ -931,6 +992,15 @@ fn smem(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Result<(), ExecFa
         new_smem::S_LOAD_U16 => (1, Some((2, false))),
         new_smem::S_LOAD_I16 => (1, Some((2, true))),
         S_GL1_INV | S_DCACHE_INV => return Ok(()),
+        // GFX9's writebacks: memory is coherent at issue.
+        new_smem9::S_DCACHE_WB | new_smem9::S_DCACHE_WB_VOL | new_smem9::S_DCACHE_INV_VOL => {
+            return Ok(());
+        }
+        // GFX9's clock reads: the GPU's clock, as `s_sendmsg_rtn` REALTIME reads it.
+        new_smem9::S_MEMTIME | new_smem9::S_MEMREALTIME => {
+            wv.swrite64(i.dst, mem.clock_ticks());
+            return Ok(());
+        }
         _ => return Err(unsupported(i, pc)),
     };
     if (S_BUFFER_LOAD_B32..SMEM_TABLE).contains(&i.op) {

@@ -1,5 +1,5 @@
-//! rig-isa: an interpreter of the AMD RDNA3 (gfx1100) and RDNA4 (gfx1201) instruction sets
-//! that runs real LLVM-compiled kernels.
+//! rig-isa: an interpreter of the AMD RDNA3 (gfx1100), RDNA4 (gfx1201) and CDNA3 (gfx942)
+//! instruction sets that runs real LLVM-compiled kernels.
 //!
 //! The crate is pure: it knows nothing of page tables, queues or packets. A dispatch is
 //! described by [`Dispatch`] (what the command processor latched from COMPUTE_* registers or an
@@ -22,7 +22,8 @@
 //!   guess.
 //!
 //! Launch state: SGPRs hold `user_sgprs`, then the workgroup ids enabled in rsrc2, the workgroup
-//! info word and the private segment wave offset (on GFX12 the ids are also in TTMP9 and TTMP7); v0 holds the packed work-item ids
+//! info word and the private segment wave offset (on GFX12 the ids are also in TTMP9 and TTMP7; on GFX9 FLAT_SCRATCH holds the wave's scratch
+//! address); v0 holds the packed work-item ids
 //! (x | y << 10 | z << 20); EXEC has the live lanes of each wave. Private memory of lane L in
 //! wave slot S lives at `scratch.base + (S * lanes + L) * bytes_per_lane` (the wave's
 //! FLAT_SCRATCH is `scratch.base + S * lanes * bytes_per_lane`). Flat addresses whose high half
@@ -133,6 +134,7 @@ pub struct Dispatch {
 mod code;
 mod exec;
 mod fma;
+mod lower9;
 mod meta;
 mod pool;
 mod prep;

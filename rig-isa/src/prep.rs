@@ -377,6 +377,11 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub(crate) fn new(inst: Inst) -> Slot {
+        let inst = if inst.isa == crate::decode::Isa::Gfx9 {
+            crate::lower9::lower(inst)
+        } else {
+            inst
+        };
         Slot {
             fast: select(&inst),
             vector: !matches!(
@@ -445,6 +450,10 @@ fn top(ops: &[Operand], d: &[u8]) -> u16 {
 pub(crate) fn select(i: &Inst) -> Fast {
     if crate::exec::no_effect(i) {
         return Fast::Nop;
+    }
+    // GFX9's AGPR operands and SDWA selects: the general executor's.
+    if i.acc != 0 || i.sdwa.is_some() {
+        return Fast::General;
     }
     match i.format {
         Format::Vop1 | Format::Vop2 | Format::Vop3 => alu(i)

@@ -11,12 +11,13 @@
 use std::sync::OnceLock;
 
 use crate::ExecFault;
-use crate::decode::{Dpp, Format, Inst, src};
+use crate::decode::{Dpp, Format, Inst, Isa, Sdwa, src};
 use crate::disasm::{self, Widths};
 use crate::opcodes::op_valu::*;
 
 mod div;
 mod dot;
+mod mfma;
 mod ops;
 pub(crate) use ops::{add_f32, min_max_f32, mul_f32};
 mod wmma;
@@ -26,6 +27,7 @@ pub(crate) struct WaveRef<'a> {
     pub sgpr: &'a mut [u32; 128],
     pub vgpr: &'a mut [u32],
     pub nvgpr: usize,
+    pub acc: crate::exec::AccRegs,
     pub lanes: usize,
     pub scc: &'a mut bool,
     /// COMPUTE_PGM_RSRC1 FLOAT_DENORM_MODE_32 / _16_64 ask to flush denormals (mode 3 keeps
@@ -80,12 +82,18 @@ fn fp_kind(t: Option<&&str>) -> u8 {
     }
 }
 
+/// Semantic ids of VALU operations lie below this: gfx1100's 1024, GFX12's new ones past
+/// them, GFX9's past those (`tables::GFX9_NEW`).
+const VALU_IDS: usize = 3072;
+
 fn info(op: u16) -> OpInfo {
     // Each entry computed when first asked for: a first launch pays for its own operations'
-    // string work, not for all 1024.
-    static T: [OnceLock<OpInfo>; 1024] = [const { OnceLock::new() }; 1024];
-    let op = op & 1023;
-    *T[op as usize].get_or_init(|| op_info(op))
+    // string work, not for all of them.
+    static T: [OnceLock<OpInfo>; VALU_IDS] = [const { OnceLock::new() }; VALU_IDS];
+    match T.get(op as usize) {
+        Some(e) => *e.get_or_init(|| op_info(op)),
+        None => op_info(op),
+    }
 }
 
 fn op_info(op: u16) -> OpInfo {
@@ -209,10 +217,9 @@ impl WaveRef<'_> {
     fn row(&self, r: u16, pc: u64) -> Result<usize, ExecFault> {
         // A non-VGPR operand here (r < 256) wraps to a huge index and is rejected below.
         let r = (r as usize).wrapping_sub(256);
-        if r >= self.nvgpr {
-            Err(ExecFault::VgprOutOfRange { address: pc })
-        } else {
-            Ok(r * self.lanes)
+        match crate::exec::reg_row(r, self.nvgpr, self.acc) {
+            Some(r) => Ok(r * self.lanes),
+            None => Err(ExecFault::VgprOutOfRange { address: pc }),
         }
     }
     /// Gathers operand `s` of `width` dwords into lane values.
@@ -310,6 +317,13 @@ fn apply_dpp(dpp: Dpp, a: &mut Lanes, lanes: usize, exec: u64) -> u64 {
                     0x140 => Some(row + 15 - r),
                     0x141 => Some((l & !7) + 7 - (l & 7)),
                     0x150..=0x15f => Some(row + (ctrl & 0xf) as usize),
+                    // GFX9's wave shifts and rotates by one lane, and row broadcasts.
+                    0x130 => Some(l + 1),
+                    0x134 => Some((l + 1) % lanes),
+                    0x138 => l.checked_sub(1),
+                    0x13c => Some((l + lanes - 1) % lanes),
+                    0x142 => row.checked_sub(1),
+                    0x143 => (l >= 32).then_some(31),
                     _ => Some(row + (r ^ (ctrl & 0xf) as usize)),
                 };
                 let in_mask = row_mask >> (l / 16) & 1 != 0 && bank_mask >> ((l / 4) & 3) & 1 != 0;
@@ -358,7 +372,7 @@ fn lanes3(r: &mut [u32], a: &[u32], b: &[u32], c: &[u32], f: impl Fn(u32, u32, u
 /// 64-bit lane widening, modifiers or DPP to consider. Returns false when `i` is not one of
 /// them (the general path then runs); results equal the general path's.
 fn vop2_fast(w: &mut WaveRef, i: &Inst, pc: u64) -> Result<bool, ExecFault> {
-    if i.format != Format::Vop2 || i.dpp.is_some() || i.src[1] < 256 {
+    if i.format != Format::Vop2 || i.dpp.is_some() || i.sdwa.is_some() || i.src[1] < 256 {
         return Ok(false);
     }
     let float = match i.op {
@@ -423,7 +437,7 @@ fn carry_fast(w: &mut WaveRef, i: &Inst, pc: u64) -> Result<bool, ExecFault> {
         (Format::Vop3sd, V_ADD_CO_CI_U32 | V_ADD_CO_U32) => true,
         _ => return Ok(false),
     };
-    if i.dpp.is_some() || i.clamp || i.omod != 0 || i.neg != 0 || i.abs != 0 {
+    if i.dpp.is_some() || i.sdwa.is_some() || i.clamp || i.omod != 0 || i.neg != 0 || i.abs != 0 {
         return Ok(false);
     }
     let n = w.lanes;
@@ -527,6 +541,14 @@ fn read_sources(
         w.fetch(sk, width, i.literal, oi, &mut t[k], pc)?;
     }
     let [a, b, c, _] = t;
+    if let Some(sd) = i.sdwa {
+        for (k, v) in [&mut *a, &mut *b].into_iter().enumerate() {
+            let sext = sd.sext >> k & 1 != 0;
+            for x in v.iter_mut().take(n) {
+                *x = sdwa_select(*x as u32, sd.src_sel[k], sext) as u64;
+            }
+        }
+    }
     if oi.src16 {
         for (k, v) in [&mut *a, &mut *b, &mut *c].into_iter().enumerate() {
             let hi = e64 && i.op_sel >> k & 1 != 0;
@@ -606,16 +628,28 @@ fn write_result(
         w.set_mask(dst, cm & exec);
     }
     let dr = w.row(i.dst, pc)?;
+    if let Some(sd) = i.sdwa {
+        for l in 0..n {
+            if exec >> l & 1 != 0 {
+                w.vgpr[dr + l] = sdwa_dst(w.vgpr[dr + l], r[l] as u32, sd);
+            }
+        }
+        return Ok(());
+    }
     if oi.dst16 {
         let hi = matches!(i.format, Format::Vop3 | Format::Vop3sd) && i.op_sel & 8 != 0;
+        // GFX9 zeroes the high half, but for the operations with op_sel there.
+        let keep = i.isa != Isa::Gfx9 || gfx9_keeps_high(i.op);
         for l in 0..n {
             if exec >> l & 1 != 0 {
                 let old = w.vgpr[dr + l];
                 let v = r[l] as u32 & 0xffff;
                 w.vgpr[dr + l] = if hi {
                     (old & 0xffff) | v << 16
-                } else {
+                } else if keep {
                     (old & 0xffff_0000) | v
+                } else {
+                    v
                 };
             }
         }
@@ -641,6 +675,47 @@ fn write_result(
         }
     }
     Ok(())
+}
+
+/// GFX9's 16-bit operations that keep the other half of their destination (those whose VOP3
+/// form has op_sel there: the multiply-adds and `v_div_fixup_f16`); the others zero it.
+fn gfx9_keeps_high(op: u16) -> bool {
+    matches!(
+        op,
+        V_MAD_U16 | V_MAD_I16 | V_FMA_F16 | V_DIV_FIXUP_F16 | V_FMAC_F16
+    )
+}
+
+/// An SDWA source select (0-3 a byte, 4-5 a word, 6 the dword) of `x`, zero- or
+/// sign-extended.
+fn sdwa_select(x: u32, sel: u8, sext: bool) -> u32 {
+    let (v, bits) = match sel {
+        0..=3 => ((x >> (8 * sel)) & 0xff, 8),
+        4 | 5 => ((x >> (16 * (sel - 4))) & 0xffff, 16),
+        _ => return x,
+    };
+    if sext {
+        (((v << (32 - bits)) as i32) >> (32 - bits)) as u32
+    } else {
+        v
+    }
+}
+
+/// The destination dword of an SDWA result `v` written over `old`: the selected byte or word
+/// gets `v`'s low bits; the other bits are zeroed (dst_unused 0), the result's sign above it
+/// with zeros below (1) or kept (2).
+fn sdwa_dst(old: u32, v: u32, sd: Sdwa) -> u32 {
+    let (shift, bits) = match sd.dst_sel {
+        0..=3 => (8 * sd.dst_sel as u32, 8),
+        4 | 5 => (16 * (sd.dst_sel as u32 - 4), 16),
+        _ => return v,
+    };
+    let mask = ((1u32 << bits) - 1) << shift;
+    match sd.dst_unused {
+        1 => ((((v << (32 - bits)) as i32) >> (32 - bits)) as u32) << shift,
+        2 => (old & !mask) | ((v << shift) & mask),
+        _ => (v << shift) & mask,
+    }
 }
 
 fn unsupported(i: &Inst, pc: u64) -> ExecFault {
@@ -737,7 +812,9 @@ pub(crate) fn vop3p(
         src_fp: 0,
         dst_fp: 0,
     };
-    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))? {
+    if wmma::wmma(w, i, pc, &|| unsupported(i, pc))?
+        || mfma::mfma(w, i, pc, &|| unsupported(i, pc))?
+    {
         return Ok(());
     }
     let Some(nsrc) = vop3p_sources(i.op) else {
@@ -928,6 +1005,45 @@ fn packed_half(op: u16, clamp: bool, x: u64, y: u64, z: u64) -> u64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn sdwa_selects_extend_and_destinations_pad_sign_extend_or_keep() {
+        assert_eq!(sdwa_select(0x8180_7f01, 1, false), 0x7f);
+        assert_eq!(sdwa_select(0x8180_7f01, 2, true), 0xffff_ff80);
+        assert_eq!(sdwa_select(0x8180_7f01, 5, true), 0xffff_8180);
+        assert_eq!(sdwa_select(0x8180_7f01, 4, false), 0x7f01);
+        assert_eq!(sdwa_select(0x8180_7f01, 6, true), 0x8180_7f01);
+        let sd = |dst_sel, dst_unused| Sdwa {
+            dst_sel,
+            dst_unused,
+            src_sel: [6, 6],
+            sext: 0,
+            sgpr: 0,
+        };
+        let old = 0x1234_5678;
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 0)), 0x0000_9900);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 1)), 0xffff_9900);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(1, 2)), 0x1234_9978);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(5, 2)), 0xef99_5678);
+        assert_eq!(sdwa_dst(old, 0xabcd_7f99, sd(4, 1)), 0x0000_7f99);
+        assert_eq!(sdwa_dst(old, 0xabcd_ef99, sd(6, 0)), 0xabcd_ef99);
+    }
+
+    #[test]
+    fn the_unified_file_puts_agprs_past_the_accumulator_offset() {
+        let acc = crate::exec::AccRegs {
+            base: 32,
+            count: 16,
+        };
+        assert_eq!(crate::exec::reg_row(31, 32, acc), Some(31));
+        assert_eq!(crate::exec::reg_row(32, 32, acc), None);
+        assert_eq!(crate::exec::reg_row(256, 32, acc), Some(32));
+        assert_eq!(crate::exec::reg_row(256 + 15, 32, acc), Some(47));
+        assert_eq!(crate::exec::reg_row(256 + 16, 32, acc), None);
+        // No AGPRs outside GFX9.
+        let none = crate::exec::AccRegs::default();
+        assert_eq!(crate::exec::reg_row(256, 256, none), None);
+    }
+
     /// Runs the VOP2 `words` on a wave32 of 16 VGPRs filled from `seed`, through the fast path
     /// or the general one; returns the VGPRs.
     fn run(words: &[u32], exec: u32, seed: u32, fast: bool) -> Vec<u32> {
@@ -954,6 +1070,7 @@ mod tests {
             sgpr: &mut sgpr,
             vgpr: &mut vgpr,
             nvgpr: 16,
+            acc: crate::exec::AccRegs::default(),
             lanes: 32,
             scc: &mut scc,
             ftz32: false,

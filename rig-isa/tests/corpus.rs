@@ -1,6 +1,6 @@
-//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 and, in gfx1201/, for
-//! gfx1201 by build.sh) runs in rig-isa as each target and, compiled by the machine's C compiler
-//! from the same OpenCL C source, on the host;
+//! Execution oracle: every corpus kernel (kernels/corpus, built for gfx1100 and, in gfx1201/ and
+//! gfx942/, for gfx1201 and gfx942 by build.sh) runs in rig-isa as each target and, compiled by
+//! the machine's C compiler from the same OpenCL C source, on the host;
 //! the output buffers must match bit for bit (integers and floats alike: the kernels are built
 //! with -cl-fp32-correctly-rounded-divide-sqrt and -ffp-contract=off (the host with
 //! -ffp-contract=off too) and both sides round to nearest even with
@@ -20,7 +20,11 @@ use common::{Arg, Case, corpus_dir, run_gpu_on};
 use rig_isa::Isa;
 
 /// The targets every case runs as (the corpus is built for each).
-const TARGETS: [(Isa, &str); 2] = [(Isa::Gfx11, "gfx1100"), (Isa::Gfx12, "gfx1201")];
+const TARGETS: [(Isa, &str); 3] = [
+    (Isa::Gfx11, "gfx1100"),
+    (Isa::Gfx12, "gfx1201"),
+    (Isa::Gfx9, "gfx942"),
+];
 
 struct Rng(u64);
 impl Rng {
@@ -886,6 +890,29 @@ fn cases() -> Vec<Case> {
             ],
         );
     }
+    {
+        // MFMA f32 (gfx942 only): per group of one wave64, A and B of 64 elements, C of up to
+        // 2048; multiples of 1/8 in [-4, 4] and integers in [-20, 20], so sums are exact.
+        let groups = 4;
+        let k8 = |r: &mut Rng| (r.next() % 65) as f32 / 8.0 - 4.0;
+        let av: Vec<f32> = (0..64 * groups).map(|_| k8(&mut r)).collect();
+        let bv: Vec<f32> = (0..64 * groups).map(|_| k8(&mut r)).collect();
+        let cv: Vec<f32> = (0..2048 * groups)
+            .map(|_| (r.next() % 41) as f32 - 20.0)
+            .collect();
+        add(
+            "mfma_f32",
+            "O2",
+            g1(64 * groups as u32, 64),
+            vec![f32s(av), f32s(bv), f32s(cv), zero(4 * 72 * 64 * groups)],
+            vec![
+                Buf(0, "const float*"),
+                Buf(1, "const float*"),
+                Buf(2, "const float*"),
+                Buf(3, "float*"),
+            ],
+        );
+    }
     // Wave64 builds of some kernels run on the same inputs.
     let w64 = [
         "vadd_f32",
@@ -1060,9 +1087,10 @@ fn find_cc() -> Option<String> {
 }
 
 /// The kernels built for gfx1100 alone (kernels/corpus/gfx11_only: GFX11 builtins or
-/// inline assembly).
-fn gfx11_only() -> Vec<String> {
-    let list = corpus_dir().join("gfx11_only");
+/// inline assembly), not for gfx942 (kernels/corpus/not_gfx942: RDNA builtins), or for gfx942
+/// alone (kernels/corpus/gfx942_only: MFMA).
+fn listed(file: &str) -> Vec<String> {
+    let list = corpus_dir().join(file);
     std::fs::read_to_string(&list)
         .unwrap_or_else(|e| panic!("{}: {e}", list.display()))
         .lines()
@@ -1081,16 +1109,29 @@ fn corpus_matches_host() {
     let dir = std::env::temp_dir().join(format!("rig-isa-corpus-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let only = std::env::var("RIG_ISA_KERNEL").ok();
+    let only_target = std::env::var("RIG_ISA_TARGET").ok();
     let mut failures = Vec::new();
     let mut ran = 0;
-    let gfx11_only = gfx11_only();
+    let gfx11_only = listed("gfx11_only");
+    let not_gfx942 = listed("not_gfx942");
+    let gfx942_only = listed("gfx942_only");
     for c in cases() {
         if only.as_deref().is_some_and(|o| o != c.name) {
             continue;
         }
         let host = run_host(&c, &cc, &dir);
         for (isa, target) in TARGETS {
+            if only_target.as_deref().is_some_and(|t| t != target) {
+                continue;
+            }
             if isa != Isa::Gfx11 && gfx11_only.iter().any(|n| n == c.name) {
+                continue;
+            }
+            // gfx942 code is wave64 only: its O2 build is what the W64 builds are elsewhere.
+            if isa == Isa::Gfx9 && (c.opt == "W64" || not_gfx942.iter().any(|n| n == c.name)) {
+                continue;
+            }
+            if isa != Isa::Gfx9 && gfx942_only.iter().any(|n| n == c.name) {
                 continue;
             }
             let gpu = std::panic::catch_unwind(|| run_gpu_on(isa, &c, 2));

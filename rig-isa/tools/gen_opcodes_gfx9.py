@@ -97,7 +97,9 @@ table("VOP3P", 0x80, [lambda op: [0xD3800000 | op << 16 | 0x4000 | 2, 0x18000000
                       lambda op: [0xD3800000 | op << 16 | 0, V + 0 | (V + 8) << 9 | (V + 16) << 18],
                       lambda op: [0xD3800000 | op << 16 | 0, V + 0 | (V + 0) << 9 | (V + 0) << 18],
                       lambda op: [0xD3800000 | op << 16 | 0, V + 0 | (V + 4) << 9 | (V + 8) << 18],
-                      lambda op: [0xD3800000 | op << 16 | 0, V + 0 | (V + 0) << 9 | 0x80 << 18]])
+                      lambda op: [0xD3800000 | op << 16 | 0, V + 0 | (V + 0) << 9 | 0x80 << 18],
+                      # One source, op_sel_hi set (v_accvgpr_read_b32, v_accvgpr_write_b32).
+                      lambda op: [0xD3800000 | op << 16 | 0x4000 | 2, 0x18000000 | V + 2]])
 table("DS", 0x100, [lambda op: [0xD8000000 | op << 17, 0x02000301], lambda op: [0xD8000000 | op << 17, 0x00000201],
                     lambda op: [0xD8000000 | op << 17, 0x00030201], lambda op: [0xD8000000 | op << 17, 0x04000001],
                     lambda op: [0xD8000000 | op << 17, 0x04000000], lambda op: [0xD8000000 | op << 17, 0x00000000],

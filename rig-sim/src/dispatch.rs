@@ -184,23 +184,17 @@ impl KernelExecutor for NoExecutor {
     }
 }
 
-/// rig-isa's interpreter, which runs GFX11 (RDNA3) and GFX12 (RDNA4) machine code, each
-/// with its generation's decoder and launch state. Launches on other generations fault with
-/// that reason rather than run code the interpreter would misread.
+/// rig-isa's interpreter, which runs GFX9 (CDNA3), GFX11 (RDNA3) and GFX12 (RDNA4) machine
+/// code, each with its generation's decoder and launch state.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IsaExecutor;
 
 impl KernelExecutor for IsaExecutor {
     fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
         let isa = match launch.model.generation() {
+            Generation::Gfx9 => rig_isa::Isa::Gfx9,
             Generation::Gfx11 => rig_isa::Isa::Gfx11,
             Generation::Gfx12 => rig_isa::Isa::Gfx12,
-            Generation::Gfx9 => {
-                return Err(KernelFault::Unsupported(format!(
-                    "no kernel executor for {}: rig-isa runs GFX11 and GFX12 code only",
-                    launch.model.name()
-                )));
-            }
         };
         rig_isa::execute_isa(
             isa,

@@ -1,5 +1,6 @@
 //! A real LLVM-compiled kernel (kernels/out/gfx1100/add.co) launched by PM4 DISPATCH_DIRECT
-//! through a ring and a doorbell, run by rig-isa against the queue's page table.
+//! through a ring and a doorbell, run by rig-isa against the queue's page table; its gfx942
+//! build (kernels/out/gfx942/add.co) launched by an AQL kernel-dispatch packet.
 
 mod common;
 
@@ -26,8 +27,13 @@ fn set(offset: u16, values: &[u32]) -> Vec<u32> {
 /// Places the committed gfx1100 `add` kernel in VRAM at `CODE_VA`; `None`, saying so, when
 /// the object is absent.
 fn place_add(space: &rig_sim::AddressSpace) -> Option<Kernel> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co");
+    place_add_for(space, "gfx1100")
+}
+
+/// [`place_add`] of the build for `target` (a directory of kernels/out).
+fn place_add_for(space: &rig_sim::AddressSpace, target: &str) -> Option<Kernel> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../kernels/out/{target}/add.co"));
     let Ok(bytes) = std::fs::read(&path) else {
         println!(
             "skipped: {} is absent (kernels/build.sh makes it)",
@@ -204,6 +210,51 @@ fn a_kernel_with_a_private_segment_runs_with_the_dispatch_scratch() {
     for (i, seed) in seeds.iter().enumerate() {
         let got = mem.load_u32(4096 + 4 * M + 4 * i, Ordering::Acquire);
         assert_eq!(got, scratch_output(i, *seed), "out[{i}]");
+    }
+}
+
+#[test]
+fn the_gfx942_add_kernel_runs_through_an_aql_dispatch_on_every_die() {
+    let gpu = gpu("gfx942");
+    let space = gpu.create_address_space();
+    let Some(k) = place_add_for(&space, "gfx942") else {
+        return;
+    };
+    let AddLaunch {
+        mem, args, grid, ..
+    } = stage_add(&space, &k);
+    let signal = HOST_VA + 2048;
+    mem.store_u64(2048 + 8, 1, Ordering::Relaxed);
+    let packet = rig_amd::aql::Packet::KernelDispatch(rig_amd::aql::KernelDispatch {
+        header: rig_amd::aql::Header {
+            barrier: true,
+            ..rig_amd::aql::Header::default()
+        },
+        dimensions: 1,
+        workgroup_size: [64, 1, 1],
+        grid_size: [(N as u32), 1, 1],
+        private_segment_size: 0,
+        group_segment_size: k.group_segment_size(),
+        kernel_object: CODE_VA + k.descriptor_offset(),
+        kernarg_address: args,
+        completion_signal: signal,
+    });
+    assert_eq!(grid.group_size, [64, 1, 1]);
+    let mut q = TestQueue::new(&space, QueueKind::Aql, 4096, 0);
+    q.place_aql(packet.encode().unwrap());
+    q.ring_bell();
+    q.wait_idle();
+    assert_eq!(
+        q.status(),
+        QueueStatus::Running,
+        "{:?}",
+        q.seen.faults.lock().unwrap()
+    );
+    assert_eq!(mem.load_u64(2048 + 8, Ordering::Acquire), 0, "the signal");
+    for i in 0..N {
+        let mut b = [0u8; 4];
+        mem.read(4096 + 4 * N + 4 * i, &mut b);
+        assert_eq!(f32::from_le_bytes(b), 3.0 * i as f32, "y[{i}]");
     }
 }
 

@@ -651,6 +651,10 @@ fn ds(w: u32, words: &[u32]) -> Result<Inst, DecodeError> {
     i.dst = src::VGPR0 + field(w1, 24, 8) as u16;
     // acc: the data and the returned value are AGPRs.
     i.acc = acc * 0b1110;
+    let (rw, d0, d1) = crate::disasm9::ds_widths(crate::disasm9::name(&i));
+    if (rw > 0 && !tuple_ok(i.dst, rw)) || !tuple_ok(i.src[1], d0) || !tuple_ok(i.src[2], d1) {
+        return Err(DecodeError::Illegal);
+    }
     Ok(i)
 }
 

@@ -92,10 +92,9 @@ impl DsOp<'_> {
     fn row(&self, wv: &Wave, r: u16, k: u16) -> Result<usize, ExecFault> {
         // A non-VGPR operand here (r < 256) wraps to a huge index and is rejected below.
         let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
-        if r >= wv.nvgpr {
-            Err(ExecFault::VgprOutOfRange { address: self.pc })
-        } else {
-            Ok(r * wv.lanes)
+        match super::reg_row(r, wv.nvgpr, wv.acc) {
+            Some(r) => Ok(r * wv.lanes),
+            None => Err(ExecFault::VgprOutOfRange { address: self.pc }),
         }
     }
     fn active(&self, l: usize) -> bool {

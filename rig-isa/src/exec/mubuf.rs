@@ -78,10 +78,12 @@ struct Lane {
     offset: u64,
 }
 
-/// The cache invalidations (`buffer_gl0_inv`, `buffer_gl1_inv`): nothing to do, memory is
-/// coherent at issue.
+/// The cache invalidations (`buffer_gl0_inv`, `buffer_gl1_inv`, GFX9's `buffer_inv`) and
+/// GFX9's writebacks (`buffer_wbl2`, `buffer_wbinvl1`, `buffer_wbinvl1_vol`): nothing to do,
+/// memory is coherent at issue.
 pub(super) fn is_cache_inv(i: &Inst) -> bool {
-    meta(i).name.ends_with("_inv")
+    let n = meta(i).name;
+    n.ends_with("_inv") || n.starts_with("buffer_wb")
 }
 
 // Kept out of line so `step` stays a small dispatcher (its frame is paid per issue).
@@ -101,10 +103,9 @@ pub(super) fn mubuf(wv: &mut Wave, mem: &dyn Memory, i: &Inst, pc: u64) -> Resul
     let exec = wv.exec();
     let row = |wv: &Wave, reg: u16, k: u16| -> Result<usize, ExecFault> {
         let x = (reg as usize).wrapping_sub(256).wrapping_add(k as usize);
-        if x >= wv.nvgpr {
-            Err(ExecFault::VgprOutOfRange { address: pc })
-        } else {
-            Ok(x * wv.lanes)
+        match super::reg_row(x, wv.nvgpr, wv.acc) {
+            Some(x) => Ok(x * wv.lanes),
+            None => Err(ExecFault::VgprOutOfRange { address: pc }),
         }
     };
     let lane = |wv: &Wave, l: usize| -> Result<Lane, ExecFault> {

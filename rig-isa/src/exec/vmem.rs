@@ -33,10 +33,9 @@ impl VmOp<'_> {
     #[inline(always)]
     fn row(&self, wv: &Wave, r: u16, k: u16) -> Result<usize, ExecFault> {
         let r = (r as usize).wrapping_sub(256).wrapping_add(k as usize);
-        if r >= wv.nvgpr {
-            Err(ExecFault::VgprOutOfRange { address: self.pc })
-        } else {
-            Ok(r * wv.lanes)
+        match super::reg_row(r, wv.nvgpr, wv.acc) {
+            Some(r) => Ok(r * wv.lanes),
+            None => Err(ExecFault::VgprOutOfRange { address: self.pc }),
         }
     }
 

@@ -1,6 +1,6 @@
 //! What each VALU operation computes, one function per operand class (compares, moves, f32,
 //! 32-bit integer adds, multiplies, min/max, bit operations, conversions, carries, f64, f16,
-//! 16-bit integer, cross-lane).
+//! 16-bit integer, cross-lane, and the operations gfx942 has and gfx1100 lacks).
 //!
 //! `valu_general` has fetched and modified the sources into `t[0..3]`; a group computes the
 //! results into `t[3]` for the opcodes it owns and says so with a `Res`, or returns
@@ -9,8 +9,9 @@
 use super::dot::dot_ops;
 use super::{Lanes, WaveRef, d, db, div, f, fb, h, hb, unsupported};
 use crate::ExecFault;
-use crate::decode::{Format, Inst, src};
+use crate::decode::{Format, Inst, Isa, src};
 use crate::opcodes::op_valu::*;
+use crate::opcodes_gfx9::new_valu;
 
 /// What a group did with an instruction.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -69,6 +70,7 @@ groups!(
     int16_ops,
     cross_lane_ops,
     dot_ops,
+    gfx9_ops,
 );
 
 /// Computes `$e` for every lane (inactive lanes too: the operations are pure and the results
@@ -327,14 +329,43 @@ pub(super) fn compare(
         bits |= (r as u64) << l;
     }
     bits &= !wr_off;
+    // GFX9's VOPC names its destination (VCC, or an SDWA form's SGPRs).
+    let dst = if e64 || i.isa == Isa::Gfx9 {
+        i.dst
+    } else {
+        src::VCC_LO
+    };
     if op >= 0x80 {
+        if i.isa == Isa::Gfx9 {
+            // GFX9's v_cmpx writes its destination too.
+            w.set_mask(dst, bits);
+        }
         // v_cmpx: result replaces EXEC (inactive lanes read as 0).
         w.set_mask(src::EXEC_LO, bits);
     } else {
-        let dst = if e64 { i.dst } else { src::VCC_LO };
         w.set_mask(dst, bits);
     }
     Ok(())
+}
+
+/// The operations gfx942 (CDNA3) has and gfx1100 lacks: 64-bit moves and address arithmetic.
+fn gfx9_ops(
+    w: &mut WaveRef,
+    t: &mut [Lanes; 4],
+    i: &Inst,
+    exec: u64,
+    _pc: u64,
+) -> Result<Res, ExecFault> {
+    let n = w.lanes;
+    let [a, b, c, r] = t;
+    match i.op {
+        new_valu::V_MOV_B64 => map!(n, exec, r, a, b, c, |x, _y, _z| x),
+        // D = (S0 << S1[2:0]) + S2, in 64 bits.
+        new_valu::V_LSHL_ADD_U64 => map!(n, exec, r, a, b, c, |x, y, z| (x << (y & 7))
+            .wrapping_add(z)),
+        _ => return Ok(Res::Other),
+    }
+    Ok(Res::Lanes(None))
 }
 
 /// Moves, selects and no-ops.
@@ -1445,6 +1476,7 @@ mod tests {
                 sgpr: &mut sgpr,
                 vgpr: &mut vgpr,
                 nvgpr: 16,
+                acc: crate::exec::AccRegs::default(),
                 lanes: 64,
                 scc: &mut scc,
                 ftz32: false,
