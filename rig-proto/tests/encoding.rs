@@ -8,9 +8,9 @@ use rig_proto::frame::{decode, encode};
 use rig_proto::*;
 
 /// How many variants `Request` has; [`request_index`] names each.
-const REQUESTS: usize = 24;
+const REQUESTS: usize = 25;
 /// How many variants `Response` has; [`response_index`] names each.
-const RESPONSES: usize = 23;
+const RESPONSES: usize = 24;
 
 /// The variant's index, with no wildcard: a new variant fails to compile here until it has
 /// an example below.
@@ -40,6 +40,7 @@ fn request_index(r: &Request) -> usize {
         Request::ListProcesses => 21,
         Request::AdminStop { .. } => 22,
         Request::Evict { .. } => 23,
+        Request::Ping => 24,
     }
 }
 
@@ -69,6 +70,7 @@ fn response_index(r: &Response) -> usize {
         Response::GpuStatus(_) => 20,
         Response::Processes(_) => 21,
         Response::Evicted { .. } => 22,
+        Response::Pong => 23,
     }
 }
 
@@ -265,6 +267,7 @@ fn requests() -> Vec<(Request, &'static str)> {
         (Request::ListProcesses, "15"),
         (Request::AdminStop { device: d }, "1602"),
         (Request::Evict { pid: 300 }, "17fb2c01"),
+        (Request::Ping, "18"),
     ]
 }
 
@@ -499,6 +502,7 @@ fn responses() -> Vec<(Response, &'static str)> {
             },
             "16020304",
         ),
+        (Response::Pong, "17"),
     ]
 }
 

@@ -150,9 +150,7 @@ fn check(language: &str, source: Source) {
         .unwrap()
         .buffer(2, &out)
         .unwrap();
-    let launch = Submission::new()
-        .launch_args(&args, [N as u32 / 256, 1, 1], [256, 1, 1])
-        .unwrap();
+    let launch = Submission::new().launch(args.launch([N as u32 / 256, 1, 1], [256, 1, 1]));
     device.submit(&launch).unwrap().wait().unwrap();
     let got: Vec<f32> = out.read(|b| f32s(b).collect()).unwrap();
 
