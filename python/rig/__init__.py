@@ -11,7 +11,8 @@
 
 Errors are rig.Error with rig's message and its status code, each status a subclass of its
 own: rig.ConnectError (no rigd on the socket), rig.ConnectionLost (rigd went away), rig.Lost
-(a lost device), rig.ArgError (an argument that does not fit its parameter), and so on.
+(a lost device), rig.ArgError (an argument that does not fit its parameter), rig.Timeout (a
+wait's timeout passed first; also a TimeoutError), and so on.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ._ffi import ffi, lib
 __all__ = [
     "Error", "ConnectError", "ConnectionLost", "ProtocolError", "LayoutError",
     "SharedMemoryError", "Refused", "Lost", "Never", "Unsupported", "OutOfMemory", "NoKernel",
-    "InvalidArgument", "HostError", "ArgError", "CompileError", "Panic", "status_string",
+    "InvalidArgument", "HostError", "ArgError", "CompileError", "Panic", "Timeout", "status_string",
     "connect", "compile", "Connection", "Device",
     "Buffer", "HostArray", "Image", "Kernel", "Local", "Param", "Submission", "Point", "Profile",
 ]
@@ -109,6 +110,11 @@ class Panic(Error):
     """rig panicked: a bug of rig's, with its message (RIG_STATUS_PANIC)."""
 
 
+class Timeout(Error, TimeoutError):
+    """A wait's timeout passed before its point was reached; the work goes on
+    (RIG_STATUS_TIMEOUT)."""
+
+
 _BY_STATUS = {
     lib.RIG_STATUS_CONNECT: ConnectError,
     lib.RIG_STATUS_CONNECTION: ConnectionLost,
@@ -127,6 +133,7 @@ _BY_STATUS = {
     lib.RIG_STATUS_ARG: ArgError,
     lib.RIG_STATUS_COMPILE: CompileError,
     lib.RIG_STATUS_PANIC: Panic,
+    lib.RIG_STATUS_TIMEOUT: Timeout,
 }
 
 
@@ -205,6 +212,7 @@ class Device:
         completed; owned by the device)."""
         return lib.rig_device_eventfd(self._h)
 
+    @property
     def lost(self) -> Optional[Lost]:
         """The loss (a Lost with rigd's reason), or None while the device works."""
         try:
@@ -479,9 +487,16 @@ class Point:
     def signaled(self) -> bool:
         return bool(lib.rig_point_signaled(self._h))
 
-    def wait(self) -> "Point":
-        """Waits until reached; raises Lost if the device is lost first."""
-        _check(lib.rig_point_wait(self._h))
+    def wait(self, timeout: Optional[float] = None) -> "Point":
+        """Waits until reached; raises Lost if the device is lost first. With a `timeout`
+        in seconds, raises Timeout (a TimeoutError) if it passes first: the work goes on,
+        and a later wait may still see it reached."""
+        if timeout is None:
+            _check(lib.rig_point_wait(self._h))
+        else:
+            if timeout < 0:
+                raise ValueError(f"a timeout of {timeout} s is negative")
+            _check(lib.rig_point_wait_timeout(self._h, int(timeout * 1e9)))
         return self
 
 

@@ -122,8 +122,31 @@ def test_errors_carry_rigs_message(device, rigd):
     with pytest.raises(rig.ConnectError) as e:
         rig.connect("/nonexistent/rigd.sock")
     assert "/nonexistent/rigd.sock" in str(e.value)
-    assert device.lost() is None
+    assert device.lost is None
     assert device.id > 0 and device.fileno() >= 0
+
+
+SPIN = """
+kernel void spin(global volatile uint *flag) { while (*flag == 0) {} }
+"""
+
+
+def test_a_wait_with_a_timeout_raises_timeout_and_the_work_goes_on(device):
+    k = device.load(rig.compile(SPIN, device.arch)).kernel("spin")
+    flag = device.host_array(1024, np.uint32)
+    p = device.submit(rig.Submission().launch(k, [1], [1], flag))
+    with pytest.raises(rig.Timeout, match="not reached within") as e:
+        p.wait(timeout=0.05)
+    assert isinstance(e.value, TimeoutError)
+    assert rig.status_string(e.value.status) == "the wait's timeout passed first"
+    assert not p.signaled()
+    assert device.lost is None
+    # The work went on: once the flag is set it ends, and a wait sees it reached.
+    flag.array[0] = 1
+    p.wait(timeout=30)
+    assert p.signaled()
+    with pytest.raises(ValueError):
+        p.wait(timeout=-1)
 
 
 def test_the_docs_example_runs(rigd, tmp_path, monkeypatch):

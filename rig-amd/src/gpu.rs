@@ -15,7 +15,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A three-part IP version: major, minor, stepping. rig's protocol carries it as it is.
+/// A three-part IP version: major, minor, stepping. rig's protocol carries it in a wire form
+/// of its own (`rig_proto::wire`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct IpVersion {
     /// Major version.
@@ -52,7 +53,8 @@ pub enum ComputePackets {
     Aql,
 }
 
-/// The kinds of hardware queue rig makes. rig's protocol carries it as it is.
+/// The kinds of hardware queue rig makes. rig's protocol carries it in a wire form of its own
+/// (`rig_proto::wire`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum QueueKind {
     /// A compute queue reading PM4 packets.

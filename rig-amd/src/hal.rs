@@ -48,6 +48,9 @@ pub struct Hal {
     /// Compute units in one work-group processor: two from GFX10 (RDNA's WGP), one on GFX9
     /// (where CU_MASK-style masks name compute units).
     pub cus_per_wgp: u32,
+    /// Shader arrays in one shader engine: one on GFX9 (CDNA), two from GFX10 (RDNA), as
+    /// KFD's topology states them (`simd_arrays_per_engine`).
+    pub arrays_per_engine: u32,
 }
 
 /// The wave64 rule: a kernel runs in waves of 64 lanes on a generation of wave64 only, or
@@ -121,6 +124,15 @@ impl Hal {
         }
     }
 
+    /// Every work-group processor of a GPU of `shader_engines` engines and `compute_units`
+    /// compute units, per shader engine and array ([`Hal::arrays_per_engine`]), the units
+    /// split evenly: the mask a path states where no processor is fused off.
+    pub fn all_wgps(&self, shader_engines: u32, compute_units: u32) -> Vec<Vec<u32>> {
+        let arrays = shader_engines.saturating_mul(self.arrays_per_engine).max(1);
+        let mask = self.wgp_mask(compute_units / arrays);
+        vec![vec![mask; self.arrays_per_engine as usize]; shader_engines as usize]
+    }
+
     /// Bytes of scratch per wave that COMPUTE_TMPRING_SIZE `tmpring` states.
     #[inline]
     pub const fn tmpring_wave_bytes(&self, tmpring: u32) -> u32 {
@@ -152,6 +164,7 @@ const fn hal_of(g: Generation) -> Hal {
             gcr::RELEASE_WRITE_BACK
         },
         cus_per_wgp: if gfx9 { 1 } else { 2 },
+        arrays_per_engine: if gfx9 { 1 } else { 2 },
     }
 }
 

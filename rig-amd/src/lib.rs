@@ -30,3 +30,7 @@ pub mod pci_ids;
 pub mod pm4;
 pub mod regs;
 pub mod sdma;
+
+/// Bytes of the page rig maps GPU memory in: the GPUVM's smallest page and the host's, so
+/// every allocation, mapping and image segment begins and ends on one.
+pub const PAGE_BYTES: u64 = 4096;

@@ -1,7 +1,8 @@
 // y += a * x from C++: rig's C ABI with RAII handles (std::unique_ptr and the library's
 // free functions) and exceptions carrying rig's message. The kernel is HIP, built from
 // source; its parameters are set by position (HIP's metadata names none).
-// Usage: vadd_cpp [SOCKET]. Build: c++ -std=c++17 vadd.cpp -I rig-capi/include -L target/debug -lrig
+// Usage: vadd_cpp [SOCKET]. Build (docs/kernels.md): c++ -std=c++17 vadd.cpp -I rig-capi/include
+//     -L target/debug -lrig -Wl,-rpath,$PWD/target/debug
 #include <cstdio>
 #include <memory>
 #include <stdexcept>

@@ -53,6 +53,9 @@ typedef enum RigStatus {
   // rigd answered that the device never does what was asked (Mapped memory or host
   // pages on a path that maps none, a growth past what the path makes).
   RIG_STATUS_UNSUPPORTED = 18,
+  // A wait's timeout passed before its point was reached ([`crate::rig_point_wait_timeout`]);
+  // the work goes on.
+  RIG_STATUS_TIMEOUT = 19,
 } RigStatus;
 
 // What a kernel parameter takes.
@@ -150,7 +153,7 @@ typedef struct RigWork {
 } RigWork;
 
 // Every status, in the order of their numbers.
-#define RigStatus_ALL { RigStatus_Ok, RigStatus_Connect, RigStatus_Protocol, RigStatus_Refused, RigStatus_Lost, RigStatus_Never, RigStatus_OutOfMemory, RigStatus_NoKernel, RigStatus_Invalid, RigStatus_Io, RigStatus_Arg, RigStatus_Compile, RigStatus_Null, RigStatus_Panic, RigStatus_Other, RigStatus_Connection, RigStatus_Layout, RigStatus_Shared, RigStatus_Unsupported, }
+#define RigStatus_ALL { RigStatus_Ok, RigStatus_Connect, RigStatus_Protocol, RigStatus_Refused, RigStatus_Lost, RigStatus_Never, RigStatus_OutOfMemory, RigStatus_NoKernel, RigStatus_Invalid, RigStatus_Io, RigStatus_Arg, RigStatus_Compile, RigStatus_Null, RigStatus_Panic, RigStatus_Other, RigStatus_Connection, RigStatus_Layout, RigStatus_Shared, RigStatus_Unsupported, RigStatus_Timeout, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -487,6 +490,15 @@ enum RigStatus rig_submit(const struct RigDevice *device,
 // # Safety
 // `point` is a live point.
 enum RigStatus rig_point_wait(const struct RigPoint *point);
+
+// Waits as [`rig_point_wait`] does for at most `timeout_ns` nanoseconds:
+// `RIG_STATUS_OK` once the point is reached, `RIG_STATUS_TIMEOUT` if the timeout passed
+// first (the work goes on; wait again or abort the device), `RIG_STATUS_LOST` if the device
+// is lost first. A timeout of 0 checks once, as [`rig_point_signaled`] does.
+//
+// # Safety
+// `point` is a live point.
+enum RigStatus rig_point_wait_timeout(const struct RigPoint *point, uint64_t timeout_ns);
 
 // Whether the device reached the point before any loss (no system call).
 //

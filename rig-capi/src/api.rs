@@ -9,8 +9,8 @@ use std::ffi::{CString, c_char};
 use std::os::fd::{AsFd, AsRawFd};
 
 use rig_client::{
-    Access, Args, Buffer, CopyBox, Device, Image, Kernel, Memory, ParamKind, Point, Profile, Rig,
-    SharedRegion, Submission,
+    Access, Args, Buffer, CopyBox, Device, HostMemory, Image, Kernel, Launch, Memory, ParamKind,
+    Point, Profile, Rig, Submission, WaitPolicy,
 };
 use rig_kernels::{Compiler, Options, Source};
 
@@ -37,7 +37,7 @@ pub struct RigDevice {
 #[derive(Debug)]
 pub struct RigBuffer {
     buffer: Buffer,
-    _host: Option<SharedRegion>,
+    _host: Option<HostMemory>,
 }
 
 /// A code object loaded on a device.
@@ -146,10 +146,10 @@ pub struct RigWork {
     pub end_ns: u64,
 }
 
-/// The memory a C caller's `RigMemory` value names; C may pass any integer.
 /// The host's page: what rigd maps host memory in.
-const PAGE: usize = 4096;
+const PAGE: u64 = 4096;
 
+/// The memory a C caller's `RigMemory` value names; C may pass any integer.
 fn memory(m: u32) -> Result<Memory, Fail> {
     match m {
         m if m == RigMemory::Device as u32 => Ok(Memory::Device),
@@ -372,21 +372,13 @@ pub unsafe extern "C" fn rig_host_buffer(
         // SAFETY: the caller's promise.
         let d = unsafe { handle(device, "device") }?;
         // rigd maps whole pages of the memory: the mapping is a page multiple.
-        let len = usize::try_from(bytes)
-            .ok()
-            .and_then(|b| b.checked_next_multiple_of(PAGE))
-            .ok_or_else(|| {
-                Fail(
-                    RigStatus::Invalid,
-                    format!("{bytes} bytes do not fit the host"),
-                )
-            })?;
-        let region = SharedRegion::create("rig-host-buffer", len).map_err(|e| {
+        let len = bytes.checked_next_multiple_of(PAGE).ok_or_else(|| {
             Fail(
-                RigStatus::Io,
-                format!("cannot make {bytes} bytes of host memory: {e}"),
+                RigStatus::Invalid,
+                format!("{bytes} bytes do not fit the host"),
             )
         })?;
+        let region = HostMemory::new("rig-host-buffer", len)?;
         let buffer = d.device.map_host(&region, 0, bytes)?;
         let ptr = region.as_ptr();
         // SAFETY: the caller promises host and out are writable.
@@ -818,8 +810,10 @@ pub unsafe extern "C" fn rig_submission_launch(
             )
         };
         let (g, t) = ([g[0], g[1], g[2]], [t[0], t[1], t[2]]);
+        // A parameter not set is this call's error, not the submission's refusal at submit.
+        a.0.check()?;
         // SAFETY: the caller's promise.
-        unsafe { step(s, |s| Ok(s.launch_args(&a.0, g, t)?)) }
+        unsafe { step(s, |s| Ok(s.launch(a.0.launch(g, t)))) }
     })
 }
 
@@ -867,7 +861,12 @@ pub unsafe extern "C" fn rig_submission_launch_raw(
             .collect::<Result<Vec<_>, Fail>>()?;
         let (g, t) = ([g[0], g[1], g[2]], [t[0], t[1], t[2]]);
         // SAFETY: the caller's promise.
-        unsafe { step(s, |s| Ok(s.launch(&k.kernel, p, &refs, g, t, shared))) }
+        let launch = Launch::new(&k.kernel, g, t)
+            .params(p)
+            .refs(&refs)
+            .shared(shared);
+        // SAFETY: the caller's promise.
+        unsafe { step(s, |s| Ok(s.launch(launch))) }
     })
 }
 
@@ -1016,6 +1015,36 @@ pub unsafe extern "C" fn rig_point_wait(point: *const RigPoint) -> RigStatus {
     guard(|| {
         // SAFETY: the caller's promise.
         Ok(unsafe { handle(point, "point") }?.0.wait()?)
+    })
+}
+
+/// Waits as [`rig_point_wait`] does for at most `timeout_ns` nanoseconds:
+/// `RIG_STATUS_OK` once the point is reached, `RIG_STATUS_TIMEOUT` if the timeout passed
+/// first (the work goes on; wait again or abort the device), `RIG_STATUS_LOST` if the device
+/// is lost first. A timeout of 0 checks once, as [`rig_point_signaled`] does.
+///
+/// # Safety
+/// `point` is a live point.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rig_point_wait_timeout(
+    point: *const RigPoint,
+    timeout_ns: u64,
+) -> RigStatus {
+    guard(|| {
+        // SAFETY: the caller's promise.
+        let p = unsafe { handle(point, "point") }?;
+        let timeout = std::time::Duration::from_nanos(timeout_ns);
+        if p.0.wait_with(WaitPolicy::default().with_timeout(timeout))? {
+            Ok(())
+        } else {
+            Err(Fail(
+                RigStatus::Timeout,
+                format!(
+                    "value {} was not reached within {timeout:?}; its work goes on",
+                    p.0.value()
+                ),
+            ))
+        }
     })
 }
 

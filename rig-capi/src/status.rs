@@ -54,11 +54,14 @@ pub enum RigStatus {
     /// rigd answered that the device never does what was asked (Mapped memory or host
     /// pages on a path that maps none, a growth past what the path makes).
     Unsupported = 18,
+    /// A wait's timeout passed before its point was reached ([`crate::rig_point_wait_timeout`]);
+    /// the work goes on.
+    Timeout = 19,
 }
 
 impl RigStatus {
     /// Every status, in the order of their numbers.
-    pub const ALL: [RigStatus; 19] = [
+    pub const ALL: [RigStatus; 20] = [
         RigStatus::Ok,
         RigStatus::Connect,
         RigStatus::Protocol,
@@ -78,6 +81,7 @@ impl RigStatus {
         RigStatus::Layout,
         RigStatus::Shared,
         RigStatus::Unsupported,
+        RigStatus::Timeout,
     ];
 
     /// What the status means, in a few words, NUL-terminated for C.
@@ -102,6 +106,7 @@ impl RigStatus {
             RigStatus::Layout => c"rigd's shared memory is laid out out of step",
             RigStatus::Shared => c"memory rigd shared could not be mapped",
             RigStatus::Unsupported => c"the device never does this",
+            RigStatus::Timeout => c"the wait's timeout passed first",
         }
     }
 }

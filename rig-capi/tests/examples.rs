@@ -258,3 +258,73 @@ fn the_docs_c_excerpt_is_the_examples_code() {
         );
     }
 }
+
+/// A wait with a timeout answers `RIG_STATUS_TIMEOUT`, its own status, while a kernel spins
+/// on a flag in host memory, and `RIG_STATUS_OK` once the flag is set and the work ends.
+#[test]
+fn a_wait_with_a_timeout_answers_timeout_until_the_work_ends() {
+    use std::ffi::CStr;
+    use std::ptr::{null, null_mut};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let d = Daemon::start();
+    let socket = std::ffi::CString::new(d.socket().to_str().unwrap()).unwrap();
+    const SPIN: &CStr = c"kernel void spin(global volatile uint *flag) { while (*flag == 0) {} }";
+    // SAFETY: calls of the C ABI with live handles and writable out-pointers; the flag is
+    // the host buffer's first 4 bytes, page aligned, written only through an atomic.
+    unsafe {
+        let ok = rig::RigStatus::Ok;
+        let (mut rig, mut dev) = (null_mut(), null_mut());
+        assert_eq!(rig::rig_connect(socket.as_ptr(), &mut rig), ok);
+        assert_eq!(rig::rig_open(rig, c"0".as_ptr(), &mut dev), ok);
+        let mut code = null_mut();
+        let arch = rig::rig_device_arch(dev);
+        assert_eq!(rig::rig_compile(0, SPIN.as_ptr(), arch, &mut code), ok);
+        let (mut image, mut kernel) = (null_mut(), null_mut());
+        let (data, len) = (rig::rig_code_data(code), rig::rig_code_len(code));
+        assert_eq!(rig::rig_image_load(dev, data, len, &mut image), ok);
+        assert_eq!(
+            rig::rig_kernel_resolve(image, c"spin".as_ptr(), &mut kernel),
+            ok
+        );
+        let (mut flag, mut host) = (null_mut(), null_mut());
+        assert_eq!(rig::rig_host_buffer(dev, 4096, &mut flag, &mut host), ok);
+        let s = rig::rig_submission_new();
+        let r = rig::RigRef {
+            buffer: flag,
+            at: 0,
+            write: false,
+        };
+        let one = [1u32; 3];
+        let s_ok = rig::rig_submission_launch_raw(
+            s,
+            kernel,
+            [0u8; 8].as_ptr(),
+            8,
+            &r,
+            1,
+            one.as_ptr(),
+            one.as_ptr(),
+            0,
+        );
+        assert_eq!(s_ok, ok);
+        let mut point = null_mut();
+        assert_eq!(rig::rig_submit(dev, s, &mut point), ok);
+        let waited = rig::rig_point_wait_timeout(point, 20_000_000);
+        assert_eq!(waited, rig::RigStatus::Timeout);
+        let why = CStr::from_ptr(rig::rig_last_error()).to_str().unwrap();
+        assert!(why.contains("was not reached within 20ms"), "{why}");
+        assert!(!rig::rig_point_signaled(point));
+        AtomicU32::from_ptr(host.cast::<u32>()).store(1, Ordering::Release);
+        assert_eq!(rig::rig_point_wait_timeout(point, 30_000_000_000), ok);
+        assert!(rig::rig_point_signaled(point));
+        assert_eq!(rig::rig_point_wait_timeout(null(), 0), rig::RigStatus::Null);
+        rig::rig_point_free(point);
+        rig::rig_submission_free(s);
+        rig::rig_buffer_free(flag);
+        rig::rig_kernel_free(kernel);
+        rig::rig_image_free(image);
+        rig::rig_code_free(code);
+        assert_eq!(rig::rig_device_close(dev), ok);
+        rig::rig_connection_free(rig);
+    }
+}

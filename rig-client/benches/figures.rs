@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rig_client::{Device, Kernel, Memory, Ref, Rig, Submission, WaitPolicy};
+use rig_client::{Device, Kernel, Launch, Memory, Ref, Rig, Submission, WaitPolicy};
 
 /// rigd's daemon, which this program serves as when run again by [`Daemon::start`].
 #[path = "../../tests/src/serve.rs"]
@@ -115,7 +115,7 @@ fn launches(dev: &Device, n: usize) -> (Submission, &'static str, Vec<rig_client
     if let Some(code) = empty_code() {
         let k: Kernel = dev.load_image(&code).unwrap().resolve("empty").unwrap();
         let s = (0..n).fold(Submission::new(), |s, _| {
-            s.launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0)
+            s.launch(Launch::new(&k, [1, 1, 1], [32, 1, 1]))
         });
         return (s, "empty kernel", vec![]);
     }
@@ -127,12 +127,9 @@ fn launches(dev: &Device, n: usize) -> (Submission, &'static str, Vec<rig_client
     let y = dev.buffer(1024, Memory::Pinned).unwrap();
     let s = (0..n).fold(Submission::new(), |s, _| {
         s.launch(
-            &k,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&k, [1, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         )
     });
     (
@@ -364,7 +361,7 @@ fn alloc_figures(dev: &Device) {
             );
         }
     }
-    let large = rig_client::slab::SLAB_MOST * 2;
+    let large = rig_client::SLABS.most * 2;
     for memory in kinds {
         let mut v = Vec::with_capacity(2000);
         for _ in 0..2000 {

@@ -4,9 +4,9 @@
 //! This module owns [`Param`] (one explicit argument: name, kind, offset, size, address
 //! space, from rig_amd's parse of the metadata, [`rig_amd::code_object::Arg`]), [`Args`]
 //! (the parameter bytes and refs of a launch, checked against the kernel's parameters as
-//! they are set) and [`ArgError`]. The bytes and refs it makes are those of the raw form,
-//! [`Submission::launch`]; [`Submission::launch_args`] takes them once every parameter is
-//! set. Nothing here is on the submit path.
+//! they are set) and [`ArgError`]. The bytes and refs it makes are those of the raw form
+//! ([`Launch::params`], [`Launch::refs`]); [`Args::launch`] makes the launch of them.
+//! Nothing here is on the submit path.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use rig_amd::code_object::{Arg, ArgKind};
 
 use crate::buffer::Buffer;
 use crate::image::Kernel;
-use crate::submission::{Ref, Submission};
+use crate::submission::{Launch, Ref};
 use crate::types::Access;
 
 /// The alignment [`Args::local`] gives each `local` pointer's share of dynamic LDS: the
@@ -187,7 +187,7 @@ pub enum ArgError {
         takes: ParamKind,
     },
     /// The client could not read the kernel's parameters from its code object, so it cannot
-    /// check them: launch it with [`Submission::launch`]'s bytes.
+    /// check them: launch it with raw bytes ([`Launch::params`]).
     #[error(
         "the client has no metadata of kernel {kernel}'s {params} bytes of parameters; launch it with raw bytes"
     )]
@@ -246,8 +246,8 @@ impl<T: ArgValue, const N: usize> ArgValue for [T; N] {
 }
 
 /// The arguments of a launch of one kernel, set by name or position and checked against
-/// its parameters as they are set ([`crate::Kernel::args`]). [`Submission::launch_args`]
-/// launches with them.
+/// its parameters as they are set ([`crate::Kernel::args`]). [`Args::launch`] makes the
+/// launch of them.
 #[derive(Debug, Clone)]
 pub struct Args {
     kernel: Kernel,
@@ -463,12 +463,12 @@ impl Args {
         self.lds_end - self.kernel.static_lds()
     }
 
-    /// The parameter bytes, as [`Submission::launch`] takes them.
+    /// The parameter bytes, as [`Launch::params`] takes them.
     pub fn params(&self) -> &[u8] {
         &self.params
     }
 
-    /// The refs, as [`Submission::launch`] takes them.
+    /// The refs, as [`Launch::refs`] takes them.
     pub fn refs(&self) -> &[Ref] {
         &self.refs
     }
@@ -502,25 +502,18 @@ fn names(params: &[Param]) -> String {
     }
 }
 
-impl Submission {
-    /// Adds a launch of `args`' kernel with them, once every parameter is set: `groups`
-    /// groups of `threads` work-items along each axis, with the dynamic LDS its `local`
-    /// pointers take ([`Args::shared`]). Otherwise as [`Submission::launch`].
-    pub fn launch_args(
-        self,
-        args: &Args,
-        groups: [u32; 3],
-        threads: [u32; 3],
-    ) -> Result<Submission, ArgError> {
-        args.check()?;
-        Ok(self.launch(
-            &args.kernel,
-            &args.params,
-            &args.refs,
-            groups,
-            threads,
-            args.shared(),
-        ))
+impl Args {
+    /// The launch of the kernel with these arguments: `groups` groups of `threads`
+    /// work-items along each axis, with the dynamic LDS its `local` pointers take
+    /// ([`Args::shared`]). A parameter not set (or a kernel without metadata) makes the
+    /// submission it is added to refused ([`crate::Never::Args`]), with this error.
+    pub fn launch(&self, groups: [u32; 3], threads: [u32; 3]) -> Launch {
+        let mut launch = Launch::new(&self.kernel, groups, threads)
+            .params(&self.params)
+            .refs(&self.refs)
+            .shared(self.shared());
+        launch.unset = self.check().err();
+        launch
     }
 }
 

@@ -5,7 +5,7 @@
 //! host access knows what to wait for (a read waits for the last write, a write or a free
 //! for every use). Moving bytes to and from memory the host does not address goes through
 //! the device's copy queue ([`crate::device`]). A buffer is a region of rigd's or pages of
-//! a slab ([`crate::slab`]); its drop gives either back after its last use.
+//! a slab ([`crate::SlabPolicy`]); its drop gives either back after its last use.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +36,7 @@ pub(crate) struct BufferInner {
     pub device_id: u64,
     /// rigd's region, freed at drop; `None` for test buffers and buffers cut from a slab.
     pub region: Option<rig_proto::RegionId>,
-    /// Where it lies in a slab ([`crate::slab`]), given back at drop.
+    /// Where it lies in a slab ([`crate::SlabPolicy`]), given back at drop.
     pub sub: Option<Sub>,
     pub address: u64,
     pub len: u64,
@@ -107,7 +107,7 @@ impl Buffer {
     /// `f` sees are the buffer's current bytes.
     pub fn write<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         let dev = self.device()?;
-        dev.wait(self.0.last_use.load(Ordering::Relaxed), None)?;
+        dev.wait(self.0.last_use.load(Ordering::Relaxed))?;
         let mut bytes = vec![0u8; self.len() as usize];
         dev.host_read(self, 0, &mut bytes)?;
         let r = f(&mut bytes);
@@ -119,7 +119,7 @@ impl Buffer {
     /// Lets `f` read the whole buffer, once the last submitted write of it completed.
     pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let dev = self.device()?;
-        dev.wait(self.0.last_write.load(Ordering::Relaxed), None)?;
+        dev.wait(self.0.last_write.load(Ordering::Relaxed))?;
         let mut bytes = vec![0u8; self.len() as usize];
         dev.host_read(self, 0, &mut bytes)?;
         Ok(f(&bytes))
@@ -129,7 +129,7 @@ impl Buffer {
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         let dev = self.device()?;
         self.check(offset, data.len())?;
-        dev.wait(self.0.last_use.load(Ordering::Relaxed), None)?;
+        dev.wait(self.0.last_use.load(Ordering::Relaxed))?;
         self.written();
         dev.host_write(self, offset, data)
     }
@@ -146,7 +146,7 @@ impl Buffer {
     pub fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         let dev = self.device()?;
         self.check(offset, out.len())?;
-        dev.wait(self.0.last_write.load(Ordering::Relaxed), None)?;
+        dev.wait(self.0.last_write.load(Ordering::Relaxed))?;
         dev.host_read(self, offset, out)
     }
 

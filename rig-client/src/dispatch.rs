@@ -232,14 +232,14 @@ mod tests {
         // arguments over them, the global offset zeroed.
         let mut params = vec![0xaau8; 48];
         params[..8].copy_from_slice(&8u64.to_le_bytes());
-        let l = Launch {
-            kernel: crate::image::tests::kernel(1, 8, 256, 0),
-            params,
-            refs: vec![crate::submission::Ref::read(&b, 0)],
-            groups: [3, 5, 1],
-            threads: [64, 1, 1],
-            shared: 96,
-        };
+        let l = Launch::new(
+            &crate::image::tests::kernel(1, 8, 256, 0),
+            [3, 5, 1],
+            [64, 1, 1],
+        )
+        .params(&params)
+        .refs(&[crate::submission::Ref::read(&b, 0)])
+        .shared(96);
         let a = k.launch(&l).unwrap();
         assert_eq!(a.len(), 64);
         let u = |o: usize, n: usize| {

@@ -1,10 +1,11 @@
 //! The errors of the Rig API.
 //!
 //! This module owns [`Error`], what every fallible call of the crate returns, and [`Never`],
-//! the reasons a device refuses a part of a submission for good. It does not own the
-//! protocol's errors: a failed connection keeps rig-proto's error (and through it the OS
-//! error) as its source, a refusal keeps the protocol's code, and a loss keeps the typed
-//! [`rig_proto::Fault`] rigd sent.
+//! the reasons a device refuses a part of a submission for good, with the client's own forms
+//! of what rigd's answers say ([`Refusal`], [`Shortage`], [`Limit`]), converted from the
+//! protocol's at the boundary. A failed connection keeps rig-proto's error (and through it
+//! the OS error) as its [`source`](std::error::Error::source), a loss the typed
+//! [`crate::Fault`] rigd sent.
 
 use std::io;
 
@@ -30,25 +31,26 @@ pub enum Error {
         path: String,
         /// What went wrong: the OS error of the socket, or rigd's refusal of the hello.
         #[source]
-        source: rig_proto::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The control connection to rigd failed after it was made: the socket (its OS error),
     /// the framing, or rigd closing it (rigd went away).
     #[error("the connection to rigd failed")]
-    Connection(#[source] rig_proto::Error),
+    Connection(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// rigd answered with something this client cannot use (an answer of another request,
     /// a descriptor it did not pass, a layout out of step).
     #[error("rigd answered out of step: {0}")]
     Protocol(String),
     /// rigd shared memory whose layout the client cannot use (a ring that is not a power of
     /// two, an unaligned word, a share past its descriptor): rigd and rig-client disagree.
+    /// The source says what was shared and what is wrong with it.
     #[error("rigd's answer is unusable")]
-    Layout(#[from] rig_proto::LayoutError),
-    /// rigd refused a request, with the protocol's code and its reason.
+    Layout(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// rigd refused a request, with its kind and its reason.
     #[error("rigd refused: {message}")]
     Refused {
-        /// The protocol's code for the refusal.
-        code: rig_proto::ErrorCode,
+        /// What kind of refusal.
+        code: Refusal,
         /// rigd's reason.
         message: String,
     },
@@ -61,7 +63,7 @@ pub enum Error {
         device: String,
         /// Why: rigd's fault for it, or the client's own (a consumer of a lost producer, an
         /// abort, rigd no longer answering).
-        fault: rig_proto::Fault,
+        fault: crate::fault::Fault,
     },
     /// The device never runs a part of a submission, whatever completes first (the client's
     /// own check, before anything reaches rigd). The message is the [`Never`]'s.
@@ -85,10 +87,10 @@ pub enum Error {
         /// The bytes asked for.
         asked: u64,
         /// Which budget refused them: the GPU's memory, the host's, or the quota.
-        shortage: rig_proto::Shortage,
+        shortage: Shortage,
         /// The configured limit that refused them, with its value and what is missing;
         /// `None` where the GPU's or the host's own memory refused.
-        limit: Option<rig_proto::Limit>,
+        limit: Option<Limit>,
     },
     /// A kernel's arguments were set against its parameters' kinds or sizes.
     #[error(transparent)]
@@ -108,7 +110,7 @@ pub enum Error {
         what: &'static str,
         /// rig-shm's error.
         #[source]
-        source: rig_shm::ShmError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A host system call failed.
     #[error("{what}")]
@@ -180,6 +182,51 @@ impl Error {
         }
     }
 
+    /// The error of a failed connection to rigd.
+    pub(crate) fn connection(e: rig_proto::Error) -> Error {
+        Error::Connection(Box::new(e))
+    }
+
+    /// The error of an answer whose shared memory the client cannot use.
+    pub(crate) fn layout(e: rig_proto::LayoutError) -> Error {
+        Error::Layout(Box::new(e))
+    }
+
+    /// The error of memory rigd shared that the client could not map or use.
+    pub(crate) fn shared(what: &'static str, e: rig_shm::ShmError) -> Error {
+        Error::Shared {
+            what,
+            source: Box::new(e),
+        }
+    }
+
+    /// rigd's refusal of a request.
+    pub(crate) fn refused(e: rig_proto::ErrorReply) -> Error {
+        Error::Refused {
+            code: Refusal::of(e.code),
+            message: e.message,
+        }
+    }
+
+    /// rigd's answer that the memory asked for is missing.
+    pub(crate) fn out_of_memory(
+        what: impl Into<String>,
+        asked: u64,
+        shortage: rig_proto::Shortage,
+        limit: Option<rig_proto::Limit>,
+    ) -> Error {
+        Error::OutOfMemory {
+            what: what.into(),
+            asked,
+            shortage: match shortage {
+                rig_proto::Shortage::Gpu => Shortage::Gpu,
+                rig_proto::Shortage::Host => Shortage::Host,
+                rig_proto::Shortage::Quota => Shortage::Quota,
+            },
+            limit: limit.map(Limit),
+        }
+    }
+
     /// The error and its sources, each once, joined by ": ": what a program prints at its
     /// top level (`eprintln!("{}", e.report())`).
     pub fn report(&self) -> Report<'_> {
@@ -216,12 +263,112 @@ impl std::fmt::Display for Report<'_> {
     }
 }
 
+/// What kind of refusal an [`Error::Refused`] is: the protocol's code for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The request was malformed or not allowed in the connection's state.
+    BadRequest,
+    /// Client and daemon speak different protocol versions.
+    VersionMismatch,
+    /// The program may not do this (another user's device, an inspection query).
+    PermissionDenied,
+    /// No GPU of that index.
+    NoSuchGpu,
+    /// No device of that id belongs to this connection.
+    NoSuchDevice,
+    /// No region of that id belongs to the device.
+    NoSuchRegion,
+    /// No image of that id belongs to the device.
+    NoSuchImage,
+    /// An argument is out of range (zero bytes, an unaligned offset, a size not a multiple
+    /// of 4).
+    InvalidArgument,
+    /// The user's quota forbids it (too many devices or connections).
+    Quota,
+    /// The code object was refused: not one, for another processor, or too much LDS.
+    ImageRefused,
+    /// The kernel cannot launch on this device, as the message says.
+    EntryRefused,
+    /// The device is lost; the message says why.
+    Lost,
+    /// The device is stopped and takes no more work.
+    Stopped,
+    /// The GPU or its path failed; the device may be lost.
+    Fault,
+    /// rigd itself failed; its log says more.
+    Internal,
+}
+
+impl Refusal {
+    pub(crate) fn of(code: rig_proto::ErrorCode) -> Refusal {
+        use rig_proto::ErrorCode as C;
+        match code {
+            C::BadRequest => Refusal::BadRequest,
+            C::VersionMismatch => Refusal::VersionMismatch,
+            C::PermissionDenied => Refusal::PermissionDenied,
+            C::NoSuchGpu => Refusal::NoSuchGpu,
+            C::NoSuchDevice => Refusal::NoSuchDevice,
+            C::NoSuchRegion => Refusal::NoSuchRegion,
+            C::NoSuchImage => Refusal::NoSuchImage,
+            C::InvalidArgument => Refusal::InvalidArgument,
+            C::Quota => Refusal::Quota,
+            C::ImageRefused => Refusal::ImageRefused,
+            C::EntryRefused => Refusal::EntryRefused,
+            C::Lost => Refusal::Lost,
+            C::Stopped => Refusal::Stopped,
+            C::Fault => Refusal::Fault,
+            C::Internal => Refusal::Internal,
+        }
+    }
+}
+
+/// Which budget an [`Error::OutOfMemory`] ran out of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Shortage {
+    /// The GPU's memory.
+    Gpu,
+    /// The host's memory or another resource of rigd's path.
+    Host,
+    /// The user's quota in rigd's configuration.
+    Quota,
+}
+
+/// A configured limit of rigd that refused memory (in [`Error::OutOfMemory`]). Its
+/// `Display` reads "208896 bytes missing under limits.memory_bytes (8589934592 bytes)".
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit(rig_proto::Limit);
+
+impl Limit {
+    /// The limit's name in rigd's configuration, such as `limits.memory_bytes`.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Its value in bytes (for a share of the GPU, the bytes that share comes to).
+    pub fn value(&self) -> u64 {
+        self.0.value
+    }
+
+    /// The bytes beyond it that the request needed: what is missing.
+    pub fn missing(&self) -> u64 {
+        self.0.missing
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// How an [`Error::OutOfMemory`] says who refused.
-fn refusal(shortage: rig_proto::Shortage, limit: Option<&rig_proto::Limit>) -> String {
+fn refusal(shortage: Shortage, limit: Option<&Limit>) -> String {
     let by = match shortage {
-        rig_proto::Shortage::Gpu => "the GPU's memory",
-        rig_proto::Shortage::Host => "the host's memory",
-        rig_proto::Shortage::Quota => "the quota",
+        Shortage::Gpu => "the GPU's memory",
+        Shortage::Host => "the host's memory",
+        Shortage::Quota => "the quota",
     };
     match limit {
         Some(l) => format!("refused by {by}: {l}"),
@@ -230,8 +377,20 @@ fn refusal(shortage: rig_proto::Shortage, limit: Option<&rig_proto::Limit>) -> S
 }
 
 /// Why a device never runs a part of a submission (room answering "never", `docs/client.md`).
+///
+/// Non-exhaustive: a later version may add reasons.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Never {
+    /// A launch of typed arguments that cannot launch: a parameter not set, or a kernel
+    /// whose metadata the client has not ([`crate::Args::launch`]).
+    #[error("part {part}: {error}")]
+    Args {
+        /// The part's index.
+        part: usize,
+        /// Why.
+        error: crate::args::ArgError,
+    },
     /// A copy or fill of one byte or more was placed on `COMPUTE:0`.
     #[error("part {part}: COMPUTE:0 runs no copies; put it on COPY:0")]
     CopyOnCompute {
@@ -416,27 +575,22 @@ mod tests {
 
     #[test]
     fn out_of_memory_says_what_was_asked_what_is_missing_and_which_limit() {
-        let e = Error::OutOfMemory {
-            what: "Device memory".into(),
-            asked: 8 << 30,
-            shortage: rig_proto::Shortage::Quota,
-            limit: Some(rig_proto::Limit {
+        let e = Error::out_of_memory(
+            "Device memory",
+            8 << 30,
+            rig_proto::Shortage::Quota,
+            Some(rig_proto::Limit {
                 name: "limits.memory_bytes".into(),
                 value: 8 << 30,
                 missing: 208896,
             }),
-        };
+        );
         assert_eq!(
             e.to_string(),
             "out of memory: Device memory: 8589934592 bytes asked, refused by the quota: \
              208896 bytes missing under limits.memory_bytes (8589934592 bytes)"
         );
-        let gpu = Error::OutOfMemory {
-            what: "Device memory".into(),
-            asked: 4096,
-            shortage: rig_proto::Shortage::Gpu,
-            limit: None,
-        };
+        let gpu = Error::out_of_memory("Device memory", 4096, rig_proto::Shortage::Gpu, None);
         assert_eq!(
             gpu.to_string(),
             "out of memory: Device memory: 4096 bytes asked, refused by the GPU's memory"

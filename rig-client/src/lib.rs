@@ -4,7 +4,7 @@
 //! AMD GPUs, or serves the simulated one) and opens a device. Everything that changes what
 //! the GPU may touch goes through rigd's socket: allocating memory, loading code, resolving
 //! a kernel, growing rings, closing (small buffers are cut from larger regions rigd
-//! granted, so most of their allocations and frees make no call: [`slab`]).
+//! granted, so most of their allocations and frees make no call: [`SlabPolicy`]).
 //! Submitting does not: rigd shares the device's rings, argument segment and timeline word
 //! with the program, which places packets and argument bytes with plain stores and rings a
 //! doorbell. A wait reads the timeline word, spinning briefly and then sleeping on the
@@ -49,7 +49,7 @@
 //! y.write(|b| put_f32s(b, std::iter::repeat(1.0)))?;
 //! let mut args = add.args();
 //! args.read("x", &x)?.buffer("y", &y)?;
-//! let launch = Submission::new().launch_args(&args, [(N / 256) as u32, 1, 1], [256, 1, 1])?;
+//! let launch = Submission::new().launch(args.launch([(N / 256) as u32, 1, 1], [256, 1, 1]));
 //! device.submit(&launch)?;
 //! // The read waits for the launch, the last write of y.
 //! y.read(|b| println!("y[10] = {}", f32s(b).nth(10).unwrap_or(f32::NAN)))?;
@@ -58,8 +58,15 @@
 //! # }
 //! ```
 //!
-//! The raw form stays: [`Submission::launch`] takes the parameter bytes and, for each
-//! buffer, the byte where its address goes ([`Ref::read`]`(&x, 0)`).
+//! A launch is a [`Launch`], built step by step: [`Args::launch`] makes one from typed
+//! arguments, and the raw form, [`Launch::new`], takes the parameter bytes
+//! ([`Launch::params`]) and, for each buffer, the byte where its address goes
+//! ([`Launch::refs`], [`Ref::read`]`(&x, 0)`). Building a submission never fails: the first
+//! reason its device never runs it is kept ([`Submission::refused`]) and returned by
+//! [`Device::submit`].
+//!
+//! A wait is [`Point::wait`], or [`Point::wait_with`] and a [`WaitPolicy`] (how long it
+//! spins, how politely, its timeout).
 //!
 //! # Order
 //!
@@ -81,7 +88,8 @@
 //! lost: AMD:0 lost: ...").
 //!
 //! A request rigd answers the device never does (Mapped memory or host pages on a path that
-//! maps none) is [`Error::Unsupported`] with rigd's reason; no rigd on the socket is
+//! maps none) is [`Error::Unsupported`] with rigd's reason, one it refuses
+//! [`Error::Refused`] with its kind ([`Refusal`]); no rigd on the socket is
 //! [`Error::Connect`], a rigd that went away [`Error::Connection`]. [`Error`] is
 //! non-exhaustive, and a message never repeats its [`source`](std::error::Error::source):
 //! [`Error::report`] prints the error with its sources, once each, for a program's top level.
@@ -96,13 +104,19 @@
 //!
 //! # Modules
 //!
-//! The public types live at the crate's root. Inside: `device` (devices: `control`, every
-//! call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words), `buffer`, `image`,
-//! `slab` (the pages of small buffers), `loss` (reached before a loss; consumers of lost
-//! producers), `args` (a kernel's
-//! parameters from its metadata, typed arguments), `submission` (the builder and its checks), `place` (the submission path: `compile`, `framing`, `rings`, `room`),
-//! `dispatch` (PM4 dispatches, kernel arguments), `copies` (SDMA copies and fills), `profile`
-//! (clock stamps, traces). The rings themselves are `rig_shm::ring`'s.
+//! The public types live at the crate's root, and they are the client's own: rigd's
+//! protocol is positional and its versions must match, so no type of it is part of this
+//! API; what rigd sends is converted at the boundary (`facts`: [`Facts`], [`GpuInfo`];
+//! `fault`: [`Fault`]; `error`: [`Refusal`], [`Shortage`], [`Limit`]), and the types are
+//! non-exhaustive where a later version may add to them. Inside: `device` (devices:
+//! `control`, every call to rigd; `waits`; `bounce`; `deferred` frees; `peers`' words),
+//! `buffer`, `host` (the program's own memory, [`HostMemory`]), `image`, `slab` (the pages
+//! of small buffers, [`SlabPolicy`]), `loss` (reached before a loss; consumers of lost
+//! producers), `args` (a kernel's parameters from its metadata, typed arguments),
+//! `submission` (the builder and its checks), `place` (the submission path: `compile`,
+//! `framing`, `rings`, `room`), `dispatch` (PM4 dispatches, kernel arguments), `copies`
+//! (SDMA copies and fills), `profile` (clock stamps, traces). The rings themselves are
+//! rig-shm's.
 //!
 //! The crate has no features and links neither rigd nor tokio: a program adds
 //! `rig-client = { path = "../rig/rig-client" }` (or a git dependency) and nothing else.
@@ -115,25 +129,30 @@ mod copies;
 mod device;
 mod dispatch;
 mod error;
+mod facts;
+mod fault;
+mod host;
 mod image;
 mod loss;
 mod place;
 mod point;
 mod profile;
-pub mod slab;
+mod slab;
 mod submission;
 mod types;
 
 pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Registers};
 pub use buffer::{Buffer, f32s, put_f32s};
 pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, WaitPolicy};
-pub use error::{Error, ErrorKind, Never, Report, Result};
+pub use error::{Error, ErrorKind, Limit, Never, Refusal, Report, Result, Shortage};
+pub use facts::{Facts, GpuInfo, GpuPath, Packets};
+pub use fault::{Fault, FaultKind};
+pub use host::HostMemory;
 pub use image::{Image, Kernel};
 pub use point::Point;
 pub use profile::{Profile, Work};
-pub use rig_proto::{Facts, Fault, FaultKind, GpuInfo, QueueRef};
-pub use rig_shm::SharedRegion;
-pub use submission::{Ref, Submission};
+pub use slab::{SLABS, SlabPolicy};
+pub use submission::{Launch, Ref, Submission};
 pub use types::{Access, CopyBox, Memory, Queue};
 
 #[cfg(test)]

@@ -26,11 +26,11 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rig_proto::{DeviceId, ErrorCode, Fault, FaultKind, Request, Response};
+use rig_proto::{DeviceId, Fault, FaultKind, Request, Response};
 use rig_shm::SharedRegion;
 
 use crate::device::{DeviceShared, Rig};
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result};
 
 /// Evidence slots of a device: GPU waits on other devices' points recorded at once; a
 /// submit with more waits outstanding waits for the oldest values to be reached.
@@ -189,7 +189,7 @@ impl Liveness {
     pub(crate) fn lost_error(&self, rig: &Rig) -> Error {
         Error::Lost {
             device: self.name.clone(),
-            fault: self.lost_reason(rig),
+            fault: crate::fault::Fault::of(self.lost_reason(rig)),
         }
     }
 
@@ -199,7 +199,7 @@ impl Liveness {
     pub(crate) fn keep_reason(&self, why: Fault) -> Error {
         Error::Lost {
             device: self.name.clone(),
-            fault: self.lost.get_or_init(|| why).clone(),
+            fault: crate::fault::Fault::of(self.lost.get_or_init(|| why).clone()),
         }
     }
 
@@ -230,7 +230,7 @@ impl DeviceShared {
     ) -> Result<(Response, Vec<OwnedFd>)> {
         self.rig.call(request, fds).map_err(|e| match e {
             Error::Refused {
-                code: ErrorCode::Lost,
+                code: Refusal::Lost,
                 ..
             } => self.live.lost_error(&self.rig),
             e => e,

@@ -4,7 +4,6 @@
 //! lives with the device ([`crate::device`]), which owns the word and its interrupt.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::device::{DeviceShared, WaitPolicy};
 use crate::error::Result;
@@ -43,8 +42,9 @@ impl Point {
     }
 
     /// Waits until the value is reached: spins briefly ([`WaitPolicy::default`]), then
-    /// sleeps until the release of a later value or a loss wakes it. Returns [`crate::Error::Lost`] with rigd's reason if the device is lost
-    /// first. A value the device reached before a loss is reached.
+    /// sleeps until the release of a later value or a loss wakes it. Returns
+    /// [`crate::Error::Lost`] with rigd's reason if the device is lost first. A value the
+    /// device reached before a loss is reached. [`Point::wait_with`] waits otherwise.
     ///
     /// Where the value's work (or an earlier value's) waited on the GPU for a point of
     /// another device that was lost before it reached the point, this device is lost too:
@@ -52,28 +52,26 @@ impl Point {
     /// lost: why", the consumer's name first), and rigd is told to stop it with that
     /// reason.
     pub fn wait(&self) -> Result<()> {
-        self.device.wait(self.value, None)
+        self.wait_with(WaitPolicy::default()).map(drop)
     }
 
-    /// Waits as [`Point::wait`] but never spins: it sleeps at once.
-    pub fn wait_sleeping(&self) -> Result<()> {
-        self.device.wait(self.value, Some(Duration::ZERO))
-    }
-
-    /// Waits as [`Point::wait`], spinning for at most `spin` before it sleeps.
-    pub fn wait_spinning(&self, spin: Duration) -> Result<()> {
-        self.device.wait(self.value, Some(spin))
-    }
-
-    /// Waits as [`Point::wait`] for at most `timeout`: `Ok(true)` once the value is
-    /// reached, `Ok(false)` if the timeout passed first (the work goes on), `Err(Lost)` as
-    /// [`Point::wait`] says.
-    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.wait_with(WaitPolicy::default().with_timeout(timeout))
-    }
-
-    /// Waits as `policy` says: how long it spins, how politely, and for how long in all.
-    /// `Ok(false)` if its timeout passed before the value was reached.
+    /// Waits as [`Point::wait`] does, spending its time as `policy` says: how long it
+    /// spins, how politely, and for how long in all. `Ok(true)` once the value is reached,
+    /// `Ok(false)` if the policy's timeout passed first (the work goes on), `Err(Lost)` as
+    /// [`Point::wait`] says:
+    ///
+    /// ```no_run
+    /// # fn demo(point: &rig_client::Point) -> rig_client::Result<()> {
+    /// use std::time::Duration;
+    /// use rig_client::WaitPolicy;
+    ///
+    /// point.wait_with(WaitPolicy::sleeping())?; // no spin
+    /// if !point.wait_with(WaitPolicy::default().with_timeout(Duration::from_secs(1)))? {
+    ///     eprintln!("not done after a second");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wait_with(&self, policy: WaitPolicy) -> Result<bool> {
         self.device.wait_with(self.value, policy)
     }

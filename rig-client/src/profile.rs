@@ -140,7 +140,7 @@ pub(crate) fn end(dev: &Arc<DeviceShared>) -> Result<Profile> {
         placer.stamps = None;
         placer.last()
     };
-    let waited = dev.wait(last, None);
+    let waited = dev.wait(last);
     let n = last
         .saturating_add(1)
         .saturating_sub(taking.slots.first)

@@ -4,25 +4,9 @@
 //! This module owns the client's sub-allocator, `Pool`: per kind of memory, the slabs
 //! rigd granted (each one `Alloc` of [`SLAB_BYTES`], charged to the quota whole), their
 //! free pages, the frees that wait for the device to reach a buffer's last use, and when
-//! an idle slab goes back. It is bookkeeping only: the calls to rigd, the zeroing and the
-//! buffers themselves are the device's (`device::control`).
-//!
-//! The policy, stated once:
-//!
-//! - a buffer of at most [`SLAB_MOST`] bytes, rounded up to whole pages ([`GRAIN`]: every
-//!   buffer starts a page, as rigd's regions do), is cut from a slab of its kind; larger
-//!   buffers, and the slabs themselves, are rigd's regions (one round trip each);
-//! - a freed buffer's pages go back to their slab once the device reached the buffer's last
-//!   use, as a region's free is posted after it;
-//! - pages a buffer may have changed (written by the host through it, or named by any
-//!   submitted work) come back *dirty* and are zeroed before they are cut again (by the
-//!   host for Pinned and Mapped memory, by a fill on `COPY:0` for Device memory), so a new
-//!   buffer reads as zero as a new region does. Pages never changed need no zeroing;
-//! - a slab no buffer uses is idle. A device keeps at most [`IDLE_SLABS`] idle slabs per
-//!   kind, and gives back (a posted `Free`) one idle for longer than [`IDLE_MS`]; both are
-//!   checked at each allocation and free of the device, and every idle slab goes back
-//!   before an allocation reports that memory ran out (then it asks again) and on
-//!   [`crate::Device::trim`].
+//! an idle slab goes back, as [`SlabPolicy`] states the policy to programs. It is
+//! bookkeeping only: the calls to rigd, the zeroing and the buffers themselves are the
+//! device's (`device::control`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -32,17 +16,55 @@ use rig_proto::RegionId;
 use crate::buffer::HostView;
 use crate::types::Memory;
 
+/// How a device cuts small buffers from slabs, so that allocating and freeing one makes no
+/// round trip to rigd; [`SLABS`] holds the figures.
+///
+/// - a buffer of at most [`SlabPolicy::most`] bytes, rounded up to whole pages (every
+///   buffer starts a page, as rigd's regions do), is cut from a slab of its kind: one
+///   region of [`SlabPolicy::slab_bytes`] that rigd granted, charged to the quota whole.
+///   Larger buffers, and the slabs themselves, are rigd's regions (one round trip each);
+/// - a freed buffer's pages go back to their slab once the device reached the buffer's last
+///   use, as a region's free is posted after it;
+/// - pages a buffer may have changed (written by the host through it, or named by any
+///   submitted work) come back *dirty* and are zeroed before they are cut again (by the
+///   host for Pinned and Mapped memory, by a fill on `COPY:0` for Device memory), so a new
+///   buffer reads as zero as a new region does. Pages never changed need no zeroing;
+/// - a slab no buffer uses is idle. A device keeps at most [`SlabPolicy::idle_slabs`] idle
+///   slabs per kind, and gives back (a posted `Free`) one idle for longer than
+///   [`SlabPolicy::idle`]; both are checked at each allocation and free of the device, and
+///   every idle slab goes back before an allocation reports that memory ran out (then it
+///   asks again) and on [`crate::Device::trim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlabPolicy {
+    /// The bytes of one slab.
+    pub slab_bytes: u64,
+    /// The largest buffer (in bytes, once rounded up to whole pages) cut from a slab.
+    pub most: u64,
+    /// How long a slab stays idle before the device gives it back.
+    pub idle: Duration,
+    /// How many idle slabs of each kind a device keeps.
+    pub idle_slabs: usize,
+}
+
 /// The bytes of one slab.
-pub const SLAB_BYTES: u64 = 4 << 20;
-/// The largest buffer (in bytes, once rounded up to whole pages) cut from a slab; a larger
-/// one is a region of its own.
-pub const SLAB_MOST: u64 = 1 << 20;
+pub(crate) const SLAB_BYTES: u64 = 4 << 20;
+/// The largest buffer cut from a slab.
+pub(crate) const SLAB_MOST: u64 = 1 << 20;
 /// How long a slab stays idle before the device gives it back.
-pub const IDLE_MS: u64 = 100;
+const IDLE: Duration = Duration::from_millis(100);
 /// How many idle slabs of each kind a device keeps.
-pub const IDLE_SLABS: usize = 1;
+const IDLE_SLABS: usize = 1;
 /// The unit buffers are cut in, and their alignment: a page.
-pub const GRAIN: u64 = 4096;
+const GRAIN: u64 = 4096;
+
+/// The slab policy of this version of the client.
+pub const SLABS: SlabPolicy = SlabPolicy {
+    slab_bytes: SLAB_BYTES,
+    most: SLAB_MOST,
+    idle: IDLE,
+    idle_slabs: IDLE_SLABS,
+};
 
 /// `bytes` rounded up to whole [`GRAIN`]s; `None` past `u64`.
 pub(crate) fn rounded(bytes: u64) -> Option<u64> {
@@ -288,7 +310,7 @@ impl Pool {
         });
     }
 
-    /// Takes out the slabs to give back: idle ones past [`IDLE_MS`] or beyond
+    /// Takes out the slabs to give back: idle ones past [`IDLE`] or beyond
     /// [`IDLE_SLABS`] of their kind, or every idle one if `all`. Their regions go into
     /// `out`.
     pub(crate) fn reap(&mut self, all: bool, out: &mut Vec<RegionId>) {
@@ -300,9 +322,8 @@ impl Pool {
             }
             let now = *now.get_or_insert_with(Instant::now);
             let old = |s: &Slab| {
-                s.idle_since.is_some_and(|t| {
-                    all || now.saturating_duration_since(t) > Duration::from_millis(IDLE_MS)
-                })
+                s.idle_since
+                    .is_some_and(|t| all || now.saturating_duration_since(t) > IDLE)
             };
             let mut keep_idle = idle;
             slabs.retain(|s| {
@@ -428,7 +449,7 @@ mod tests {
         );
         assert_eq!(p.slabs(), IDLE_SLABS);
         out.clear();
-        std::thread::sleep(Duration::from_millis(IDLE_MS + 20));
+        std::thread::sleep(IDLE + Duration::from_millis(20));
         p.reap(false, &mut out);
         assert_eq!(out, [RegionId(2)]);
         assert_eq!(p.slabs(), 0);

@@ -2,13 +2,15 @@
 //!
 //! This module owns the builder ([`Submission`]) and the checks that need no device state:
 //! an `after` index must be below its own, a copy never goes on `COMPUTE:0`, a launch's
-//! grid, group, shared memory and parameters must suit its kernel (the "never"
-//! answers of room, `docs/client.md`). A submission remembers the first refusal and [`crate::Device::submit`]
-//! returns it, so that building stays infallible and chainable. How parts become packets is
-//! [`crate::place`]'s business.
+//! grid, group, shared memory and parameters must suit its kernel, and its typed arguments
+//! must all be set (the "never" answers of room, `docs/client.md`). A submission remembers
+//! the first refusal, its one error channel ([`Submission::refused`]), and
+//! [`crate::Device::submit`] returns it, so that building stays infallible and chainable.
+//! How parts become packets is `place`'s business.
 
 use std::sync::OnceLock;
 
+use crate::args::ArgError;
 use crate::buffer::Buffer;
 use crate::error::Never;
 use crate::image::Kernel;
@@ -44,16 +46,69 @@ impl Ref {
     }
 }
 
-/// A launch of a kernel.
+/// A launch of a kernel, built step by step and added with [`Submission::launch`]: its
+/// grid, its parameter bytes, the buffers named among them and its dynamic LDS.
+///
+/// [`Launch::new`] starts the raw form, whose parameter bytes the program writes itself
+/// ([`Launch::params`], [`Launch::refs`]); [`crate::Args::launch`] makes one from typed
+/// arguments, checked against the kernel's parameters.
+///
+/// ```no_run
+/// # use rig_client::*;
+/// # fn demo(x: &Buffer, y: &Buffer, add: &Kernel) -> Submission {
+/// Submission::new().launch(
+///     Launch::new(add, [4, 1, 1], [256, 1, 1])
+///         .params(&[0; 16])
+///         .refs(&[Ref::read(x, 0), Ref::write(y, 8)]),
+/// )
+/// # }
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct Launch {
-    pub kernel: Kernel,
+pub struct Launch {
+    pub(crate) kernel: Kernel,
     /// The explicit parameters, refs' addresses not yet added.
-    pub params: Vec<u8>,
-    pub refs: Vec<Ref>,
-    pub groups: [u32; 3],
-    pub threads: [u32; 3],
-    pub shared: u32,
+    pub(crate) params: Vec<u8>,
+    pub(crate) refs: Vec<Ref>,
+    pub(crate) groups: [u32; 3],
+    pub(crate) threads: [u32; 3],
+    pub(crate) shared: u32,
+    /// Why typed arguments cannot launch (a parameter not set): the submission's refusal.
+    pub(crate) unset: Option<ArgError>,
+}
+
+impl Launch {
+    /// A launch of `kernel` over `groups` work-groups of `threads` work-items each, along
+    /// x, y and z, with no parameter bytes, no buffers and no dynamic LDS yet.
+    pub fn new(kernel: &Kernel, groups: [u32; 3], threads: [u32; 3]) -> Launch {
+        Launch {
+            kernel: kernel.clone(),
+            params: Vec::new(),
+            refs: Vec::new(),
+            groups,
+            threads,
+            shared: 0,
+            unset: None,
+        }
+    }
+
+    /// The kernel's explicit argument bytes (at least [`Kernel::params`] of them).
+    pub fn params(mut self, bytes: &[u8]) -> Launch {
+        self.params = bytes.to_vec();
+        self
+    }
+
+    /// Adds buffers named among the parameters: each ref adds its buffer's GPU address to
+    /// the 8 bytes at its position.
+    pub fn refs(mut self, refs: &[Ref]) -> Launch {
+        self.refs.extend_from_slice(refs);
+        self
+    }
+
+    /// `bytes` of local data share per group beyond the kernel's own (dynamic LDS).
+    pub fn shared(mut self, bytes: u32) -> Launch {
+        self.shared = bytes;
+        self
+    }
 }
 
 /// A copy of bytes (a box of one row is a linear copy).
@@ -104,8 +159,11 @@ pub(crate) struct Part {
 /// # fn demo(x: &Buffer, y: &Buffer, add: &Kernel) {
 /// let s = Submission::new()
 ///     .copy(x, 0, y, 0, 4096)                   // part 0, COPY:0
-///     .launch(add, &[0; 16], &[Ref::read(x, 0), Ref::write(y, 8)],
-///             [4, 1, 1], [256, 1, 1], 0)        // part 1, COMPUTE:0
+///     .launch(
+///         Launch::new(add, [4, 1, 1], [256, 1, 1])
+///             .params(&[0; 16])
+///             .refs(&[Ref::read(x, 0), Ref::write(y, 8)]),
+///     )                                         // part 1, COMPUTE:0
 ///     .after(&[0]);                             // the launch reads what the copy wrote
 /// # }
 /// ```
@@ -136,7 +194,8 @@ impl Submission {
         self.parts.is_empty()
     }
 
-    /// The reason the device never runs it, if building found one.
+    /// The reason the device never runs it, if building found one: the first, which
+    /// [`crate::Device::submit`] returns as [`crate::Error::Never`].
     pub fn refused(&self) -> Option<&Never> {
         self.never.as_ref()
     }
@@ -167,27 +226,14 @@ impl Submission {
         self.push(queue, What::Words(words.to_vec()))
     }
 
-    /// Adds a launch on `COMPUTE:0` of `kernel` over `groups` work-groups of `threads`
-    /// work-items each, with `shared` bytes of local data share per group beyond the
-    /// kernel's own. `params` are the kernel's explicit argument bytes; each ref adds its
-    /// buffer's GPU address to the 8 bytes at its position.
-    pub fn launch(
-        self,
-        kernel: &Kernel,
-        params: &[u8],
-        refs: &[Ref],
-        groups: [u32; 3],
-        threads: [u32; 3],
-        shared: u32,
-    ) -> Submission {
-        let launch = Launch {
-            kernel: kernel.clone(),
-            params: params.to_vec(),
-            refs: refs.to_vec(),
-            groups,
-            threads,
-            shared,
-        };
+    /// Adds `launch` on `COMPUTE:0`. A launch of typed arguments not all set is refused
+    /// ([`Never::Args`]), as is one its kernel cannot run (its grid, group, LDS or
+    /// parameters).
+    pub fn launch(mut self, mut launch: Launch) -> Submission {
+        if let Some(error) = launch.unset.take() {
+            let part = self.parts.len();
+            self.refuse(Never::Args { part, error });
+        }
         self.push(Queue::Compute, What::Launch(launch))
     }
 
@@ -449,7 +495,7 @@ mod tests {
         let k = kernel(1, 16, 256, 0);
         let s = Submission::new()
             .copy(&a, 0, &b, 0, 16)
-            .launch(&k, &[0; 16], &[], [1, 1, 1], [1, 1, 1], 0)
+            .launch(Launch::new(&k, [1, 1, 1], [1, 1, 1]).params(&[0; 16]))
             .after(&[0]);
         assert_eq!(s.refused(), None);
         assert_eq!(s.parts[1].after, vec![0]);
@@ -473,7 +519,7 @@ mod tests {
         let k = kernel(1, 16, 256, 1024);
         let refused = |s: Submission| s.never;
         let l = |params: &[u8], g: [u32; 3], t: [u32; 3], shared: u32| {
-            Submission::new().launch(&k, params, &[], g, t, shared)
+            Submission::new().launch(Launch::new(&k, g, t).params(params).shared(shared))
         };
         assert!(matches!(
             refused(l(&[0; 16], [0, 1, 1], [1, 1, 1], 0)),
@@ -508,10 +554,11 @@ mod tests {
             })
         ));
         let x = buffer(1, 0x10000, 64);
-        let s = Submission::new().launch(&k, &[0; 16], &[Ref::read(&x, 9)], [1; 3], [1; 3], 0);
+        let raw = |r: Ref| Launch::new(&k, [1; 3], [1; 3]).params(&[0; 16]).refs(&[r]);
+        let s = Submission::new().launch(raw(Ref::read(&x, 9)));
         assert!(matches!(s.never, Some(Never::RefOutside { at: 9, .. })));
         let other = buffer(2, 0x10000, 64);
-        let s = Submission::new().launch(&k, &[0; 16], &[Ref::read(&other, 8)], [1; 3], [1; 3], 0);
+        let s = Submission::new().launch(raw(Ref::read(&other, 8)));
         assert!(matches!(s.never, Some(Never::OtherDevice { .. })));
     }
 

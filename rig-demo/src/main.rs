@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use rig_client::{Device, Memory, Ref, Rig, Submission, f32s, put_f32s};
+use rig_client::{Device, GpuPath, Launch, Memory, Ref, Rig, Submission, f32s, put_f32s};
 
 /// The `add` kernel, built by kernels/build.sh, for each processor it was built for.
 const ADD: &[(&str, &[u8])] = &[
@@ -117,7 +117,11 @@ fn run() -> Result<(), String> {
         "opened {} ({}{})",
         device.name(),
         device.arch(),
-        if gpu.simulated { ", simulated" } else { "" }
+        if gpu.path == GpuPath::Sim {
+            ", simulated"
+        } else {
+            ""
+        }
     );
     example(&device).map_err(|e| e.report().to_string())?;
     figures(&device).map_err(|e| e.report().to_string())?;
@@ -140,12 +144,9 @@ fn example(device: &Device) -> rig_client::Result<()> {
     x.write(|b| put_f32s(b, (0..N).map(|i| i as f32)))?;
     y.write(|b| put_f32s(b, std::iter::repeat(1.0)))?;
     let launch = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [(N / 256) as u32, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [(N / 256) as u32, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     device.submit(&launch)?;
     y.read(|b| println!("y[10] = {}", f32s(b).nth(10).unwrap_or(f32::NAN)))?;
@@ -168,12 +169,9 @@ fn figures(device: &Device) -> rig_client::Result<()> {
     let x = device.buffer(4 * 256, Memory::Pinned)?;
     let y = device.buffer(4 * 256, Memory::Pinned)?;
     let one = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [1, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     device.submit(&one)?.wait()?;
     // Submit cost: batches that fit the rings, so no submit waits for room.

@@ -70,6 +70,26 @@ static inline size_t get_local_linear_id(void) {
 // around the barrier; LLVM's workgroup fences order both.
 static inline void barrier(uint flags) { (void)flags; rig_barrier(); }
 static inline void work_group_barrier(uint flags) { (void)flags; rig_barrier(); }
+
+// OpenCL C's float math functions that clang leaves to a library (section 6.13.2): from
+// rig_math.h, or LLVM's intrinsics where their lowering meets OpenCL's precision. clang
+// itself lowers sqrt, fabs, fma, mad, floor, ceil, trunc, round, rint, fmin, fmax,
+// copysign and ldexp; other functions (and the double and vector forms) need ROCm.
+#define RIG_MATH_FN static inline
+#include "rig_math.h"
+#define RIG_OVERLOAD __attribute__((overloadable))
+RIG_OVERLOAD float sin(float x) { return rig_sinf(x); }
+RIG_OVERLOAD float cos(float x) { return rig_cosf(x); }
+RIG_OVERLOAD float tan(float x) { return rig_tanf(x); }
+RIG_OVERLOAD float pow(float x, float y) { return rig_powf(x, y); }
+RIG_OVERLOAD float rsqrt(float x) { return rig_rsqrtf(x); }
+RIG_OVERLOAD float exp(float x) { return __builtin_expf(x); }
+RIG_OVERLOAD float exp2(float x) { return __builtin_exp2f(x); }
+RIG_OVERLOAD float exp10(float x) { return __builtin_exp10f(x); }
+RIG_OVERLOAD float log(float x) { return __builtin_logf(x); }
+RIG_OVERLOAD float log2(float x) { return __builtin_log2f(x); }
+RIG_OVERLOAD float log10(float x) { return __builtin_log10f(x); }
+#undef RIG_OVERLOAD
 #endif
 
 #endif

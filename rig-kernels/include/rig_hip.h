@@ -52,4 +52,61 @@ static __device__ __forceinline__ void __threadfence_block() {
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "workgroup");
 }
 
+// The float math functions, as sinf and as sin(float): from rig_math.h, or LLVM's
+// intrinsics where their lowering meets OpenCL's precision (exact for sqrt, fabs, fma and
+// the roundings). The double forms of the exact ones are here too; the others need ROCm,
+// and are declared unavailable so that a double argument is not narrowed to float.
+#define RIG_MATH_FN static __device__ __forceinline__
+#include "rig_math.h"
+#define __RIG_F1(name, body)                                                               \
+  static __device__ __forceinline__ float name##f(float x) { return body; }               \
+  static __device__ __forceinline__ float name(float x) { return body; }
+#define __RIG_F2(name, body)                                                               \
+  static __device__ __forceinline__ float name##f(float x, float y) { return body; }      \
+  static __device__ __forceinline__ float name(float x, float y) { return body; }
+#define __RIG_ROCM_ONLY(name, ...)                                                         \
+  __device__ double name(__VA_ARGS__)                                                      \
+      __attribute__((unavailable(#name "(double) needs ROCm's device libraries: build with rig_kernels::Options::rocm")));
+__RIG_F1(sin, rig_sinf(x))
+__RIG_F1(cos, rig_cosf(x))
+__RIG_F1(tan, rig_tanf(x))
+__RIG_F1(rsqrt, rig_rsqrtf(x))
+__RIG_F1(exp, __builtin_expf(x))
+__RIG_F1(exp2, __builtin_exp2f(x))
+__RIG_F1(exp10, __builtin_exp10f(x))
+__RIG_F1(log, __builtin_logf(x))
+__RIG_F1(log2, __builtin_log2f(x))
+__RIG_F1(log10, __builtin_log10f(x))
+__RIG_F2(pow, rig_powf(x, y))
+__RIG_F1(sqrt, __builtin_sqrtf(x))
+__RIG_F1(fabs, __builtin_fabsf(x))
+__RIG_F1(floor, __builtin_floorf(x))
+__RIG_F1(ceil, __builtin_ceilf(x))
+__RIG_F1(trunc, __builtin_truncf(x))
+__RIG_F1(round, __builtin_roundf(x))
+__RIG_F1(rint, __builtin_rintf(x))
+__RIG_F2(fmin, __builtin_fminf(x, y))
+__RIG_F2(fmax, __builtin_fmaxf(x, y))
+__RIG_F2(copysign, __builtin_copysignf(x, y))
+static __device__ __forceinline__ float fmaf(float x, float y, float z) { return __builtin_fmaf(x, y, z); }
+static __device__ __forceinline__ float fma(float x, float y, float z) { return __builtin_fmaf(x, y, z); }
+static __device__ __forceinline__ double sqrt(double x) { return __builtin_sqrt(x); }
+static __device__ __forceinline__ double fabs(double x) { return __builtin_fabs(x); }
+static __device__ __forceinline__ double fma(double x, double y, double z) { return __builtin_fma(x, y, z); }
+static __device__ __forceinline__ double floor(double x) { return __builtin_floor(x); }
+static __device__ __forceinline__ double ceil(double x) { return __builtin_ceil(x); }
+static __device__ __forceinline__ double trunc(double x) { return __builtin_trunc(x); }
+__RIG_ROCM_ONLY(sin, double)
+__RIG_ROCM_ONLY(cos, double)
+__RIG_ROCM_ONLY(tan, double)
+__RIG_ROCM_ONLY(exp, double)
+__RIG_ROCM_ONLY(exp2, double)
+__RIG_ROCM_ONLY(log, double)
+__RIG_ROCM_ONLY(log2, double)
+__RIG_ROCM_ONLY(log10, double)
+__RIG_ROCM_ONLY(pow, double, double)
+#undef __RIG_F1
+#undef __RIG_F2
+#undef __RIG_ROCM_ONLY
+
 #endif

@@ -17,6 +17,13 @@ const CLANGS: [&str; 6] = [
 /// The most bytes of a compiler's diagnostics an error keeps (the first ones: the cause).
 const MAX_DIAGNOSTICS: usize = 16 << 10;
 
+/// What a link that left functions undefined says to do: without ROCm, what the preludes
+/// give is all there is.
+const UNDEFINED_HINT: &str = "\nWithout ROCm, rig's preludes give the work-item functions and the \
+float math of OpenCL C and HIP (docs/kernels.md lists them); the functions above (double or vector \
+math, printf, others) need ROCm's device libraries: install them (AMD's ROCm in /opt/rocm, or \
+Debian's rocm-device-libs) and build with Options::rocm.";
+
 /// What can go wrong building a kernel. Each message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -58,6 +65,17 @@ pub enum Error {
         /// The first line it printed.
         said: String,
     },
+    /// `RIG_LLD` (or the linker given) is not LLD.
+    #[error(
+        "{path} --version does not say LLD ({said:?}); set RIG_LLD to an ld.lld \
+         (Debian/Ubuntu: apt install lld-19, then RIG_LLD=ld.lld-19) or unset it"
+    )]
+    NotLld {
+        /// The program.
+        path: PathBuf,
+        /// The first line it printed.
+        said: String,
+    },
     /// The processor is not a processor name.
     #[error("{0:?} is not an AMDGPU processor name (such as gfx1100, gfx942 or gfx90a:xnack+)")]
     Processor(String),
@@ -76,7 +94,10 @@ pub enum Error {
         source: io::Error,
     },
     /// The compiler or the linker refused the source: its diagnostics say why.
-    #[error("{program} could not build {source_name} for {processor} ({status}):\n{diagnostics}")]
+    #[error(
+        "{program} could not build {source_name} for {processor} ({status}):\n{diagnostics}{}",
+        if *undefined { UNDEFINED_HINT } else { "" }
+    )]
     Failed {
         /// `clang` or `ld.lld`.
         program: &'static str,
@@ -88,6 +109,8 @@ pub enum Error {
         status: String,
         /// What it printed (the first 16 KiB).
         diagnostics: String,
+        /// Whether the link left functions undefined: the message then says what gives them.
+        undefined: bool,
     },
 }
 
@@ -271,7 +294,7 @@ impl Compiler {
             Some(l) => PathBuf::from(l),
             None => {
                 let tried = [format!("ld.lld-{}", version.0), "ld.lld".to_owned()];
-                let found = tried.iter().find(|l| runs(Path::new(l)));
+                let found = tried.iter().find(|l| check_lld(Path::new(l)).is_ok());
                 PathBuf::from(found.ok_or_else(|| Error::LldMissing {
                     tried: tried.join(", "),
                 })?)
@@ -294,11 +317,7 @@ impl Compiler {
                 found: format!("{}.{}.{}", version.0, version.1, version.2),
             });
         }
-        if !runs(&lld) {
-            return Err(Error::LldMissing {
-                tried: lld.display().to_string(),
-            });
-        }
+        check_lld(&lld)?;
         Ok(Compiler {
             clang,
             lld,
@@ -344,11 +363,16 @@ impl Compiler {
         };
         put(crate::PRELUDE_NAMES[0], crate::OPENCL_PRELUDE)?;
         put(crate::PRELUDE_NAMES[1], crate::HIP_PRELUDE)?;
+        put(crate::PRELUDE_NAMES[2], crate::MATH_PRELUDE)?;
         let (ext, prelude) = match source.language {
             Language::OpenCl => ("cl", crate::PRELUDE_NAMES[0]),
             Language::Hip => ("hip", crate::PRELUDE_NAMES[1]),
         };
-        let src = put(&format!("source.{ext}"), &source.text)?;
+        // Diagnostics name the source as its author knows it, not this temporary copy.
+        let src = put(
+            &format!("source.{ext}"),
+            &format!("#line 1 \"{}\"\n{}", line_name(&source.name), source.text),
+        )?;
         let object = dir.path().join("source.o");
         let code = dir.path().join("source.co");
 
@@ -451,22 +475,52 @@ impl Compiler {
             diagnostics.truncate(end);
             diagnostics.push_str("\n[...]");
         }
+        let undefined = program == "ld.lld" && diagnostics.contains("undefined");
         Err(Error::Failed {
             program,
             source_name: source.name.clone(),
             processor: processor.to_owned(),
             status: out.status.to_string(),
             diagnostics,
+            undefined,
         })
     }
 }
 
-/// Whether `program --version` runs and succeeds.
-fn runs(program: &Path) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// `name` as a `#line` directive's file name: a string literal's escapes for `\\` and `"`,
+/// and no line break.
+fn line_name(name: &str) -> String {
+    name.chars()
+        .flat_map(|c| match c {
+            '\\' | '"' => vec!['\\', c],
+            '\n' | '\r' => vec![' '],
+            c => vec![c],
+        })
+        .collect()
+}
+
+/// Whether `lld --version` runs and says it is LLD (`Debian LLD 19.1.7 (compatible with GNU
+/// linkers)`): a program that merely succeeds (`/bin/true`) would fail only later.
+fn check_lld(lld: &Path) -> Result<(), Error> {
+    let out = Command::new(lld).arg("--version").output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        _ => {
+            return Err(Error::LldMissing {
+                tried: lld.display().to_string(),
+            });
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or("").trim().to_owned();
+    if first.split_whitespace().any(|w| w == "LLD") {
+        Ok(())
+    } else {
+        Err(Error::NotLld {
+            path: lld.to_owned(),
+            said: first,
+        })
+    }
 }
 
 /// The version `clang --version` states.

@@ -9,7 +9,8 @@
 //! Without ROCm (the default) the sources are built with `-nogpulib`: the work-item
 //! functions of OpenCL C and the keywords and built-in variables of HIP then come from
 //! rig's preludes ([`OPENCL_PRELUDE`], [`HIP_PRELUDE`]), which [`Compiler::compile`]
-//! includes before the source. With ROCm ([`Options::rocm`]) they come from ROCm's
+//! includes before the source, and so do the float math functions LLVM cannot lower by
+//! itself ([`MATH_PRELUDE`]). With ROCm ([`Options::rocm`]) they come from ROCm's
 //! headers and device libraries, and the preludes are left out.
 //!
 //! `docs/kernels.md` walks the whole path, from source to a launch, in Rust, C and Python.
@@ -50,9 +51,15 @@ pub const OPENCL_PRELUDE: &str = include_str!("../include/rig.h");
 /// Included before every HIP source built without ROCm.
 pub const HIP_PRELUDE: &str = include_str!("../include/rig_hip.h");
 
-/// The name each prelude has in the include directory the compiler makes of them, for a
-/// source that `#include`s one itself.
-pub const PRELUDE_NAMES: [&str; 2] = ["rig.h", "rig_hip.h"];
+/// rig's math for kernels built without ROCm (`include/rig_math.h`), which both preludes
+/// include: `sin`, `cos`, `tan`, `pow` and `rsqrt` of float computed in double, and `exp`,
+/// `exp2`, `exp10`, `log`, `log2`, `log10` as LLVM's intrinsics (docs/kernels.md states
+/// their precision).
+pub const MATH_PRELUDE: &str = include_str!("../include/rig_math.h");
+
+/// The name each prelude ([`OPENCL_PRELUDE`], [`HIP_PRELUDE`], [`MATH_PRELUDE`]) has in the
+/// include directory the compiler makes of them, for a source that `#include`s one itself.
+pub const PRELUDE_NAMES: [&str; 3] = ["rig.h", "rig_hip.h", "rig_math.h"];
 
 /// `docs/kernels.md`, whose Rust examples are this crate's doctests (its OpenCL C, HIP and
 /// shell examples are built by `tests/docs.rs`).

@@ -166,3 +166,65 @@ fn a_missing_or_old_toolchain_says_what_to_install() {
         Err(Error::Processor(_))
     ));
 }
+
+#[test]
+fn diagnostics_name_the_authors_file_not_a_temporary_copy() {
+    let c = Compiler::find().unwrap();
+    let text = "kernel void saxpy(global float *y) {\n  size_t i = get_global_id(0);\n  y[i] = a * y[i];\n}\n";
+    let err = c
+        .compile(
+            &Source::opencl("saxpy.cl", text),
+            "gfx1100",
+            &Options::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("saxpy.cl:3:10"), "{err}");
+    assert!(
+        !err.contains("source.cl") && !err.contains("rig-kernels-"),
+        "{err}"
+    );
+    // A file keeps its path.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("saxpy.cl");
+    std::fs::write(&path, text).unwrap();
+    let err = c
+        .compile(
+            &Source::file(&path).unwrap(),
+            "gfx1100",
+            &Options::default(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("{}:3:10", path.display())), "{err}");
+}
+
+#[test]
+fn a_linker_that_is_not_lld_is_refused_up_front() {
+    let err = Compiler::with("clang-19", "/bin/true").unwrap_err();
+    assert!(matches!(err, Error::NotLld { .. }), "{err:?}");
+    assert!(err.to_string().contains("RIG_LLD"), "{err}");
+}
+
+#[test]
+fn a_function_the_preludes_lack_fails_the_build_saying_what_to_install() {
+    let c = Compiler::find().unwrap();
+    let src = Source::opencl(
+        "atan.cl",
+        "kernel void k(global float *y) { y[0] = atan(y[0]); }",
+    );
+    match c.compile(&src, "gfx1100", &Options::default()) {
+        Err(
+            e @ Error::Failed {
+                program: "ld.lld", ..
+            },
+        ) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("atan") && text.contains("Options::rocm"),
+                "{text}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+}

@@ -41,6 +41,7 @@ fn the_pages_kernels_and_commands_build() {
     std::fs::create_dir_all(&include).unwrap();
     std::fs::write(include.join("rig.h"), rig_kernels::OPENCL_PRELUDE).unwrap();
     std::fs::write(include.join("rig_hip.h"), rig_kernels::HIP_PRELUDE).unwrap();
+    std::fs::write(include.join("rig_math.h"), rig_kernels::MATH_PRELUDE).unwrap();
 
     let compiler = Compiler::find().expect("clang-19 and ld.lld-19, as CI installs");
     let mut kernels = 0;

@@ -25,7 +25,7 @@ use rig_shm::{Doorbell, SharedRegion};
 /// The flush register's value while no flush is asked for.
 pub const IDLE: u32 = u32::MAX;
 /// Bytes of the MMIO_REMAP page.
-pub const PAGE_BYTES: u64 = 4096;
+pub const PAGE_BYTES: u64 = rig_amd::PAGE_BYTES;
 /// How long a front end polls its doorbell after a ring before it sleeps on it (as the
 /// path's forwarder does), so a ring during work in flight costs no futex wake.
 const POLL: Duration = Duration::from_micros(50);

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_amd::aql::AmdQueue;
 use rig_kfd::abi::{self, Command};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -37,8 +38,7 @@ pub type Errno = i32;
 
 /// Queues one process may hold on one GPU (`pqm_create_queue`'s `max_queues`).
 pub const MAX_QUEUES_PER_PROCESS: usize = 127;
-/// Bytes of a process's doorbell page on one GPU (KFD's per-process doorbell slice).
-pub const DOORBELL_SLICE_BYTES: u64 = 8192;
+pub use rig_kfd::abi::DOORBELL_SLICE_BYTES;
 /// Bytes between two queues' doorbells: rig-shm's doorbell slots, so the emulated queue
 /// processors can sleep until rung.
 pub const DOORBELL_STRIDE: u64 = rig_shm::layout::DOORBELL_SLOT_BYTES as u64;
@@ -59,7 +59,6 @@ pub const FIRST_SIGNAL_EVENT: u32 = 1;
 pub const GPUVM_BASE: u64 = 1 << 32;
 /// The highest (47 bits).
 pub const GPUVM_LIMIT: u64 = (1 << 47) - 1;
-const PAGE: u64 = 4096;
 
 /// What to emulate.
 #[derive(Debug, Clone)]

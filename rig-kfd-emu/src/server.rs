@@ -27,13 +27,12 @@
 //!   its files and lives on keeps its KFD process, and its next open finds it again.
 
 use std::collections::HashMap;
-use std::io::IoSliceMut;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use nix::sys::socket::{self, ControlMessageOwned, MsgFlags, sockopt};
+use nix::sys::socket::{self, sockopt};
 use rig_kfd::seam::{self, wire};
 use rig_shm::SharedRegion;
 
@@ -76,33 +75,19 @@ struct Entry {
 /// the kernel wrote it (0 if none came).
 type Received = (usize, Vec<OwnedFd>, i32);
 
-/// Receives one message with its sender's credentials; `Ok(None)` when the peer closed.
+/// Receives one message with its sender's credentials; `Ok(None)` when the peer closed. A
+/// message longer than `buf`, or whose control data the kernel cut, is `EMSGSIZE` (its
+/// descriptors closed).
 fn recv_from(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Option<Received>, nix::Error> {
-    let mut space = nix::cmsg_space!([RawFd; 4], libc::ucred);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = socket::recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
-    let (mut fds, mut pid) = (Vec::new(), 0);
-    for c in msg.cmsgs()? {
-        match c {
-            ControlMessageOwned::ScmRights(raw) => {
-                fds.extend(raw.into_iter().map(rig_kfd::sys::own_received_fd));
-            }
-            ControlMessageOwned::ScmCredentials(cred) => pid = cred.pid(),
-            _ => {}
-        }
-    }
-    if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+    let got = rig_proto::fdpass::recv(sock, buf, false)
+        .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if got.cut || got.truncated {
         return Err(nix::errno::Errno::EMSGSIZE);
     }
-    if msg.bytes == 0 {
+    if got.bytes == 0 {
         return Ok(None);
     }
-    Ok(Some((msg.bytes, fds, pid)))
+    Ok(Some((got.bytes, got.fds, got.sender.unwrap_or(0))))
 }
 
 fn answer(sock: BorrowedFd<'_>, code: i32, a: u64, args: &[u8], array: &[u8], fds: &[OwnedFd]) {
@@ -116,9 +101,9 @@ fn answer(sock: BorrowedFd<'_>, code: i32, a: u64, args: &[u8], array: &[u8], fd
     let mut msg = head.encode().to_vec();
     msg.extend_from_slice(args);
     msg.extend_from_slice(array);
-    let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let fds: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
     // A client that went away gets no answer; its connection's EOF ends the serving.
-    let _ = seam::send(sock, &msg, &raw);
+    let _ = seam::send(sock, &msg, &fds);
 }
 
 fn fail(sock: BorrowedFd<'_>, errno: i32) {

@@ -35,13 +35,9 @@ impl NodeFacts {
         }
     }
 
-    /// Shader arrays per engine: 1 on the CDNA parts, 2 on RDNA.
+    /// Shader arrays per engine, as rig-amd states them ([`rig_amd::hal::Hal::arrays_per_engine`]).
     pub fn arrays_per_engine(&self) -> u32 {
-        if self.gpu.generation == Generation::Gfx9 {
-            1
-        } else {
-            2
-        }
+        self.gpu.hal().arrays_per_engine
     }
 
     /// `gfx_target_version`.

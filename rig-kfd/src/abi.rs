@@ -485,6 +485,12 @@ pub const ALLOC_MEM_FLAGS_GTT: u32 = 1 << 1;
 pub const ALLOC_MEM_FLAGS_USERPTR: u32 = 1 << 2;
 /// `KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL`: the process's doorbell page.
 pub const ALLOC_MEM_FLAGS_DOORBELL: u32 = 1 << 3;
+/// Bytes of a process's doorbell slice on one GPU, the range of `/dev/kfd` a queue's
+/// `doorbell_offset` lies in (mapped once per GPU; a queue's doorbell is the offset's low
+/// bits): `kfd_doorbell_process_slice`, KFD_MAX_NUM_OF_QUEUES_PER_PROCESS (1024) doorbells
+/// of 8 bytes, page-rounded.
+pub const DOORBELL_SLICE_BYTES: u64 = 8192;
+
 /// `KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP`: the HDP flush page.
 pub const ALLOC_MEM_FLAGS_MMIO_REMAP: u32 = 1 << 4;
 /// `KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL` (of the header's `enum kfd_mmio_remap`, which the

@@ -5,6 +5,7 @@
 //! always passed these sizes, so the path passes them to every kernel.
 
 use crate::topology::Node;
+use rig_amd::PAGE_BYTES as PAGE;
 
 /// Bytes of the end-of-pipe buffer of a compute queue on GFX9 and later.
 pub const EOP_BUFFER_BYTES: u64 = 4096;
@@ -15,7 +16,6 @@ pub const DEBUGGER_BYTES_PER_WAVE: u64 = 32;
 const SGPR_BYTES_PER_CU: u64 = 0x4000;
 const LDS_BYTES_PER_CU: u64 = 0x10000;
 const HWREG_BYTES_PER_CU: u64 = 0x1000;
-const PAGE: u64 = 4096;
 
 fn align(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to

@@ -18,13 +18,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use nix::sys::socket::{self, ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr};
+use nix::sys::socket::{self, UnixAddr};
 use rig_shm::SharedRegion;
 
 use crate::abi::{self, Command};
@@ -304,41 +303,27 @@ pub mod wire {
     }
 }
 
-/// Sends one message with `fds` attached.
-pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fds: &[RawFd]) -> Result<(), Errno> {
-    let iov = [IoSlice::new(msg)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
-    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
-    socket::sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+/// Sends one message with `fds` attached (through rig-proto's descriptor passing, the
+/// tree's one).
+pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), Errno> {
+    rig_proto::fdpass::send(sock, &[msg], fds, false)
         .map(drop)
-        .map_err(|e| Errno(e as i32))
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))
 }
 
-/// Receives one message of at most `buf.len()` bytes and the fds attached (at most 4);
-/// `Ok(None)` when the peer closed.
+/// Receives one message of at most `buf.len()` bytes and the fds attached; `Ok(None)` when
+/// the peer closed. A message longer than `buf`, or whose control data the kernel cut, is
+/// `EMSGSIZE`, and the descriptors that came with it are closed.
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<Option<(usize, Vec<OwnedFd>)>, Errno> {
-    let mut space = nix::cmsg_space!([RawFd; 4]);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = socket::recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| Errno(e as i32))?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(|e| Errno(e as i32))? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            fds.extend(raw.into_iter().map(sys::own_received_fd));
-        }
-    }
-    if msg.flags.contains(MsgFlags::MSG_TRUNC) || msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+    let got = rig_proto::fdpass::recv(sock, buf, false)
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if got.cut || got.truncated {
         return Err(Errno(libc::EMSGSIZE));
     }
-    if msg.bytes == 0 {
+    if got.bytes == 0 {
         return Ok(None);
     }
-    Ok(Some((msg.bytes, fds)))
+    Ok(Some((got.bytes, got.fds)))
 }
 
 /// The emulated KFD (`rig-kfd-emu`), reached through its socket.
@@ -428,7 +413,7 @@ impl Emulated {
         head: wire::Header,
         args: &[u8],
         array: &[u8],
-        fds: &[RawFd],
+        fds: &[BorrowedFd<'_>],
     ) -> Result<(wire::Header, Vec<u8>, Vec<OwnedFd>), Errno> {
         let mut msg = Vec::with_capacity(wire::HEADER_BYTES + args.len() + array.len());
         msg.extend_from_slice(&head.encode());
@@ -495,12 +480,12 @@ impl Kernel for Emulated {
             args_len: u32::try_from(sent.len()).map_err(|_| Errno(libc::EINVAL))?,
             ..Default::default()
         };
-        let (array, fds): (&mut [u8], Vec<RawFd>) = match extra {
+        let (array, fds): (&mut [u8], Vec<BorrowedFd<'_>>) = match extra {
             Extra::None => (&mut [], Vec::new()),
             Extra::Array { bytes, .. } => (bytes, Vec::new()),
             Extra::Userptr { fd, offset } => {
                 head.b = offset;
-                (&mut [], vec![fd.as_raw_fd()])
+                (&mut [], vec![fd])
             }
         };
         head.array_len = u32::try_from(array.len()).map_err(|_| Errno(libc::EINVAL))?;

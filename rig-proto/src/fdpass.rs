@@ -1,10 +1,11 @@
 //! Sending and receiving bytes with file descriptors attached (`SCM_RIGHTS`) on a Unix
-//! stream socket: the only code of this crate that touches raw descriptors.
+//! socket (stream or `SOCK_SEQPACKET`): the only code of the tree that passes descriptors,
+//! used by this crate's frames, by rigd's KFD workers and by the emulated KFD's seam.
 //!
 //! It owns one system call each way and turning received descriptor numbers into
 //! [`OwnedFd`]s at once, so that every descriptor a peer sends is closed when dropped,
-//! whatever the frame layer then decides. Framing, counting and limits are
-//! [`crate::frame`]'s.
+//! whatever the caller then decides. Framing, counting and limits are the caller's
+//! ([`crate::frame`] for rig's protocol).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -14,32 +15,36 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
-/// The kernel's most descriptors in one `SCM_RIGHTS` message (`SCM_MAX_FD`). Room for this
-/// many means control data is never truncated, so no received descriptor goes unseen.
-const SCM_MAX_FD: usize = 253;
+/// The kernel's most descriptors in one message (`SCM_MAX_FD`, across all its
+/// `SCM_RIGHTS`). Room for this many and for the credentials a socket with `SO_PASSCRED`
+/// is given means control data is not truncated, so no received descriptor goes unseen
+/// (nix walks no truncated control data, and the descriptors in it would stay open).
+pub const SCM_MAX_FD: usize = 253;
 
 /// What one `recvmsg` gave.
 #[derive(Debug)]
-pub(crate) struct Received {
-    /// Bytes read into the buffer; 0 means the peer closed its end.
+pub struct Received {
+    /// Bytes read into the buffer; 0 means the peer closed its end (on a stream socket, or
+    /// a `SOCK_SEQPACKET` one whose peer sent no empty message).
     pub bytes: usize,
     /// Descriptors that came with them, close-on-exec.
     pub fds: Vec<OwnedFd>,
     /// True if the kernel truncated the control data (descriptors may have been lost).
     pub truncated: bool,
+    /// True if the message was longer than the buffer (`MSG_TRUNC`, on a socket of
+    /// messages: the rest is lost).
+    pub cut: bool,
+    /// The sender's pid, as the kernel wrote it, where the socket has `SO_PASSCRED`.
+    pub sender: Option<i32>,
 }
 
 /// Receives into `buf` once. `nonblocking` adds `MSG_DONTWAIT`; `EINTR` is retried.
-pub(crate) fn recv(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-    nonblocking: bool,
-) -> io::Result<Received> {
+pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], nonblocking: bool) -> io::Result<Received> {
     let mut flags = MsgFlags::MSG_CMSG_CLOEXEC;
     if nonblocking {
         flags |= MsgFlags::MSG_DONTWAIT;
     }
-    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
+    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD], nix::libc::ucred);
     loop {
         let mut iov = [IoSliceMut::new(buf)];
         let msg = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), flags) {
@@ -49,19 +54,25 @@ pub(crate) fn recv(
         };
         let bytes = msg.bytes;
         let mut fds = Vec::new();
+        let mut sender = None;
         // nix refuses to walk truncated control data, so descriptors that did arrive in it
-        // would stay open unseen. With room for SCM_MAX_FD, truncation needs a peer that
-        // sent other control messages too; the frame layer then drops the connection.
+        // would stay open unseen. With room for SCM_MAX_FD and credentials, truncation
+        // needs a socket given other control messages too (SO_PASSSEC's label); the
+        // caller then drops the connection.
         let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
         if let Ok(cmsgs) = msg.cmsgs() {
             for c in cmsgs {
-                if let ControlMessageOwned::ScmRights(raw) = c {
-                    for fd in raw {
-                        // SAFETY: the kernel just installed `fd` in this process for this
-                        // message (SCM_RIGHTS); nothing else knows the number, so wrapping it
-                        // gives it exactly one owner, which closes it on drop.
-                        fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                match c {
+                    ControlMessageOwned::ScmRights(raw) => {
+                        for fd in raw {
+                            // SAFETY: the kernel just installed `fd` in this process for
+                            // this message (SCM_RIGHTS); nothing else knows the number, so
+                            // wrapping it gives it exactly one owner, which closes it on drop.
+                            fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                        }
                     }
+                    ControlMessageOwned::ScmCredentials(cred) => sender = Some(cred.pid()),
+                    _ => {}
                 }
             }
         }
@@ -69,13 +80,15 @@ pub(crate) fn recv(
             bytes,
             fds,
             truncated,
+            cut: msg.flags.contains(MsgFlags::MSG_TRUNC),
+            sender,
         });
     }
 }
 
 /// Sends `bufs` once with `fds` attached (none if empty), `MSG_NOSIGNAL` so a closed peer is
 /// an `EPIPE` error and not a signal. Returns the bytes sent; `EINTR` is retried.
-pub(crate) fn send(
+pub fn send(
     sock: BorrowedFd<'_>,
     bufs: &[&[u8]],
     fds: &[BorrowedFd<'_>],

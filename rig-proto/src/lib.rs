@@ -66,6 +66,7 @@
 //! # Modules
 //!
 //! - [`messages`]: every message type;
+//! - [`wire`]: the wire forms of rig-amd's types that messages carry, in the protocol's order;
 //! - [`frame`]: the frame layout, the limits and a resumable reader;
 //! - [`Connection`]: the blocking client side;
 //! - `ServerConnection` (feature `tokio`, off by default; rigd turns it on): rigd's async side.
@@ -74,11 +75,12 @@
 
 mod bounds;
 mod conn;
-mod fdpass;
+pub mod fdpass;
 pub mod frame;
 pub mod messages;
 #[cfg(feature = "tokio")]
 mod server;
+pub mod wire;
 
 use std::path::PathBuf;
 
@@ -94,9 +96,9 @@ pub use server::{FrameBudget, ServerConnection, reply_for};
 /// The first eight bytes every client's hello carries: `"rigproto"` read little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
-/// The protocol version of this build. Both sides must speak the same one. Version 6
-/// bounds every string a client sends (see [`MOST_PROGRAM`] and its siblings).
-pub const VERSION: u32 = 6;
+/// The protocol version of this build. Both sides must speak the same one. Version 7
+/// added [`Request::Ping`] and [`Response::Pong`].
+pub const VERSION: u32 = 7;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

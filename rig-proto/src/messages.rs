@@ -267,45 +267,113 @@ pub enum Request {
         /// The client process.
         pid: u32,
     },
+    /// Needs nothing: answered with [`Response::Pong`] at once, touching no device, so its
+    /// round trip is the control path's own (`rigctl ping`).
+    Ping,
 }
 
-impl Request {
-    /// The request's name, for logs and error messages.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Request::ListGpus => "list-gpus",
-            Request::OpenDevice { .. } => "open-device",
-            Request::CloseDevice { .. } => "close-device",
-            Request::Alloc { .. } => "alloc",
-            Request::Free { .. } => "free",
-            Request::MapHost { .. } => "map-host",
-            Request::LoadImage { .. } => "load-image",
-            Request::ResolveEntry { .. } => "resolve-entry",
-            Request::Prepare { .. } => "prepare",
-            Request::Unload { .. } => "unload",
-            Request::Grow { .. } => "grow",
-            Request::Facts { .. } => "facts",
-            Request::SampleClock { .. } => "sample-clock",
-            Request::StopDevice { .. } => "stop-device",
-            Request::DeviceStatus { .. } => "device-status",
-            Request::ListClients => "list-clients",
-            Request::ListDevices => "list-devices",
-            Request::ShowDevice { .. } => "show-device",
-            Request::MapPeerWord { .. } => "map-peer-word",
-            Request::DaemonStatus => "daemon-status",
-            Request::GpuStatus => "gpu-status",
-            Request::ListProcesses => "list-processes",
-            Request::AdminStop { .. } => "admin-stop",
-            Request::Evict { .. } => "evict",
+/// How rigd routes a [`Request`]: its name, the device it acts on, whether it may block,
+/// whether only an administrator may ask it, and the descriptors that ride with it. Each
+/// request's route is stated once, in [`Request::route`]; rigd and the framing read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// The request's name, for logs, metrics and error messages.
+    pub name: &'static str,
+    /// The device of the asking client that rigd answers the request on, under that
+    /// device's lock; `None` for a request on no one device of its client (one that
+    /// opens, closes or inspects devices, or asks of rigd itself).
+    pub device: Option<DeviceId>,
+    /// Whether answering may block a thread: it makes, grows, stops or closes queues
+    /// (joining their threads), parses and uploads a code object, maps a client's memory,
+    /// or waits for every device (an administrator's). rigd answers these on its blocking
+    /// pool, never on an async worker.
+    pub blocks: bool,
+    /// Whether only rigd's administrators may ask it.
+    pub admin: bool,
+    /// How many file descriptors must ride with it: exactly this many, no more.
+    pub fds: usize,
+}
+
+impl Route {
+    const fn of(name: &'static str) -> Route {
+        Route {
+            name,
+            device: None,
+            blocks: false,
+            admin: false,
+            fds: 0,
         }
     }
 
-    /// How many file descriptors must ride with this request: exactly this many, no more.
-    pub fn fds_needed(&self) -> usize {
-        match self {
-            Request::MapHost { .. } => 1,
-            _ => 0,
+    const fn on(self, device: DeviceId) -> Route {
+        Route {
+            device: Some(device),
+            ..self
         }
+    }
+
+    const fn blocking(self) -> Route {
+        Route {
+            blocks: true,
+            ..self
+        }
+    }
+
+    const fn admin(self) -> Route {
+        Route {
+            admin: true,
+            blocks: true,
+            ..self
+        }
+    }
+
+    const fn with_fds(self, fds: usize) -> Route {
+        Route { fds, ..self }
+    }
+}
+
+impl Request {
+    /// The request's route: the one place each request's name, device, blocking,
+    /// administrator's need and descriptors are stated.
+    pub fn route(&self) -> Route {
+        let r = Route::of;
+        match self {
+            Request::ListGpus => r("list-gpus"),
+            Request::OpenDevice { .. } => r("open-device").blocking(),
+            Request::CloseDevice { .. } => r("close-device").blocking(),
+            Request::Alloc { device, .. } => r("alloc").on(*device),
+            Request::Free { device, .. } => r("free").on(*device),
+            Request::MapHost { device, .. } => r("map-host").on(*device).blocking().with_fds(1),
+            Request::LoadImage { device, .. } => r("load-image").on(*device).blocking(),
+            Request::ResolveEntry { device, .. } => r("resolve-entry").on(*device),
+            Request::Prepare { device, .. } => r("prepare").on(*device),
+            Request::Unload { device, .. } => r("unload").on(*device),
+            Request::Grow { device, .. } => r("grow").on(*device).blocking(),
+            Request::Facts { device } => r("facts").on(*device),
+            Request::SampleClock { device } => r("sample-clock").on(*device),
+            Request::StopDevice { device, .. } => r("stop-device").on(*device).blocking(),
+            Request::DeviceStatus { device } => r("device-status").on(*device),
+            Request::ListClients => r("list-clients"),
+            Request::ListDevices => r("list-devices"),
+            Request::ShowDevice { .. } => r("show-device"),
+            Request::MapPeerWord { device, .. } => r("map-peer-word").on(*device),
+            Request::DaemonStatus => r("daemon-status").admin(),
+            Request::GpuStatus => r("gpu-status").admin(),
+            Request::ListProcesses => r("list-processes").admin(),
+            Request::AdminStop { .. } => r("admin-stop").admin(),
+            Request::Evict { .. } => r("evict").admin(),
+            Request::Ping => r("ping"),
+        }
+    }
+
+    /// The request's name, for logs and error messages ([`Route::name`]).
+    pub fn name(&self) -> &'static str {
+        self.route().name
+    }
+
+    /// How many file descriptors must ride with this request ([`Route::fds`]).
+    pub fn fds_needed(&self) -> usize {
+        self.route().fds
     }
 }
 
@@ -410,6 +478,8 @@ pub enum Response {
         /// The devices stopped.
         devices: Vec<DeviceId>,
     },
+    /// The answer to [`Request::Ping`].
+    Pong,
 }
 
 /// rigd itself, as `rigctl status` shows it.
@@ -596,10 +666,10 @@ pub struct GpuShare {
     pub gpu_address: u64,
 }
 
-/// The packets a hardware queue reads: rig-amd's own type, which the wire carries as it is
-/// (PM4 on a compute queue of a GPU of one die, AQL on one of several dies, SDMA on the copy
-/// queue).
-pub use rig_amd::gpu::QueueKind;
+/// The packets a hardware queue reads: rig-amd's own type, which the wire carries in its
+/// own form ([`crate::wire`]) (PM4 on a compute queue of a GPU of one die, AQL on one of
+/// several dies, SDMA on the copy queue).
+pub use crate::wire::QueueKind;
 
 /// The bytes of one unit of a queue of `kind`'s read and write positions and doorbell
 /// value, as [`rig_shm::layout`] states them: PM4 counts dwords, AQL counts 64-byte
@@ -622,6 +692,7 @@ pub fn position_unit(kind: QueueKind) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueShare {
     /// The packets it reads.
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// 0 for the queue made at open, then one more for each growth of this ring.
     pub generation: u32,
@@ -901,8 +972,8 @@ pub struct Waits {
 }
 
 /// A three-part IP version, such as GC 11.0.0 or SDMA 6.0.0: rig-amd's own type, which the
-/// wire carries as it is.
-pub use rig_amd::gpu::IpVersion;
+/// wire carries in its own form ([`crate::wire`]).
+pub use crate::wire::IpVersion;
 
 /// The largest ring a growth can make per queue; bigger submissions never fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -947,12 +1018,15 @@ pub struct Facts {
     /// The GPU's PCI function, where it has one.
     pub bus: Option<String>,
     /// The GC version, which the compute queue's registers and packets follow.
+    #[serde(with = "crate::wire::ip_version")]
     pub gc: IpVersion,
     /// The SDMA version, which the copy queue's packets follow.
+    #[serde(with = "crate::wire::ip_version")]
     pub sdma: IpVersion,
     /// The version of the compute queues' firmware.
     pub mec: u32,
     /// The compute queue's packets: `Pm4` or `Aql`.
+    #[serde(with = "crate::wire::queue_kind")]
     pub compute: QueueKind,
     /// The local data share of a work-group, in bytes.
     pub lds_bytes: u32,
@@ -1002,7 +1076,8 @@ pub struct Entry {
     /// Where the hidden arguments the kernel reads lie, which the client fills after the
     /// explicit ones: rig-amd's own layout, the hidden part of the [`Entry::plan`] that
     /// `rig_amd::kernarg::layout` follows.
-    pub hidden: rig_amd::kernarg::HiddenLayout,
+    #[serde(with = "crate::wire::hidden_layout")]
+    pub hidden: crate::wire::HiddenLayout,
     /// The scratch a PM4 dispatch names; `None` if the kernel needs none or the queue (AQL)
     /// hands scratch itself.
     pub scratch: Option<Scratch>,
@@ -1139,6 +1214,7 @@ pub enum FaultKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QueueRef {
     /// The packets it reads (`Sdma` for the copy engine's queue).
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// Its number among the device's queues of its engine (0 for `COMPUTE:0`, `COPY:0`).
     pub index: u32,
@@ -1343,6 +1419,7 @@ pub struct RingState {
     /// The queue's name, such as `"COMPUTE:0"`.
     pub queue: String,
     /// The packets it reads.
+    #[serde(with = "crate::wire::queue_kind")]
     pub kind: QueueKind,
     /// Its generation.
     pub generation: u32,

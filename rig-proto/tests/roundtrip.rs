@@ -448,6 +448,7 @@ fn request() -> impl Strategy<Value = Request> {
         dev.clone()
             .prop_map(|device| Request::ShowDevice { device }),
         (dev.clone(), dev).prop_map(|(device, peer)| Request::MapPeerWord { device, peer }),
+        Just(Request::Ping),
     ]
 }
 
@@ -568,6 +569,7 @@ fn response() -> impl Strategy<Value = Response> {
         report.prop_map(|r| Response::Device(Box::new(r))),
         error_reply().prop_map(Response::Error),
         any::<u64>().prop_map(|gpu_address| Response::PeerWord { gpu_address }),
+        Just(Response::Pong),
     ]
 }
 
@@ -703,6 +705,7 @@ fn every_variant_has_a_name_and_round_trips() {
             device: DeviceId(1),
         },
         Request::Evict { pid: 7 },
+        Request::Ping,
     ];
     let mut names = std::collections::BTreeSet::new();
     for r in &requests {
@@ -729,7 +732,8 @@ fn every_variant_has_a_name_and_round_trips() {
             | Request::GpuStatus
             | Request::ListProcesses
             | Request::AdminStop { .. }
-            | Request::Evict { .. } => 0,
+            | Request::Evict { .. }
+            | Request::Ping => 0,
             Request::MapHost { .. } => 1,
         };
         assert_eq!(r.fds_needed(), seen, "{}", r.name());
@@ -738,6 +742,40 @@ fn every_variant_has_a_name_and_round_trips() {
         assert_eq!(&back, r);
     }
     assert_eq!(names.len(), requests.len());
+}
+
+#[test]
+fn a_route_names_the_device_a_request_acts_on_and_admins_block() {
+    let d = DeviceId(9);
+    let on = |r: Request| r.route().device;
+    assert_eq!(
+        on(Request::Alloc {
+            device: d,
+            memory: MemoryKind::Device,
+            bytes: 4
+        }),
+        Some(d)
+    );
+    assert_eq!(
+        on(Request::MapPeerWord {
+            device: d,
+            peer: DeviceId(1)
+        }),
+        Some(d)
+    );
+    assert_eq!(on(Request::ShowDevice { device: d }), None);
+    assert_eq!(on(Request::CloseDevice { device: d }), None);
+    let ping = Request::Ping.route();
+    assert!(!ping.blocks && !ping.admin && ping.device.is_none() && ping.fds == 0);
+    for r in [Request::Evict { pid: 1 }, Request::DaemonStatus] {
+        let route = r.route();
+        assert!(route.admin && route.blocks, "{route:?}");
+    }
+    let load = Request::LoadImage {
+        device: d,
+        code_object: Vec::new(),
+    };
+    assert!(load.route().blocks && !Request::ListGpus.route().blocks);
 }
 
 #[test]
@@ -990,7 +1028,9 @@ fn wire_format_is_pinned() {
         .unwrap(),
         [5, 1, 252, 0x70, 0x11, 0x01, 0x00, 0]
     );
+    assert_eq!(encode(&Request::Ping).unwrap(), [24]);
     assert_eq!(encode(&Response::Done).unwrap(), [0]);
+    assert_eq!(encode(&Response::Pong).unwrap(), [23]);
     assert_eq!(
         encode(&Response::Error(ErrorReply::new(ErrorCode::Internal, "x"))).unwrap(),
         [17, 14, 1, b'x']

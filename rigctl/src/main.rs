@@ -44,6 +44,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// One round trip to rigd, timed: whether it answers, and how fast.
+    Ping,
     /// rigd itself: version, uptime, configuration, socket.
     Status,
     /// The GPUs rigd serves: product, path, firmware, memory used and free, busy, and (on
@@ -93,6 +95,17 @@ enum Command {
         /// The code object (an AMDGPU ELF, such as clang's `-mcpu=gfx1100` output).
         file: PathBuf,
     },
+    /// rigctl's version and protocol, and those of the rigd it reaches.
+    Version,
+    /// A completion script for SHELL, to stdout (bash: save it as
+    /// /usr/share/bash-completion/completions/rigctl).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// rigctl's manual page, rigctl(1), as roff to stdout (save it as
+    /// /usr/share/man/man1/rigctl.1).
+    Man,
 }
 
 /// rigctl's errors.
@@ -109,12 +122,11 @@ enum CtlError {
         source: std::io::Error,
     },
     /// The socket's permissions keep this user out.
-    #[error(
-        "permission denied on rigd's socket {path}: this user may not open it; join rigd's group \
-         (`sudo usermod -aG rig $USER`, then log in again) or run rigctl as root"
-    )]
+    #[error("permission denied on rigd's socket {path}: this user may not open it; {hint}")]
     SocketDenied {
         path: PathBuf,
+        /// What gives access ([`access_hint`]).
+        hint: String,
         #[source]
         source: std::io::Error,
     },
@@ -190,7 +202,11 @@ fn connect(socket: &Option<PathBuf>) -> Result<Connection, CtlError> {
     let path = socket.clone().unwrap_or_else(rig_proto::socket_path);
     Connection::connect(&path, "rigctl").map_err(|source| match source {
         ProtoError::Connect { source, .. } => match source.kind() {
-            std::io::ErrorKind::PermissionDenied => CtlError::SocketDenied { path, source },
+            std::io::ErrorKind::PermissionDenied => CtlError::SocketDenied {
+                hint: access_hint(&path),
+                path,
+                source,
+            },
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                 CtlError::NotRunning { path, source }
             }
@@ -204,6 +220,77 @@ fn connect(socket: &Option<PathBuf>) -> Result<Connection, CtlError> {
         }
         source => CtlError::Connect { path, source },
     })
+}
+
+/// What gives this user access to the socket at `path`: joining the group of what keeps it
+/// out (the socket, or its directory when the socket cannot even be looked at), unless that
+/// group is root's, which no group membership opens.
+fn access_hint(path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let denier = match std::fs::metadata(path) {
+        Ok(m) => Some((path.to_owned(), m)),
+        Err(_) => path
+            .parent()
+            .and_then(|d| std::fs::metadata(d).ok().map(|m| (d.to_owned(), m))),
+    };
+    let Some((what, meta)) = denier else {
+        return "join rigd's socket group (daemon.group in rigd.toml; `sudo usermod -aG GROUP $USER`, then log in again) or run rigctl as root".into();
+    };
+    if meta.gid() == 0 {
+        return format!(
+            "{} belongs to group root, which no user should join: have rigd's operator set daemon.group (such as \"rig\", which systemd/rig.sysusers.conf makes) and restart rigd, or run rigctl as root",
+            what.display()
+        );
+    }
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(meta.gid()))
+        .ok()
+        .flatten()
+        .map_or_else(|| meta.gid().to_string(), |g| g.name);
+    format!(
+        "join its group {group} (`sudo usermod -aG {group} $USER`, then log in again) or run rigctl as root"
+    )
+}
+
+/// `rigctl version`: rigctl's own version and protocol, then rigd's (the greeting every
+/// connection gets, so any user who may connect sees it).
+fn version(socket: &Option<PathBuf>, f: Format) -> Result<String, CtlError> {
+    let mine = concat!("rigctl ", env!("CARGO_PKG_VERSION"));
+    let c = connect(socket);
+    if f == Format::Json {
+        let rigd = c.as_ref().ok().map(|c| {
+            let w = c.daemon();
+            serde_json::json!({ "daemon": w.daemon, "protocol": w.version, "pid": w.pid })
+        });
+        let v = serde_json::json!({
+            "rigctl": mine,
+            "protocol": rig_proto::VERSION,
+            "rigd": rigd,
+            "error": c.as_ref().err().map(chain),
+        });
+        return json(&v);
+    }
+    println!("{mine} (protocol {})", rig_proto::VERSION);
+    let w = c?.daemon().clone();
+    Ok(format!(
+        "{} (protocol {}, pid {})\n",
+        w.daemon, w.version, w.pid
+    ))
+}
+
+/// `rigctl completions SHELL` and `rigctl man`: made from the command line's own definition.
+fn generated(command: &Command) -> Result<String, CtlError> {
+    use clap::CommandFactory;
+    let mut cli = Cli::command();
+    let mut out = Vec::new();
+    match command {
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut cli, "rigctl", &mut out);
+        }
+        _ => clap_mangen::Man::new(cli)
+            .render(&mut out)
+            .map_err(|e| CtlError::Output(e.to_string()))?,
+    }
+    String::from_utf8(out).map_err(|e| CtlError::Output(e.to_string()))
 }
 
 fn call(conn: &mut Connection, request: Request) -> Result<Response, CtlError> {
@@ -227,6 +314,7 @@ fn unexpected(r: &Response) -> CtlError {
         Response::Daemon(_) => "a daemon status",
         Response::GpuStatus(_) => "gpu figures",
         Response::Processes(_) => "a process list",
+        Response::Pong => "a pong",
         _ => "another answer",
     })
 }
@@ -332,6 +420,8 @@ fn run(cli: Cli) -> Result<(), CtlError> {
         Format::Table
     };
     let out = match cli.command {
+        Command::Version => version(&cli.socket, f)?,
+        ref c @ (Command::Completions { .. } | Command::Man) => generated(c)?,
         Command::Image { file } => {
             let report = image::inspect(&file).map_err(CtlError::Image)?;
             match f {
@@ -353,6 +443,14 @@ fn run(cli: Cli) -> Result<(), CtlError> {
             match output {
                 Some(path) => return cdi::write(&path, &text).map_err(CtlError::Output),
                 None => text,
+            }
+        }
+        Command::Ping => {
+            let mut c = connect(&cli.socket)?;
+            let began = std::time::Instant::now();
+            match call(&mut c, Request::Ping)? {
+                Response::Pong => ping(f, &c, &cli.socket, began.elapsed())?,
+                r => return Err(unexpected(&r)),
             }
         }
         Command::Status => {
@@ -451,6 +549,34 @@ fn run(cli: Cli) -> Result<(), CtlError> {
     };
     print!("{out}");
     Ok(())
+}
+
+/// What `rigctl ping` prints: who answered, and the round trip of its `Ping`.
+fn ping(
+    f: Format,
+    c: &Connection,
+    socket: &Option<PathBuf>,
+    took: Duration,
+) -> Result<String, CtlError> {
+    let path = socket.clone().unwrap_or_else(rig_proto::socket_path);
+    let w = c.daemon();
+    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    match f {
+        Format::Json => json(&serde_json::json!({
+            "socket": path,
+            "daemon": w.daemon,
+            "pid": w.pid,
+            "round_trip_us": us,
+        })),
+        Format::Csv => Err(CtlError::NoCsv("ping")),
+        Format::Table => Ok(format!(
+            "{} (pid {}) at {} answered in {:.3} ms\n",
+            w.daemon,
+            w.pid,
+            path.display(),
+            took.as_secs_f64() * 1e3
+        )),
+    }
 }
 
 /// The error and its sources, outermost first.

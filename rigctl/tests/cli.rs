@@ -156,6 +156,27 @@ fn says_what_to_do_without_rigd() {
 }
 
 #[test]
+fn ping_times_a_round_trip_and_says_when_rigd_is_down() {
+    let s = serve();
+    let out = text(&rigctl(&s.socket, &["ping"]));
+    assert!(
+        out.starts_with("rigd ") && out.contains(" answered in ") && out.ends_with(" ms\n"),
+        "{out}"
+    );
+    let v = json_of(&s.socket, &["ping"]);
+    assert_eq!(v["pid"], std::process::id());
+    assert!(v["round_trip_us"].as_u64().is_some(), "{v}");
+    drop(s);
+    let o = rigctl(Path::new("/nonexistent/rigd.sock"), &["ping"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("rigd is not running at /nonexistent/rigd.sock"),
+        "{e}"
+    );
+}
+
+#[test]
 fn image_needs_no_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let o = rigctl(Path::new("/nonexistent"), &["image", "/etc/hostname"]);
@@ -236,6 +257,21 @@ fn own_comm() -> String {
         .unwrap()
         .trim_end()
         .to_owned()
+}
+
+#[test]
+fn version_names_rigctl_and_the_rigd_it_reaches() {
+    let s = serve();
+    let o = rigctl(&s.socket, &["version"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("rigctl ") && out.contains("rigd "), "{out}");
+    let v = json_of(&s.socket, &["version"]);
+    assert_eq!(v["rigd"]["protocol"], rig_proto::VERSION, "{v}");
+    assert!(
+        v["rigd"]["daemon"].as_str().unwrap().starts_with("rigd "),
+        "{v}"
+    );
 }
 
 #[test]
@@ -458,13 +494,27 @@ fn errors_say_which_failure_and_what_to_do() {
         )
         .unwrap();
     };
-    // The socket's mode keeps nobody out: permission denied, with the group to join.
+    // The socket's mode keeps nobody out: permission denied, with the group to join...
     let s = serve();
     open_dir(&s);
+    let users = nix::unistd::Gid::from_raw(100);
+    nix::unistd::chown(&s.socket, None, Some(users)).unwrap();
     let v = as_nobody(&s.socket, &["--json", "gpus"]);
     assert_eq!(v["error"]["kind"], "permission-denied", "{v}");
+    let group = nix::unistd::Group::from_gid(users)
+        .ok()
+        .flatten()
+        .map_or("100".to_owned(), |g| g.name);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("usermod -aG {group} ")), "{v}");
+    // ...but not when that group is root's: joining it would be the wrong advice.
+    nix::unistd::chown(&s.socket, None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
+    let v = as_nobody(&s.socket, &["--json", "gpus"]);
+    let message = v["error"]["message"].as_str().unwrap();
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("usermod"),
+        !message.contains("usermod")
+            && message.contains("group root")
+            && message.contains("daemon.group"),
         "{v}"
     );
     // The socket lets everyone in, [access] does not.

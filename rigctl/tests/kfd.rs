@@ -120,7 +120,7 @@ fn gpus_show_the_kfd_path_and_the_firmware_kfd_reports() {
         // What a client costs (EOP buffer and context-save area a queue) and the bound:
         // the VMIDs amdgpu keeps for KFD, 8 beside graphics, 13 on a compute-only gfx942.
         let cost = &g["status"]["client_cost"];
-        let queue_bytes = rigd::path::kfd::ClientCost::of(n).queue_bytes;
+        let queue_bytes = rigd::path::kfd::client_cost(n).queue_bytes;
         assert!(queue_bytes > 4 << 20, "{g}");
         assert_eq!(cost["queue_bytes"], queue_bytes, "{g}");
         assert_eq!(cost["queues_fit"], n.vram_bytes() / queue_bytes, "{g}");

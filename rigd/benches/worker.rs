@@ -16,13 +16,12 @@ use rig_shm::{Doorbell, SharedRegion};
 use rigd::config::KfdConfig;
 use rigd::path::kfd::{KfdBackend, KfdProcess};
 use rigd::path::worker::{KernelSpec, WorkerCommand, WorkerUser, Workers};
-use rigd::path::{Backend, Events, Path, QueueSpec};
+use rigd::path::{Backend, Events, Owner, Path, QueueSpec};
 
 const ROUNDS: usize = 2000;
 
 fn events() -> Events {
     Events {
-        client: 1,
         interrupt: Arc::new(|| {}),
         fault: Arc::new(|f| panic!("fault in the bench: {f}")),
     }
@@ -135,7 +134,7 @@ fn main() {
     {
         let kernel: Arc<dyn Kernel> = Arc::new(Emulated::new(&sock, &topo));
         let backend = KfdBackend::new(KfdProcess::open(kernel).unwrap(), node.clone()).unwrap();
-        let mut path = backend.open(events()).unwrap();
+        let mut path = backend.open(Owner(1), events()).unwrap();
         measure("in rigd", &mut path, &server);
     }
     // The bench's own KFD process lives as long as the bench (the kernel's rule), holding
@@ -161,7 +160,7 @@ fn main() {
     spin("the describing worker to end", || {
         server.processes().len() == 1 && workers.running().is_empty()
     });
-    let mut path = backend.open(events()).unwrap();
+    let mut path = backend.open(Owner(1), events()).unwrap();
     measure("in worker", &mut path, &server);
     let pid = workers.running()[0].1;
     let before = cpu_ticks(pid);
@@ -173,12 +172,7 @@ fn main() {
     const IDLE: u64 = 64;
     let mut idle: Vec<Box<dyn Path>> = (0..IDLE)
         .map(|c| {
-            let mut p = backend
-                .open(Events {
-                    client: 100 + c,
-                    ..events()
-                })
-                .unwrap();
+            let mut p = backend.open(Owner(100 + c), events()).unwrap();
             let ring = p.alloc(MemoryKind::Pinned, 4096).unwrap();
             let pos = p.alloc(MemoryKind::Pinned, 4096).unwrap();
             let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();

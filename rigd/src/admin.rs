@@ -13,30 +13,14 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use rig_proto::messages::{
-    DaemonStatus, DeviceId, ErrorCode, ErrorReply, GpuStatus, ProcessInfo, Request, Response,
-};
+use rig_proto::messages::{DaemonStatus, DeviceId, GpuStatus, ProcessInfo, Request, Response};
 
 use crate::metrics::Metrics;
+use crate::refusal::Refusal;
 use crate::state::{ClientId, Shared};
-
-/// What a non-administrator is answered when it asks about others or to stop their work.
-pub const NOT_ADMIN: &str = "only rigd's administrators may ask this (status, GPU figures, other users' clients, devices and processes, stop, evict): root, rigd's own user and members of the group daemon.admin_group names in rigd.toml (none by default); run it as one of them, or have an operator set daemon.admin_group and add you to that group";
 
 /// The reason a device stopped by an administrator is lost with; its client reads it.
 pub const STOPPED_BY_ADMIN: &str = "stopped by the administrator";
-
-/// Whether `r` is one of the requests this module answers.
-pub fn is_admin(r: &Request) -> bool {
-    matches!(
-        r,
-        Request::DaemonStatus
-            | Request::GpuStatus
-            | Request::ListProcesses
-            | Request::AdminStop { .. }
-            | Request::Evict { .. }
-    )
-}
 
 /// What the administrators' requests read.
 #[derive(Debug)]
@@ -46,10 +30,6 @@ pub struct Admin {
     pub(crate) sysfs: PathBuf,
     pub(crate) config: Option<PathBuf>,
     pub(crate) socket: Mutex<Option<PathBuf>>,
-}
-
-fn refuse(code: ErrorCode, message: String) -> Response {
-    Response::Error(ErrorReply::new(code, message))
 }
 
 /// Reads a sysfs attribute of PCI function `bus`, trimmed.
@@ -68,27 +48,29 @@ impl Admin {
         *self.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket);
     }
 
-    /// Answers one administrator's request of `client`.
+    /// Answers one administrator's request of `client` (one whose route says
+    /// [`rig_proto::Route::admin`]).
     pub fn handle(&self, client: ClientId, request: Request) -> Response {
+        self.answer(client, request).unwrap_or_else(Response::from)
+    }
+
+    fn answer(&self, client: ClientId, request: Request) -> Result<Response, Refusal> {
         if !self.state.is_inspector(client) {
             tracing::debug!(
                 client = client.0,
                 request = request.name(),
                 "administrator's request refused: not an administrator"
             );
-            return refuse(ErrorCode::PermissionDenied, NOT_ADMIN.into());
+            return Err(Refusal::NotAdmin);
         }
-        match request {
+        Ok(match request {
             Request::DaemonStatus => Response::Daemon(self.status()),
             Request::GpuStatus => Response::GpuStatus(self.gpus()),
             Request::ListProcesses => Response::Processes(self.processes()),
-            Request::AdminStop { device } => self.stop(device),
-            Request::Evict { pid } => self.evict(pid),
-            other => refuse(
-                ErrorCode::BadRequest,
-                format!("{} is not an administrator's request", other.name()),
-            ),
-        }
+            Request::AdminStop { device } => self.stop(device)?,
+            Request::Evict { pid } => self.evict(pid)?,
+            other => return Err(Refusal::NotAdminsRequest(other.name())),
+        })
     }
 
     fn status(&self) -> DaemonStatus {
@@ -201,26 +183,17 @@ impl Admin {
         by_pid.into_values().collect()
     }
 
-    fn stop(&self, device: DeviceId) -> Response {
-        match self.state.admin_stop(device) {
-            Ok(()) => {
-                tracing::warn!(device = device.0, "device stopped by the administrator");
-                Response::Done
-            }
-            Err(e) => Response::Error(e),
-        }
+    fn stop(&self, device: DeviceId) -> Result<Response, Refusal> {
+        self.state.admin_stop(device)?;
+        tracing::warn!(device = device.0, "device stopped by the administrator");
+        Ok(Response::Done)
     }
 
-    fn evict(&self, pid: u32) -> Response {
+    fn evict(&self, pid: u32) -> Result<Response, Refusal> {
         let st = &self.state;
         let ids = st.devices_of_pid(i32::try_from(pid).unwrap_or(-1));
         if ids.is_empty() {
-            return refuse(
-                ErrorCode::NoSuchDevice,
-                format!(
-                    "process {pid} holds no device of rigd; `rigctl clients` lists those that do"
-                ),
-            );
+            return Err(Refusal::NoProcess { pid });
         }
         let mut stopped = Vec::new();
         for id in ids {
@@ -228,7 +201,8 @@ impl Admin {
                 stopped.push(id);
             }
         }
-        tracing::warn!(pid, devices = ?stopped, "process evicted by the administrator");
-        Response::Evicted { devices: stopped }
+        let ids: Vec<String> = stopped.iter().map(|d| d.0.to_string()).collect();
+        tracing::warn!(pid, devices = %ids.join(","), "process evicted by the administrator");
+        Ok(Response::Evicted { devices: stopped })
     }
 }

@@ -298,7 +298,7 @@ impl Config {
             return Err(invalid("daemon.max_connections must be at least 1".into()));
         }
         if let Err(e) = crate::logging::parse_filter(&self.daemon.log) {
-            return Err(invalid(format!("{e}: {}", error_chain(&e))));
+            return Err(invalid(e.to_string()));
         }
         if self.daemon.socket.as_os_str().is_empty() {
             return Err(invalid("daemon.socket must not be empty".into()));
@@ -306,7 +306,17 @@ impl Config {
         if let Err(e) = crate::path::worker::parse_uids(&self.kfd.worker_uids) {
             return Err(invalid(e));
         }
-        // Checked here, so `--check`, a start and a reload refuse it alike.
+        // Checked here, so `--check`, a start and a reload refuse them alike.
+        for (key, group) in [
+            ("daemon.group", &self.daemon.group),
+            ("metrics.group", &self.metrics.group),
+        ] {
+            if let Some(g) = group.as_ref().filter(|g| resolve_group(g).is_none()) {
+                return Err(invalid(format!(
+                    "{key} {g:?} names no group of this machine; create it (groupadd {g}, or systemd-sysusers with the package's sysusers.d file) or change {key}"
+                )));
+            }
+        }
         if let Some(g) = self
             .daemon
             .admin_group
@@ -353,17 +363,6 @@ impl Config {
         self.metrics.endpoint().map_err(invalid)?;
         Ok(())
     }
-}
-
-/// The sources of `e`, outermost first, joined by ": ".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut parts = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        parts.push(s.to_string());
-        cur = s.source();
-    }
-    parts.join(": ")
 }
 
 /// A connecting peer's identity, from `SO_PEERCRED` and `SO_PEERGROUPS`.
@@ -568,9 +567,10 @@ impl Images {
     }
 }
 
-/// `[metrics]`: the OpenMetrics endpoint (`GET /metrics` over HTTP), off unless `listen`
-/// names an address. It answers anyone who reaches it, so by default it listens only on
-/// loopback or a local socket and shows other users' figures per uid, not per process.
+/// `[metrics]`: the Prometheus endpoint (`GET /metrics` over HTTP, text format 0.0.4), off
+/// unless `listen` names an address. It answers anyone who reaches it, so by default it
+/// listens only on loopback or a local socket and shows other users' figures per uid, not
+/// per process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Metrics {
@@ -702,6 +702,29 @@ mod tests {
         let c = Config::parse("[metrics]\nlisten = \"0.0.0.0:9464\"\nremote = true\n", p).unwrap();
         assert!(c.metrics.endpoint().unwrap().is_some());
         assert!(!Config::embedded().metrics.per_client);
+    }
+
+    #[test]
+    fn socket_groups_must_exist() {
+        let p = Path::new("t.toml");
+        for key in ["daemon", "metrics"] {
+            let e = Config::parse(&format!("[{key}]\ngroup = \"no-such-group-rig\"\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("{key}.group")) && e.contains("groupadd"),
+                "{e}"
+            );
+        }
+        Config::parse("[daemon]\ngroup = \"0\"\n", p).unwrap();
+    }
+
+    #[test]
+    fn a_log_level_typo_is_refused() {
+        let e = Config::parse("[daemon]\nlog = \"verbose\"\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("daemon.log") && e.contains("info"), "{e}");
     }
 
     #[test]

@@ -33,10 +33,10 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_proto::messages::{
-    DeviceId, DeviceOpened, ErrorCode, ErrorReply, FdIndex, GpuShare, Grown, ImageId, MemoryHeld,
-    MemoryKind, QueueKind, QueueShare, RegionId, Response, RingState, SegmentShare, Share,
-    WordShare,
+    DeviceId, DeviceOpened, FdIndex, GpuShare, Grown, ImageId, MemoryHeld, MemoryKind, QueueKind,
+    QueueShare, RegionId, RingState, SegmentShare, Share, WordShare,
 };
 use rig_shm::layout::{
     CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, LOST_BYTES,
@@ -53,7 +53,6 @@ use crate::path::{
 pub const FIRST_RING_BYTES: u64 = 64 << 10;
 /// Bytes of the argument segment made at open.
 pub const FIRST_SEGMENT_BYTES: u64 = 64 << 10;
-const PAGE: u64 = 4096;
 // Growth starts at a page: no smaller than the smallest ring or segment anyone accepts.
 const _: () = assert!(PAGE >= MIN_RING_BYTES && PAGE >= MIN_SEGMENT_BYTES);
 const _: () = assert!(FIRST_RING_BYTES >= MIN_RING_BYTES && FIRST_RING_BYTES.is_power_of_two());
@@ -372,46 +371,6 @@ impl Footprint {
     }
 }
 
-/// A limit's refusal of `need`, which holds memory the path makes for queues, made into a
-/// `Quota` error that says so: a bare byte count would hide that the queues' memory (44 MiB
-/// a compute queue on a gfx1100) is what the user's devices take. Other refusals pass as
-/// they are.
-pub fn naming_queues(refusal: Response, need: Footprint, uid: u32) -> Response {
-    let Response::NoMemory {
-        bytes,
-        limit: Some(l),
-        ..
-    } = &refusal
-    else {
-        return refusal;
-    };
-    if need.queue_bytes == 0 {
-        return refusal;
-    }
-    let message = format!(
-        "user {uid} needs {} more, {} of it the memory the GPU's driver makes for the \
-         device's queues besides their rings (each compute queue's context-save area and \
-         EOP buffer, `rigctl gpus` shows what a queue costs), and {}: {} ({}) is {} short; \
-         close devices or free memory first",
-        mib(*bytes),
-        mib(need.queue_bytes),
-        if l.name == "limits.gpu_share_percent" {
-            "its share of the GPU's memory holds no more"
-        } else {
-            "the limit holds no more"
-        },
-        l.name,
-        mib(l.value),
-        mib(l.missing),
-    );
-    Response::Error(ErrorReply::new(ErrorCode::Quota, message))
-}
-
-/// Bytes as MiB with one decimal, for messages.
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
-}
-
 /// Mappings a queue's thread costs rigd (its stack and the stack's guard).
 const THREAD_MAPS: u64 = 2;
 
@@ -571,12 +530,15 @@ fn kind_bytes(kind: Option<MemoryKind>, held: &mut MemoryHeld, bytes: u64) {
 
 fn short(what: &'static str, bytes: u64) -> impl FnOnce(Refusal) -> MakeError {
     move |r| match r {
-        Refusal::Lacking(reason) => MakeError::Short {
+        Refusal::Lacking(why) => MakeError::Short {
             what,
             bytes,
-            reason,
+            reason: why.to_string(),
         },
-        Refusal::Full(reason) | Refusal::Refused(reason) => MakeError::Refused { what, reason },
+        Refusal::Full(why) | Refusal::Refused(why) => MakeError::Refused {
+            what,
+            reason: why.to_string(),
+        },
     }
 }
 

@@ -1,51 +1,10 @@
-//! Finding GPUs: AMD PCI functions in bus order, KFD's GPU nodes (the machine's `/dev/kfd`
-//! and sysfs topology, or an emulated KFD the configuration names), and the simulated GPUs
-//! the configuration asks for.
+//! Finding AMD PCI functions, in bus order: what the machine has, whatever drives it.
 //!
-//! This module only lists what is there. Which of them rigd can drive (a path exists for
-//! them) is decided by [`crate::gpus`]; nothing here opens a device.
+//! This module only lists what is there. Each path finds the GPUs it reaches itself (its
+//! discovery in [`crate::path::PATHS`]); [`crate::gpus`] lists the functions none reached.
+//! Nothing here opens a device.
 
 use std::path::Path;
-use std::sync::Arc;
-
-use rig_kfd::seam::{Emulated, Host, Kernel};
-use rig_kfd::topology::Node;
-
-use crate::config::KfdConfig;
-
-/// What KFD shows: the kernel it is reached through and its GPU nodes in node order.
-#[derive(Debug, Clone)]
-pub struct KfdFound {
-    /// The machine's kernel or the emulated KFD.
-    pub kernel: Arc<dyn Kernel>,
-    /// Its GPU nodes.
-    pub nodes: Vec<Node>,
-}
-
-/// KFD's GPUs: those of the emulated KFD if `[kfd] emulated` is set, else the machine's if
-/// `[kfd] device` exists with its topology under `<sysfs>/class/kfd/kfd/topology`;
-/// `Ok(None)` if there is no KFD. A topology that cannot be read is an error naming the file.
-pub fn scan_kfd(
-    config: &KfdConfig,
-    sysfs: &Path,
-) -> Result<Option<KfdFound>, rig_kfd::topology::TopologyError> {
-    let root = config
-        .topology
-        .clone()
-        .unwrap_or_else(|| sysfs.join("class/kfd/kfd/topology"));
-    let kernel: Arc<dyn Kernel> = match &config.emulated {
-        Some(socket) => Arc::new(Emulated::new(socket, &root)),
-        // Both the device and its topology under the scanned sysfs: a test's sysfs tree
-        // without one sees no KFD whatever the machine has.
-        None if config.device.exists() && root.exists() => Arc::new(Host::new()),
-        None => return Ok(None),
-    };
-    let nodes = rig_kfd::topology::read(&root)?
-        .into_iter()
-        .filter(Node::is_gpu)
-        .collect();
-    Ok(Some(KfdFound { kernel, nodes }))
-}
 
 /// An AMD GPU found on the PCI bus.
 #[derive(Debug, Clone, PartialEq, Eq)]

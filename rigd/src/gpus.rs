@@ -1,24 +1,22 @@
-//! The GPUs rigd serves: what discovery found, matched with a path that drives it.
+//! The GPUs rigd serves: what each path's discovery found, folded into one list.
 //!
-//! KFD's GPUs come first, in KFD's node order, then AMD GPUs on the PCI bus that KFD does
-//! not list, in bus order, then the configured simulated GPUs. A KFD GPU is described from
-//! its topology node (processor, bus, VRAM, firmware), with rig-amd's reason where rig does
-//! not drive its processor; rigd serves it through [`crate::path::kfd`] unless
-//! `[kfd] serve = false`. A real GPU that no path drives (vfio is not written) is listed and
-//! logged as not drivable, never silently replaced by the simulator. With no AMD GPU and no
-//! `[[sim]]` configured, rigd serves one simulated gfx1100, the embedded default, and says
-//! so in its log; configured `[[sim]]` GPUs are served beside the AMD GPUs. This module
-//! also builds a device's facts from its GPU.
+//! The paths of [`crate::path::PATHS`] list their GPUs in that list's order: the real GPUs
+//! first (KFD's in KFD's node order), then the AMD GPUs on the PCI bus that no path listed,
+//! in bus order, then the simulated GPUs. A path lists a GPU it does not drive with its
+//! reason (rig-amd's, where rig does not drive its processor); an AMD PCI function no path
+//! reached is listed and logged as not drivable, with the reason of the path whose driver
+//! it is bound to, never silently replaced by the simulator. This module also builds a
+//! device's facts from its GPU.
 
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
-use rig_proto::messages::{Completion, Facts, GpuInfo, PathKind, QueueKind, RingLimits, Waits};
+use rig_proto::messages::{Completion, Facts, GpuInfo, QueueKind, RingLimits, Waits};
 
-use crate::config::{Config, SimGpuConfig};
+use crate::config::Config;
 use crate::device::Device;
-use crate::discover::{KfdFound, PciGpu, scan_kfd, scan_pci};
-use crate::path::{Backend, GpuDescription};
+use crate::discover::{PciGpu, scan_pci};
+use crate::path::{Backend, Found, GpuDescription, PATHS, Reach, Survey};
 
 /// One GPU rigd lists.
 #[derive(Debug, Clone)]
@@ -34,218 +32,138 @@ pub struct GpuEntry {
     pub firmware: Option<String>,
 }
 
-/// Errors of making the GPU list.
-#[derive(Debug, thiserror::Error)]
-pub enum GpusError {
-    /// KFD's topology could not be read.
-    #[error("reading KFD's GPUs")]
-    Kfd(#[source] rig_kfd::topology::TopologyError),
-    /// A simulated GPU could not be made.
-    #[error("cannot make the simulated {processor}: {reason}")]
-    Sim {
-        /// Its processor.
-        processor: String,
-        /// Why.
-        reason: String,
-    },
-}
+/// Errors of making the GPU list: a path's discovery failed.
+pub type GpusError = crate::path::DiscoverError;
 
-fn not_drivable(index: u32, pci: &PciGpu) -> GpuEntry {
-    let (path, why) = match pci.driver.as_deref() {
-        Some("vfio-pci") => (
-            PathKind::Vfio,
-            "it is bound to vfio-pci and rigd's vfio path is not implemented yet",
+/// An AMD PCI function no path listed: the reason of the path whose kernel driver it is
+/// bound to, else what drivers rigd's paths reach GPUs through. Its `path` is that path's
+/// kind, else the first real path's.
+fn unreached(pci: &PciGpu) -> Found {
+    let hardware: Vec<_> = PATHS
+        .iter()
+        .filter_map(|p| match p.reach {
+            Reach::Hardware { drivers, unreached } => Some((p.kind, drivers, unreached)),
+            Reach::Simulated => None,
+        })
+        .collect();
+    let reached = || {
+        hardware
+            .iter()
+            .map(|(kind, drivers, _)| format!("{} ({kind:?})", drivers.join(", ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let owner = pci
+        .driver
+        .as_deref()
+        .and_then(|d| hardware.iter().find(|(_, drivers, _)| drivers.contains(&d)));
+    let (path, why) = match (owner, pci.driver.as_deref()) {
+        (Some((kind, _, unreached)), _) => (*kind, unreached(pci)),
+        (None, Some(driver)) => (
+            hardware
+                .first()
+                .map_or(rig_proto::messages::PathKind::Sim, |h| h.0),
+            format!(
+                "it is bound to {driver}, and no path of rigd reaches a GPU through that                  driver (rigd's paths reach GPUs through {})",
+                reached()
+            ),
         ),
-        Some("amdgpu") => (
-            PathKind::Kfd,
-            "it is driven by amdgpu but KFD does not list it (no /dev/kfd, or no node of \
-             KFD's topology is this PCI function), so rigd's kfd path cannot reach it",
-        ),
-        _ => (
-            PathKind::Kfd,
-            "no kernel driver is bound: rigd's kfd path needs amdgpu (and KFD) bound to it, \
-             and its vfio path is not implemented yet",
+        (None, None) => (
+            hardware
+                .first()
+                .map_or(rig_proto::messages::PathKind::Sim, |h| h.0),
+            format!(
+                "no kernel driver is bound: rigd's paths reach GPUs through {}",
+                reached()
+            ),
         ),
     };
-    GpuEntry {
-        info: GpuInfo {
-            index,
-            name: format!("AMD:{index}"),
-            // The processor rig-amd's PCI-id table names (revision aside: every row of a
-            // device id names one processor).
-            arch: rig_amd::pci_ids::product(pci.device, 0).map_or_else(
-                || format!("unknown (pci 1002:{:04x})", pci.device),
-                |p| p.processor.to_owned(),
-            ),
-            path,
-            bus: Some(pci.bus.clone()),
-            budget: 0,
-            simulated: false,
-            unavailable: Some(why.into()),
-        },
-        backend: None,
-        why_not: Some(why.into()),
+    Found {
+        // The processor rig-amd's PCI-id table names (revision aside: every row of a
+        // device id names one processor).
+        arch: rig_amd::pci_ids::product(pci.device, 0).map_or_else(
+            || format!("unknown (pci 1002:{:04x})", pci.device),
+            |p| p.processor.to_owned(),
+        ),
+        path,
+        bus: Some(pci.bus.clone()),
+        budget: 0,
+        simulated: false,
+        backend: Err(why),
         firmware: None,
     }
 }
 
-/// Whom workers run as; a `[kfd] worker_uids` the configuration check let pass but that
-/// does not parse keeps them as rigd's user only where rigd is no one privileged.
-fn worker_user(config: &crate::config::KfdConfig) -> crate::path::worker::WorkerUser {
-    use crate::path::worker::WorkerUser;
-    let euid = nix::unistd::geteuid().as_raw();
-    WorkerUser::of(config, euid).unwrap_or_else(|e| {
-        tracing::error!("{e}: KFD workers take the default range");
-        let (first, last) = crate::path::worker::DEFAULT_WORKER_UIDS;
-        if euid == 0 {
-            WorkerUser::Dynamic {
-                first,
-                last,
-                gid: config.worker_gid,
-            }
-        } else {
-            WorkerUser::Rigd
-        }
-    })
-}
-
-fn kfd_entries(found: &KfdFound, config: &crate::config::KfdConfig, out: &mut Vec<GpuEntry>) {
-    use crate::path::worker::{KernelSpec, WorkerCommand, Workers};
-    // Each client's devices run in a worker process of its own; one probe worker describes
-    // the GPUs rigd serves.
-    let workers = Workers::new(WorkerCommand {
-        program: config
-            .worker
-            .clone()
-            .unwrap_or_else(crate::path::worker::default_program),
-        kernel: match &config.emulated {
-            Some(socket) => KernelSpec::Emulated {
-                socket: socket.clone(),
-                topology: found.kernel.topology().to_path_buf(),
-            },
-            None => KernelSpec::Host,
-        },
-        user: worker_user(config),
-    });
-    let served: Vec<rig_kfd::topology::Node> = found
-        .nodes
-        .iter()
-        .filter(|n| config.serve && n.gpu().is_ok())
-        .cloned()
-        .collect();
-    let mut made = workers.backends(&served).into_iter();
-    for node in &found.nodes {
-        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        let backend = match node.gpu() {
-            Err(why) => Err(why.to_string()),
-            Ok(_) if !config.serve => Err(
-                "the configuration's `[kfd] serve = false` lists KFD's GPUs without serving them"
-                    .to_string(),
-            ),
-            Ok(_) => made
-                .next()
-                .unwrap_or_else(|| Err("no worker described it".into()))
-                .map_err(|e| format!("the kfd path could not open it: {e}")),
-        };
-        let (backend, why): (Option<Arc<dyn Backend>>, Option<String>) = match backend {
-            Ok(b) => {
-                tracing::info!(
-                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
-                    mec = node.mec_firmware(), sdma = node.sdma_firmware(),
-                    "serving a GPU through KFD"
-                );
-                (Some(Arc::new(b)), None)
-            }
-            Err(why) => {
-                tracing::warn!(
-                    gpu = index, arch = %node.processor_name(), bus = %node.bus(),
-                    gpu_id = node.gpu_id, mec = node.mec_firmware(), sdma = node.sdma_firmware(),
-                    "found a GPU through KFD that rigd does not serve: {why}"
-                );
-                (None, Some(why))
-            }
-        };
-        out.push(GpuEntry {
-            info: GpuInfo {
-                index,
-                name: format!("AMD:{index}"),
-                arch: node.processor_name(),
-                path: PathKind::Kfd,
-                bus: Some(node.bus()),
-                budget: node.vram_bytes(),
-                simulated: false,
-                unavailable: why.clone(),
-            },
-            backend,
-            why_not: why,
-            firmware: Some(format!(
-                "mec {}, sdma {}",
-                node.mec_firmware(),
-                node.sdma_firmware()
-            )),
-        });
-    }
-}
-
-/// Finds the GPUs to serve: KFD's GPUs (`config.kfd`), `sysfs` scanned for AMD GPUs KFD
-/// does not list, and `config`'s simulated ones.
+/// Finds the GPUs to serve: every path's discovery of [`PATHS`] in order, and `sysfs`
+/// scanned for AMD GPUs no real path listed (before the simulated paths' turn).
 pub fn find(config: &Config, sysfs: &FsPath) -> Result<Vec<GpuEntry>, GpusError> {
-    let mut out = Vec::new();
-    let kfd = scan_kfd(&config.kfd, sysfs).map_err(GpusError::Kfd)?;
-    if let Some(found) = &kfd {
-        kfd_entries(found, &config.kfd, &mut out);
-    }
-    let listed: Vec<String> = out.iter().filter_map(|e| e.info.bus.clone()).collect();
-    let pci: Vec<PciGpu> = scan_pci(sysfs)
-        .into_iter()
-        .filter(|p| !listed.contains(&p.bus))
-        .collect();
-    for p in &pci {
-        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        let e = not_drivable(index, p);
-        tracing::warn!(
-            gpu = %e.info.name, bus = %p.bus, device = format_args!("{:04x}", p.device),
-            "found an AMD GPU that rigd cannot drive yet: {}",
-            e.why_not.as_deref().unwrap_or_default()
-        );
-        out.push(e);
-    }
-    let sims: Vec<SimGpuConfig> = if config.sim.is_empty() && out.is_empty() {
-        tracing::info!(
-            "no AMD GPU found and no [[sim]] configured: serving the embedded default, one simulated gfx1100"
-        );
-        vec![SimGpuConfig::embedded_default()]
-    } else {
-        config.sim.clone()
+    let mut found: Vec<Found> = Vec::new();
+    let survey = |found: &[Found], p: &crate::path::PathInfo| {
+        (p.discover)(&Survey {
+            config,
+            sysfs,
+            listed: found,
+        })
     };
-    for s in &sims {
-        let index = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        let backend = crate::path::sim::SimBackend::new(s).map_err(|reason| GpusError::Sim {
-            processor: s.processor.clone(),
-            reason,
-        })?;
-        let d = backend.description();
-        tracing::info!(
-            gpu = index, arch = %s.processor, memory = s.memory_bytes, hang_ms = s.hang_ms,
-            "serving a simulated GPU"
-        );
-        out.push(GpuEntry {
-            info: GpuInfo {
-                index,
-                name: format!("AMD:{index}"),
-                arch: d.gpu.name(),
-                path: PathKind::Sim,
-                bus: None,
-                budget: d.budget,
-                simulated: true,
-                unavailable: None,
-            },
-            backend: Some(Arc::new(backend)),
-            why_not: None,
-            firmware: None,
-        });
+    for p in PATHS
+        .iter()
+        .filter(|p| matches!(p.reach, Reach::Hardware { .. }))
+    {
+        let more = survey(&found, p)?;
+        found.extend(more);
     }
-    Ok(out)
+    let pci: Vec<Found> = scan_pci(sysfs)
+        .iter()
+        .filter(|p| !found.iter().any(|f| f.bus.as_ref() == Some(&p.bus)))
+        .map(unreached)
+        .collect();
+    let unreached = found.len()..found.len() + pci.len();
+    found.extend(pci);
+    for p in PATHS.iter().filter(|p| matches!(p.reach, Reach::Simulated)) {
+        let more = survey(&found, p)?;
+        found.extend(more);
+    }
+    Ok(found
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            let (backend, why) = match f.backend {
+                Ok(b) => (Some(b), None),
+                Err(why) => (None, Some(why)),
+            };
+            match &why {
+                None => tracing::info!(
+                    gpu = index, path = ?f.path, arch = %f.arch, bus = f.bus.as_deref(),
+                    firmware = f.firmware.as_deref(), budget = f.budget, "serving a GPU"
+                ),
+                Some(why) if unreached.contains(&i) => tracing::warn!(
+                    gpu = index, arch = %f.arch, bus = f.bus.as_deref(),
+                    "found an AMD GPU that rigd cannot drive yet: {why}"
+                ),
+                Some(why) => tracing::warn!(
+                    gpu = index, path = ?f.path, arch = %f.arch, bus = f.bus.as_deref(),
+                    firmware = f.firmware.as_deref(),
+                    "found a GPU that rigd does not serve: {why}"
+                ),
+            }
+            GpuEntry {
+                info: GpuInfo {
+                    index,
+                    name: format!("AMD:{index}"),
+                    arch: f.arch,
+                    path: f.path,
+                    bus: f.bus,
+                    budget: f.budget,
+                    simulated: f.simulated,
+                    unavailable: why.clone(),
+                },
+                backend,
+                why_not: why,
+                firmware: f.firmware,
+            }
+        })
+        .collect())
 }
 
 /// The facts of device `d` on the GPU `desc` describes (its facts, plus what a

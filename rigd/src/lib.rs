@@ -7,13 +7,17 @@
 //! Everything that changes what a GPU may touch goes through the socket.
 //!
 //! Design choices:
-//! - **A lock per device.** Connection tasks ([`server`]) decode requests; the state
-//!   ([`state`]) keeps what is global (clients, what each user is charged, the device
-//!   table) under one small lock held only for lookups and accounting, and each device
+//! - **A lock per device.** Connection tasks ([`server`]) decode requests; one table
+//!   ([`cmd`]) sends each to its handler, whose refusals become answers in one place
+//!   ([`refusal`]); the state ([`state`], [`book`], [`table`]) keeps what is global
+//!   (clients, what each user is charged, the device table) under one small lock held
+//!   only for lookups and accounting, and each device
 //!   ([`device::Device`], whose methods keep its invariants) under its own, so a request on
-//!   one device never waits for another's work. Requests that may block (making, growing,
-//!   stopping and closing devices, loading images) run on tokio's blocking pool, never on
-//!   an async worker; a client's disconnect is handled after its last request.
+//!   one device never waits for another's work. Requests whose route says they may block
+//!   ([`rig_proto::Route::blocks`]: making, growing, stopping and closing devices, loading
+//!   images) run on tokio's blocking pool, never on an async worker; a client's disconnect
+//!   is handled after its last request. The [`watch`] thread takes the paths' fault
+//!   reports and runs the hang watchdog.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
 //!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Two
 //!   exist: the simulated GPU's (served when configured, or as the embedded default when
@@ -28,7 +32,7 @@
 //!   capped per user and in all, and bounded in time ([`server`]).
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
-//!   [`state::Budget`]); memory given back is reused only once no work that may touch it
+//!   [`book::Budget`]); memory given back is reused only once no work that may touch it
 //!   can run ([`device::Device::free`]).
 //!
 //! - **Operations.** [`metrics`] keeps the figures (request latencies counted where they
@@ -41,20 +45,26 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod book;
+pub mod cmd;
 pub mod config;
 pub mod device;
 pub mod discover;
 pub mod gpus;
 pub mod heap;
 pub mod image;
+pub mod inspect;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod path;
+pub mod refusal;
 pub mod reload;
 pub mod server;
 pub mod state;
+pub mod table;
+pub mod watch;
 
 use std::future::Future;
 use std::path::Path;
@@ -104,7 +114,7 @@ pub async fn serve_until_sigterm(socket: &Path, config: &Config) -> Result<(), S
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard one: every Pinned or Mapped allocation and
 /// host mapping is a descriptor in rigd, and the per-user limits are sized from this one
-/// ([`state::Budget`]).
+/// ([`book::Budget`]).
 fn raise_nofile() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
@@ -123,7 +133,7 @@ fn raise_nofile() {
 pub struct Daemon {
     server: server::Server,
     watch: std::thread::JoinHandle<()>,
-    watch_tx: std::sync::mpsc::Sender<state::Msg>,
+    watch_tx: std::sync::mpsc::Sender<watch::Msg>,
     gpus: usize,
     reloader: reload::Reloader,
     metrics: Arc<metrics::Metrics>,
@@ -166,7 +176,7 @@ impl Daemon {
         let metrics = Arc::new(metrics::Metrics::new());
         metrics.set_per_client(config.metrics.per_client);
         let on_work = metrics.clone();
-        let watch = state::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
+        let watch = watch::spawn_watch(shared.clone(), rx, Box::new(move || on_work.wake()));
         let access = Arc::new(AccessRule::new(
             &config.access,
             nix::unistd::geteuid().as_raw(),
@@ -204,7 +214,6 @@ impl Daemon {
                 access,
                 max_connections: config.daemon.max_connections,
                 connections: config.connections,
-                max_image_bytes: config.images.max_bytes,
                 metrics: metrics.clone(),
                 admin: admin.clone(),
                 frame_budgets: server::FrameBudgets::default(),
@@ -250,7 +259,7 @@ impl Daemon {
             self_metrics.wake();
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        let _ = watch_tx.send(state::Msg::Shutdown);
+        let _ = watch_tx.send(watch::Msg::Shutdown);
         drop(watch_tx);
         let _ = tokio::task::spawn_blocking(move || watch.join()).await;
     }

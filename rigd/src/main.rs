@@ -29,6 +29,10 @@ struct Cli {
     /// Check the configuration and exit: 0 when it is valid, 2 (with the key named) when not.
     #[arg(long)]
     check: bool,
+    /// Print rigd's manual page, rigd(8), as roff and exit (save it as
+    /// /usr/share/man/man8/rigd.8).
+    #[arg(long)]
+    man: bool,
     /// The sysfs root scanned for AMD GPUs (for tests).
     #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
     sysfs: PathBuf,
@@ -49,7 +53,7 @@ enum Exit {
 
 /// `e` and its sources, outermost first: the OS's reason included.
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut msg = format!("rigd: {e}");
+    let mut msg = e.to_string();
     let mut cur = e.source();
     while let Some(s) = cur {
         msg.push_str(&format!(": {s}"));
@@ -58,20 +62,51 @@ fn chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
+/// Logs `e` (the log line names rigd already).
 fn print_chain(e: &dyn std::error::Error) {
     tracing::error!("{}", chain(e));
 }
 
+/// Says `e` on stderr, before logging is set up.
+fn say_chain(e: &dyn std::error::Error) {
+    eprintln!("rigd: {}", chain(e));
+}
+
+/// rigd(8), made from the command line's own definition.
+fn man() -> ExitCode {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    let rendered = clap_mangen::Man::new(Cli::command())
+        .section("8")
+        .render(&mut out)
+        .and_then(|()| std::io::Write::write_all(&mut std::io::stdout(), &out));
+    match rendered {
+        Ok(()) => ExitCode::from(Exit::Ok as u8),
+        Err(e) => {
+            say_chain(&e);
+            ExitCode::from(Exit::Start as u8)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.man {
+        return man();
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{}", chain(&e));
+            say_chain(&e);
             return ExitCode::from(Exit::Config as u8);
         }
     };
     if cli.check {
+        // A start refuses an invalid RUST_LOG, so the check does too.
+        if let Err(e) = rigd::logging::env_filter() {
+            say_chain(&e);
+            return ExitCode::from(Exit::Config as u8);
+        }
         match &config.source {
             Some(p) => println!("rigd: the configuration {} is valid", p.display()),
             None => println!("rigd: no configuration file; the embedded default is valid"),
@@ -82,7 +117,7 @@ fn main() -> ExitCode {
     let logging = match Logging::init(&config.daemon.log) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("{}", chain(&e));
+            say_chain(&e);
             return ExitCode::from(Exit::Config as u8);
         }
     };
@@ -161,10 +196,7 @@ fn reload(cli: &Cli, logging: &mut Logging, reloader: &rigd::reload::Reloader) {
     let new = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(
-                "SIGHUP: {}; keeping the configuration in force",
-                chain(&e).trim_start_matches("rigd: ")
-            );
+            tracing::error!("SIGHUP: {}; keeping the configuration in force", chain(&e));
             let _ = rigd::notify::reloaded("reload refused: the configuration is invalid");
             return;
         }

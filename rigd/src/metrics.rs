@@ -61,7 +61,7 @@ pub struct GpuSeen {
     /// Its firmware versions as discovery found them ([`crate::gpus::GpuEntry::firmware`]).
     pub firmware: Option<String>,
     /// What a client costs on it, from its path ([`crate::path::GpuDescription::client_cost`]).
-    pub client_cost: Option<crate::path::kfd::ClientCost>,
+    pub client_cost: Option<crate::path::ClientCost>,
 }
 
 /// A device as the state shows it.
@@ -397,7 +397,7 @@ pub fn loss_reason(why: &rig_proto::Fault) -> &'static str {
         K::Hang => "hang",
         K::Reset => "reset",
         K::StoppedByClient => "client",
-        K::StoppedByAdministrator if why.detail == crate::state::SHUTTING_DOWN => "shutdown",
+        K::StoppedByAdministrator if why.detail == crate::watch::SHUTTING_DOWN => "shutdown",
         K::StoppedByAdministrator => "administrator",
         K::Internal => "internal",
         K::Producer => "producer",

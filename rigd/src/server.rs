@@ -13,10 +13,11 @@
 //!
 //! One tokio task per connection then reads the hello (within `connections.hello_ms`),
 //! reads a request, answers it through the state's [`Handler`] ([`crate::state`]) and sends
-//! the answer back, one request at a time. A request that may block (making, growing,
-//! stopping or closing a device, which make or join queue threads; loading an image, parsed
-//! before the device's lock ([`crate::image`]); mapping host memory), one whose device is
-//! busy, and the disconnect's cleanup run on tokio's blocking pool; the rest are answered in
+//! the answer back, one request at a time. A request whose route says it may block
+//! ([`rig_proto::Route::blocks`]: making, growing, stopping or closing a device, which make
+//! or join queue threads; loading an image, parsed before the device's lock
+//! ([`crate::image`]); mapping host memory; an administrator's), one whose device is busy,
+//! and the disconnect's cleanup run on tokio's blocking pool; the rest are answered in
 //! the task ([`crate::state::State::try_handle`]), so no async worker ever waits for a
 //! path or for another request, and a slow stop of one device delays no other client's
 //! hello or request. A frame that started must arrive whole within `connections.frame_ms`
@@ -36,14 +37,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rig_proto::frame::FrameError;
-use rig_proto::messages::{ErrorCode, ErrorReply, Request, Response};
+use rig_proto::messages::{Request, Response};
 use rig_proto::{FrameBudget, ServerConnection, reply_for};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc as tmpsc};
 
 use crate::config::{AccessRule, Connections, Peer};
-use crate::image::Prepared;
 use crate::logging::client_text;
+use crate::refusal::Refusal;
 use crate::state::{ClientId, Handler, Reply, Shared};
 
 /// Refusals at accept are logged at most once a second for each reason, with how many
@@ -87,8 +88,6 @@ pub struct Server {
     pub max_connections: usize,
     /// Per-user cap and timeouts (`[connections]`).
     pub connections: Connections,
-    /// The most bytes an image may take once loaded (`images.max_bytes`).
-    pub max_image_bytes: u64,
     /// The figures requests and connections count into.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Administrators' requests.
@@ -425,7 +424,7 @@ impl Server {
                 return None;
             }
         };
-        let refusal = if !self.access.allows(&peer) {
+        let refusal: rig_proto::ErrorReply = if !self.access.allows(&peer) {
             self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
@@ -436,13 +435,7 @@ impl Server {
                     "peer not allowed by [access]; refused"
                 );
             }
-            ErrorReply::new(
-                ErrorCode::PermissionDenied,
-                format!(
-                    "user {} may not use rigd; ask the administrator to add it to rigd's group or [access] users",
-                    peer.uid
-                ),
-            )
+            Refusal::NotAllowed { uid: peer.uid }.into()
         } else {
             match slots.take(peer.uid, stream.as_fd()) {
                 Ok(slot) => return Some((stream, peer, slot)),
@@ -451,7 +444,7 @@ impl Server {
                     if let Some(unlogged) = refusals.note("slots") {
                         tracing::warn!(pid = peer.pid, uid = peer.uid, unlogged, error = %e, "connection refused");
                     }
-                    ErrorReply::new(ErrorCode::Quota, e.to_string())
+                    Refusal::from(e).into()
                 }
             }
         };
@@ -527,26 +520,8 @@ impl Server {
             Err(back) => back,
         };
         let state = self.state.clone();
-        let limit = self.max_image_bytes;
         let name = request.name();
-        let done = tokio::task::spawn_blocking(move || match request {
-            Request::LoadImage {
-                device,
-                code_object,
-            } => {
-                // Parsing and building the image is the costly half: before the device's
-                // lock.
-                let prepared = Prepared::new(&code_object, limit);
-                drop(code_object);
-                let response = state.place_image(client, device, prepared);
-                if let Response::Error(e) = &response {
-                    tracing::debug!(client = client.0, request = "LoadImage", code = ?e.code, error = %client_text(&e.message), "request refused");
-                }
-                (response, Vec::new())
-            }
-            request => state.handle(client, request, fds),
-        })
-        .await;
+        let done = tokio::task::spawn_blocking(move || state.handle(client, request, fds)).await;
         match done {
             Ok(reply) => Some(reply),
             Err(e) => {
@@ -616,8 +591,9 @@ impl Server {
                 return;
             }
             let closing = matches!(request, Request::CloseDevice { .. });
-            let (kind, began) = (request.name(), std::time::Instant::now());
-            let (response, fds) = if crate::admin::is_admin(&request) {
+            let route = request.route();
+            let (kind, began) = (route.name, std::time::Instant::now());
+            let (response, fds) = if route.admin {
                 // An administrator's stop or eviction stops devices: off the async workers.
                 let admin = self.admin.clone();
                 match tokio::task::spawn_blocking(move || admin.handle(client, request)).await {

@@ -17,8 +17,8 @@ use rigd::config::{Config, SimGpuConfig};
 use rigd::gpus::GpuEntry;
 use rigd::path::sim::SimBackend;
 use rigd::path::{
-    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
-    Refusal, Stopped,
+    Backend, Events, Fault, GpuDescription, MapRefusal, Owner, Path, PathMemory, QueueHandle,
+    QueueSpec, Refusal, Stopped,
 };
 
 /// Where a stop waits: it says it arrived, then waits until opened.
@@ -66,9 +66,9 @@ impl Backend for GatedBackend {
         self.sim.description()
     }
 
-    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal> {
+    fn open(&self, owner: Owner, events: Events) -> Result<Box<dyn Path>, Refusal> {
         Ok(Box::new(GatedPath {
-            sim: self.sim.open(events)?,
+            sim: self.sim.open(owner, events)?,
             gate: self.gate.clone(),
         }))
     }

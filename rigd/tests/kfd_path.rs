@@ -19,7 +19,7 @@ use rig_kfd::seam::{Emulated, Kernel};
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use rigd::path::kfd::{KfdBackend, KfdProcess};
-use rigd::path::{Backend, Events, Path, PathMemory, QueueHandle, QueueSpec, Stopped};
+use rigd::path::{Backend, Events, Owner, Path, PathMemory, QueueHandle, QueueSpec, Stopped};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -59,7 +59,6 @@ struct Seen {
 fn events(seen: &Arc<Seen>) -> Events {
     let (a, b) = (seen.clone(), seen.clone());
     Events {
-        client: 1,
         interrupt: Arc::new(move || {
             a.interrupts.fetch_add(1, Ordering::Relaxed);
         }),
@@ -127,7 +126,7 @@ fn the_description_comes_from_the_node_and_kfd() {
 fn memory_of_each_kind_and_host_mappings() {
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let dev = path.alloc(MemoryKind::Device, 10_000).unwrap();
     assert_eq!(dev.bytes, 12288);
     assert!(dev.host.is_none());
@@ -148,7 +147,7 @@ fn memory_of_each_kind_and_host_mappings() {
 fn a_release_through_the_forwarded_doorbell_interrupts_the_device() {
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
     submit(&ring, &pos, &bell, pos_va + 128, 0xfeed_f00d);
     until("the release", || {
@@ -170,7 +169,7 @@ fn a_release_through_the_forwarded_doorbell_interrupts_the_device() {
 fn a_gpu_page_fault_reaches_the_device_with_its_address() {
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let (ring, ring_va, pos, _, bell) = pm4_queue(&mut path);
     // Inside the device's own range but past its ring: unmapped.
     let bad = ring_va + 4096 + 64;
@@ -207,7 +206,7 @@ fn two_gpus_of_one_kfd_process_each_wake_their_own_devices() {
     );
     // A release on the second GPU, whose interrupt names event 0 like every release.
     let seen = Arc::new(Seen::default());
-    let mut path = backends[1].open(events(&seen)).unwrap();
+    let mut path = backends[1].open(Owner(1), events(&seen)).unwrap();
     let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
     submit(&ring, &pos, &bell, pos_va + 128, 42);
     until("the release", || pos.load_u64(128, Ordering::Acquire) == 42);
@@ -305,7 +304,7 @@ fn a_small_bar_gives_the_host_no_vram_and_a_large_one_all_of_it() {
 fn device_memory_is_not_host_visible_and_an_upload_past_the_staging_buffer_verifies() {
     let s = small_bar();
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     // More than two staging buffers, at an offset that is no multiple of a page.
     let len = 2 * rigd::path::kfd::STAGING_BYTES as usize + 12_345;
     let dev = path.alloc(MemoryKind::Device, len as u64 + 8192).unwrap();
@@ -341,11 +340,11 @@ fn device_memory_is_not_host_visible_and_an_upload_past_the_staging_buffer_verif
 fn mapped_memory_past_the_bar_is_refused_naming_it_while_device_memory_works() {
     let s = small_bar();
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     match path.alloc(MemoryKind::Mapped, 4096) {
         Err(rigd::path::Refusal::Refused(why)) => {
-            assert!(why.contains("BAR"), "{why}");
-            assert!(why.contains("4096 MiB"), "{why}");
+            assert!(why.what.contains("BAR"), "{why}");
+            assert!(why.what.contains("4096 MiB"), "{why}");
         }
         other => panic!("Mapped memory on a small BAR answered {other:?}"),
     }
@@ -361,7 +360,7 @@ fn mapped_memory_past_the_bar_is_refused_naming_it_while_device_memory_works() {
 fn the_staging_queue_and_buffer_go_at_stop() {
     let s = small_bar();
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let dev = path.alloc(MemoryKind::Device, 4096).unwrap();
     assert!(s.server.processes()[0].queue_types().is_empty());
     path.upload(&dev, 0, b"image").unwrap();
@@ -395,7 +394,7 @@ fn the_staging_queue_and_buffer_go_at_stop() {
 fn a_staging_copy_that_never_finishes_is_a_fault_naming_its_bound() {
     let s = small_bar();
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let dev = path.alloc(MemoryKind::Device, 4096).unwrap();
     path.upload(&dev, 0, b"first").unwrap();
     // The kernel stops every queue of the process (as at its end): no fence comes.
@@ -403,7 +402,7 @@ fn a_staging_copy_that_never_finishes_is_a_fault_naming_its_bound() {
     let start = Instant::now();
     let why = path.upload(&dev, 0, b"second").unwrap_err();
     let ms = rigd::path::kfd::STAGING_BOUND.as_millis();
-    assert!(why.0.contains(&format!("within {ms} ms")), "{why}");
+    assert!(why.0.what.contains(&format!("within {ms} ms")), "{why}");
     assert!(start.elapsed() >= rigd::path::kfd::STAGING_BOUND);
 }
 
@@ -536,7 +535,7 @@ fn an_aql_queue_runs_a_kernel_with_the_scratch_of_its_amd_queue() {
     };
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let gpu = s.backend.description().gpu.clone();
     let scratch = path
         .alloc(MemoryKind::Device, scratch_bytes(&gpu, &co))
@@ -600,7 +599,7 @@ fn scratch_the_amd_queue_places_where_nothing_is_mapped_faults_the_device_there(
     };
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let gpu = s.backend.description().gpu.clone();
     let bytes = scratch_bytes(&gpu, &co);
     // Far past anything the path handed out: mapped by no one.
@@ -623,7 +622,7 @@ fn scratch_the_amd_queue_places_where_nothing_is_mapped_faults_the_device_there(
 fn a_gfx942_aql_queue_holds_its_ring_and_scratch_in_its_amd_queue() {
     let s = setup("gfx942");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let gpu = s.backend.description().gpu.clone();
     let waves = gpu.compute_units * gpu.waves_per_cu;
     let wave_bytes = 4096u64;
@@ -667,7 +666,7 @@ fn a_gfx942_aql_queue_holds_its_ring_and_scratch_in_its_amd_queue() {
 fn an_aql_queues_read_position_reaches_the_client_as_its_packets_run() {
     let s = setup("gfx942");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let q = aql_queue(&mut path, (0, 0));
     // Barrier-AND packets with no signal complete at once; 200 go round the 64-slot ring
     // three times, each placed once the read position the client sees leaves it room.
@@ -705,7 +704,7 @@ fn an_aql_queues_read_position_reaches_the_client_as_its_packets_run() {
 fn a_forwarded_doorbell_after_a_mapped_write_was_preceded_by_an_hdp_flush() {
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let mapped = path.alloc(MemoryKind::Mapped, 4096).unwrap();
     let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
     mapped.host.as_ref().unwrap().write(0, b"through the BAR");
@@ -736,7 +735,7 @@ fn mapped_memory_is_refused_where_kfd_gives_no_hdp_flush_page() {
         "gfx1100",
     );
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let e = path.alloc(MemoryKind::Mapped, 4096).unwrap_err();
     let why = e.to_string();
     assert!(matches!(e, rigd::path::Refusal::Refused(_)), "{why}");
@@ -745,6 +744,7 @@ fn mapped_memory_is_refused_where_kfd_gives_no_hdp_flush_page() {
         why.contains("Cannot allocate memory"),
         "names KFD's errno: {why}"
     );
+    assert_eq!(e.why().errno(), Some(libc::ENOMEM), "keeps it");
     let dev = path.alloc(MemoryKind::Device, 4096).unwrap();
     let pinned = path.alloc(MemoryKind::Pinned, 4096).unwrap();
     let (ring, _, pos, pos_va, bell) = pm4_queue(&mut path);
@@ -796,7 +796,7 @@ fn pm4_and_sdma_queues_whose_ring_and_positions_share_an_allocation_run_under_li
     // device keeps ring and positions in one allocation, which the path maps again.
     let s = setup("gfx1100");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let kernel = &s.server.processes()[0];
     let before = kernel.holdings();
     let ring_bytes = 8192;
@@ -893,7 +893,7 @@ fn an_aql_queue_whose_ring_and_positions_share_an_allocation_runs_round_its_ring
     // The ring's pages are mapped again for KFD; the positions are the amd_queue_t's.
     let s = setup("gfx942");
     let seen = Arc::new(Seen::default());
-    let mut path = s.backend.open(events(&seen)).unwrap();
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
     let kernel = &s.server.processes()[0];
     let before = kernel.holdings();
     let memory = path.alloc(MemoryKind::Pinned, 4096 + 4096).unwrap();
@@ -959,4 +959,73 @@ fn an_aql_queue_whose_ring_and_positions_share_an_allocation_runs_round_its_ring
         "the client's allocation alone"
     );
     path.free(memory);
+}
+
+#[test]
+fn a_queue_kfd_refuses_leaves_none_of_the_buffers_made_for_it() {
+    // A kernel whose context-save rule asks more than rig_kfd::queue's sizes: CREATE_QUEUE
+    // is EINVAL after the path made the queue's second mappings, EOP buffer and
+    // context-save area, all of which it gives back.
+    let s = setup_on(
+        rig_kfd_emu::kernel::Config {
+            models: vec!["gfx1100".into()],
+            cwsr_extra_bytes: 4096,
+            ..Default::default()
+        },
+        "gfx1100",
+    );
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
+    let kernel = &s.server.processes()[0];
+    for kind in [QueueKind::Pm4, QueueKind::Aql] {
+        let memory = path.alloc(MemoryKind::Pinned, 4096 + 4096).unwrap();
+        let before = kernel.holdings();
+        let bell = Doorbell::new(SharedRegion::create("doorbells", 4096).unwrap(), 0).unwrap();
+        let e = path
+            .queue(QueueSpec {
+                kind,
+                ring: memory.address,
+                bytes: 4096,
+                read: memory.address + 4096,
+                write: memory.address + 4096 + 64,
+                doorbell: bell,
+                scratch: (0, 0),
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("context-save area"), "{kind:?}: {e}");
+        assert_eq!(
+            e.why().errno(),
+            Some(libc::EINVAL),
+            "{kind:?}: KFD's errno is kept"
+        );
+        assert_eq!(
+            kernel.holdings(),
+            before,
+            "{kind:?}: nothing of the queue is left"
+        );
+        path.free(memory);
+    }
+}
+
+#[test]
+fn the_sim_path_and_kfds_topology_state_the_same_shader_arrays() {
+    // rig-amd owns shader arrays per engine (one on CDNA, two on RDNA): the simulated GPU
+    // and the emulated KFD's topology both ask it.
+    for processor in ["gfx942", "gfx1100"] {
+        let s = setup(processor);
+        let sim = rigd::path::sim::SimBackend::new(&rigd::config::SimGpuConfig {
+            processor: processor.into(),
+            memory_bytes: 64 << 20,
+            hang_ms: 100,
+        })
+        .unwrap();
+        let (kfd, sim) = (&s.backend.description().wgps, &sim.description().wgps);
+        let shape = |w: &Vec<Vec<u32>>| (w.len(), w[0].len());
+        assert_eq!(shape(kfd), shape(sim), "{processor}");
+        let arrays = rig_amd::gpu::Gpu::by_name(processor)
+            .unwrap()
+            .hal()
+            .arrays_per_engine;
+        assert_eq!(kfd[0].len(), arrays as usize, "{processor}");
+    }
 }

@@ -12,7 +12,7 @@ use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use rigd::config::KfdConfig;
 use rigd::path::worker::{KernelSpec, WorkerBackend, WorkerCommand, WorkerUser, Workers};
-use rigd::path::{Backend, Events, Path, QueueSpec, Stopped};
+use rigd::path::{Backend, Events, Owner, Path, QueueSpec, Stopped};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -58,10 +58,9 @@ struct Seen {
     faults: std::sync::Mutex<Vec<rig_proto::Fault>>,
 }
 
-fn events(client: u64, seen: &Arc<Seen>) -> Events {
+fn events(seen: &Arc<Seen>) -> Events {
     let (a, b) = (seen.clone(), seen.clone());
     Events {
-        client,
         interrupt: Arc::new(move || {
             a.interrupts.fetch_add(1, Ordering::Relaxed);
         }),
@@ -127,8 +126,8 @@ fn release(q: &Queue, n: u64, address: u64, value: u64) {
 fn two_clients_are_two_kfd_processes_and_one_cannot_store_into_the_others_memory() {
     let s = setup();
     let (a_seen, b_seen) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
-    let mut a = s.backend.open(events(1, &a_seen)).unwrap();
-    let mut b = s.backend.open(events(2, &b_seen)).unwrap();
+    let mut a = s.backend.open(Owner(1), events(&a_seen)).unwrap();
+    let mut b = s.backend.open(Owner(2), events(&b_seen)).unwrap();
     assert_eq!(s.server.processes().len(), 2, "one KFD process per client");
     let cost = s.backend.description().client_cost.unwrap();
     assert_eq!(cost.at_once, 8, "the VMIDs amdgpu keeps for KFD");
@@ -174,8 +173,8 @@ fn two_clients_are_two_kfd_processes_and_one_cannot_store_into_the_others_memory
 fn one_worker_serves_all_of_a_clients_devices_and_ends_with_the_last() {
     let s = setup();
     let seen = Arc::new(Seen::default());
-    let mut one = s.backend.open(events(5, &seen)).unwrap();
-    let two = s.backend.open(events(5, &seen)).unwrap();
+    let mut one = s.backend.open(Owner(5), events(&seen)).unwrap();
+    let two = s.backend.open(Owner(5), events(&seen)).unwrap();
     assert_eq!(s.workers.running().len(), 1);
     assert_eq!(s.server.processes().len(), 1, "one KFD process, one GPU VM");
     let q = pm4_queue(&mut one);
@@ -207,8 +206,8 @@ fn one_worker_serves_all_of_a_clients_devices_and_ends_with_the_last() {
 fn a_killed_worker_loses_its_clients_devices_with_the_reason_and_others_go_on() {
     let s = setup();
     let (a_seen, b_seen) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
-    let mut a = s.backend.open(events(1, &a_seen)).unwrap();
-    let mut b = s.backend.open(events(2, &b_seen)).unwrap();
+    let mut a = s.backend.open(Owner(1), events(&a_seen)).unwrap();
+    let mut b = s.backend.open(Owner(2), events(&b_seen)).unwrap();
     let _qa = pm4_queue(&mut a);
     let qb = pm4_queue(&mut b);
     let pid = s
@@ -243,7 +242,7 @@ fn a_killed_worker_loses_its_clients_devices_with_the_reason_and_others_go_on() 
     });
     assert!(b_seen.faults.lock().unwrap().is_empty());
     // The client's next device gets a worker of its own again.
-    let mut again = s.backend.open(events(1, &a_seen)).unwrap();
+    let mut again = s.backend.open(Owner(1), events(&a_seen)).unwrap();
     again.alloc(MemoryKind::Pinned, 4096).unwrap();
 }
 
@@ -260,7 +259,7 @@ fn a_worker_runs_without_new_privileges_and_without_rigds_descriptors() {
     )
     .unwrap();
     let seen = Arc::new(Seen::default());
-    let _path = s.backend.open(events(3, &seen)).unwrap();
+    let _path = s.backend.open(Owner(3), events(&seen)).unwrap();
     let _ = nix::unistd::close(leak);
     let pid = s.workers.running()[0].1;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -302,7 +301,7 @@ fn a_rigd_with_a_worker() {
         .unwrap();
     let backend = workers.backends(&[node]).remove(0).unwrap();
     let seen = Arc::new(Seen::default());
-    let mut path = backend.open(events(1, &seen)).unwrap();
+    let mut path = backend.open(Owner(1), events(&seen)).unwrap();
     let _q = pm4_queue(&mut path);
     println!("worker {}", workers.running()[0].1);
     loop {
@@ -378,8 +377,8 @@ fn each_clients_worker_runs_as_a_uid_of_its_own_without_groups_or_capabilities()
     );
     let s = setup();
     let (a, b) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
-    let mut path_a = s.backend.open(events(11, &a)).unwrap();
-    let mut path_b = s.backend.open(events(12, &b)).unwrap();
+    let mut path_a = s.backend.open(Owner(11), events(&a)).unwrap();
+    let mut path_b = s.backend.open(Owner(12), events(&b)).unwrap();
     // Each worker opened KFD itself and runs a queue as that uid.
     let _qa = pm4_queue(&mut path_a);
     let _qb = pm4_queue(&mut path_b);
@@ -552,4 +551,19 @@ fn one_user_filling_its_share_with_queues_leaves_room_for_another() {
     }
     state.disconnect(other);
     until("every charge given back", || state.held_bytes() == 0);
+}
+
+#[test]
+fn a_refusal_keeps_kfds_errno_across_the_worker() {
+    let s = setup();
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(Owner(21), events(&seen)).unwrap();
+    // More VRAM than the GPU has: ALLOC_MEMORY_OF_GPU answers ENOMEM in the worker.
+    let e = path.alloc(MemoryKind::Device, 8 << 30).unwrap_err();
+    assert!(matches!(e, rigd::path::Refusal::Lacking(_)), "{e:?}");
+    assert_eq!(e.why().errno(), Some(libc::ENOMEM), "{e:?}");
+    assert!(
+        matches!(&e.why().cause, Some(rigd::path::Cause::Errno { call, .. }) if call == "ALLOC_MEMORY_OF_GPU"),
+        "{e:?}"
+    );
 }

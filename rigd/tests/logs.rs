@@ -91,3 +91,18 @@ fn inspection_only_connections_log_at_debug() {
     );
     assert_eq!(log.matches("client gone").count(), 1, "{log}");
 }
+
+#[test]
+fn a_client_that_closed_its_devices_leaves_at_info() {
+    let d = Rigd::start_wrapped(SIM, &["env", "RUST_LOG=info"]);
+    let mut c = d.client("tidy");
+    let o = c.open();
+    let r = c.call(Request::CloseDevice { device: o.id() });
+    assert!(matches!(r, Response::Done), "{r:?}");
+    drop(c);
+    assert!(
+        eventually(Duration::from_secs(20), || d.log().contains("client gone")),
+        "{}",
+        d.log()
+    );
+}

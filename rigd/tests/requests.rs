@@ -84,6 +84,18 @@ fn gpus_open_facts_and_shares() {
 }
 
 #[test]
+fn a_ping_is_answered_with_a_pong_touching_no_device() {
+    let d = Rigd::start(SIM);
+    let mut c = d.client("t");
+    assert_eq!(c.call(Request::Ping), Response::Pong);
+    let _o = c.open();
+    // A device open changes nothing, and the connection still answers in order.
+    assert_eq!(c.call(Request::Ping), Response::Pong);
+    assert!(matches!(c.call(Request::ListGpus), Response::Gpus(_)));
+    assert_eq!(c.call(Request::Ping), Response::Pong);
+}
+
+#[test]
 fn memory_requests_and_errors() {
     let d = Rigd::start(SIM);
     let mut c = d.client("t");

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rig_client::{Device, Rig, Submission};
+use rig_client::{Device, Launch, Rig, Submission};
 use rig_tests::{kfd, serve};
 
 /// A rigd (and, on the kfd path, its emulated KFD) in child processes, until dropped.
@@ -209,14 +209,14 @@ fn figures(on_kfd: bool, code: &[u8]) {
     drop(idle);
     let dev = served.device();
     let k = dev.load_image(code).unwrap().resolve("empty").unwrap();
-    let s = Submission::new().launch(&k, &[], &[], [1, 1, 1], [32, 1, 1], 0);
+    let s = Submission::new().launch(Launch::new(&k, [1, 1, 1], [32, 1, 1]));
 
     let mut trip = Vec::with_capacity(2000);
     for i in 0..2200 {
         let t = Instant::now();
         dev.submit(&s)
             .unwrap()
-            .wait_spinning(Duration::from_secs(1))
+            .wait_with(rig_client::WaitPolicy::spinning(Duration::from_secs(1)))
             .unwrap();
         if i >= 200 {
             trip.push(t.elapsed());

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rig_client::{Buffer, Device, Kernel, Memory, Ref, Rig, Submission};
+use rig_client::{Buffer, Device, Kernel, Launch, Memory, Ref, Rig, Submission};
 
 /// The socket the child that serves rigd listens on.
 pub const SERVE_ENV: &str = "RIG_SCALE_SERVE";
@@ -96,7 +96,7 @@ pub fn config(socket: &Path, plan: Plan) -> rigd::config::Config {
     c.limits.objects = c.limits.objects.max(devices * 4);
     // Each device's small buffers are cut from slabs (rig_client::slab): a Pinned and a
     // Device slab of SLAB_BYTES each, charged whole.
-    let slabs = 2 * rig_client::slab::SLAB_BYTES;
+    let slabs = 2 * rig_client::SLABS.slab_bytes;
     c.limits.memory_bytes = c
         .limits
         .memory_bytes
@@ -109,7 +109,7 @@ pub fn config(socket: &Path, plan: Plan) -> rigd::config::Config {
         rigd::config::SimGpuConfig {
             processor: "gfx1100".into(),
             // VRAM for each device's Device slab, its image and the control requests' buffers.
-            memory_bytes: (u64::from(plan.clients) * (rig_client::slab::SLAB_BYTES + (1 << 20)))
+            memory_bytes: (u64::from(plan.clients) * (rig_client::SLABS.slab_bytes + (1 << 20)))
                 .max(1 << 30),
             // 2048 devices share the machine's cores: a device may wait many seconds for
             // its queue's turn, which the default bound (2 s) would take for a hang.
@@ -449,12 +449,9 @@ impl Lane {
                 p[..8].copy_from_slice(&seed_off(at).to_le_bytes());
                 p[8..].copy_from_slice(&slot.to_le_bytes());
                 Submission::new().launch(
-                    &self.add,
-                    &p,
-                    &[Ref::read(&self.buf, 0), Ref::write(&self.buf, 8)],
-                    [1, 1, 1],
-                    [SLOT_FLOATS as u32, 1, 1],
-                    0,
+                    Launch::new(&self.add, [1, 1, 1], [SLOT_FLOATS as u32, 1, 1])
+                        .params(&p)
+                        .refs(&[Ref::read(&self.buf, 0), Ref::write(&self.buf, 8)]),
                 )
             }
         };

@@ -14,10 +14,10 @@ fn open_list_facts_close() {
     let rig = d.rig();
     let gpus = rig.gpus().unwrap();
     assert!(!gpus.is_empty());
-    assert!(gpus[0].simulated);
+    assert_eq!(gpus[0].path, rig_client::GpuPath::Sim);
     let dev = rig.open_device(&gpus[0].name).unwrap();
     assert_eq!(dev.arch(), gpus[0].arch);
-    assert_eq!(dev.facts().queues, vec!["COMPUTE:0", "COPY:0"]);
+    assert_eq!(dev.facts().queues, vec![Queue::Compute, Queue::Copy]);
     assert!(matches!(rig.open_device("AMD:99"), Err(Error::Invalid(_))));
     let b = dev.buffer(64, Memory::Pinned).unwrap();
     let again = dev.clone();
@@ -215,9 +215,9 @@ fn a_burst_grows_the_rings_and_the_segment() {
 fn the_programs_own_memory_maps_without_a_copy() {
     let d = Daemon::start(None);
     let dev = d.device();
-    let mine = rig_client::SharedRegion::create("my-data", 3 * 4096).unwrap();
+    let mine = rig_client::HostMemory::new("my-data", 3 * 4096).unwrap();
     let data = pattern(5, 5000);
-    mine.write(4096, &data);
+    mine.write(4096, &data).unwrap();
     let b = dev.map_host(&mine, 4096, 5000).unwrap();
     let out = dev.buffer(5000, Memory::Device).unwrap();
     // The GPU reads the program's bytes, and writes them back shifted by one.
@@ -226,7 +226,7 @@ fn the_programs_own_memory_maps_without_a_copy() {
         .copy(&out, 0, &b, 1, 4999);
     dev.submit(&s).unwrap().wait().unwrap();
     let mut got = vec![0u8; 5000];
-    mine.read(4096, &mut got);
+    mine.read(4096, &mut got).unwrap();
     assert_eq!(got[0], data[0]);
     assert_eq!(&got[1..], &data[..4999]);
     assert!(matches!(

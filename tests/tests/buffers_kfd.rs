@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use rig_client::{Memory, Submission};
+use rig_client::{Memory, Queue, Submission};
 
 /// What `open_list_facts_close` asks of the simulated GPU, asked of the kfd path's: the GPU
 /// is KFD's, at its bus, with its VRAM and firmware.
@@ -22,9 +22,9 @@ fn the_gpu_is_kfds_with_its_bus_vram_and_firmware() {
     let gpus = d.rig().gpus().unwrap();
     assert_eq!(gpus[0].arch, "gfx1100");
     assert!(gpus[0].bus.is_some(), "{gpus:?}");
-    assert!(gpus[0].budget > 0, "{gpus:?}");
+    assert!(gpus[0].memory_bytes > 0, "{gpus:?}");
     let dev = d.device();
-    assert_eq!(dev.facts().queues, vec!["COMPUTE:0", "COPY:0"]);
+    assert_eq!(dev.facts().queues, vec![Queue::Compute, Queue::Copy]);
     assert!(dev.facts().mec > 0, "{:?}", dev.facts());
 }
 

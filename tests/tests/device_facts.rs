@@ -43,9 +43,7 @@ fn the_eventfd_turns_readable_when_work_completes() {
     let x = dev.buffer(4 * 64, Memory::Pinned).unwrap();
     let mut args = k.args();
     args.buffer(0, &x).unwrap().buffer(1, &x).unwrap();
-    let s = Submission::new()
-        .launch_args(&args, [1, 1, 1], [64, 1, 1])
-        .unwrap();
+    let s = Submission::new().launch(args.launch([1, 1, 1], [64, 1, 1]));
     let point = dev.submit(&s).unwrap();
     // An event loop: sleep on the fd until the point is reached, never on a wait.
     let start = Instant::now();
@@ -79,11 +77,7 @@ fn lost_says_why_once_rigd_lost_the_device() {
     let mut args = k.args();
     args.buffer("f", &flag).unwrap();
     let point = dev
-        .submit(
-            &Submission::new()
-                .launch_args(&args, [1; 3], [1; 3])
-                .unwrap(),
-        )
+        .submit(&Submission::new().launch(args.launch([1; 3], [1; 3])))
         .unwrap();
     assert!(dev.lost().is_none(), "lost before the hang bound");
     let waited = point.wait();

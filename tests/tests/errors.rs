@@ -33,7 +33,7 @@ fn a_refusal_keeps_the_protocol_code() {
     let dev = d.device();
     match dev.load_image(b"not a code object") {
         Err(Error::Refused { code, message }) => {
-            assert_eq!(code, rig_proto::ErrorCode::ImageRefused, "{message}");
+            assert_eq!(code, rig_client::Refusal::ImageRefused, "{message}");
         }
         r => panic!("loading garbage returned {r:?}"),
     }
@@ -59,17 +59,19 @@ fn out_of_memory_says_what_was_asked_what_is_missing_and_which_limit() {
     // The request's figure is the one asked, never the shortfall.
     assert!(said.contains(&format!("{asked} bytes asked")), "{said}");
     match (shortage, limit) {
-        (rig_proto::Shortage::Quota, Some(l)) => {
-            assert!(l.missing > 0 && l.missing <= asked, "{said}");
+        (rig_client::Shortage::Quota, Some(l)) => {
+            assert!(l.missing() > 0 && l.missing() <= asked, "{said}");
             assert!(
                 said.ends_with(&format!(
                     "refused by the quota: {} bytes missing under {} ({} bytes)",
-                    l.missing, l.name, l.value
+                    l.missing(),
+                    l.name(),
+                    l.value()
                 )),
                 "{said}"
             );
         }
-        (rig_proto::Shortage::Gpu, None) => {
+        (rig_client::Shortage::Gpu, None) => {
             assert!(said.ends_with("refused by the GPU's memory"), "{said}")
         }
         other => panic!("{other:?}: {said}"),

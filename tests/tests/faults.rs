@@ -1,11 +1,11 @@
-//! A fault reaches the program as a value: the device's name and a typed `rig_proto::Fault`
+//! A fault reaches the program as a value: the device's name and a typed `rig_client::Fault`
 //! with its kind and the facts the GPU gave, from the simulated GPU through a real rigd.
 
 mod common;
 
 use common::{Daemon, code};
 use rig_amd::pm4;
-use rig_client::{Error, Fault, FaultKind, Memory, Queue, Ref, Submission};
+use rig_client::{Error, Fault, FaultKind, Launch, Memory, Queue, Ref, Submission};
 
 /// The device's name and fault of a wait that must have lost it.
 fn lost(r: rig_client::Result<()>) -> (String, Fault) {
@@ -28,19 +28,16 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
     // `out` plus 1 TiB: work-item 0 stores its first word there, where nothing is mapped.
     let off = 1u64 << 40;
     let s = Submission::new().launch(
-        &dims,
-        &off.to_le_bytes(),
-        &[Ref::write(&out, 0)],
-        [1, 1, 1],
-        [1, 1, 1],
-        0,
+        Launch::new(&dims, [1, 1, 1], [1, 1, 1])
+            .params(&off.to_le_bytes())
+            .refs(&[Ref::write(&out, 0)]),
     );
     let (device, fault) = lost(dev.submit(&s).unwrap().wait());
     assert_eq!(device, "AMD:0");
-    assert_eq!(fault.kind, FaultKind::MemoryFault, "{fault}");
-    assert_eq!(fault.address, Some(out.address() + off), "{fault}");
-    assert_eq!(fault.write, Some(true), "{fault}");
-    let pc = fault.pc.expect("a kernel's fault names its instruction");
+    assert_eq!(fault.kind(), FaultKind::MemoryFault, "{fault}");
+    assert_eq!(fault.address(), Some(out.address() + off), "{fault}");
+    assert_eq!(fault.write(), Some(true), "{fault}");
+    let pc = fault.pc().expect("a kernel's fault names its instruction");
     assert!(
         (image.address()..image.address() + image.size()).contains(&pc),
         "pc {pc:#x} lies outside the kernel's image at {:#x} ({} bytes)",
@@ -48,10 +45,10 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
         image.size()
     );
     assert_eq!(
-        fault.queue.map(|q| q.to_string()).as_deref(),
+        fault.queue().map(|q| q.to_string()).as_deref(),
         Some("COMPUTE:0")
     );
-    assert!(fault.vmid.is_some(), "{fault}");
+    assert!(fault.vmid().is_some(), "{fault}");
     // The error reads as one sentence, and keeps the typed value.
     let e = dev.submit(&Submission::new()).unwrap_err();
     assert_eq!(
@@ -59,7 +56,7 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
         format!(
             "AMD:0 lost: memory fault at {:#x} (write) by the instruction at {pc:#x} on COMPUTE:0 (vmid {})",
             out.address() + off,
-            fault.vmid.unwrap()
+            fault.vmid().unwrap()
         )
     );
     assert!(matches!(e, Error::Lost { fault: f, .. } if f == fault));
@@ -79,14 +76,14 @@ fn a_packet_the_queue_cannot_run_is_a_bad_packet_at_its_position() {
         .unwrap();
     let (device, fault) = lost(p.wait());
     assert_eq!(device, "AMD:0");
-    assert_eq!(fault.kind, FaultKind::BadPacket, "{fault}");
-    assert!(fault.position.is_some(), "{fault}");
-    assert_eq!(fault.pc, None, "{fault}");
+    assert_eq!(fault.kind(), FaultKind::BadPacket, "{fault}");
+    assert!(fault.position().is_some(), "{fault}");
+    assert_eq!(fault.pc(), None, "{fault}");
     assert_eq!(
-        fault.queue.map(|q| q.to_string()).as_deref(),
+        fault.queue().map(|q| q.to_string()).as_deref(),
         Some("COMPUTE:0")
     );
-    assert!(fault.detail.contains("0xff"), "{fault}");
+    assert!(fault.detail().contains("0xff"), "{fault}");
 }
 
 #[test]
@@ -105,6 +102,6 @@ fn work_that_never_completes_is_lost_as_a_hang() {
         .unwrap();
     let (device, fault) = lost(p.wait());
     assert_eq!(device, "AMD:0");
-    assert_eq!(fault.kind, FaultKind::Hang, "{fault}");
+    assert_eq!(fault.kind(), FaultKind::Hang, "{fault}");
     assert!(fault.to_string().starts_with("hang: "), "{fault}");
 }

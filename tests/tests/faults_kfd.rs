@@ -11,7 +11,7 @@ mod common;
 mod faults;
 
 use common::{Daemon, code};
-use rig_client::{Error, FaultKind, Memory, Queue, Ref, Submission};
+use rig_client::{Error, FaultKind, Launch, Memory, Queue, Ref, Submission};
 
 /// The kfd path's share of `a_kernel_storing_to_unmapped_memory_...`: KFD's memory exception
 /// names the faulting address (not the instruction), and that is what the program sees.
@@ -27,18 +27,15 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address() {
     let out = dev.buffer(4096, Memory::Pinned).unwrap();
     let off = 1u64 << 40;
     let s = Submission::new().launch(
-        &dims,
-        &off.to_le_bytes(),
-        &[Ref::write(&out, 0)],
-        [1, 1, 1],
-        [1, 1, 1],
-        0,
+        Launch::new(&dims, [1, 1, 1], [1, 1, 1])
+            .params(&off.to_le_bytes())
+            .refs(&[Ref::write(&out, 0)]),
     );
     match dev.submit(&s).unwrap().wait() {
         Err(Error::Lost { device, fault }) => {
             assert_eq!(device, "AMD:0");
-            assert_eq!(fault.kind, FaultKind::MemoryFault, "{fault}");
-            assert_eq!(fault.address, Some(out.address() + off), "{fault}");
+            assert_eq!(fault.kind(), FaultKind::MemoryFault, "{fault}");
+            assert_eq!(fault.address(), Some(out.address() + off), "{fault}");
             assert!(fault.to_string().contains("page not present"), "{fault}");
         }
         other => panic!("the wait returned {other:?}, not Lost"),
@@ -57,7 +54,7 @@ fn a_packet_the_queue_cannot_run_loses_the_device_with_a_reset() {
         .unwrap();
     match p.wait() {
         Err(Error::Lost { fault, .. }) => {
-            assert_eq!(fault.kind, FaultKind::Reset, "{fault}");
+            assert_eq!(fault.kind(), FaultKind::Reset, "{fault}");
         }
         other => panic!("the wait returned {other:?}, not Lost"),
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rig_client::{Error, Memory, Ref, Rig, Submission, f32s, put_f32s};
+use rig_client::{Error, Launch, Memory, Ref, Rig, Submission, f32s, put_f32s};
 
 const SOCKET_ENV: &str = "RIG_CLIENT_KFD_TEST_SERVE";
 const EMU_ENV: &str = "RIG_CLIENT_KFD_TEST_EMU";
@@ -131,12 +131,9 @@ fn a_launch_on_a_kfd_gpu_computes_what_the_host_does() {
         .resolve("add")
         .unwrap();
     let s = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [4, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [4, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     dev.submit(&s).unwrap();
     let got: Vec<f32> = y.read(|b| f32s(b).collect()).unwrap();
@@ -358,7 +355,7 @@ fn victim_client() {
     let pinned = dev.buffer(n, Memory::Pinned).unwrap();
     let device = dev.buffer(n, Memory::Device).unwrap();
     let mapped = dev.buffer(n, Memory::Mapped).unwrap();
-    let mine = rig_client::SharedRegion::create("victim", n as usize).unwrap();
+    let mine = rig_client::HostMemory::new("victim", n).unwrap();
     let host = dev.map_host(&mine, 0, n).unwrap();
     pinned.write(|b| b.fill(0x5a)).unwrap();
     let s = Submission::new()
@@ -367,7 +364,7 @@ fn victim_client() {
         .copy(&mapped, 0, &host, 0, n);
     dev.submit(&s).unwrap().wait().unwrap();
     let mut got = vec![0u8; n as usize];
-    mine.read(0, &mut got);
+    mine.read(0, &mut got).unwrap();
     assert!(got.iter().all(|b| *b == 0x5a), "the victim's copies");
     // On a line of its own: libtest's "test victim_client ... " precedes it.
     println!("\nvictim holding");
@@ -517,12 +514,9 @@ fn a_kernel_placed_in_device_memory_the_host_cannot_reach_launches_on_a_small_ba
     let s = Submission::new()
         .copy(&y_host, 0, &y, 0, 4 * n as u64)
         .launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [4, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [4, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         )
         .after(&[0])
         .copy(&y, 0, &mapped, 0, 4 * n as u64)

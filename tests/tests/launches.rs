@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, code, spin_kernel};
-use rig_client::{Buffer, Device, Error, Memory, Ref, Submission, f32s, put_f32s};
+use rig_client::{Buffer, Device, Error, Launch, Memory, Ref, Submission, f32s, put_f32s};
 
 fn floats(dev: &Device, v: &[f32]) -> Buffer {
     let b = dev.buffer(4 * v.len() as u64, Memory::Pinned).unwrap();
@@ -45,12 +45,9 @@ fn add_saxpy_and_two_kernels_of_one_image() {
         .unwrap();
     assert_eq!(add.params(), 16);
     let s = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [16, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [16, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     dev.submit(&s).unwrap();
     let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
@@ -66,12 +63,9 @@ fn add_saxpy_and_two_kernels_of_one_image() {
     p[..4].copy_from_slice(&2.0f32.to_le_bytes());
     p[24..28].copy_from_slice(&((n - 100) as u32).to_le_bytes());
     let s = Submission::new().launch(
-        &saxpy,
-        &p,
-        &[Ref::read(&x, 8), Ref::write(&y, 16)],
-        [16, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&saxpy, [16, 1, 1], [256, 1, 1])
+            .params(&p)
+            .refs(&[Ref::read(&x, 8), Ref::write(&y, 16)]),
     );
     dev.submit(&s).unwrap();
     let want2: Vec<f32> = (0..n)
@@ -98,20 +92,14 @@ fn add_saxpy_and_two_kernels_of_one_image() {
     po[8..].copy_from_slice(&(-1.0f32).to_le_bytes());
     let s = Submission::new()
         .launch(
-            &scale,
-            &ps,
-            &[Ref::write(&y, 0)],
-            [16, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&scale, [16, 1, 1], [256, 1, 1])
+                .params(&ps)
+                .refs(&[Ref::write(&y, 0)]),
         )
         .launch(
-            &offset,
-            &po,
-            &[Ref::write(&y, 0)],
-            [16, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&offset, [16, 1, 1], [256, 1, 1])
+                .params(&po)
+                .refs(&[Ref::write(&y, 0)]),
         );
     dev.submit(&s).unwrap();
     let want3: Vec<f32> = want2.iter().map(|v| v * 3.0 - 1.0).collect();
@@ -131,7 +119,11 @@ fn hidden_arguments_describe_the_grid() {
     let (g, t) = ([2u32, 3, 2], [4u32, 2, 2]);
     let items = (0..3).map(|i| g[i] * t[i]).product::<u32>() as u64;
     let out = dev.buffer(items * 32, Memory::Device).unwrap();
-    let s = Submission::new().launch(&dims, &[0; 8], &[Ref::write(&out, 0)], g, t, 0);
+    let s = Submission::new().launch(
+        Launch::new(&dims, g, t)
+            .params(&[0; 8])
+            .refs(&[Ref::write(&out, 0)]),
+    );
     dev.submit(&s).unwrap();
     let o = read_u32(&out);
     let w = g[0] * t[0];
@@ -155,12 +147,9 @@ fn lds_barriers_and_scratch() {
         .resolve("reduce")
         .unwrap();
     let s = Submission::new().launch(
-        &reduce,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&sums, 8)],
-        [8, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&reduce, [8, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&sums, 8)]),
     );
     dev.submit(&s).unwrap();
     let want: Vec<f32> = xs.chunks(256).map(|c| c.iter().sum()).collect();
@@ -182,12 +171,9 @@ fn lds_barriers_and_scratch() {
         .unwrap();
     let out = dev.buffer(4 * m as u64, Memory::Pinned).unwrap();
     let s = Submission::new().launch(
-        &scratch,
-        &[0; 16],
-        &[Ref::read(&input, 0), Ref::write(&out, 8)],
-        [2, 1, 1],
-        [64, 1, 1],
-        0,
+        Launch::new(&scratch, [2, 1, 1], [64, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&input, 0), Ref::write(&out, 8)]),
     );
     dev.submit(&s).unwrap();
     let got = read_u32(&out);
@@ -225,21 +211,15 @@ fn parts_on_two_queues_keep_their_after_order() {
         .fill(&x2, 0, 4 * n as u64, 0)
         .copy(&x, 0, &x2, 0, 4 * n as u64)
         .launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x2, 0), Ref::write(&y, 8)],
-            [4, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [4, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x2, 0), Ref::write(&y, 8)]),
         )
         .after(&[1])
         .launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x2, 0), Ref::write(&y, 8)],
-            [4, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [4, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x2, 0), Ref::write(&y, 8)]),
         )
         .copy(&y, 0, &out, 0, 4 * n as u64)
         .after(&[3]);
@@ -267,12 +247,9 @@ fn a_faulting_kernel_loses_its_device_alone() {
     let mut p = [0u8; 16];
     p[..8].copy_from_slice(&(1u64 << 40).to_le_bytes());
     let s = Submission::new().launch(
-        &add,
-        &p,
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [1, 1, 1], [256, 1, 1])
+            .params(&p)
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     let point = bad.submit(&s).unwrap();
     match point.wait() {
@@ -300,12 +277,9 @@ fn a_faulting_kernel_loses_its_device_alone() {
     let gx = floats(&good, &[2.0; 256]);
     let gy = floats(&good, &[5.0; 256]);
     let s = Submission::new().launch(
-        &add2,
-        &[0; 16],
-        &[Ref::read(&gx, 0), Ref::write(&gy, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add2, [1, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&gx, 0), Ref::write(&gy, 8)]),
     );
     good.submit(&s).unwrap();
     assert_eq!(read_f32(&gy), vec![7.0; 256]);
@@ -325,12 +299,9 @@ fn a_kernel_that_never_ends_is_lost_after_hang_ms() {
     let flag = dev.buffer(4, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
     let s = Submission::new().launch(
-        &k,
-        &[0; 8],
-        &[Ref::write(&flag, 0)],
-        [1, 1, 1],
-        [1, 1, 1],
-        0,
+        Launch::new(&k, [1, 1, 1], [1, 1, 1])
+            .params(&[0; 8])
+            .refs(&[Ref::write(&flag, 0)]),
     );
     let start = Instant::now();
     let r = dev.submit(&s).unwrap().wait();
@@ -364,12 +335,9 @@ fn a_burst_of_launches_grows_the_compute_ring_and_the_segment() {
     let mut s = Submission::new();
     for _ in 0..600 {
         s = s.launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [1, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         );
     }
     dev.submit(&s).unwrap();
@@ -377,12 +345,9 @@ fn a_burst_of_launches_grows_the_compute_ring_and_the_segment() {
     assert_eq!(read_f32(&y), want);
     // And small submissions after it run on the grown queues.
     let one = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [1, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     dev.submit(&one).unwrap();
     let want: Vec<f32> = xs.iter().map(|v| 1.0 + 601.0 * v).collect();
@@ -459,7 +424,11 @@ fn corpus_matmul_and_vadd_in_wave32_and_wave64() {
         let mut p = vec![0u8; 28];
         p[24..].copy_from_slice(&n.to_le_bytes());
         let refs = [Ref::read(&ba, 0), Ref::read(&bb, 8), Ref::write(&c, 16)];
-        let s = Submission::new().launch(&mm, &p, &refs, [n / 16, n / 16, 1], [16, 16, 1], 0);
+        let s = Submission::new().launch(
+            Launch::new(&mm, [n / 16, n / 16, 1], [16, 16, 1])
+                .params(&p)
+                .refs(&refs),
+        );
         dev.submit(&s).unwrap();
         assert_eq!(read_f32(&c), want, "{file}");
     }
@@ -473,7 +442,11 @@ fn corpus_matmul_and_vadd_in_wave32_and_wave64() {
         let mut p = vec![0u8; 28];
         p[24..].copy_from_slice(&300u32.to_le_bytes());
         let refs = [Ref::read(&ba, 0), Ref::read(&bb, 8), Ref::write(&out, 16)];
-        let s = Submission::new().launch(&vadd, &p, &refs, [5, 1, 1], [64, 1, 1], 0);
+        let s = Submission::new().launch(
+            Launch::new(&vadd, [5, 1, 1], [64, 1, 1])
+                .params(&p)
+                .refs(&refs),
+        );
         dev.submit(&s).unwrap();
         let want: Vec<f32> = (0..300).map(|i| a[i] + b[i]).collect();
         assert_eq!(read_f32(&out), want, "{file}");
@@ -482,7 +455,7 @@ fn corpus_matmul_and_vadd_in_wave32_and_wave64() {
     let o0 = dev.load_image(&corpus("vadd_f32.O0.co")).unwrap();
     match o0.resolve("vadd_f32") {
         Err(Error::Refused { code, message }) => {
-            assert_eq!(code, rig_proto::ErrorCode::EntryRefused);
+            assert_eq!(code, rig_client::Refusal::EntryRefused);
             assert!(message.contains("vadd_f32"), "{message}");
         }
         other => panic!("{other:?}"),

@@ -16,7 +16,7 @@ fn the_rigd_serves_a_simulated_gfx1201() {
     let d = common::Daemon::start(None);
     let gpus = d.rig().gpus().unwrap();
     assert_eq!(gpus[0].arch, "gfx1201");
-    assert!(gpus[0].simulated);
+    assert_eq!(gpus[0].path, rig_client::GpuPath::Sim);
     // A gfx1100 build is refused there, so every launch above ran a gfx1201 build.
     let dev = d.device();
     let gfx1100 = std::fs::read(

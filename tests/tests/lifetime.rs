@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, Inspector, code, eventually, spin_kernel};
-use rig_client::{Error, Memory, Ref, Submission};
+use rig_client::{Error, Launch, Memory, Ref, Submission};
 
 #[test]
 fn images_whose_kernels_were_resolved_are_unloaded_when_dropped() {
@@ -23,12 +23,9 @@ fn images_whose_kernels_were_resolved_are_unloaded_when_dropped() {
         let image = dev.load_image(&code("add")).unwrap();
         let add = image.resolve("add").unwrap();
         let s = Submission::new().launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [1, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         );
         dev.submit(&s).unwrap().wait().unwrap();
         // The launch's value is reached: dropping the handles unloads the image now.
@@ -68,12 +65,9 @@ fn dropping_every_handle_closes_the_device_and_the_connection() {
     let x = dev.buffer(1024, Memory::Pinned).unwrap();
     let y = dev.buffer(1024, Memory::Device).unwrap();
     let s = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [1, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     dev.begin_profile().unwrap();
     let point = dev.submit(&s).unwrap();
@@ -109,7 +103,11 @@ fn dropping_a_device_whose_kernel_never_ends_stops_it_at_once() {
     let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
     let flag = dev.buffer(4, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
-    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let s = Submission::new().launch(
+        Launch::new(&k, [1; 3], [1; 3])
+            .params(&[0; 8])
+            .refs(&[Ref::write(&flag, 0)]),
+    );
     let point = dev.submit(&s).unwrap();
     assert!(!point.signaled());
     let start = Instant::now();
@@ -134,7 +132,11 @@ fn an_abort_stops_a_kernel_that_never_ends_at_once() {
     let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
     let flag = dev.buffer(4, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
-    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let s = Submission::new().launch(
+        Launch::new(&k, [1; 3], [1; 3])
+            .params(&[0; 8])
+            .refs(&[Ref::write(&flag, 0)]),
+    );
     let point = dev.submit(&s).unwrap();
     let other = dev.clone();
     let start = Instant::now();
@@ -167,6 +169,11 @@ fn a_rig_that_holds_nothing_outlives_rigds_idle_timeout() {
     let names = rig.gpus().unwrap();
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(rig.gpus().unwrap(), names, "a call after the idle timeout");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        rig.ping().unwrap() < Duration::from_secs(10),
+        "a ping after it"
+    );
     let dev = rig.open_device("AMD:0").unwrap();
     std::thread::sleep(Duration::from_millis(600));
     // Held a device all along: the same connection still serves it.

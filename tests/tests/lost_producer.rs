@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, code};
 use rig_amd::pm4;
-use rig_client::{Buffer, Device, Error, Kernel, Memory, Point, Queue, Ref, Submission};
+use rig_client::{Buffer, Device, Error, Kernel, Launch, Memory, Point, Queue, Ref, Submission};
 
 /// COMPUTE:0 words that hold a queue back until the host writes 1 into `flag`.
 fn held_on(flag: &Buffer) -> Vec<u32> {
@@ -30,12 +30,9 @@ fn faulting(add: &Kernel, x: &Buffer, y: &Buffer) -> Submission {
     let mut p = [0u8; 16];
     p[..8].copy_from_slice(&(1u64 << 40).to_le_bytes());
     Submission::new().launch(
-        add,
-        &p,
-        &[Ref::read(x, 0), Ref::write(y, 8)],
-        [1, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(add, [1, 1, 1], [256, 1, 1])
+            .params(&p)
+            .refs(&[Ref::read(x, 0), Ref::write(y, 8)]),
     )
 }
 

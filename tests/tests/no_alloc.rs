@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Daemon, code};
-use rig_client::{Memory, Ref, Submission};
+use rig_client::{Launch, Memory, Ref, Submission};
 
 struct Counting;
 
@@ -59,12 +59,9 @@ fn submitting_again_allocates_nothing() {
     let z = dev.buffer(1024, Memory::Device).unwrap();
     let s = Submission::new()
         .launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [1, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         )
         .copy(&y, 0, &z, 0, 1024)
         .after(&[0])

@@ -51,7 +51,7 @@ fn the_gpu_holds_back_work_that_waits_for_another_devices_point() {
     let rig = d.rig();
     let (a, b) = (rig.open_device("0").unwrap(), rig.open_device("0").unwrap());
     assert!(
-        a.facts().waits.stores,
+        a.facts().gpu_waits,
         "the simulated gfx1100 compares 64-bit words"
     );
     let flag = b.buffer(8, Memory::Pinned).unwrap();

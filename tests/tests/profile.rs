@@ -3,7 +3,7 @@
 mod common;
 
 use common::{Daemon, code};
-use rig_client::{Memory, Ref, Submission};
+use rig_client::{Launch, Memory, Ref, Submission};
 
 #[test]
 fn each_profiled_value_has_its_work_in_host_time() {
@@ -17,12 +17,9 @@ fn each_profiled_value_has_its_work_in_host_time() {
     let x = dev.buffer(4096, Memory::Pinned).unwrap();
     let y = dev.buffer(4096, Memory::Pinned).unwrap();
     let launch = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [4, 1, 1],
-        [256, 1, 1],
-        0,
+        Launch::new(&add, [4, 1, 1], [256, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     let copy = Submission::new().copy(&x, 0, &y, 0, 4096);
     dev.submit(&launch).unwrap().wait().unwrap();
@@ -37,12 +34,9 @@ fn each_profiled_value_has_its_work_in_host_time() {
     let both = Submission::new()
         .copy(&x, 0, &y, 0, 4096)
         .launch(
-            &add,
-            &[0; 16],
-            &[Ref::read(&x, 0), Ref::write(&y, 8)],
-            [4, 1, 1],
-            [256, 1, 1],
-            0,
+            Launch::new(&add, [4, 1, 1], [256, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
         )
         .after(&[0]);
     dev.submit(&both).unwrap();

@@ -9,8 +9,11 @@ mod common;
 use std::time::Duration;
 
 use common::{Daemon, Inspector, pattern, spin_kernel};
-use rig_client::slab::{IDLE_MS, IDLE_SLABS, SLAB_BYTES, SLAB_MOST};
-use rig_client::{Buffer, Device, Error, Memory, Ref, Rig, SharedRegion, Submission};
+use rig_client::{Buffer, Device, Error, HostMemory, Launch, Memory, Ref, Rig, SLABS, Submission};
+
+const SLAB_BYTES: u64 = SLABS.slab_bytes;
+const SLAB_MOST: u64 = SLABS.most;
+const IDLE_SLABS: usize = SLABS.idle_slabs;
 use rig_proto::messages::DeviceReport;
 
 /// A device of its own connection, the connection (to flush posted frees), and the
@@ -193,13 +196,17 @@ fn a_buffer_dropped_with_work_in_flight_keeps_its_pages_until_the_work_ends() {
     let d = Daemon::start(None);
     let dev = d.device();
     let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
-    let host = SharedRegion::create("flag", 4096).unwrap();
+    let host = HostMemory::new("flag", 4096).unwrap();
     let flag = dev.map_host(&host, 0, 4096).unwrap();
     let b = dev.buffer(4096, Memory::Pinned).unwrap();
     let at = b.address();
     // The launch spins until the flag is set; the fill of b is part of the same value.
     let s = Submission::new()
-        .launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0)
+        .launch(
+            Launch::new(&k, [1; 3], [1; 3])
+                .params(&[0; 8])
+                .refs(&[Ref::write(&flag, 0)]),
+        )
         .fill(&b, 0, 4096, 0xcd);
     let point = dev.submit(&s).unwrap();
     drop((b, s));
@@ -211,7 +218,9 @@ fn a_buffer_dropped_with_work_in_flight_keeps_its_pages_until_the_work_ends() {
         others.push(other);
     }
     assert!(!point.signaled());
-    host.store_u32(0, 1, std::sync::atomic::Ordering::Release);
+    host.atomic_u32(0)
+        .unwrap()
+        .store(1, std::sync::atomic::Ordering::Release);
     point.wait().unwrap();
     // One buffer keeps b's slab in use (an idle one may go back to rigd).
     others.truncate(1);
@@ -264,8 +273,8 @@ fn device_room(dev: &Device) -> (u64, String) {
             }) => {
                 assert_eq!(a, asked);
                 // missing = held + asked - value
-                asked = l.value - (l.missing + l.value - asked);
-                name = l.name;
+                asked = l.value() - (l.missing() + l.value() - asked);
+                name = l.name().to_owned();
             }
             r => panic!("{asked} bytes of Device memory answered {r:?}"),
         }
@@ -302,7 +311,7 @@ fn memory_running_out_is_still_the_typed_error_naming_the_limit() {
         panic!("the quota's refusal became {e:?}");
     };
     assert_eq!(*asked, 64 * 1024);
-    assert_eq!(l.name, limit);
+    assert_eq!(l.name(), limit);
     assert!(e.to_string().contains(&limit), "{e}");
     drop((big, small));
 }
@@ -341,8 +350,8 @@ fn idle_slabs_go_back_to_rigd() {
         idle.info.memory.pinned,
         base.info.memory.pinned + IDLE_SLABS as u64 * SLAB_BYTES
     );
-    // Past IDLE_MS, the next allocation (of another kind: a new slab) gives it back too.
-    std::thread::sleep(Duration::from_millis(IDLE_MS + 50));
+    // Past SLABS.idle, the next allocation (of another kind: a new slab) gives it back too.
+    std::thread::sleep(SLABS.idle + Duration::from_millis(50));
     let b = dev.buffer(4096, Memory::Device).unwrap();
     let later = report(&rig, &dev, &mut inspect);
     assert_eq!(later.regions, base.regions + 1);

@@ -82,9 +82,7 @@ fn a_kernel_from_opencl_source_runs_with_arguments_by_name() {
     // tmp after the 256 static bytes; flags after tmp, at the next 32-byte boundary.
     assert_eq!(&args.params()[24..32], &[0, 1, 0, 0, 0, 2, 0, 0]);
     assert_eq!(args.shared(), 512);
-    let s = Submission::new()
-        .launch_args(&args, [4, 1, 1], [64, 1, 1])
-        .unwrap();
+    let s = Submission::new().launch(args.launch([4, 1, 1], [64, 1, 1]));
     dev.submit(&s).unwrap().wait().unwrap();
     y.read(|b| {
         for (i, v) in f32s(b).enumerate() {
@@ -123,9 +121,7 @@ fn a_hip_kernel_from_source_runs_with_arguments_by_position() {
         .unwrap()
         .buffer(2, &y)
         .unwrap();
-    let s = Submission::new()
-        .launch_args(&args, [4, 1, 1], [32, 1, 1])
-        .unwrap();
+    let s = Submission::new().launch(args.launch([4, 1, 1], [32, 1, 1]));
     dev.submit(&s).unwrap().wait().unwrap();
     y.read(|b| {
         for (i, v) in f32s(b).enumerate() {
@@ -223,16 +219,28 @@ fn arguments_of_the_wrong_kind_or_size_or_unset_are_refused_by_name() {
         .unwrap()
         .value("a", 1.0f32)
         .unwrap();
-    let err = Submission::new()
-        .launch_args(&args, [1; 3], [64, 1, 1])
-        .unwrap_err();
+    // The submission's one channel of refusals carries the argument error, and submit
+    // returns it.
+    let s = Submission::new().launch(args.launch([1; 3], [64, 1, 1]));
+    let refused = s
+        .refused()
+        .cloned()
+        .expect("an unset parameter refuses the launch");
     assert_eq!(
-        err.to_string(),
-        "kernel scale's \"n\" (parameter 3) (a value) is not set"
+        refused.to_string(),
+        "part 0: kernel scale's \"n\" (parameter 3) (a value) is not set"
     );
-    // A rig_client::Result carries the argument error.
-    let e: rig_client::Error = err.into();
-    assert!(matches!(e, rig_client::Error::Arg(ArgError::Unset { .. })));
+    assert!(matches!(
+        refused,
+        rig_client::Never::Args {
+            part: 0,
+            error: ArgError::Unset { .. }
+        }
+    ));
+    assert!(matches!(
+        dev.submit(&s),
+        Err(rig_client::Error::Never(rig_client::Never::Args { .. }))
+    ));
     // Dynamic LDS past the GPU's is the launch's refusal, as with the raw form.
     args.value("n", 1u32)
         .unwrap()
@@ -240,9 +248,7 @@ fn arguments_of_the_wrong_kind_or_size_or_unset_are_refused_by_name() {
         .unwrap()
         .local("flags", 1 << 20)
         .unwrap();
-    let s = Submission::new()
-        .launch_args(&args, [1; 3], [64, 1, 1])
-        .unwrap();
+    let s = Submission::new().launch(args.launch([1; 3], [64, 1, 1]));
     assert!(
         matches!(s.refused(), Some(rig_client::Never::TooMuchShared { .. })),
         "{:?}",

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Daemon, code, spin_kernel};
-use rig_client::{Error, Memory, Ref, Submission, WaitPolicy};
+use rig_client::{Error, Launch, Memory, Ref, Submission, WaitPolicy};
 
 #[test]
 fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() {
@@ -19,11 +19,19 @@ fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() 
     let k = dev.load_image(&spin).unwrap().resolve("spin").unwrap();
     let flag = dev.buffer(4, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
-    let s = Submission::new().launch(&k, &[0; 8], &[Ref::write(&flag, 0)], [1; 3], [1; 3], 0);
+    let s = Submission::new().launch(
+        Launch::new(&k, [1; 3], [1; 3])
+            .params(&[0; 8])
+            .refs(&[Ref::write(&flag, 0)]),
+    );
     let point = dev.submit(&s).unwrap();
     assert!(!point.signaled());
     let t = Instant::now();
-    assert!(!point.wait_timeout(Duration::from_millis(30)).unwrap());
+    assert!(
+        !point
+            .wait_with(WaitPolicy::default().with_timeout(Duration::from_millis(30)))
+            .unwrap()
+    );
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(30), "returned after {took:?}");
     assert!(took < Duration::from_secs(10), "returned after {took:?}");
@@ -41,7 +49,7 @@ fn wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort() 
         r => panic!("a sleeping wait on aborted work returned {r:?}"),
     }
     assert!(matches!(
-        point.wait_timeout(Duration::from_secs(1)),
+        point.wait_with(WaitPolicy::default().with_timeout(Duration::from_secs(1))),
         Err(Error::Lost { .. })
     ));
     assert!(!point.signaled());
@@ -59,12 +67,9 @@ fn sleeping_waits_end_with_their_release() {
     let x = dev.buffer(1024, Memory::Pinned).unwrap();
     let y = dev.buffer(1024, Memory::Pinned).unwrap();
     let s = Submission::new().launch(
-        &add,
-        &[0; 16],
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [1, 1, 1],
-        [64, 1, 1],
-        0,
+        Launch::new(&add, [1, 1, 1], [64, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     // Each wait sleeps at once; the release of its value wakes it (a slice is 10 ms, so
     // 300 waits woken only by their slices would take 3 s at least).
@@ -81,6 +86,9 @@ fn sleeping_waits_end_with_their_release() {
     );
     // With a timeout that is long enough, the answer is "reached".
     let p = dev.submit(&s).unwrap();
-    assert!(p.wait_timeout(Duration::from_secs(20)).unwrap());
+    assert!(
+        p.wait_with(WaitPolicy::default().with_timeout(Duration::from_secs(20)))
+            .unwrap()
+    );
     dev.close().unwrap();
 }

@@ -38,7 +38,7 @@ const R_AMDGPU_REL64: u32 = 5;
 const R_AMDGPU_RELATIVE64: u32 = 13;
 
 /// The page the image is laid out in: segments start and the image ends on one.
-pub(crate) const PAGE: u64 = 4096;
+pub(crate) const PAGE: u64 = crate::PAGE_BYTES;
 
 type Elf64 = FileHeader64<Le>;
 

@@ -8,13 +8,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rig_proto::{
-    Connection, Fault, FaultKind, GpuInfo, GpuShare, ImageId, RegionId, Request, Response, Share,
+    Connection, Fault, FaultKind, GpuShare, ImageId, RegionId, Request, Response, Share,
 };
 use rig_shm::SharedRegion;
 
 use super::{Device, DeviceShared};
 use crate::buffer::{Buffer, BufferInner, HostView, Sub};
 use crate::error::{Error, Report, Result};
+use crate::facts::GpuInfo;
+use crate::host::HostMemory;
 use crate::image::{Image, ImageInner};
 use crate::slab::{self, Cut, Piece, Pool, SLAB_BYTES, SLAB_MOST};
 use crate::submission::Submission;
@@ -63,21 +65,8 @@ fn program_name() -> String {
 fn dial(path: &Path) -> Result<Connection> {
     Connection::connect(path, &program_name()).map_err(|source| Error::Connect {
         path: path.display().to_string(),
-        source,
+        source: Box::new(source),
     })
-}
-
-fn proto(e: rig_proto::Error) -> Error {
-    Error::Connection(e)
-}
-
-/// The error a refused request becomes (a device's call makes a refusal for a lost device
-/// that device's `Error::Lost`: see `DeviceShared::call`).
-fn refused(e: rig_proto::ErrorReply) -> Error {
-    Error::Refused {
-        code: e.code,
-        message: e.message,
-    }
 }
 
 fn unexpected(what: &str, r: &Response) -> Error {
@@ -136,9 +125,9 @@ impl Rig {
             // `connections.idle_ms`: a program that kept only its `Rig` gets a new one.
             Err(e) if connection_gone(&e) && self.0.devices.load(Ordering::Acquire) == 0 => {
                 *conn = dial(&self.0.path)?;
-                conn.call(request, fds).map_err(proto)?
+                conn.call(request, fds).map_err(Error::connection)?
             }
-            Err(e) => return Err(proto(e)),
+            Err(e) => return Err(Error::connection(e)),
         };
         drop(conn);
         match (request, &response) {
@@ -154,8 +143,10 @@ impl Rig {
             }
             _ => {}
         }
+        // A device's call makes a refusal for a lost device that device's `Error::Lost`
+        // (`DeviceShared::call`).
         match response {
-            Response::Error(e) => Err(refused(e)),
+            Response::Error(e) => Err(Error::refused(e)),
             r => Ok((r, fds)),
         }
     }
@@ -166,7 +157,7 @@ impl Rig {
     /// so their errors are dropped.
     pub(crate) fn post(&self, request: &Request) -> Result<()> {
         let mut c = self.lock()?;
-        c.post(request).map_err(proto)?;
+        c.post(request).map_err(Error::connection)?;
         drop(c.take_posted_errors());
         Ok(())
     }
@@ -179,8 +170,17 @@ impl Rig {
     /// The GPUs rigd serves.
     pub fn gpus(&self) -> Result<Vec<GpuInfo>> {
         match self.call(&Request::ListGpus, &[])? {
-            (Response::Gpus(g), _) => Ok(g),
+            (Response::Gpus(g), _) => Ok(g.into_iter().map(GpuInfo::of).collect()),
             (r, _) => Err(unexpected("list-gpus", &r)),
+        }
+    }
+
+    /// One round trip to rigd, timed: the time from sending a ping to reading its answer.
+    pub fn ping(&self) -> Result<std::time::Duration> {
+        let began = std::time::Instant::now();
+        match self.call(&Request::Ping, &[])? {
+            (Response::Pong, _) => Ok(began.elapsed()),
+            (r, _) => Err(unexpected("ping", &r)),
         }
     }
 
@@ -243,10 +243,8 @@ impl Maps {
         let fd = self.fds.get_mut(i).and_then(Option::take).ok_or_else(|| {
             Error::Protocol(format!("rigd named descriptor {i}, which it did not pass"))
         })?;
-        let region = SharedRegion::from_fd(fd).map_err(|source| Error::Shared {
-            what: "cannot map memory rigd shared",
-            source,
-        })?;
+        let region = SharedRegion::from_fd(fd)
+            .map_err(|e| Error::shared("cannot map memory rigd shared", e))?;
         self.regions[i] = Some(region.clone());
         Ok(region)
     }
@@ -291,7 +289,7 @@ impl DeviceShared {
             },
             Ok(_) => Ok(()),
             Err(Error::Connection(e)) => {
-                let why = format!("{}; the device's work is gone with it", Report::of(&e));
+                let why = format!("{}; the device's work is gone with it", Report::of(&*e));
                 Err(self
                     .live
                     .keep_reason(Fault::new(FaultKind::Disconnected, why)))
@@ -335,12 +333,12 @@ impl DeviceShared {
                 bytes,
                 shortage,
                 limit,
-            } => Err(Error::OutOfMemory {
-                what: format!("scratch for kernel {name}"),
-                asked: bytes,
+            } => Err(Error::out_of_memory(
+                format!("scratch for kernel {name}"),
+                bytes,
                 shortage,
                 limit,
-            }),
+            )),
             r => Err(unexpected("resolve-entry", &r)),
         }
     }
@@ -364,12 +362,12 @@ impl DeviceShared {
                 bytes,
                 shortage,
                 limit,
-            } => Err(Error::OutOfMemory {
-                what: "growing the device's rings".into(),
-                asked: bytes,
+            } => Err(Error::out_of_memory(
+                "growing the device's rings",
+                bytes,
                 shortage,
                 limit,
-            }),
+            )),
             Response::Never { reason } => Err(Error::Unsupported {
                 what: "grow the device's rings",
                 reason,
@@ -399,7 +397,7 @@ impl DeviceShared {
 
     /// `bytes` bytes of `memory`; Mapped falls back to Pinned where the device has none. A
     /// buffer of at most [`SLAB_MOST`] bytes is cut from a slab without a call to rigd
-    /// where one has room ([`crate::slab`]); a larger one is a region of its own.
+    /// where one has room ([`crate::SlabPolicy`]); a larger one is a region of its own.
     pub(crate) fn alloc(self: &Arc<Self>, bytes: u64, memory: Memory) -> Result<Buffer> {
         let Some(len) = slab::rounded(bytes).filter(|&l| l > 0 && l <= SLAB_MOST) else {
             return self.alloc_region(bytes, memory);
@@ -646,12 +644,12 @@ impl DeviceShared {
                 bytes,
                 shortage,
                 limit,
-            } => Err(Error::OutOfMemory {
-                what: format!("{memory:?} memory"),
-                asked: bytes,
+            } => Err(Error::out_of_memory(
+                format!("{memory:?} memory"),
+                bytes,
                 shortage,
                 limit,
-            }),
+            )),
             r => Err(unexpected("alloc", &r)),
         }
     }
@@ -702,11 +700,13 @@ impl DeviceShared {
 }
 
 impl Device {
-    /// Makes `bytes` bytes of the program's own memory at `offset` of `memory` (a memfd
-    /// mapping, such as one [`SharedRegion::create`] made) a buffer the GPU addresses, with
-    /// no copy: the host reads and writes it through `memory`. `offset` starts a page.
-    /// Dropping the buffer ends the GPU's mapping; the memory stays the program's.
-    pub fn map_host(&self, memory: &SharedRegion, offset: u64, bytes: u64) -> Result<Buffer> {
+    /// Makes `bytes` bytes of the program's own memory at `offset` of `memory` a buffer the
+    /// GPU addresses, with no copy: the host reads and writes it through `memory`. `offset`
+    /// starts a page. Dropping the buffer ends the GPU's mapping; the memory stays the
+    /// program's. A device whose facts do not say `maps_host` answers
+    /// [`Error::Unsupported`].
+    pub fn map_host(&self, memory: &HostMemory, offset: u64, bytes: u64) -> Result<Buffer> {
+        let memory = &memory.0;
         if bytes == 0 || offset % 4096 != 0 || !memory.contains(offset, bytes) {
             return Err(Error::Invalid(format!(
                 "cannot map {bytes} bytes at {offset} of {} bytes of memory: the offset must \
@@ -747,18 +747,18 @@ impl Device {
                 bytes,
                 shortage,
                 limit,
-            } => Err(Error::OutOfMemory {
-                what: "host memory to map".into(),
-                asked: bytes,
+            } => Err(Error::out_of_memory(
+                "host memory to map",
+                bytes,
                 shortage,
                 limit,
-            }),
+            )),
             r => Err(unexpected("map-host", &r)),
         }
     }
 
     /// Gives back to rigd now every slab of the device that no buffer uses (which the
-    /// device otherwise keeps for a while for the next small buffers: [`crate::slab`]'s
+    /// device otherwise keeps for a while for the next small buffers: [`crate::SlabPolicy`]'s
     /// policy), and returns how many it gave back.
     pub fn trim(&self) -> usize {
         self.0.give_back_idle()
@@ -792,12 +792,12 @@ impl Device {
                 bytes,
                 shortage,
                 limit,
-            } => Err(Error::OutOfMemory {
-                what: "device memory for the image".into(),
-                asked: bytes,
+            } => Err(Error::out_of_memory(
+                "device memory for the image",
+                bytes,
                 shortage,
                 limit,
-            }),
+            )),
             r => Err(unexpected("load-image", &r)),
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! - [`control`]: what goes through rigd ([`Rig`]: listing GPUs, opening a device;
 //!   [`Device`]: allocating and freeing memory (small buffers cut from slabs, see
-//!   [`crate::slab`]), loading images, resolving kernels, growing
+//!   [`crate::SlabPolicy`]), loading images, resolving kernels, growing
 //!   rings, closing), and [`Maps`], the shared memory an answer hands over;
 //! - [`waits`]: the waits on a device's timeline word;
 //! - [`bounce`]: host reads and writes of Device memory through a bounce buffer;
@@ -29,11 +29,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use rig_proto::{DeviceId, Facts};
+use rig_proto::DeviceId;
 use rig_shm::SharedRegion;
 
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::facts::Facts;
 use crate::loss::{Deps, Liveness};
 use crate::place::{Placer, Target};
 use crate::point::Point;
@@ -51,7 +52,7 @@ pub(crate) struct DeviceShared {
     pub id: DeviceId,
     pub name: String,
     pub facts: Facts,
-    /// What the encoders need of its GPU, from [`DeviceShared::facts`].
+    /// What the encoders need of its GPU, from the facts rigd sent.
     pub target: Target,
     /// The word, the lost flag and the loss, shared with the records of consumers.
     pub(crate) live: Arc<Liveness>,
@@ -63,7 +64,7 @@ pub(crate) struct DeviceShared {
     pub(crate) deps: Mutex<Deps>,
     pub(crate) placer: Mutex<Placer>,
     deferred: Mutex<Deferred>,
-    /// The slabs small buffers are cut from ([`crate::slab`]).
+    /// The slabs small buffers are cut from ([`crate::SlabPolicy`]).
     slabs: Mutex<crate::slab::Pool>,
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
     /// The Pinned buffer host accesses of Device memory copy through.
@@ -91,7 +92,7 @@ impl DeviceShared {
         mut maps: Maps,
     ) -> Result<DeviceShared> {
         // Nothing is mapped before the answer's layout is known good.
-        opened.check()?;
+        opened.check().map_err(Error::layout)?;
         let (word, word_offset) = maps.gpu_share(opened.word.memory)?;
         if word_offset % 8 != 0 {
             return Err(Error::Protocol(
@@ -106,6 +107,7 @@ impl DeviceShared {
         let interrupt = maps.take(opened.interrupt)?;
         set_nonblocking(&interrupt)?;
         let target = Target::of(&opened.facts)?;
+        let facts = Facts::of(&opened.facts)?;
         let placer = Placer::new(
             &opened,
             target,
@@ -124,7 +126,7 @@ impl DeviceShared {
             rig,
             id: opened.device,
             name,
-            facts: opened.facts,
+            facts,
             target,
             live: Arc::new(live),
             submitted: (control, submitted_offset),
@@ -222,7 +224,7 @@ impl Device {
     }
 
     /// A new buffer of `bytes` bytes of `memory`, zeroed where rigd's path zeroes memory
-    /// (pages of a slab that an earlier buffer changed are zeroed again: [`crate::slab`]).
+    /// (pages of a slab that an earlier buffer changed are zeroed again: [`crate::SlabPolicy`]).
     pub fn buffer(&self, bytes: u64, memory: Memory) -> Result<Buffer> {
         self.0.alloc(bytes, memory)
     }

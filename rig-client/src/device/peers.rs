@@ -19,8 +19,8 @@ impl DeviceShared {
         if let Some(known) = self.find_peer_word(peer.id) {
             return known;
         }
-        let able = self.facts.waits.stores
-            && self.facts.compute == rig_proto::QueueKind::Pm4
+        let able = self.facts.gpu_waits
+            && self.facts.compute_packets == crate::facts::Packets::Pm4
             && self.rig.same(&peer.rig);
         let answer = if able {
             let request = Request::MapPeerWord {

@@ -136,11 +136,9 @@ impl DeviceShared {
         self.live.reached(value) && self.check_producers(value).is_ok()
     }
 
-    /// Waits until the word reaches `value`, spinning for `spin` (default [`DEFAULT_SPIN`])
-    /// before it sleeps, with no timeout.
-    pub(crate) fn wait(&self, value: u64, spin: Option<Duration>) -> Result<()> {
-        let policy = spin.map_or_else(WaitPolicy::default, WaitPolicy::spinning);
-        self.wait_with(value, policy).map(drop)
+    /// Waits until the word reaches `value` as [`WaitPolicy::default`] says, with no timeout.
+    pub(crate) fn wait(&self, value: u64) -> Result<()> {
+        self.wait_with(value, WaitPolicy::default()).map(drop)
     }
 
     /// Waits until the word reaches `value` as `policy` says; `Ok(false)` once its timeout

@@ -89,12 +89,12 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
                             .saturating_add(segment_bytes),
                         _ => 0,
                     };
-                    return Err(Error::OutOfMemory {
-                        what: "rings for the submission: rigd grew them four times and they still do not hold it".into(),
+                    return Err(Error::out_of_memory(
+                        "rings for the submission: rigd grew them four times and they still do not hold it",
                         asked,
-                        shortage: rig_proto::Shortage::Gpu,
-                        limit: None,
-                    });
+                        rig_proto::Shortage::Gpu,
+                        None,
+                    ));
                 }
                 let (grown, fds) = dev.grow(&request)?;
                 let grown = Pending::map(&grown, fds)?;

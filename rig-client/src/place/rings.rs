@@ -32,7 +32,7 @@ fn unit(kind: QueueKind) -> Unit {
 
 impl QueueRing {
     pub(super) fn new(share: &QueueShare, maps: &mut Maps) -> Result<QueueRing> {
-        share.check()?;
+        share.check().map_err(Error::layout)?;
         let kind = unit(share.kind);
         debug_assert_eq!(kind.bytes(), rig_proto::messages::position_unit(share.kind));
         let geometry = Geometry::new(share.ring.host.bytes, kind)
@@ -41,10 +41,8 @@ impl QueueRing {
         let read = maps.gpu_share(share.read)?;
         let write = maps.gpu_share(share.write)?;
         let (bell_region, bell_offset) = maps.share(share.doorbell)?;
-        let bell = Doorbell::new(bell_region, bell_offset).map_err(|source| Error::Shared {
-            what: "rigd shared a bad doorbell",
-            source,
-        })?;
+        let bell = Doorbell::new(bell_region, bell_offset)
+            .map_err(|e| Error::shared("rigd shared a bad doorbell", e))?;
         // PM4 packets may cross the ring's end; SDMA packets never do.
         let wraps = share.kind == QueueKind::Pm4;
         let ring = Producer::new(geometry, ring, read, write, bell, wraps)

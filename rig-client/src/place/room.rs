@@ -32,7 +32,7 @@ pub(crate) struct Pending {
 impl Pending {
     /// The rings and segment rigd grew, mapped (with no lock held: mapping is system calls).
     pub(crate) fn map(grown: &Grown, fds: Vec<OwnedFd>) -> Result<Pending> {
-        grown.check()?;
+        grown.check().map_err(Error::layout)?;
         let mut maps = Maps::new(fds)?;
         Ok(Pending {
             compute: grown
@@ -120,7 +120,7 @@ impl Placer {
         maps: &mut Maps,
         submitted: (SharedRegion, usize),
     ) -> Result<Placer> {
-        opened.check()?;
+        opened.check().map_err(Error::layout)?;
         if target.compute != QueueKind::Pm4 {
             return Err(Error::Invalid(format!(
                 "rig-client places PM4 packets only; {} reads {:?} packets on COMPUTE:0",

@@ -17,8 +17,8 @@ use crate::buffer::tests::buffer;
 use crate::device::Maps;
 use crate::error::{Error, Never, Result};
 use crate::image::tests::kernel;
-use crate::submission::Ref;
 use crate::submission::Submission;
+use crate::submission::{Launch, Ref};
 use pm4::Packet as P;
 use rig_proto::{
     Completion, FdIndex, GpuShare, IpVersion, RingLimits, SegmentShare, Share, Waits, WordShare,
@@ -275,12 +275,9 @@ fn a_launch_sets_its_registers_and_arguments() {
     let mut params = [0u8; 16];
     params[8..].copy_from_slice(&64u64.to_le_bytes());
     let s = Submission::new().launch(
-        &k,
-        &params,
-        &[Ref::read(&x, 0), Ref::write(&y, 8)],
-        [4, 2, 1],
-        [64, 1, 1],
-        0,
+        Launch::new(&k, [4, 2, 1], [64, 1, 1])
+            .params(&params)
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
     );
     assert!(matches!(f.place(&s, 0).unwrap(), Step::Placed(1)));
     let (c, k) = f.take();
@@ -445,7 +442,11 @@ fn after_orders_parts_across_queues_through_part_words() {
     let b = buffer(1, 0x2_0000, 4096);
     let s = Submission::new()
         .copy(&a, 0, &b, 0, 256) // 0: COPY:0
-        .launch(&k, &[0; 16], &[Ref::write(&b, 0)], [1, 1, 1], [64, 1, 1], 0) // 1
+        .launch(
+            Launch::new(&k, [1, 1, 1], [64, 1, 1])
+                .params(&[0; 16])
+                .refs(&[Ref::write(&b, 0)]),
+        ) // 1
         .after(&[0])
         .fill(&a, 1, 10, 7) // 2: COPY:0, after the launch
         .after(&[1]);
@@ -598,7 +599,7 @@ proptest::proptest! {
                     dst_pitch: n + y % 5,
                 }),
                 1 => s.fill(&b, x, n, y as u8),
-                _ => s.launch(&k, &[0; 16], &[Ref::write(&a, 8)], [1, 1, 1], [n as u32 % 300, 1, 1], 0),
+                _ => s.launch(Launch::new(&k, [1, 1, 1], [n as u32 % 300, 1, 1]).params(&[0; 16]).refs(&[Ref::write(&a, 8)])),
             };
             // Mostly earlier parts, sometimes its own index (refused).
             s = s.after(&[after % (i + 1)]);
@@ -635,7 +636,9 @@ fn sdma_nops_decode() {
 #[test]
 fn an_answer_with_a_bad_layout_is_refused_with_its_error() {
     let layout = |edit: fn(&mut DeviceOpened)| match Fake::with(edit) {
-        Err(Error::Layout(e)) => e,
+        Err(Error::Layout(e)) => *e
+            .downcast::<rig_proto::LayoutError>()
+            .expect("the source is rig-proto's layout error"),
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("a bad answer was taken"),
     };
@@ -651,7 +654,7 @@ fn an_answer_with_a_bad_layout_is_refused_with_its_error() {
     // An unaligned lost flag, which no ring names.
     let e = layout(|o| o.lost.offset += 2);
     assert_eq!(e.what, "the lost flag");
-    let shown = Error::Layout(e).report().to_string();
+    let shown = Error::layout(e).report().to_string();
     assert!(
         shown.contains("rigd and rig-client are out of step"),
         "{shown}"

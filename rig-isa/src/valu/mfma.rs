@@ -137,7 +137,7 @@ mod tests {
             }
             assert!(seen.iter().all(|&x| x));
             // A and B: 64 lanes hold the M x K x blocks elements once each.
-            let mut lanes = vec![false; 64];
+            let mut lanes = [false; 64];
             for b in 0..blocks {
                 for x in 0..m {
                     for kk in 0..k {

@@ -11,15 +11,25 @@
 //! and [`worker`] (the kfd path run in a worker process per client, which is how rigd
 //! serves KFD's GPUs). `vfio` is not written yet.
 //!
+//! A path is a folder of this module plus its configuration section: it states itself in
+//! [`PATHS`] (its kind, how it reaches GPUs, its discovery), and [`crate::gpus`] folds over
+//! that list; nothing outside the folder names the path. What every path checks the same
+//! way (page rounding, a peer mapping's range, a refusal's meaning for host mappings) is
+//! [`memory`]'s; the doorbell forwarder a path with hardware doorbells runs is
+//! [`forward`]'s.
+//!
 //! This module owns the contract only; the rings, segment and word a device is made of are
 //! [`crate::device`]'s.
 
+pub mod forward;
 pub mod kfd;
+pub mod memory;
 pub mod sim;
 pub mod worker;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
+use std::path::Path as FsPath;
 use std::sync::Arc;
 
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
@@ -52,13 +62,26 @@ pub struct GpuDescription {
     pub hang_ms: Option<u64>,
     /// Whether the GPU maps host memory (`map_host`).
     pub maps_host: bool,
-    /// What a client costs and how many fit, where the path runs each client in a KFD
-    /// process of its own (`None` for the simulated GPU).
-    pub client_cost: Option<kfd::ClientCost>,
+    /// What a client costs and how many fit, where the path gives each client an address
+    /// space of its own that the GPU holds a limited number of (`None` where it does not).
+    pub client_cost: Option<ClientCost>,
     /// Memory the path makes on its own for each queue it makes, by kind: what a device
     /// charges its user for a queue besides the ring, before the queue is made and for as
     /// long as it lives.
     pub queue_memory: QueueCosts,
+}
+
+/// What a client costs on a GPU whose path gives each client an address space of its own
+/// (a KFD process), and how many fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientCost {
+    /// GPU memory bytes a compute queue takes besides its ring (its firmware's buffers).
+    pub queue_bytes: u64,
+    /// Clients whose queues the GPU runs at once (its address spaces, VMIDs); past it the
+    /// GPU's scheduler time-slices the clients' queues (oversubscription).
+    pub at_once: u32,
+    /// Compute queues whose buffers the GPU's memory holds, nothing else allocated.
+    pub queues_fit: u64,
 }
 
 /// Memory a path makes on its own for one queue, besides the ring and positions the device
@@ -100,18 +123,97 @@ impl QueueCosts {
     }
 }
 
+/// What a path says of a refusal or failure: a sentence for whoever can act on it, and the
+/// cause the path was given, kept as data (a KFD ioctl's errno stays an errno through the
+/// worker and up to rigd's answer), so a caller can tell causes apart without reading
+/// English.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Why {
+    /// The sentence (it names the cause too: it is what reaches the client).
+    pub what: String,
+    /// The cause, where the kernel or the path's own machinery gave one.
+    pub cause: Option<Cause>,
+}
+
+/// What a path was given as the cause of a refusal or failure.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Cause {
+    /// A system call answered an errno.
+    Errno {
+        /// The call (an ioctl's name, `mmap`).
+        call: String,
+        /// Its errno.
+        errno: i32,
+    },
+    /// The worker process that runs the path could not be reached or answered out of turn.
+    Worker,
+}
+
+impl Why {
+    /// `what`, with `cause`.
+    pub fn caused(what: impl Into<String>, cause: Cause) -> Why {
+        Why {
+            what: what.into(),
+            cause: Some(cause),
+        }
+    }
+
+    /// This, said as part of `what`: `what: this`, with its cause.
+    pub fn within(self, what: impl fmt::Display) -> Why {
+        Why {
+            what: format!("{what}: {}", self.what),
+            cause: self.cause,
+        }
+    }
+
+    /// The errno of the system call that caused it, if one did.
+    pub fn errno(&self) -> Option<i32> {
+        match &self.cause {
+            Some(Cause::Errno { errno, .. }) => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl From<String> for Why {
+    fn from(what: String) -> Why {
+        Why { what, cause: None }
+    }
+}
+
+impl From<&str> for Why {
+    fn from(what: &str) -> Why {
+        Why::from(what.to_owned())
+    }
+}
+
 /// A path's refusal of a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The path, its kernel driver or the GPU lacked memory or another resource.
     #[error("{0}")]
-    Lacking(String),
+    Lacking(Why),
     /// Every slot for queues of the kind holds a queue; a retire frees one.
     #[error("{0}")]
-    Full(String),
+    Full(Why),
     /// Any other refusal.
     #[error("{0}")]
-    Refused(String),
+    Refused(Why),
+}
+
+impl Refusal {
+    /// What the path said.
+    pub fn why(&self) -> &Why {
+        match self {
+            Refusal::Lacking(w) | Refusal::Full(w) | Refusal::Refused(w) => w,
+        }
+    }
 }
 
 /// A refusal to map host pages.
@@ -119,20 +221,20 @@ pub enum Refusal {
 pub enum MapRefusal {
     /// The path lacked the room to map them.
     #[error("{0}")]
-    NoRoom(String),
+    NoRoom(Why),
     /// The path never maps these pages (read-only pages, a path that maps no host memory).
     #[error("{0}")]
-    Never(String),
+    Never(Why),
     /// The descriptor is unfit as passed, and the client can fix that (a memfd that cannot
     /// be sealed against shrinking).
     #[error("{0}")]
-    Unfit(String),
+    Unfit(Why),
 }
 
 /// A failure of the GPU or the path itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Fault(pub String);
+pub struct Fault(pub Why);
 
 /// Memory a path gave.
 #[derive(Debug)]
@@ -185,9 +287,6 @@ pub enum Stopped {
 /// What the GPU tells a device: the path calls it from its own threads.
 #[derive(Clone)]
 pub struct Events {
-    /// The connection whose device it is: a path that keeps one address space per client
-    /// (kfd's worker processes) groups a client's devices by it.
-    pub client: u64,
     /// A release's interrupt (or any wake-worthy event).
     pub interrupt: Arc<dyn Fn() + Send + Sync>,
     /// A fault of the device's work, as the path's GPU reported it.
@@ -200,13 +299,107 @@ impl fmt::Debug for Events {
     }
 }
 
+/// The client connection a device is opened for: a path that keeps one address space per
+/// client (kfd's worker processes) groups a client's devices by it; others need not look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner(pub u64);
+
+/// What one path's discovery is given.
+#[derive(Debug)]
+pub struct Survey<'a> {
+    /// rigd's configuration (each path reads its own section).
+    pub config: &'a crate::config::Config,
+    /// The sysfs tree scanned (`/sys`, or a test's tree).
+    pub sysfs: &'a FsPath,
+    /// The GPUs listed before this path's: the paths before it in [`PATHS`], and, for a
+    /// simulated path, the AMD PCI functions no path reached.
+    pub listed: &'a [Found],
+}
+
+/// A GPU a path's discovery lists: served, or with why not.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Its processor (or what is known of it).
+    pub arch: String,
+    /// The path that lists it.
+    pub path: PathKind,
+    /// Its PCI function, if it has one.
+    pub bus: Option<String>,
+    /// The bytes of its own memory.
+    pub budget: u64,
+    /// Whether it is simulated.
+    pub simulated: bool,
+    /// What drives it, or why nothing does.
+    pub backend: Result<Arc<dyn Backend>, String>,
+    /// Its firmware versions as discovery found them (such as `mec N, sdma M`).
+    pub firmware: Option<String>,
+}
+
+/// How a path reaches its GPUs.
+#[derive(Debug, Clone, Copy)]
+pub enum Reach {
+    /// Real GPUs, PCI functions bound to one of these kernel drivers.
+    Hardware {
+        /// The drivers (`amdgpu` for kfd).
+        drivers: &'static [&'static str],
+        /// Why the path does not reach an AMD GPU bound to one of `drivers` that its
+        /// discovery did not list.
+        unreached: fn(&crate::discover::PciGpu) -> String,
+    },
+    /// GPUs it simulates; their discovery comes after every real GPU's.
+    Simulated,
+}
+
+/// One path as discovery knows it.
+#[derive(Debug)]
+pub struct PathInfo {
+    /// Its kind.
+    pub kind: PathKind,
+    /// How it reaches GPUs.
+    pub reach: Reach,
+    /// The GPUs it lists, in its order.
+    pub discover: fn(&Survey<'_>) -> Result<Vec<Found>, DiscoverError>,
+}
+
+/// Every path, in the order their GPUs are listed (real GPUs first; the simulated after
+/// the AMD PCI functions no path reached).
+pub static PATHS: &[PathInfo] = &[
+    PathInfo {
+        kind: PathKind::Kfd,
+        reach: Reach::Hardware {
+            drivers: &["amdgpu"],
+            unreached: kfd::discover::unreached,
+        },
+        discover: kfd::discover::discover,
+    },
+    PathInfo {
+        kind: PathKind::Sim,
+        reach: Reach::Simulated,
+        discover: sim::discover,
+    },
+];
+
+/// A path's discovery failed: rigd does not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} ({path:?} path)")]
+pub struct DiscoverError {
+    /// The path.
+    pub path: PathKind,
+    /// What failed.
+    pub what: String,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
 /// One GPU, reached one way.
 pub trait Backend: Send + Sync + fmt::Debug {
     /// The GPU.
     fn description(&self) -> &GpuDescription;
 
-    /// A new address space on the GPU for one device, whose events go to `events`.
-    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal>;
+    /// A new address space on the GPU for one device of `owner`, whose events go to
+    /// `events`.
+    fn open(&self, owner: Owner, events: Events) -> Result<Box<dyn Path>, Refusal>;
 }
 
 /// One device's address space on a GPU: what a path does for it.

@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut args = vadd.args();
     args.read("x", &x)?.buffer("y", &y)?.value("a", 2.0f32)?;
-    let launch = Submission::new().launch_args(&args, [N / 256, 1, 1], [256, 1, 1])?;
+    let launch = Submission::new().launch(args.launch([N / 256, 1, 1], [256, 1, 1]));
     device.submit(&launch)?.wait()?;
     y.read(|b| println!("y[10] = {}", f32s(b).nth(10).unwrap_or(f32::NAN)))?;
     device.close()?;

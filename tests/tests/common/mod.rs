@@ -172,9 +172,7 @@ impl Daemon {
             assert_eq!(gpus.len(), gpus_asked as usize, "{gpus:?}");
             assert!(
                 gpus.iter()
-                    .all(|g| g.path == rig_proto::messages::PathKind::Kfd
-                        && !g.simulated
-                        && g.unavailable.is_none()),
+                    .all(|g| g.path == rig_client::GpuPath::Kfd && g.unavailable.is_none()),
                 "rigd does not serve the emulated KFD's GPUs alone: {gpus:?}"
             );
         }

@@ -17,13 +17,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
+use rig_amd::PAGE_BYTES as PAGE;
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 use rig_sim::{AddressSpace, FaultReason, KernelFault, QueueFault, SimConfig, SimError, SimGpu};
 
 use super::{
-    Backend, Events, Fault, GpuDescription, MapRefusal, Path, PathMemory, QueueHandle, QueueSpec,
-    Refusal, Stopped,
+    Backend, DiscoverError, Events, Fault, Found, GpuDescription, MapRefusal, Owner, Path,
+    PathMemory, QueueHandle, QueueSpec, Refusal, Stopped, Survey, memory,
 };
 use crate::config::SimGpuConfig;
 
@@ -32,7 +33,6 @@ use crate::config::SimGpuConfig;
 pub const FIRST_VA: u64 = 1 << 32;
 /// One past the last GPU address (47 bits, the canonical lower half).
 pub const END_VA: u64 = 1 << 47;
-const PAGE: u64 = 4096;
 
 /// A simulated GPU.
 #[derive(Debug)]
@@ -73,11 +73,11 @@ impl Holding {
         match self.space.alloc_vram(start, bytes) {
             Ok(()) => {}
             Err(SimError::Map(rig_sim::MapError::OutOfVram { .. })) => {
-                return Err(Refusal::Lacking(format!(
-                    "the simulated gpu has no {bytes} bytes of vram left"
-                )));
+                return Err(Refusal::Lacking(
+                    format!("the simulated gpu has no {bytes} bytes of vram left").into(),
+                ));
             }
-            Err(e) => return Err(Refusal::Refused(e.to_string())),
+            Err(e) => return Err(Refusal::Refused(e.to_string().into())),
         }
         free.remove(&start);
         if len > bytes {
@@ -189,22 +189,19 @@ fn fault_of(f: &QueueFault) -> rig_proto::Fault {
 
 impl SimBackend {
     /// Makes the simulated GPU a `[[sim]]` entry describes.
-    pub fn new(c: &SimGpuConfig) -> Result<Self, String> {
+    pub fn new(c: &SimGpuConfig) -> Result<Self, SimError> {
         let config = SimConfig {
             model: c.processor.clone(),
             vram_bytes: c.memory_bytes,
             ..SimConfig::default()
         };
         let clock_hz = config.clock_hz;
-        let gpu = SimGpu::new(config).map_err(|e| e.to_string())?;
+        let gpu = SimGpu::new(config)?;
         let model = gpu.model().clone();
-        // Every work-group processor of every array runs work: shader engines each with
-        // two arrays, the compute units split evenly.
-        let arrays = 2u32;
-        let mask = model
+        // Every work-group processor of every array runs work.
+        let wgps = model
             .hal()
-            .wgp_mask(model.compute_units / model.shader_engines.max(1) / arrays);
-        let wgps = vec![vec![mask; arrays as usize]; model.shader_engines as usize];
+            .all_wgps(model.shader_engines, model.compute_units);
         let desc = GpuDescription {
             gpu: model,
             kind: PathKind::Sim,
@@ -227,12 +224,45 @@ impl SimBackend {
     }
 }
 
+/// The sim path's discovery: the configured `[[sim]]` GPUs; with none configured and no
+/// GPU listed before them (no AMD GPU found), one simulated gfx1100, the embedded default,
+/// which rigd says in its log.
+pub(crate) fn discover(survey: &Survey<'_>) -> Result<Vec<Found>, DiscoverError> {
+    let sims: Vec<SimGpuConfig> = if survey.config.sim.is_empty() && survey.listed.is_empty() {
+        tracing::info!(
+            "no AMD GPU found and no [[sim]] configured: serving the embedded default, one simulated gfx1100"
+        );
+        vec![SimGpuConfig::embedded_default()]
+    } else {
+        survey.config.sim.clone()
+    };
+    sims.iter()
+        .map(|s| {
+            let backend = SimBackend::new(s).map_err(|e| DiscoverError {
+                path: PathKind::Sim,
+                what: format!("cannot make the simulated {}", s.processor),
+                source: Box::new(e),
+            })?;
+            let d = backend.description();
+            Ok(Found {
+                arch: d.gpu.name(),
+                path: PathKind::Sim,
+                bus: None,
+                budget: d.budget,
+                simulated: true,
+                backend: Ok(Arc::new(backend)),
+                firmware: None,
+            })
+        })
+        .collect()
+}
+
 impl Backend for SimBackend {
     fn description(&self) -> &GpuDescription {
         &self.desc
     }
 
-    fn open(&self, events: Events) -> Result<Box<dyn Path>, Refusal> {
+    fn open(&self, _: Owner, events: Events) -> Result<Box<dyn Path>, Refusal> {
         let space = self.gpu.create_address_space();
         tracing::debug!(vmid = space.vmid(), "new simulated address space");
         Ok(Box::new(SimPath {
@@ -293,7 +323,7 @@ impl SimPath {
             .ok_or_else(|| Refusal::Lacking("the device's gpu address space is full".into()))?;
         self.space
             .map_host(va, &region, offset, bytes, writable)
-            .map_err(|e| Refusal::Refused(e.to_string()))?;
+            .map_err(|e| Refusal::Refused(e.to_string().into()))?;
         let token = self.token();
         self.held.insert(token, (va, bytes, None));
         Ok(PathMemory {
@@ -306,15 +336,9 @@ impl SimPath {
     }
 }
 
-fn page_round(bytes: u64) -> Option<u64> {
-    bytes.checked_add(PAGE - 1).map(|b| b / PAGE * PAGE)
-}
-
 impl Path for SimPath {
     fn alloc(&mut self, kind: MemoryKind, bytes: u64) -> Result<PathMemory, Refusal> {
-        let bytes = page_round(bytes)
-            .filter(|b| *b > 0)
-            .ok_or_else(|| Refusal::Refused(format!("cannot allocate {bytes} bytes")))?;
+        let bytes = memory::alloc_bytes(bytes)?;
         match kind {
             MemoryKind::Device => {
                 let va = self.reserve(bytes).ok_or_else(|| {
@@ -323,11 +347,11 @@ impl Path for SimPath {
                 match self.space.alloc_vram(va, bytes) {
                     Ok(()) => {}
                     Err(SimError::Map(rig_sim::MapError::OutOfVram { .. })) => {
-                        return Err(Refusal::Lacking(format!(
-                            "the simulated gpu has no {bytes} bytes of vram left"
-                        )));
+                        return Err(Refusal::Lacking(
+                            format!("the simulated gpu has no {bytes} bytes of vram left").into(),
+                        ));
                     }
-                    Err(e) => return Err(Refusal::Refused(e.to_string())),
+                    Err(e) => return Err(Refusal::Refused(e.to_string().into())),
                 }
                 let token = self.token();
                 self.held.insert(token, (va, bytes, None));
@@ -346,10 +370,13 @@ impl Path for SimPath {
                     "rig-mapped"
                 };
                 let len = usize::try_from(bytes).map_err(|_| {
-                    Refusal::Lacking(format!("{bytes} bytes exceed the host's address space"))
+                    Refusal::Lacking(
+                        format!("{bytes} bytes exceed the host's address space").into(),
+                    )
                 })?;
-                let region = SharedRegion::create(name, len)
-                    .map_err(|e| Refusal::Lacking(format!("the host has no memory for it: {e}")))?;
+                let region = SharedRegion::create(name, len).map_err(|e| {
+                    Refusal::Lacking(format!("the host has no memory for it: {e}").into())
+                })?;
                 let hold = if kind == MemoryKind::Mapped {
                     Some(self.holding.reserve(bytes)?)
                 } else {
@@ -373,28 +400,9 @@ impl Path for SimPath {
     }
 
     fn map_host(&mut self, fd: OwnedFd, offset: u64, bytes: u64) -> Result<PathMemory, MapRefusal> {
-        // Sealed against shrinking before it is mapped: a client that could truncate it
-        // later would make the GPU's (rigd's) next access a SIGBUS. Only the range asked is
-        // mapped in rigd, so rigd's address space holds what was charged and no more (a
-        // sparse memfd of 2^46 bytes costs its sender nothing). See docs/security.md.
-        let bytes = page_round(bytes).unwrap_or(u64::MAX);
-        let region =
-            SharedRegion::from_fd_range_sealed(fd, offset, bytes).map_err(|e| match &e {
-                rig_shm::ShmError::Unsealable(source) => MapRefusal::Unfit(format!(
-                    "{e} ({source}); rig-shm's SharedRegion::create makes such memfds"
-                )),
-                rig_shm::ShmError::OutsideFile { len, .. } => MapRefusal::Never(format!(
-                    "{bytes} bytes at offset {offset} lie outside the {len}-byte memfd"
-                )),
-                _ => MapRefusal::Never(format!(
-                    "the descriptor is not shared memory rigd can map for writing: {e}"
-                )),
-            })?;
-        self.map_region(region, 0, bytes, None, true)
-            .map_err(|r| match r {
-                Refusal::Lacking(s) => MapRefusal::NoRoom(s),
-                Refusal::Full(s) | Refusal::Refused(s) => MapRefusal::Never(s),
-            })
+        let region = memory::host_region(fd, offset, bytes)?;
+        let bytes = region.len() as u64;
+        Ok(self.map_region(region, 0, bytes, None, true)?)
     }
 
     fn map_peer(
@@ -405,13 +413,7 @@ impl Path for SimPath {
     ) -> Result<PathMemory, Refusal> {
         // rigd made the region (sealed against shrinking), so no client can truncate it
         // under the mapping; the clone keeps it alive after the other device frees it.
-        let bytes = page_round(bytes).unwrap_or(u64::MAX);
-        if offset % PAGE != 0 || !region.contains(offset, bytes) {
-            return Err(Refusal::Refused(format!(
-                "{bytes} bytes at offset {offset} are not whole pages of the {}-byte memory",
-                region.len()
-            )));
-        }
+        let bytes = memory::peer_range(region, offset, bytes)?;
         self.map_region(region.clone(), offset, bytes, None, false)
     }
 
@@ -430,7 +432,7 @@ impl Path for SimPath {
     fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault> {
         self.space
             .write(memory.address + offset, data)
-            .map_err(|f| Fault(f.to_string()))
+            .map_err(|f| Fault(f.to_string().into()))
     }
 
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
@@ -457,8 +459,10 @@ impl Path for SimPath {
                 Arc::new(move |f| fault(fault_of(&f))),
             )
             .map_err(|e| match e {
-                SimError::Thread(e) => Refusal::Lacking(format!("no thread for the queue: {e}")),
-                e => Refusal::Refused(e.to_string()),
+                SimError::Thread(e) => {
+                    Refusal::Lacking(format!("no thread for the queue: {e}").into())
+                }
+                e => Refusal::Refused(e.to_string().into()),
             })?;
         let token = self.token();
         self.queues.insert(token, q);
@@ -471,7 +475,7 @@ impl Path for SimPath {
                 q.stop();
                 Ok(())
             }
-            None => Err(Fault(format!("no queue {} to retire", queue.0))),
+            None => Err(Fault(format!("no queue {} to retire", queue.0).into())),
         }
     }
 

@@ -1,0 +1,408 @@
+//! The book: who is connected, what each user (uid) and all clients together hold, and the
+//! limits those holdings are admitted against.
+//!
+//! Limits hold per user across all its connections, and for all clients together
+//! ([`Budget`]). A request that makes something reserves what it may cost, checked and
+//! charged in one hold of the book (`State::reserve`), so two requests of one user on two
+//! devices cannot both pass a check that only one of them fits; once done, the device's
+//! charges are brought to its [`Footprint`] and the reservation dropped, again in one hold
+//! (`State::settle`). The book is held briefly: never while a path works or a device's
+//! lock is awaited (lock order: a device, then the book).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, MutexGuard};
+
+use rig_proto::messages::{DeviceId, Shortage};
+
+use crate::config::{Limits, Peer};
+use crate::device::Footprint;
+use crate::refusal::{Quota, Refusal};
+use crate::state::{ClientId, State};
+use crate::table::{Held, Slot};
+use crate::watch::Msg;
+
+/// A connected client.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub(crate) peer: Peer,
+    /// Shared, not copied, by every look at the book ([`State::observe`]).
+    pub(crate) program: Arc<str>,
+    pub(crate) devices: BTreeSet<DeviceId>,
+    /// Whether it ever opened a device (its leaving is logged at info then).
+    pub(crate) opened: bool,
+    pub(crate) inspector: bool,
+    /// What this connection's devices hold (running total).
+    pub(crate) held: Footprint,
+}
+
+/// What one user (uid) holds across all its connections: the limits count these.
+#[derive(Debug, Default)]
+pub(crate) struct Tenant {
+    pub(crate) devices: u32,
+    pub(crate) held: Footprint,
+    /// Device and Mapped memory it holds, by GPU.
+    pub(crate) gpu_bytes: BTreeMap<u32, u64>,
+}
+
+/// The limits as they apply while rigd runs: the configured ones with the sized defaults
+/// filled in from the process's limits and the machine's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Host memory rigd makes for all clients together.
+    pub host_bytes: u64,
+    /// Descriptors rigd may hold for one user.
+    pub uid_fds: u64,
+    /// Mappings rigd may hold for one user.
+    pub uid_maps: u64,
+    /// Descriptors rigd may hold for all clients: `RLIMIT_NOFILE` less what it keeps.
+    pub fds: u64,
+    /// Mappings rigd may hold for all clients: `vm.max_map_count` less what it keeps.
+    pub maps: u64,
+    /// rigd's `RLIMIT_NOFILE` (soft, as raised at start).
+    pub nofile: u64,
+    /// The system's `vm.max_map_count`.
+    pub max_map_count: u64,
+}
+
+impl Budget {
+    /// Sizes the limits from `limits` and the process's limits as they are now.
+    pub fn new(limits: &Limits) -> Budget {
+        let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(65530);
+        let host_total = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(8 << 30, |kib| kib.saturating_mul(1024));
+        Self::sized(limits, nofile, max_map_count, host_total)
+    }
+
+    /// Sizes the limits for a process with these limits on a machine of `host_total` bytes.
+    pub fn sized(limits: &Limits, nofile: u64, max_map_count: u64, host_total: u64) -> Budget {
+        // Kept for connections, passed descriptors in flight, logs and libraries.
+        let fds = nofile.saturating_sub(FD_RESERVE + nofile / 16);
+        // Kept for libraries, heaps, the runtime's threads and the simulators' VRAM.
+        let maps = max_map_count.saturating_sub(MAP_RESERVE + max_map_count / 16);
+        let or = |configured: u64, sized: u64| if configured == 0 { sized } else { configured };
+        Budget {
+            host_bytes: or(limits.host_memory_bytes, host_total / 2),
+            uid_fds: or(u64::from(limits.fds), fds / 4),
+            uid_maps: or(u64::from(limits.mappings), maps / 4),
+            fds,
+            maps,
+            nofile,
+            max_map_count,
+        }
+    }
+}
+
+/// Descriptors rigd keeps for itself beyond `RLIMIT_NOFILE / 16`.
+const FD_RESERVE: u64 = 512;
+/// Mappings rigd keeps for itself beyond `vm.max_map_count / 16`.
+const MAP_RESERVE: u64 = 1024;
+
+/// The global part of the state, under [`State`]'s one small lock.
+#[derive(Debug)]
+pub(crate) struct Book {
+    /// The limits in force (SIGHUP replaces them: [`State::set_limits`]) and as sized.
+    pub(crate) limits: Limits,
+    pub(crate) budget: Budget,
+    pub(crate) clients: BTreeMap<ClientId, Client>,
+    /// What each user holds, across its connections, reservations included.
+    pub(crate) tenants: BTreeMap<u32, Tenant>,
+    /// What all clients hold, reservations included.
+    pub(crate) total: Footprint,
+    /// The device table: every open device, by id.
+    pub(crate) devices: BTreeMap<DeviceId, Arc<Slot>>,
+}
+
+impl Book {
+    /// An empty book under `limits`.
+    pub(crate) fn new(limits: Limits, budget: Budget) -> Book {
+        Book {
+            limits,
+            budget,
+            clients: BTreeMap::new(),
+            tenants: BTreeMap::new(),
+            total: Footprint::default(),
+            devices: BTreeMap::new(),
+        }
+    }
+
+    /// Moves the charges of a device of `owner` (of user `uid`) on `gpu` from `was` to
+    /// `now`. The user is charged even once the connection is gone (its devices are given
+    /// back after it leaves the book).
+    pub(crate) fn apply(
+        &mut self,
+        owner: ClientId,
+        uid: u32,
+        gpu: u32,
+        was: Footprint,
+        now: Footprint,
+    ) {
+        self.total = self.total.minus(was).plus(now);
+        if let Some(c) = self.clients.get_mut(&owner) {
+            c.held = c.held.minus(was).plus(now);
+        }
+        let t = self.tenants.entry(uid).or_default();
+        t.held = t.held.minus(was).plus(now);
+        let g = t.gpu_bytes.entry(gpu).or_default();
+        *g = g
+            .saturating_sub(was.gpu_bytes)
+            .saturating_add(now.gpu_bytes);
+    }
+
+    /// The device `id` if `client` owns it.
+    pub(crate) fn owned(&self, client: ClientId, id: DeviceId) -> Result<Arc<Slot>, Refusal> {
+        match self.devices.get(&id) {
+            Some(s) if s.owner == client => Ok(s.clone()),
+            _ => Err(Refusal::NotYourDevice(id)),
+        }
+    }
+
+    /// The user of `client`; `u32::MAX` for one not in the book.
+    pub(crate) fn uid_of(&self, client: ClientId) -> u32 {
+        self.clients.get(&client).map_or(u32::MAX, |c| c.peer.uid)
+    }
+
+    /// The pid of `client`'s process; 0 for one not in the book.
+    pub(crate) fn pid_of(&self, client: ClientId) -> u32 {
+        self.clients
+            .get(&client)
+            .map_or(0, |c| u32::try_from(c.peer.pid).unwrap_or(0))
+    }
+}
+
+impl State {
+    /// The book, held briefly: never while a path works or a device's lock is awaited.
+    pub(crate) fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The limits in force, as sized.
+    pub fn budget(&self) -> Budget {
+        self.book().budget
+    }
+
+    /// Puts reloaded `[limits]` in force (SIGHUP): later requests are admitted against them;
+    /// what clients already hold stays. Says whether they changed.
+    pub fn set_limits(&self, limits: Limits) -> bool {
+        let mut book = self.book();
+        let changed = limits != book.limits;
+        book.budget = Budget::new(&limits);
+        book.limits = limits;
+        changed
+    }
+
+    /// Reserves `need` (and a device more, if `device`) for `client` on `gpu`: checked
+    /// against the limits and charged in one hold of the book, so no other request can
+    /// pass the same check on the same room. Else the refusal naming the limit.
+    pub(crate) fn reserve(
+        &self,
+        client: ClientId,
+        gpu: u32,
+        need: Footprint,
+        device: bool,
+    ) -> Result<(), Refusal> {
+        let mut book = self.book();
+        let uid = book.uid_of(client);
+        if let Err(r) = self.admit(&book, client, gpu, need, device) {
+            return Err(r.naming_queues(need, uid));
+        }
+        if device {
+            book.tenants.entry(uid).or_default().devices += 1;
+        }
+        book.apply(client, uid, gpu, Footprint::default(), need);
+        Ok(())
+    }
+
+    /// Reserves `need` for the request holding `h` (see [`State::reserve`]).
+    pub(crate) fn reserve_for(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        need: Footprint,
+    ) -> Result<(), Refusal> {
+        self.reserve(client, h.slot.gpu, need, false)?;
+        h.reserved = h.reserved.plus(need);
+        Ok(())
+    }
+
+    /// Reserves `bytes` more bytes of Device memory and one more object on the GPU of the
+    /// device `h` holds.
+    pub(crate) fn reserve_memory(
+        &self,
+        client: ClientId,
+        h: &mut Held<'_>,
+        bytes: u64,
+    ) -> Result<(), Refusal> {
+        let need = Footprint {
+            bytes,
+            objects: 1,
+            gpu_bytes: bytes,
+            ..Footprint::default()
+        };
+        self.reserve_for(client, h, need)
+    }
+
+    /// Brings the charges of the device `h` holds up to what it holds now, and drops what
+    /// the request reserved, in one hold of the book. Wakes the watch thread if the request
+    /// put memory in quarantine, so its release comes within a busy tick.
+    pub(crate) fn settle(&self, h: &mut Held<'_>) {
+        let (was, now) = h.d.recharge();
+        let reserved = std::mem::take(&mut h.reserved);
+        if was != now || reserved != Footprint::default() {
+            let s = h.slot;
+            self.book()
+                .apply(s.owner, s.uid, s.gpu, was.plus(reserved), now);
+        }
+        if h.d.quarantined() > h.quarantined {
+            let _ = self.faults.send(Msg::Wake);
+        }
+    }
+
+    /// `Ok` if `client` may take `need` more (and a device more, if `device`) on `gpu`;
+    /// else the refusal naming the limit.
+    fn admit(
+        &self,
+        book: &Book,
+        client: ClientId,
+        gpu: u32,
+        need: Footprint,
+        device: bool,
+    ) -> Result<(), Refusal> {
+        let uid = book.uid_of(client);
+        let none = Tenant::default();
+        let t = book.tenants.get(&uid).unwrap_or(&none);
+        let total = &book.total;
+        let l = &book.limits;
+        let b = &book.budget;
+        let refuse = |q: Quota| {
+            tracing::info!(uid, client = client.0, "client refused for a limit: {q}");
+            Err(Refusal::Quota(q))
+        };
+        if device && t.devices >= l.devices {
+            return refuse(Quota::Devices {
+                uid,
+                open: t.devices,
+                most: l.devices,
+            });
+        }
+        if need.objects > 0 && t.held.objects.saturating_add(need.objects) > u64::from(l.objects) {
+            return refuse(Quota::Objects {
+                uid,
+                held: t.held.objects,
+                most: l.objects,
+            });
+        }
+        if need.fds > 0 && t.held.fds.saturating_add(need.fds) > b.uid_fds {
+            return refuse(Quota::Fds {
+                uid,
+                held: t.held.fds,
+                need: need.fds,
+                most: b.uid_fds,
+            });
+        }
+        if need.fds > 0 && total.fds.saturating_add(need.fds) > b.fds {
+            return refuse(Quota::AllFds {
+                held: total.fds,
+                nofile: b.nofile,
+                most: b.fds,
+            });
+        }
+        if need.maps > 0 && t.held.maps.saturating_add(need.maps) > b.uid_maps {
+            return refuse(Quota::Maps {
+                uid,
+                held: t.held.maps,
+                need: need.maps,
+                most: b.uid_maps,
+            });
+        }
+        if need.maps > 0 && total.maps.saturating_add(need.maps) > b.maps {
+            return refuse(Quota::AllMaps {
+                held: total.maps,
+                max_map_count: b.max_map_count,
+                most: b.maps,
+            });
+        }
+        let short = |limit: &str, value: u64, held: u64, shortage: Shortage| {
+            let missing = held.saturating_add(need.bytes).saturating_sub(value);
+            tracing::info!(
+                uid,
+                client = client.0,
+                asked = need.bytes,
+                missing,
+                limit,
+                value,
+                "client refused memory for a limit"
+            );
+            Err(Refusal::NoMemory {
+                bytes: need.bytes,
+                shortage,
+                limit: Some(rig_proto::Limit {
+                    name: limit.to_owned(),
+                    value,
+                    missing,
+                }),
+            })
+        };
+        if t.held.bytes.saturating_add(need.bytes) > l.memory_bytes {
+            return short(
+                "limits.memory_bytes",
+                l.memory_bytes,
+                t.held.bytes,
+                Shortage::Quota,
+            );
+        }
+        // At 100 percent the GPU's own memory is the bound, and the GPU refuses.
+        if need.gpu_bytes > 0 && l.gpu_share_percent < 100 {
+            let g = gpu;
+            let budget = self.gpus.get(g as usize).map_or(0, |e| e.info.budget);
+            let share = budget / 100 * u64::from(l.gpu_share_percent)
+                + budget % 100 * u64::from(l.gpu_share_percent) / 100;
+            let held = t.gpu_bytes.get(&g).copied().unwrap_or(0);
+            if held.saturating_add(need.gpu_bytes) > share {
+                return short("limits.gpu_share_percent", share, held, Shortage::Quota);
+            }
+        }
+        if need.host_bytes > 0 && total.host_bytes.saturating_add(need.host_bytes) > b.host_bytes {
+            return short(
+                "limits.host_memory_bytes",
+                b.host_bytes,
+                total.host_bytes,
+                Shortage::Host,
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_sized_from_the_process_limits() {
+        let b = Budget::sized(&Limits::default(), 1024, 65530, 16 << 30);
+        assert_eq!(b.fds, 1024 - 512 - 64);
+        assert_eq!(b.uid_fds, b.fds / 4);
+        assert_eq!(b.maps, 65530 - 1024 - 4095);
+        assert_eq!(b.uid_maps, b.maps / 4);
+        assert_eq!(b.host_bytes, 8 << 30);
+        let set = Limits {
+            fds: 10,
+            mappings: 20,
+            host_memory_bytes: 30,
+            ..Limits::default()
+        };
+        let b = Budget::sized(&set, 1024, 65530, 16 << 30);
+        assert_eq!((b.uid_fds, b.uid_maps, b.host_bytes), (10, 20, 30));
+    }
+}
