@@ -143,7 +143,7 @@ mod types;
 
 pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Registers};
 pub use buffer::{Buffer, f32s, put_f32s};
-pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, WaitPolicy};
+pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, Sleeps, WaitPolicy};
 pub use error::{Error, ErrorKind, Limit, Never, Refusal, Report, Result, Shortage};
 pub use facts::{Facts, GpuInfo, GpuPath, Packets};
 pub use fault::{Fault, FaultKind};

@@ -84,6 +84,7 @@ fn opened() -> DeviceOpened {
         submitted: s(4, 64, 8),
         interrupt: FdIndex(5),
         lost: s(4, 72, 4),
+        context: 1,
     }
 }
 

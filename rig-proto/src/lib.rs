@@ -96,9 +96,9 @@ pub use server::{FrameBudget, ServerConnection, reply_for};
 /// The first eight bytes every client's hello carries: `"rigproto"` read little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
-/// The protocol version of this build. Both sides must speak the same one. Version 7
-/// added [`Request::Ping`] and [`Response::Pong`].
-pub const VERSION: u32 = 7;
+/// The protocol version of this build. Both sides must speak the same one. Version 8
+/// added [`DeviceOpened::context`], the interrupt context the device's releases carry.
+pub const VERSION: u32 = 8;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

@@ -799,6 +799,10 @@ pub struct DeviceOpened {
     /// writes the last value into the word: a client that sees its value reached reads this
     /// to tell a loss from a completion, then asks [`Request::DeviceStatus`] why.
     pub lost: Share,
+    /// The interrupt context every release of the device carries (RELEASE_MEM's INT_CTXID,
+    /// SDMA TRAP's INT_CONTEXT): the path's, nonzero (through KFD, the id of the signal
+    /// event the path's interrupt handler waits on, so the kernel finds that event at once).
+    pub context: u32,
 }
 
 impl DeviceOpened {

@@ -196,23 +196,26 @@ fn device_opened() -> impl Strategy<Value = DeviceOpened> {
         segment(),
         (gpu_share(), any::<u64>()),
         share(),
-        0u32..8,
+        (0u32..8, 1u32..),
         share(),
     )
         .prop_map(
-            |(d, facts, compute, copy, args, (word, first), submitted, irq, lost)| DeviceOpened {
-                device: DeviceId(d),
-                facts,
-                compute,
-                copy,
-                args,
-                word: WordShare {
-                    memory: word,
-                    first,
-                },
-                submitted,
-                interrupt: FdIndex(irq),
-                lost,
+            |(d, facts, compute, copy, args, (word, first), submitted, (irq, context), lost)| {
+                DeviceOpened {
+                    device: DeviceId(d),
+                    facts,
+                    compute,
+                    copy,
+                    args,
+                    word: WordShare {
+                        memory: word,
+                        first,
+                    },
+                    submitted,
+                    interrupt: FdIndex(irq),
+                    lost,
+                    context,
+                }
             },
         )
 }

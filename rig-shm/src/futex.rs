@@ -16,6 +16,12 @@ use std::time::Duration;
 /// Returns early if the word differs when the kernel looks, on a wake, on a signal, or
 /// spuriously: callers re-check their condition in a loop.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let _ = wait_one(word, expected, timeout);
+}
+
+/// [`wait`], saying how it ended ([`WaitAny::Woken`], [`WaitAny::Changed`] or
+/// [`WaitAny::Elapsed`]).
+fn wait_one(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> WaitAny {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: libc::c_long::from(t.subsec_nanos()),
@@ -25,7 +31,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned u32 for the whole call; `ts_ptr` is null or points to
     // a timespec on this stack frame. FUTEX_WAIT only reads both.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -34,7 +40,14 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
             ts_ptr,
             std::ptr::null::<u32>(),
             0u32,
-        );
+        )
+    };
+    if r >= 0 {
+        return WaitAny::Woken;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) => WaitAny::Changed,
+        _ => WaitAny::Elapsed,
     }
 }
 
@@ -59,7 +72,9 @@ static NO_WAITV: AtomicBool = AtomicBool::new(false);
 /// How a [`wait_any`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitAny {
-    /// A word differed from what was expected when the kernel looked, or a wake came.
+    /// A wake of one of the words ended the sleep (or, rarely, a spurious wake).
+    Woken,
+    /// A word differed from what was expected when the kernel looked: no sleep at all.
     Changed,
     /// The timeout passed, or a signal or a spurious wake ended the sleep.
     Elapsed,
@@ -124,7 +139,7 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> WaitA
         )
     };
     if r >= 0 {
-        return WaitAny::Changed;
+        return WaitAny::Woken;
     }
     match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::EAGAIN) => WaitAny::Changed,
@@ -143,9 +158,16 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> WaitA
 /// `seen` before it decides to sleep and the writers store before they wake, so neither a
 /// release nor a loss between the read and the sleep is missed. On a kernel without
 /// `futex_waitv` it sleeps on `word` alone: a raised flag is then seen after `timeout`.
-pub fn wait_word_or_flag(word: &AtomicU32, seen: u32, flag: &AtomicU32, timeout: Duration) {
-    if wait_any(&[(word, seen), (flag, 0)], Some(timeout)) == WaitAny::Unsupported {
-        wait(word, seen, Some(timeout));
+/// Says how the sleep ended: [`WaitAny::Woken`], [`WaitAny::Changed`] or [`WaitAny::Elapsed`].
+pub fn wait_word_or_flag(
+    word: &AtomicU32,
+    seen: u32,
+    flag: &AtomicU32,
+    timeout: Duration,
+) -> WaitAny {
+    match wait_any(&[(word, seen), (flag, 0)], Some(timeout)) {
+        WaitAny::Unsupported => wait_one(word, seen, Some(timeout)),
+        r => r,
     }
 }
 

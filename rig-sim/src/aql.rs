@@ -180,8 +180,7 @@ impl Processor for Aql {
                     let id = vm.load_u32(completion + SIGNAL_EVENT_ID, Ordering::Acquire)?;
                     vm.store_u64(mailbox, u64::from(id), Ordering::Release)?;
                     writes.push((mailbox, 8));
-                    // The interrupt's handler wakes the sleepers of the signal's value.
-                    vm.wake(completion + SIGNAL_VALUE + rig_shm::layout::LOW_HALF_OFFSET);
+                    // The interrupt's handler (the driver's) wakes the signal's waiters.
                     ctx.interrupt(InterruptSource::Signal, id);
                 }
             }

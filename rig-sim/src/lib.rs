@@ -68,7 +68,10 @@
 //!
 //! **Interrupts and faults.** A release or trap that asks for an interrupt calls the queue's
 //! `on_interrupt` with an [`Interrupt`] that carries a per-queue count, so a consumer can tell
-//! whether it missed one. A fault (page fault, bad packet, a kernel that could not run) stops
+//! whether it missed one. The call follows the release's write, on the queue's thread. The
+//! GPU wakes no host thread that sleeps on the word a release wrote (no hardware wakes a
+//! futex): the receiver of the interrupt does, as a driver's interrupt handler does (rigd's
+//! paths, `rigd::path::wake`). A fault (page fault, bad packet, a kernel that could not run) stops
 //! that queue alone: it is recorded in [`Queue::status`] before `on_fault` is called, as a
 //! typed [`QueueFault`] whose [`FaultReason`] keeps the facts (a [`PageFault`]'s address and
 //! direction, a bad packet's position, a kernel's [`ExecFault`] with its instruction).

@@ -645,13 +645,6 @@ impl Vm {
         }
     }
 
-    /// Wakes whatever sleeps on the aligned 32-bit word at `va` (a futex of the host memory
-    /// behind it, in any process that maps it): what a driver's interrupt handler does for
-    /// the waiters of the word a release wrote. Nothing for an unaligned or unmapped word.
-    pub(crate) fn wake(&self, va: u64) {
-        let _ = self.with_u32(va, false, rig_shm::futex::wake_all);
-    }
-
     /// Loads the u32 at `va` (atomically if aligned).
     pub fn load_u32(&self, va: u64, order: Ordering) -> Result<u32, PageFault> {
         if let Some(v) = self.with_u32(va, false, |a| a.load(order))? {

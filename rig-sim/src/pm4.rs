@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 
 use rig_amd::gpu::Gpu;
 use rig_amd::pm4::{self, CopyDst, CopySrc, DataSel, DecodeError, IntSel, Packet};
-use rig_shm::layout::LOW_HALF_OFFSET;
 
 use crate::dispatch::{self, SH_WINDOW};
 use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, QueueDesc};
@@ -114,34 +113,25 @@ impl State {
                         format!("RELEASE_MEM: DST_SEL {} is not memory", p.dst_sel),
                     ));
                 }
-                // The 32-bit word that holds the low bits of what was written.
-                let low = match p.data_sel {
-                    DataSel::None => None,
+                match p.data_sel {
+                    DataSel::None => {}
                     DataSel::Low32 => {
                         vm.store_u32(p.address, p.data as u32, Ordering::Release)?;
-                        Some(p.address)
                     }
-                    DataSel::Data64 => {
-                        vm.store_u64(p.address, p.data, Ordering::Release)?;
-                        Some(p.address + LOW_HALF_OFFSET)
-                    }
+                    DataSel::Data64 => vm.store_u64(p.address, p.data, Ordering::Release)?,
                     DataSel::GpuClock | DataSel::SysClock => {
                         vm.store_u64(p.address, ctx.gpu.clock_ticks(), Ordering::Release)?;
-                        Some(p.address + LOW_HALF_OFFSET)
                     }
-                };
+                }
                 let bytes = if matches!(p.data_sel, DataSel::Low32) {
                     4
                 } else {
                     8
                 };
                 ctx.notify(&[(p.address, bytes)]);
+                // The interrupt follows the write: its handler (the path's, not the GPU's)
+                // wakes whoever sleeps on the word, which then holds the value.
                 if matches!(p.int_sel, IntSel::Interrupt | IntSel::AfterWrite) {
-                    // The interrupt's handler wakes the sleepers of the word first: they
-                    // need nothing else to see the value.
-                    if let Some(word) = low {
-                        vm.wake(word);
-                    }
                     ctx.interrupt(InterruptSource::ReleaseMem, p.int_ctxid);
                 }
             }

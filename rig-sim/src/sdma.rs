@@ -20,8 +20,6 @@ use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, Queu
 pub(crate) struct Sdma {
     ring: DwordRing,
     layout: Layout,
-    /// The address the last FENCE wrote, whose sleepers a TRAP wakes.
-    fenced: Option<u64>,
 }
 
 impl Sdma {
@@ -29,7 +27,6 @@ impl Sdma {
         Sdma {
             ring: DwordRing::new(desc, rig_shm::ring::Unit::Byte),
             layout: Layout::for_gpu(model),
-            fenced: None,
         }
     }
 }
@@ -41,11 +38,10 @@ fn bad(position: u64, reason: String) -> FaultReason {
 impl Processor for Sdma {
     fn poll(&mut self, ctx: &Ctx) -> Result<(), FaultReason> {
         let layout = self.layout;
-        let fenced = &mut self.fenced;
         self.ring.run(ctx, |ctx, words, pos| {
             match sdma::decode_with(layout, words) {
                 Ok((packet, n)) => {
-                    exec(ctx, packet, pos, fenced)?;
+                    exec(ctx, packet, pos)?;
                     Ok(Some(n))
                 }
                 Err(DecodeError::Truncated { .. }) => Ok(None),
@@ -55,8 +51,8 @@ impl Processor for Sdma {
     }
 }
 
-/// Runs one packet; `fenced` is the address the last FENCE wrote.
-fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result<(), FaultReason> {
+/// Runs one packet.
+fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
     let vm = &ctx.vm;
     let stop = &ctx.shared.stop;
     match packet {
@@ -102,17 +98,11 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64, fenced: &mut Option<u64>) -> Result
         }
         Packet::Fence(p) => {
             vm.store_u32(p.address, p.value, Ordering::Release)?;
-            *fenced = Some(p.address);
             ctx.notify(&[(p.address, 4)]);
         }
-        Packet::Trap(p) => {
-            // A fence and a trap are how SDMA releases: the trap's handler wakes the
-            // sleepers of the word the fence wrote.
-            if let Some(word) = fenced.take() {
-                vm.wake(word);
-            }
-            ctx.interrupt(InterruptSource::SdmaTrap, p.context)
-        }
+        // A fence and a trap are how SDMA releases: the trap's handler (the path's) wakes
+        // whoever sleeps on the word the fence wrote.
+        Packet::Trap(p) => ctx.interrupt(InterruptSource::SdmaTrap, p.context),
         Packet::PollRegMem(p) => {
             if p.hdp_flush {
                 return Ok(());

@@ -1,6 +1,8 @@
-//! A release that interrupts wakes the host threads that sleep on the word it wrote, in any
-//! process that maps the memory (a futex of the memfd's page), as a driver's interrupt
-//! handler would: a client sleeps on its timeline word and needs no other wake.
+//! A release that interrupts writes its word before it interrupts, so whoever receives the
+//! interrupt (a driver's handler; rigd's paths) finds the value there and can wake the host
+//! threads that sleep on the word. The GPU wakes none of them itself: no hardware wakes a
+//! futex. Also: doorbell rings are never lost, and an engine write wakes only the waits
+//! watching the page it wrote.
 
 mod common;
 
@@ -11,24 +13,6 @@ use common::*;
 use rig_amd::gpu::QueueKind;
 use rig_amd::pm4::{Packet, ReleaseMem};
 use rig_amd::sdma;
-use rig_shm::{SharedRegion, futex};
-
-/// Longer than any test waits: a sleeper that is not woken sleeps this long.
-const ASLEEP: Duration = Duration::from_secs(20);
-
-/// Starts a thread that sleeps on the word at `offset` of another mapping of `r` until it
-/// differs from 0, and returns how long it slept.
-fn sleeper(r: &SharedRegion, offset: usize) -> std::thread::JoinHandle<Duration> {
-    let other = SharedRegion::from_fd(r.dup_fd().unwrap()).unwrap();
-    std::thread::spawn(move || {
-        let t = Instant::now();
-        let word = other.atomic_u32(offset);
-        while word.load(Ordering::Acquire) == 0 && t.elapsed() < ASLEEP {
-            futex::wait(word, 0, Some(ASLEEP));
-        }
-        t.elapsed()
-    })
-}
 
 /// Waits until `n` waits of `gpu` watch their words (a loaded machine may take long to
 /// start their queues).
@@ -44,35 +28,41 @@ fn watching(gpu: &rig_sim::SimGpu, n: usize) {
     );
 }
 
-#[test]
-fn a_pm4_release_that_interrupts_wakes_sleepers_of_its_word() {
-    let gpu = gpu("gfx1100");
-    let space = gpu.create_address_space();
-    let data = host(&space, HOST_VA, 4096);
-    let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
-    let h = sleeper(&data, 0);
-    // Asleep by now; were it not, it would see the value and end at once.
-    std::thread::sleep(Duration::from_millis(50));
-    let mut r = ReleaseMem::timeline(0, HOST_VA, 7);
-    r.int_ctxid = 3;
-    q.submit(&Packet::ReleaseMem(r).to_words().unwrap());
-    let slept = h.join().unwrap();
-    assert_eq!(data.load_u64(0, Ordering::Acquire), 7);
-    assert!(
-        slept < ASLEEP / 2,
-        "the release did not wake its word's sleeper"
-    );
+/// Waits until `q`'s first interrupt came.
+fn interrupted(q: &TestQueue) {
+    let t = Instant::now();
+    while q.seen.interrupts.lock().unwrap().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(20), "no interrupt came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     q.wait_idle();
 }
 
 #[test]
-fn an_sdma_fence_and_trap_wake_sleepers_of_the_fenced_word() {
+fn a_pm4_release_interrupts_with_its_context_after_it_wrote_its_word() {
+    let gpu = gpu("gfx1100");
+    let space = gpu.create_address_space();
+    let data = host(&space, HOST_VA, 4096);
+    let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
+    *q.seen.word.lock().unwrap() = Some((data.clone(), 0));
+    let mut r = ReleaseMem::timeline(0, HOST_VA, 7);
+    r.int_ctxid = 3;
+    q.submit(&Packet::ReleaseMem(r).to_words().unwrap());
+    interrupted(&q);
+    let irqs = q.seen.interrupts.lock().unwrap().clone();
+    assert_eq!(irqs.len(), 1);
+    assert_eq!(irqs[0].context, 3);
+    assert_eq!(irqs[0].source, rig_sim::InterruptSource::ReleaseMem);
+    assert_eq!(*q.seen.word_at_interrupt.lock().unwrap(), [7]);
+}
+
+#[test]
+fn an_sdma_trap_interrupts_with_its_context_after_the_fence_wrote_its_word() {
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
     let data = host(&space, HOST_VA, 4096);
     let mut q = TestQueue::new(&space, QueueKind::Sdma, 4096, 0);
-    let h = sleeper(&data, 64);
-    std::thread::sleep(Duration::from_millis(50));
+    *q.seen.word.lock().unwrap() = Some((data.clone(), 64));
     let mut w = [0u32; 6];
     let fence = sdma::Fence {
         mtype: sdma::FENCE_MTYPE_UC,
@@ -80,15 +70,14 @@ fn an_sdma_fence_and_trap_wake_sleepers_of_the_fenced_word() {
         value: 9,
     };
     let n = fence.encode(&mut w).unwrap();
-    let m = sdma::Trap { context: 1 }.encode(&mut w[n..]).unwrap();
+    let m = sdma::Trap { context: 5 }.encode(&mut w[n..]).unwrap();
     q.submit(&w[..n + m]);
-    let slept = h.join().unwrap();
-    assert_eq!(data.load_u32(64, Ordering::Acquire), 9);
-    assert!(
-        slept < ASLEEP / 2,
-        "the trap did not wake the fenced word's sleeper"
-    );
-    q.wait_idle();
+    interrupted(&q);
+    let irqs = q.seen.interrupts.lock().unwrap().clone();
+    assert_eq!(irqs.len(), 1);
+    assert_eq!(irqs[0].context, 5);
+    assert_eq!(irqs[0].source, rig_sim::InterruptSource::SdmaTrap);
+    assert_eq!(*q.seen.word_at_interrupt.lock().unwrap(), [9]);
 }
 
 /// Longest a round of the doorbell race may take: less than the queue thread's backstop

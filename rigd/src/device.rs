@@ -41,7 +41,8 @@ use rig_proto::messages::{
 use rig_shm::layout::{
     CONTROL_PAGE_BYTES, DOORBELL_PAGE_BYTES, DOORBELL_SLOT_BYTES, DOORBELLS_PER_PAGE, LOST_BYTES,
     LOST_OFFSET, MIN_RING_BYTES, MIN_SEGMENT_BYTES, POSITIONS_PAGE_BYTES, READ_AFTER_RING,
-    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_WORD_BYTES, TIMELINE_WORD_OFFSET, WRITE_AFTER_RING,
+    SUBMITTED_BYTES, SUBMITTED_OFFSET, TIMELINE_FUTEX_OFFSET, TIMELINE_WORD_BYTES,
+    TIMELINE_WORD_OFFSET, WRITE_AFTER_RING,
 };
 use rig_shm::{Doorbell, SharedRegion};
 
@@ -82,6 +83,9 @@ pub enum MakeError {
     /// Pinned memory without a host address.
     #[error("the path gave pinned memory with no host address for the {0}")]
     NoHost(&'static str),
+    /// The path's interrupt context is 0, which no release may carry (a bug of the path).
+    #[error("the path gave interrupt context 0, which names no interrupt of a release")]
+    NoContext,
     /// A host resource (memfd, eventfd) failed.
     #[error("cannot make the device's {what}")]
     Host {
@@ -606,8 +610,17 @@ impl Device {
     }
 
     fn make_parts(&mut self) -> Result<(), MakeError> {
+        if self.path.interrupt() == 0 {
+            return Err(MakeError::NoContext);
+        }
         let control = self.pinned("control page", CONTROL_PAGE_BYTES)?;
+        // Clients sleep on the word's low half; the path's interrupt handler wakes them.
+        let woken = self.path.wake_on_interrupt(&control, TIMELINE_FUTEX_OFFSET);
         self.control = Some(control);
+        woken.map_err(|r| MakeError::Refused {
+            what: "timeline word's wake",
+            reason: r.to_string(),
+        })?;
         let compute_kind = self.desc.gpu.compute_queue();
         let q = self.make_queue(compute_kind, FIRST_RING_BYTES, 0)?;
         self.compute.push(q);
@@ -775,6 +788,7 @@ impl Device {
                     offset: LOST_OFFSET,
                     bytes: LOST_BYTES,
                 },
+                context: self.path.interrupt(),
             },
             fds.into_fds(),
         ))

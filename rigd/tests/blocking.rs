@@ -101,6 +101,12 @@ impl Path for GatedPath {
     fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault> {
         self.sim.upload(memory, offset, data)
     }
+    fn interrupt(&self) -> u32 {
+        self.sim.interrupt()
+    }
+    fn wake_on_interrupt(&mut self, memory: &PathMemory, offset: u64) -> Result<(), Refusal> {
+        self.sim.wake_on_interrupt(memory, offset)
+    }
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
         self.sim.queue(spec)
     }

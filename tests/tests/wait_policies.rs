@@ -92,3 +92,43 @@ fn sleeping_waits_end_with_their_release() {
     );
     dev.close().unwrap();
 }
+
+/// A sleeping wait ends because its release's interrupt woke it, on every path: whoever
+/// receives the interrupt (rigd's sim path in the simulated queue's callback; through KFD,
+/// the event thread of the client's worker on the KFD event) wakes the sleepers of the
+/// device's word, which no GPU and no kernel does by itself. Counted, not timed: a sleep no
+/// wake ends lasts its whole slice (10 ms) and counts as elapsed, so without the path's wake
+/// no sleep of these waits is woken at all.
+#[test]
+fn a_sleeping_wait_is_woken_by_its_release_interrupt() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let add = dev
+        .load_image(&code("add"))
+        .unwrap()
+        .resolve("add")
+        .unwrap();
+    let x = dev.buffer(1024, Memory::Pinned).unwrap();
+    let y = dev.buffer(1024, Memory::Pinned).unwrap();
+    let s = Submission::new().launch(
+        Launch::new(&add, [1, 1, 1], [64, 1, 1])
+            .params(&[0; 16])
+            .refs(&[Ref::read(&x, 0), Ref::write(&y, 8)]),
+    );
+    assert_eq!(dev.sleeps(), rig_client::Sleeps::default());
+    // Most waits fall asleep before their release (the GPU's work takes longer than the
+    // client's way into the futex); on a loaded machine a release may beat the sleep, which
+    // then never begins. At most 400 waits: a hang guard.
+    let mut waits = 0;
+    while dev.sleeps().woken < 20 && waits < 400 {
+        let p = dev.submit(&s).unwrap();
+        assert!(p.wait_with(WaitPolicy::sleeping()).unwrap());
+        waits += 1;
+    }
+    let sleeps = dev.sleeps();
+    assert!(
+        sleeps.woken >= 20,
+        "{waits} sleeping waits: {sleeps:?} (sleeps that only their slice ended: the release's interrupt woke no one)"
+    );
+    dev.close().unwrap();
+}

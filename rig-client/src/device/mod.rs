@@ -23,7 +23,7 @@ mod waits;
 
 pub(crate) use control::Maps;
 pub use control::Rig;
-pub use waits::{DEFAULT_HINTS, DEFAULT_SPIN, WaitPolicy};
+pub use waits::{DEFAULT_HINTS, DEFAULT_SPIN, Sleeps, WaitPolicy};
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
@@ -72,6 +72,8 @@ pub(crate) struct DeviceShared {
     /// Other devices' timeline words as this device's GPU addresses them, asked of rigd
     /// once per device: `None` where the GPU cannot wait for them (the host waits).
     peer_words: Mutex<Vec<(DeviceId, Option<u64>)>>,
+    /// How its sleeping waits ended.
+    sleeps: waits::SleepCounts,
 }
 
 impl std::fmt::Debug for DeviceShared {
@@ -139,6 +141,7 @@ impl DeviceShared {
             profile: Mutex::new(None),
             bounce: Mutex::new(None),
             peer_words: Mutex::new(Vec::new()),
+            sleeps: Default::default(),
         })
     }
 }
@@ -195,6 +198,13 @@ impl Device {
     /// The GPU's name, such as `"AMD:0"`.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// How this device's sleeping waits ended so far: woken by an interrupt, not begun, or
+    /// out of their slice (a diagnostic: waits that end by their slice mean that the
+    /// device's interrupts wake nobody).
+    pub fn sleeps(&self) -> Sleeps {
+        self.0.sleeps.get()
     }
 
     /// The device's facts: its processor, memory, queues, limits.

@@ -280,10 +280,49 @@ impl DeviceShared {
     }
 
     /// Sleeps for at most `slice` while the word holds `seen` and the lost flag is down:
-    /// a release of a later value, a loss, or rigd's stop wakes it.
+    /// a release of a later value (the path's interrupt handler wakes the word), a loss, or
+    /// rigd's stop wakes it. Counts how the sleep ended ([`Sleeps`]).
     pub(super) fn sleep(&self, seen: u64, slice: Duration) {
         let (word, lost) = self.live.futex_words();
         // The word's low half: successive values differ there.
-        futex::wait_word_or_flag(word, seen as u32, lost, slice);
+        let counter = match futex::wait_word_or_flag(word, seen as u32, lost, slice) {
+            futex::WaitAny::Woken => &self.sleeps.woken,
+            futex::WaitAny::Changed => &self.sleeps.unslept,
+            futex::WaitAny::Elapsed | futex::WaitAny::Unsupported => &self.sleeps.elapsed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How a device's sleeping waits ended, counted since it was opened ([`crate::Device::sleeps`]):
+/// a diagnostic of whether the device's interrupts wake its waiters. On a path whose
+/// interrupts wake nobody every sleep would end by its slice (10 ms), and a sleeping wait
+/// would take that long.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sleeps {
+    /// Sleeps a wake ended: a release's interrupt (or rigd's stop, or a loss).
+    pub woken: u64,
+    /// Sleeps that did not begin: the word or the lost flag had moved already.
+    pub unslept: u64,
+    /// Sleeps that lasted their whole slice (10 ms, or what was left of a wait's timeout), or
+    /// a signal ended.
+    pub elapsed: u64,
+}
+
+/// The counts behind [`Sleeps`].
+#[derive(Debug, Default)]
+pub(crate) struct SleepCounts {
+    woken: std::sync::atomic::AtomicU64,
+    unslept: std::sync::atomic::AtomicU64,
+    elapsed: std::sync::atomic::AtomicU64,
+}
+
+impl SleepCounts {
+    pub(crate) fn get(&self) -> Sleeps {
+        Sleeps {
+            woken: self.woken.load(Ordering::Relaxed),
+            unslept: self.unslept.load(Ordering::Relaxed),
+            elapsed: self.elapsed.load(Ordering::Relaxed),
+        }
     }
 }

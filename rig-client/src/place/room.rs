@@ -145,7 +145,7 @@ impl Placer {
             args_done: 0,
             staging: [Vec::with_capacity(1024), Vec::with_capacity(1024)],
             stamps: None,
-            context: 0,
+            context: opened.context,
             gpu_waits: Vec::with_capacity(4),
         })
     }

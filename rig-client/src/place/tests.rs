@@ -160,6 +160,7 @@ impl Fake {
                 offset: LOST_OFFSET,
                 bytes: LOST_BYTES,
             },
+            context: 7,
         };
         edit(&mut opened);
         let mut maps = Maps::new(fds.into()).unwrap();
@@ -310,7 +311,8 @@ fn a_launch_sets_its_registers_and_arguments() {
     assert_eq!(regs[&(r.pgm_lo)], (0x7000_0000u64 >> 8) as u32);
     // The test kernel's descriptor enables no user SGPRs, so no kernarg pointer: the
     // arguments still land in the segment.
-    assert!(matches!(p.last().unwrap(), P::ReleaseMem(r) if r.data == 1));
+    // The release carries the device's interrupt context (the fake device's is 7).
+    assert!(matches!(p.last().unwrap(), P::ReleaseMem(r) if r.data == 1 && r.int_ctxid == 7));
     let args = f.arg_bytes(ARGS + 64, 16);
     assert_eq!(u64::from_le_bytes(args[..8].try_into().unwrap()), 0x1_0000);
     assert_eq!(
@@ -336,7 +338,7 @@ fn a_copy_alone_releases_on_copy_with_a_fence_and_a_trap() {
         matches!(p[1], S::CopyLinear(l) if (l.src, l.dst, l.bytes) == (0x1_0004, 0x2_0008, 100))
     );
     assert!(matches!(p[2], S::Fence(x) if (x.address, x.value) == (WORD, 1)));
-    assert!(matches!(p[3], S::Trap(_)));
+    assert!(matches!(p[3], S::Trap(t) if t.context == 7));
     assert_eq!(p.len(), 4);
 }
 

@@ -32,6 +32,11 @@ pub fn gpu(model: &str) -> Arc<SimGpu> {
 pub struct Seen {
     pub interrupts: Mutex<Vec<Interrupt>>,
     pub faults: Mutex<Vec<(QueueFault, Option<QueueStatus>)>>,
+    /// A 32-bit host word the interrupt callback reads, as a driver's handler would before
+    /// it wakes the word's sleepers...
+    pub word: Mutex<Option<(SharedRegion, usize)>>,
+    /// ...and what it read there at each interrupt.
+    pub word_at_interrupt: Mutex<Vec<u32>>,
 }
 
 /// A queue driven the way a client drives it.
@@ -86,7 +91,13 @@ impl TestQueue {
                     queue_va: 0,
                     scratch: (0, 0),
                 },
-                Arc::new(move |i| s1.interrupts.lock().unwrap().push(i)),
+                Arc::new(move |i| {
+                    if let Some((r, at)) = &*s1.word.lock().unwrap() {
+                        let v = r.load_u32(*at, Ordering::Acquire);
+                        s1.word_at_interrupt.lock().unwrap().push(v);
+                    }
+                    s1.interrupts.lock().unwrap().push(i)
+                }),
                 Arc::new(move |f| {
                     // The status must already say faulted when the fault is reported.
                     let status = qc

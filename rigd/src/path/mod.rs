@@ -16,7 +16,8 @@
 //! that list; nothing outside the folder names the path. What every path checks the same
 //! way (page rounding, a peer mapping's range, a refusal's meaning for host mappings) is
 //! [`memory`]'s; the doorbell forwarder a path with hardware doorbells runs is
-//! [`forward`]'s.
+//! [`forward`]'s; the sleepers of a device's word, which every path's interrupt handler
+//! wakes, are [`wake`]'s.
 //!
 //! This module owns the contract only; the rings, segment and word a device is made of are
 //! [`crate::device`]'s.
@@ -25,6 +26,7 @@ pub mod forward;
 pub mod kfd;
 pub mod memory;
 pub mod sim;
+pub mod wake;
 pub mod worker;
 
 use std::fmt;
@@ -433,6 +435,19 @@ pub trait Path: Send + fmt::Debug {
     /// Writes `data` at `offset` into memory the host may not address (placing an image in
     /// Device memory).
     fn upload(&mut self, memory: &PathMemory, offset: u64, data: &[u8]) -> Result<(), Fault>;
+
+    /// The nonzero context the interrupt of each of the device's releases carries
+    /// (RELEASE_MEM's INT_CTXID, SDMA TRAP's INT_CONTEXT): what the path's interrupt handler
+    /// knows the device's interrupts by (through KFD, the id of the signal event the path
+    /// waits on, which the kernel then finds at once).
+    fn interrupt(&self) -> u32;
+
+    /// Names the device's word: from now on, each interrupt of the device's work that the
+    /// path receives wakes the threads sleeping on the 32-bit word at `offset` of `memory`
+    /// (Pinned memory this path gave: the timeline word's low half), in any process, as a
+    /// driver's interrupt handler wakes its waiters ([`wake`]). The device calls it once,
+    /// before it makes a queue; no GPU wakes the word by itself.
+    fn wake_on_interrupt(&mut self, memory: &PathMemory, offset: u64) -> Result<(), Refusal>;
 
     /// Makes a hardware queue.
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal>;

@@ -310,6 +310,7 @@ impl Backend for KfdBackend {
             ranges: Mutex::new(Vec::new()),
             interrupts: AtomicU64::new(0),
             interrupted_at: AtomicU64::new(0),
+            sleepers: Default::default(),
         });
         let mut ls = self
             .shared
@@ -462,6 +463,14 @@ impl Path for KfdPath {
             }
             (None, _) => self.stage(dst, data),
         }
+    }
+
+    fn interrupt(&self) -> u32 {
+        self.shared.process.interrupt()
+    }
+
+    fn wake_on_interrupt(&mut self, memory: &PathMemory, offset: u64) -> Result<(), Refusal> {
+        self.listener.sleepers.set(memory, offset)
     }
 
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {

@@ -1,11 +1,13 @@
 //! rigd's (or a worker's) one KFD process and its event thread: the kernel makes one KFD
 //! process per address space, so every device of the process shares its GPU VM. The
 //! thread waits on three events: the process's signal event (id 1; the kernel keeps id 0),
-//! which rig's releases name with interrupt context 0, so that the kernel finds it by
-//! searching the written slots, and whose slot the thread arms before each wait (KFD
-//! signals an event from an interrupt only if its slot was written); the memory-exception
-//! event, whose faulting address picks the device it reaches; and the hardware-exception
-//! event, which reaches every device.
+//! whose id every release names as its interrupt context, so that the kernel finds the
+//! event at once, and whose slot the thread arms before each wait (KFD signals an event
+//! from an interrupt only if its slot was written); the memory-exception event, whose
+//! faulting address picks the device it reaches; and the hardware-exception event, which
+//! reaches every device. The thread is the path's interrupt handler: on the signal event it
+//! wakes the sleepers of every device's word ([`crate::path::wake`]), as the kernel's own
+//! handler wakes the threads waiting on the event, and then tells each device.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -16,6 +18,7 @@ use rig_kfd::kfd::Kfd;
 use rig_kfd::seam::{Kernel, Pages};
 
 use super::kfd_why;
+use crate::path::wake::Sleepers;
 use crate::path::{Events, Why};
 
 /// How long the event thread's wait lasts before it re-checks that its backend lives: an
@@ -31,6 +34,8 @@ pub(super) struct Listener {
     /// When `interrupts` last grew, as nanoseconds past [`stamp_epoch`] plus one (0: never);
     /// stamped before the count grows, so a reader of the count sees its stamp or a later one.
     pub(super) interrupted_at: AtomicU64,
+    /// The device's word, which every interrupt wakes.
+    pub(super) sleepers: Sleepers,
 }
 
 /// The instant `Listener::interrupted_at` counts from.
@@ -46,6 +51,9 @@ pub struct KfdProcess {
     pub(super) kfd: Kfd,
     /// Every device's listener, with its GPU's id.
     pub(super) listeners: Mutex<Vec<(u32, Weak<Listener>)>>,
+    /// The id of the signal event the event thread waits on: the interrupt context of
+    /// every release of the process's devices.
+    pub(super) signal: u32,
 }
 
 impl KfdProcess {
@@ -54,20 +62,26 @@ impl KfdProcess {
     pub fn open(kernel: Arc<dyn Kernel>) -> Result<Arc<KfdProcess>, Why> {
         let kfd = Kfd::open(kernel).map_err(|e| kfd_why(&e))?;
         kfd.runtime_enable().map_err(|e| kfd_why(&e))?;
+        let signal = kfd
+            .create_event(abi::EVENT_SIGNAL, true, 0, 0)
+            .map_err(|e| kfd_why(&e))?;
         let process = Arc::new(KfdProcess {
             kfd,
             listeners: Mutex::new(Vec::new()),
+            signal: signal.event_id,
         });
-        start_events(&process)?;
+        start_events(&process, signal)?;
         Ok(process)
+    }
+
+    /// The interrupt context the process's releases carry: its signal event's id.
+    pub fn interrupt(&self) -> u32 {
+        self.signal
     }
 }
 
-fn start_events(process: &Arc<KfdProcess>) -> Result<(), Why> {
+fn start_events(process: &Arc<KfdProcess>, signal: abi::CreateEventArgs) -> Result<(), Why> {
     let kfd = &process.kfd;
-    let signal = kfd
-        .create_event(abi::EVENT_SIGNAL, true, 0, 0)
-        .map_err(|e| kfd_why(&e))?;
     let page = kfd
         .mmap(
             "the event page",
@@ -81,7 +95,7 @@ fn start_events(process: &Arc<KfdProcess>) -> Result<(), Why> {
     let hw = kfd
         .create_event(abi::EVENT_HW_EXCEPTION, true, 0, 0)
         .map_err(|e| kfd_why(&e))?;
-    // Armed before any queue runs: an interrupt (naming context 0) signals it only then.
+    // Armed before any queue runs: an interrupt signals the event only then.
     page.atomic_u64(signal.event_slot_index as usize * 8)
         .store(1, Ordering::Release);
     let weak = Arc::downgrade(process);
@@ -130,11 +144,13 @@ fn event_loop(process: Weak<KfdProcess>, page: Pages, slot: u32, ids: [u32; 3]) 
         // dropped while the slot was acknowledged wrote its word before that interrupt,
         // so before this store, so before the devices' checks below.
         page.atomic_u64(slot).store(1, Ordering::Release);
-        // Every device checks its own word; an interrupt of one wakes all of them.
+        // Every device checks its own word; an interrupt of one wakes all of them. The
+        // releases wrote their words before they interrupted, so the sleepers find them.
         let at = u64::try_from(stamp_epoch().elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
         for (_, l) in &listeners {
             l.interrupted_at.fetch_max(at, Ordering::Release);
             l.interrupts.fetch_add(1, Ordering::Release);
+            l.sleepers.wake();
             (l.events.interrupt)();
         }
         let m = wait[1].memory_exception();

@@ -8,6 +8,11 @@
 //! queue runs in, so Mapped memory takes from VRAM what a BAR mapping of VRAM would.
 //! Host memory a client passes (`map_host`) is mapped in rigd only for the range asked.
 //!
+//! Interrupts: a simulated queue calls its interrupt callback on its own thread right after
+//! the release's write; the callback is this path's interrupt handler, which wakes the
+//! sleepers of the device's word ([`super::wake`]) and then tells the device. Every release
+//! carries [`SIM_INTERRUPT`].
+//!
 //! GPU addresses are chosen here: a bump allocator per address space from
 //! [`FIRST_VA`], with an unmapped guard page after each allocation so an overrun faults
 //! instead of reaching the next allocation. Freed ranges are not reused; the 47-bit space
@@ -22,6 +27,7 @@ use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 use rig_sim::{AddressSpace, FaultReason, KernelFault, QueueFault, SimConfig, SimError, SimGpu};
 
+use super::wake::Sleepers;
 use super::{
     Backend, DiscoverError, Events, Fault, Found, GpuDescription, MapRefusal, Owner, Path,
     PathMemory, QueueHandle, QueueSpec, Refusal, Stopped, Survey, memory,
@@ -33,6 +39,10 @@ use crate::config::SimGpuConfig;
 pub const FIRST_VA: u64 = 1 << 32;
 /// One past the last GPU address (47 bits, the canonical lower half).
 pub const END_VA: u64 = 1 << 47;
+/// The interrupt context of a simulated device's releases: the simulated queue hands its
+/// interrupts to this path's own callback, which needs no context to find the device, so
+/// any nonzero value serves.
+pub const SIM_INTERRUPT: u32 = 1;
 
 /// A simulated GPU.
 #[derive(Debug)]
@@ -274,6 +284,7 @@ impl Backend for SimBackend {
             queues: HashMap::new(),
             holding: self.holding.clone(),
             stopped: false,
+            sleepers: Arc::default(),
         }))
     }
 }
@@ -291,6 +302,8 @@ pub struct SimPath {
     queues: HashMap<u64, rig_sim::Queue>,
     holding: Arc<Holding>,
     stopped: bool,
+    /// The device's word, which every interrupt of its queues wakes.
+    sleepers: Arc<Sleepers>,
 }
 
 impl SimPath {
@@ -451,11 +464,17 @@ impl Path for SimPath {
         };
         let irq = self.events.interrupt.clone();
         let fault = self.events.fault.clone();
+        let sleepers = self.sleepers.clone();
         let q = self
             .space
             .create_queue(
                 desc,
-                Arc::new(move |_| irq()),
+                // The path's interrupt handler: the release wrote the word before it
+                // interrupted, so its sleepers find the value.
+                Arc::new(move |_| {
+                    sleepers.wake();
+                    irq()
+                }),
                 Arc::new(move |f| fault(fault_of(&f))),
             )
             .map_err(|e| match e {
@@ -467,6 +486,14 @@ impl Path for SimPath {
         let token = self.token();
         self.queues.insert(token, q);
         Ok(QueueHandle(token))
+    }
+
+    fn interrupt(&self) -> u32 {
+        SIM_INTERRUPT
+    }
+
+    fn wake_on_interrupt(&mut self, memory: &PathMemory, offset: u64) -> Result<(), Refusal> {
+        self.sleepers.set(memory, offset)
     }
 
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault> {

@@ -311,11 +311,12 @@ impl Backend for WorkerBackend {
         let interrupts = Arc::new(AtomicU64::new(0));
         // Listed before the worker opens it: its first interrupt finds it.
         lock(&worker.link.devices).insert(device, (events, interrupts.clone()));
-        let path = WorkerPath {
+        let mut path = WorkerPath {
             worker,
             device,
             node: self.node.clone(),
             interrupts,
+            interrupt: 0,
         };
         match path.call(
             Request::Open {
@@ -323,7 +324,10 @@ impl Backend for WorkerBackend {
             },
             &[],
         ) {
-            Ok((Answer::Done, _)) => Ok(Box::new(path)),
+            Ok((Answer::Opened { interrupt }, _)) => {
+                path.interrupt = interrupt;
+                Ok(Box::new(path))
+            }
             Ok((Answer::Refused(w), _)) => Err(w.refusal()),
             Ok((a, _)) => Err(Refusal::Refused(unexpected(a))),
             Err(e) => Err(Refusal::Refused(e.into())),
@@ -338,6 +342,8 @@ pub struct WorkerPath {
     pub(super) device: u64,
     pub(super) node: Node,
     pub(super) interrupts: Arc<AtomicU64>,
+    /// The interrupt context the worker's KFD process gives the device's releases.
+    pub(super) interrupt: u32,
 }
 
 impl WorkerPath {
@@ -485,6 +491,27 @@ impl Path for WorkerPath {
         );
         match r.map_err(|e| Refusal::Refused(e.into()))? {
             (Answer::Queue(q), _) => Ok(QueueHandle(q)),
+            (Answer::Refused(w), _) => Err(w.refusal()),
+            (a, _) => Err(Refusal::Refused(unexpected(a))),
+        }
+    }
+
+    fn interrupt(&self) -> u32 {
+        self.interrupt
+    }
+
+    fn wake_on_interrupt(&mut self, memory: &PathMemory, offset: u64) -> Result<(), Refusal> {
+        // The worker receives the interrupts, so the worker wakes the word: its own
+        // mapping of the memory it gave.
+        let r = self.call(
+            Request::Word {
+                token: memory.token,
+                offset,
+            },
+            &[],
+        );
+        match r.map_err(|e| Refusal::Refused(e.into()))? {
+            (Answer::Done, _) => Ok(()),
             (Answer::Refused(w), _) => Err(w.refusal()),
             (a, _) => Err(Refusal::Refused(unexpected(a))),
         }

@@ -91,6 +91,11 @@ pub(super) enum Request {
     Retire {
         queue: u64,
     },
+    /// The device's word, in memory the worker gave (`Path::wake_on_interrupt`).
+    Word {
+        token: u64,
+        offset: u64,
+    },
     Clock,
     Stop {
         fault: Option<rig_proto::Fault>,
@@ -102,6 +107,10 @@ pub(super) enum Request {
 pub(super) enum Answer {
     Described {
         clock_hz: u64,
+    },
+    /// A device is open; its releases carry `interrupt`.
+    Opened {
+        interrupt: u32,
     },
     Done,
     /// With the host memfd (Pinned) or dma-buf (Mapped) where `host` is set.

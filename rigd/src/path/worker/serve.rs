@@ -221,8 +221,9 @@ impl Served {
                     .and_then(|b| b.open(Owner(0), events));
                 none(match path {
                     Ok(p) => {
+                        let interrupt = p.interrupt();
                         self.paths.insert(device, p);
-                        Answer::Done
+                        Answer::Opened { interrupt }
                     }
                     Err(r) => Answer::Refused(r.into()),
                 })
@@ -329,6 +330,17 @@ impl Served {
                         Ok(()) => Answer::Done,
                         Err(f) => Answer::Failed(f.0),
                     }),
+                    Request::Word { token, offset } => {
+                        none(match self.memory.get(&(device, token)) {
+                            Some(m) => match path.wake_on_interrupt(m, offset) {
+                                Ok(()) => Answer::Done,
+                                Err(r) => Answer::Refused(r.into()),
+                            },
+                            None => Answer::Failed(
+                                "the device's word is not in memory the path gave".into(),
+                            ),
+                        })
+                    }
                     Request::Clock => none(Answer::Clock(path.clock())),
                     Request::Stop { fault } => none(Answer::Stopped(
                         path.stop(fault.as_ref()) == Stopped::Stopped,
