@@ -165,6 +165,55 @@ fn a_release_through_the_forwarded_doorbell_interrupts_the_device() {
     );
 }
 
+/// The path's interrupt handler is what wakes a client asleep on its word: the emulated
+/// KFD, like the kernel, only signals the event the release's context names (the path's
+/// signal event, id 1: the kernel keeps 0), and the path's event thread wakes the word's
+/// futex. The sleeper's wait is unbounded but for a hang guard far beyond the round trip.
+#[test]
+fn a_release_naming_the_paths_context_wakes_the_sleepers_of_the_devices_word() {
+    let s = setup("gfx1100");
+    let seen = Arc::new(Seen::default());
+    let mut path = s.backend.open(Owner(1), events(&seen)).unwrap();
+    assert_eq!(path.interrupt(), rig_kfd_emu::kernel::FIRST_SIGNAL_EVENT);
+    let word = path.alloc(MemoryKind::Pinned, 4096).unwrap();
+    path.wake_on_interrupt(&word, 0).unwrap();
+    assert!(
+        path.wake_on_interrupt(&word, 0).is_err(),
+        "a device has one word"
+    );
+    let (ring, _, pos, _, bell) = pm4_queue(&mut path);
+    // Another mapping of the word's memfd, as the client's.
+    let host = word.host.as_ref().unwrap();
+    let client = SharedRegion::from_fd(host.dup_fd().unwrap()).unwrap();
+    const GUARD: Duration = Duration::from_secs(30);
+    let sleeper = std::thread::spawn(move || {
+        let t = Instant::now();
+        let w = client.atomic_u32(0);
+        while w.load(Ordering::Acquire) == 0 && t.elapsed() < GUARD {
+            rig_shm::futex::wait(w, 0, Some(GUARD));
+        }
+        t.elapsed()
+    });
+    // Asleep by now; were it not, it would see the value and end at once.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut words = [0u32; 8];
+    let mut r = rig_amd::pm4::ReleaseMem::timeline(
+        rig_amd::pm4::ReleaseMem::write_back(rig_amd::gpu::Generation::Gfx11),
+        word.address,
+        7,
+    );
+    r.int_ctxid = path.interrupt();
+    let n = r.encode(&mut words).unwrap();
+    ring.write_u32s(0, &words[..n]);
+    pos.store_u64(64, n as u64, Ordering::Release);
+    bell.ring(n as u64);
+    let slept = sleeper.join().unwrap();
+    assert!(slept < GUARD / 2, "the release's interrupt woke no sleeper");
+    assert_eq!(host.load_u64(0, Ordering::Acquire), 7);
+    assert!(seen.interrupts.load(Ordering::Relaxed) > 0);
+    assert_eq!(path.stop(None), Stopped::Stopped);
+}
+
 #[test]
 fn a_gpu_page_fault_reaches_the_device_with_its_address() {
     let s = setup("gfx1100");
