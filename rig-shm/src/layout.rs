@@ -17,10 +17,10 @@
 //! writes the submitted value.
 //!
 //! A waiting client sleeps on two futex words of the page ([`crate::futex::wait_any`]): the
-//! timeline word's low half ([`TIMELINE_FUTEX_OFFSET`]), which a release that interrupts
-//! wakes (the simulator wakes it as it writes the release, as a driver's interrupt handler
-//! would), and the lost flag, which rigd wakes when it raises it. rigd also wakes the
-//! timeline word when its stop writes it.
+//! timeline word's low half ([`TIMELINE_FUTEX_OFFSET`]), which the path's interrupt handler
+//! wakes after a release that interrupts (no GPU wakes a futex; `rigd::path::wake`), and the
+//! lost flag, which rigd wakes when it raises it. rigd also wakes the timeline word when its
+//! stop writes it.
 //!
 //! # A queue's memory
 //!

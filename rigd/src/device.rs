@@ -95,6 +95,12 @@ pub enum MakeError {
         #[source]
         source: std::io::Error,
     },
+    /// The path could not destroy a queue the device retired: the device is lost.
+    #[error("the gpu could not destroy a retired queue: {reason}")]
+    Retire {
+        /// The path's words.
+        reason: String,
+    },
     /// A submission that no ring the path makes can hold.
     #[error(
         "a submission of {need} bytes on {queue} exceeds the largest ring this gpu makes ({most} bytes)"
@@ -499,6 +505,11 @@ pub struct Device {
     /// True once the path said, at a stop, that no queue of the device runs or can write
     /// memory any more: from then on memory given back is free to reuse at once.
     halted: bool,
+    /// True once a stop answered that a queue may still run (`Stopped::Unknown`): nothing
+    /// given back, before or after, is freed while the device lives, whatever the word or
+    /// the path's `busy_since` says (the queue the path could not destroy is no longer one
+    /// it counts as running).
+    unstopped: bool,
     /// Faults reported for its work, oldest first.
     faults: Vec<rig_proto::Fault>,
     /// The word's value at open; values start after it.
@@ -590,6 +601,7 @@ impl Device {
             lost: None,
             stopped: false,
             halted: false,
+            unstopped: false,
             faults: Vec::new(),
             first: 0,
             progress: None,
@@ -917,11 +929,12 @@ impl Device {
     }
 
     /// Frees the quarantined memory no work can touch any more: all of it once the path
-    /// said at a stop that nothing of the device runs; else, while no queue runs (the path says so, not a client word), what was
-    /// given back when the device had submitted no more than its word reached. Returns
-    /// whether some stays quarantined.
+    /// said at a stop that nothing of the device runs; none of it once a stop said a queue
+    /// may still run; else, while no queue runs (the path says so, not a client word), what
+    /// was given back when the device had submitted no more than its word reached. Returns
+    /// whether some stays quarantined that a later look may free.
     fn release_quarantine(&mut self) -> bool {
-        if self.quarantine.is_empty() {
+        if self.quarantine.is_empty() || self.unstopped {
             return false;
         }
         if !self.halted && self.path.busy_since().is_some() {
@@ -1030,7 +1043,7 @@ impl Device {
         segment_bytes: u64,
         installed: rig_proto::messages::Generations,
     ) -> Result<(Grown, Vec<OwnedFd>), MakeError> {
-        self.retire_before(installed.compute, installed.copy);
+        self.retire_before(installed.compute, installed.copy)?;
         // Segments older than the installed one are no longer written by the client.
         let (old, keep): (Vec<Segment>, Vec<Segment>) = std::mem::take(&mut self.segments)
             .into_iter()
@@ -1138,23 +1151,43 @@ impl Device {
             } else {
                 &mut self.compute
             };
-            if let Some(old) = queues.pop() {
-                self.retire_queue(old);
+            if let Some(old) = queues.pop()
+                && let Err(e) = self.retire_queue(old)
+            {
+                // The device is lost and stopped: the new queue's ring is kept as spent.
+                let _ = self.retire_queue(q);
+                return Err(e);
             }
         }
         Ok(Some(q))
     }
 
-    fn retire_queue(&mut self, mut q: Queue) {
-        if let Some(Err(f)) = q.handle.take().map(|h| self.path.retire(h)) {
-            tracing::warn!(device = self.id.0, fault = %f, "retiring a queue failed");
-        }
+    /// Retires queue `q` through the path and keeps its ring for the client's mapping. A
+    /// queue the path could not destroy may still run: the device is lost with the path's
+    /// fault (its stop then says whether anything runs), and the growth fails with it.
+    fn retire_queue(&mut self, mut q: Queue) -> Result<(), MakeError> {
+        let handle = q.handle.take();
         self.spent.push(q.memory);
+        let Some(h) = handle.filter(|_| !self.stopped) else {
+            return Ok(());
+        };
+        self.path.retire(h).map_err(|f| {
+            tracing::warn!(device = self.id.0, fault = %f, "the path could not destroy a retired queue");
+            let reason = f.to_string();
+            self.lose(rig_proto::Fault::new(
+                rig_proto::FaultKind::Internal,
+                format!("the path could not destroy a retired queue: {reason}"),
+            ));
+            MakeError::Retire { reason }
+        })
     }
 
     /// Retires queues older than the installed generations: the client moved off them
     /// once the device reached every value submitted to them.
-    fn retire_before(&mut self, compute: u32, copy: u32) {
+    fn retire_before(&mut self, compute: u32, copy: u32) -> Result<(), MakeError> {
+        // Every old queue's ring is kept as spent, also past a failure (which lost the
+        // device, so the later ones are not asked of the path).
+        let mut done = Ok(());
         for (is_copy, installed) in [(false, compute), (true, copy)] {
             let queues = if is_copy {
                 &mut self.copy
@@ -1176,14 +1209,15 @@ impl Device {
                     queues.push(last);
                 }
                 for q in old {
-                    self.retire_queue(q);
+                    done = done.and(self.retire_queue(q));
                 }
             } else {
                 for q in old {
-                    self.retire_queue(q);
+                    done = done.and(self.retire_queue(q));
                 }
             }
         }
+        done
     }
 
     /// Stops the device: the path destroys its queues; once none runs, the
@@ -1208,6 +1242,12 @@ impl Device {
             // Nothing of the device runs any more: what it gave back is free to reuse.
             self.halted = true;
             self.release_quarantine();
+        } else {
+            tracing::error!(
+                device = self.id.0,
+                "the path could not say that the device's queues stopped: what the device gave back and gives back is kept from reuse while it lives"
+            );
+            self.unstopped = true;
         }
         // Wake any sleeper so it reads the word again.
         let _ = self.interrupt.write(1);
@@ -1253,7 +1293,8 @@ impl Device {
             let _ = self.stop(last, None);
         }
         // A queue the path could not say stopped may still touch any of it.
-        let quiet = self.halted || (self.compute.is_empty() && self.copy.is_empty());
+        let quiet =
+            !self.unstopped && (self.halted || (self.compute.is_empty() && self.copy.is_empty()));
         let mut all: Vec<PathMemory> = Vec::new();
         all.extend(self.regions.drain().map(|(_, r)| r.memory));
         all.extend(self.quarantine.drain(..).map(|q| q.memory));

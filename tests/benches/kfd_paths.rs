@@ -2,11 +2,13 @@
 //! (rig-kfd-emu in a process of its own, reached through the kfd path's system-call seam)
 //! and rigd serving the simulated gfx1100, each measured the same way:
 //!
-//! - submit to completion of an empty kernel with a spinning wait (p50, p99);
+//! - submit to completion of an empty kernel with a spinning wait (p50, p99), and with a
+//!   wait that sleeps at once (p50, p99, and how the sleeps ended: [`rig_client::Sleeps`]);
 //! - CPU per queued launch: the submitting thread's CPU time (CLOCK_THREAD_CPUTIME_ID) over
 //!   batches of launches that fit the rings, per launch (mean, and p50/p99 of the batches);
 //! - rigd's CPU (utime + stime from /proc) over 5 s with 64 idle clients, each with a device
-//!   open, and the emulated kernel's beside it.
+//!   open (through KFD, as many as the user's share of the GPU holds), and the emulated
+//!   kernel's beside it.
 //!
 //! `cargo bench -p rig-tests --bench kfd_paths`. Needs LLVM 19 (clang-19, ld.lld-19) for the
 //! empty kernel. The program is its own rigd and emulated KFD, run again as each
@@ -80,18 +82,21 @@ impl Served {
     }
 
     /// A device of the first GPU, on a connection of its own (once rigd has seen closed
-    /// connections go, when this user holds as many as rigd allows).
+    /// connections go and given back their devices' charges, when this user holds as many
+    /// connections, or as much of the GPU, as rigd allows).
     fn device(&self) -> Device {
         let start = Instant::now();
-        let rig = loop {
-            match Rig::connect_to(&self.socket) {
-                Ok(rig) => break rig,
+        loop {
+            let opened = Rig::connect_to(&self.socket).and_then(|rig| {
+                let name = rig.gpus()?[0].name.clone();
+                rig.open_device(&name)
+            });
+            match opened {
+                Ok(dev) => return dev,
                 Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "{e}"),
             }
             std::thread::sleep(Duration::from_millis(10));
-        };
-        let name = rig.gpus().expect("gpus")[0].name.clone();
-        rig.open_device(&name).expect("open")
+        }
     }
 }
 
@@ -170,27 +175,34 @@ fn figures(on_kfd: bool, code: &[u8]) {
         serve::processor()
     );
     // 64 clients, each a connection with a device open: rigd's per-user default allows 64
-    // connections, so they come first.
-    let idle: Vec<_> = (0..64)
-        .map(|i| {
-            let start = Instant::now();
-            loop {
-                match rig_proto::Connection::connect(&served.socket, &format!("idle{i}")) {
-                    Ok(mut c) => {
-                        let (r, fds) = c
-                            .call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[])
-                            .expect("open a device");
-                        assert!(matches!(r, rig_proto::Response::DeviceOpened(_)), "{r:?}");
-                        break (c, fds);
+    // connections, so they come first. Through KFD each device's queues take 44 MiB of the
+    // user's share of the GPU (limits.gpu_share_percent), which holds fewer: as many as fit.
+    let mut idle = Vec::with_capacity(64);
+    for i in 0..64 {
+        let start = Instant::now();
+        let opened = loop {
+            match rig_proto::Connection::connect(&served.socket, &format!("idle{i}")) {
+                Ok(mut c) => match c.call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[]) {
+                    Ok((rig_proto::Response::DeviceOpened(_), fds)) => break Some((c, fds)),
+                    Ok((rig_proto::Response::Error(e), _))
+                        if e.code == rig_proto::ErrorCode::Quota =>
+                    {
+                        break None;
                     }
-                    Err(e) => {
-                        assert!(start.elapsed() < Duration::from_secs(10), "{e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
+                    r => panic!("open a device: {r:?}"),
+                },
+                Err(e) => {
+                    assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             }
-        })
-        .collect();
+        };
+        match opened {
+            Some(o) => idle.push(o),
+            None => break,
+        }
+    }
+    let clients = idle.len();
     std::thread::sleep(Duration::from_millis(500));
     let pids: Vec<(&str, u32)> = std::iter::once(("rigd", served.rigd.id()))
         .chain(served.emu.as_ref().map(|e| ("the emulated kernel", e.id())))
@@ -202,7 +214,7 @@ fn figures(on_kfd: bool, code: &[u8]) {
         let used = cpu_ticks(*pid) - b;
         // USER_HZ is 100 on Linux.
         println!(
-            "  {who}'s CPU with 64 idle clients (a device open each) over {secs} s: {used} ticks = {:.2}% of one core",
+            "  {who}'s CPU with {clients} idle clients (a device open each) over {secs} s: {used} ticks = {:.2}% of one core",
             used as f64 / 100.0 / secs * 100.0
         );
     }
@@ -226,6 +238,31 @@ fn figures(on_kfd: bool, code: &[u8]) {
         "  submit to completion of an empty kernel, spinning wait: p50 {:.1} us, p99 {:.1} us",
         us(&mut trip, 0.5),
         us(&mut trip, 0.99)
+    );
+
+    // Sleeping at once: the path's interrupt handler must wake the wait (a sleep no wake
+    // ends lasts its 10 ms slice, which the counts below would show).
+    let before = dev.sleeps();
+    let mut slept = Vec::with_capacity(2000);
+    for i in 0..2200 {
+        let t = Instant::now();
+        dev.submit(&s)
+            .unwrap()
+            .wait_with(rig_client::WaitPolicy::sleeping())
+            .unwrap();
+        if i >= 200 {
+            slept.push(t.elapsed());
+        }
+    }
+    let after = dev.sleeps();
+    println!(
+        "  submit to completion of an empty kernel, sleeping at once: p50 {:.1} us, p99 {:.1} us \
+         (sleeps woken {}, not begun {}, out of their slice {})",
+        us(&mut slept, 0.5),
+        us(&mut slept, 0.99),
+        after.woken - before.woken,
+        after.unslept - before.unslept,
+        after.elapsed - before.elapsed
     );
 
     let batch = 48u32;

@@ -48,7 +48,7 @@ pub use process::KfdProcess;
 pub use staging::{STAGING_BOUND, STAGING_BYTES};
 
 use process::{Listener, stamp_epoch};
-use queue::KfdQueue;
+use queue::{KfdQueue, Undestroyed};
 use staging::Staging;
 use va::{Held, HostMemory};
 
@@ -329,6 +329,7 @@ impl Backend for KfdBackend {
             next_token: 1,
             last_ring: Arc::new(Mutex::new(None)),
             staging: None,
+            undestroyed: Vec::new(),
         }))
     }
 }
@@ -349,6 +350,8 @@ pub struct KfdPath {
     last_ring: Arc<Mutex<Option<(Instant, u64)>>>,
     /// The staging copy into Device memory, once an upload needed it.
     staging: Option<Staging>,
+    /// Queues KFD could not destroy, with the buffers they may still use.
+    undestroyed: Vec<Undestroyed>,
 }
 
 impl Path for KfdPath {
@@ -504,6 +507,10 @@ impl Path for KfdPath {
         for (_, q) in std::mem::take(&mut self.queues) {
             all &= self.end_queue(q).is_ok();
         }
+        // Those KFD could not destroy before get one more try each; any left may run.
+        for q in std::mem::take(&mut self.undestroyed) {
+            all &= self.destroy(q).is_ok();
+        }
         if all {
             Stopped::Stopped
         } else {
@@ -512,6 +519,10 @@ impl Path for KfdPath {
     }
 
     fn busy_since(&self) -> Option<Instant> {
+        // A queue KFD could not destroy may run for ever.
+        if let Some(since) = self.undestroyed.iter().map(|q| q.since).min() {
+            return Some(since);
+        }
         if self.queues.is_empty() {
             return None;
         }
@@ -539,6 +550,13 @@ impl Path for KfdPath {
 impl Drop for KfdPath {
     fn drop(&mut self) {
         let _ = self.stop(None);
+        // What a queue KFD could not destroy may use stays allocated (until the process's
+        // KFD process ends, which destroys its queues first).
+        for q in std::mem::take(&mut self.undestroyed) {
+            for b in q.buffers {
+                self.held.remove(&b.token);
+            }
+        }
         for (_, h) in std::mem::take(&mut self.held) {
             self.release(&h);
         }

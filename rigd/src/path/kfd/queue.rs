@@ -73,6 +73,16 @@ pub(super) struct KfdQueue {
     buffers: Vec<PathMemory>,
 }
 
+/// A queue whose forwarder stopped and that KFD could not destroy: it may still run, so its
+/// buffers are kept.
+#[derive(Debug)]
+pub(super) struct Undestroyed {
+    pub(super) id: u32,
+    pub(super) buffers: Vec<PathMemory>,
+    /// When its destruction first failed: the path counts it as running since then.
+    pub(super) since: Instant,
+}
+
 /// A queue being made: the buffers made for it and, once CREATE_QUEUE made it, its KFD
 /// queue. Dropped uncommitted (any refusal on the way), it destroys the queue and then
 /// frees the buffers, so no exit leaks either.
@@ -260,18 +270,36 @@ impl KfdPath {
     }
 
     /// Ends queue `q`: its forwarder first (nothing rings it after), then the KFD queue,
-    /// then its buffers.
+    /// then its buffers. A queue KFD could not destroy (its DESTROY_QUEUE failed: the
+    /// kernel's ETIME when the hardware scheduler does not unmap it) may still run and
+    /// read or write its buffers: they are kept, for the path's life, with the queue in
+    /// [`KfdPath::undestroyed`], and the path's stop answers `Unknown` while it is there.
     pub(super) fn end_queue(&mut self, q: KfdQueue) -> Result<(), Fault> {
         q.forwarder.stop();
-        let r = self
-            .shared
-            .kfd
-            .destroy_queue(q.id)
-            .map_err(|e| Fault(e.to_string().into()));
-        for b in q.buffers {
-            self.free(b);
+        self.destroy(Undestroyed {
+            id: q.id,
+            buffers: q.buffers,
+            since: Instant::now(),
+        })
+    }
+
+    /// Destroys the KFD queue of `q` and frees its buffers, or keeps both in
+    /// [`KfdPath::undestroyed`] and answers KFD's failure.
+    pub(super) fn destroy(&mut self, q: Undestroyed) -> Result<(), Fault> {
+        match self.shared.kfd.destroy_queue(q.id) {
+            Ok(()) => {
+                for b in q.buffers {
+                    self.free(b);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(queue = q.id, error = %e, "KFD could not destroy a queue: its buffers are kept");
+                let why = kfd_why(&e).within(format!("destroying KFD queue {}", q.id));
+                self.undestroyed.push(q);
+                Err(Fault(why))
+            }
         }
-        r
     }
 
     /// An AQL queue's `amd_queue_t`: Pinned memory of one page (KFD wants the read and
