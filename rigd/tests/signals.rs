@@ -77,6 +77,16 @@ fn sighup_reloads_the_log_filter_access_and_limits_and_says_so() {
         "{}",
         d.log()
     );
+    // [vfio] is read by discovery, at start: the reload says a restart is needed.
+    std::fs::write(&cfg, format!("{SIM}\n[vfio]\nallow = [\"1002:744c\"]\n")).unwrap();
+    signal(&d, Signal::SIGHUP);
+    assert!(
+        eventually(Duration::from_secs(20), || d
+            .log()
+            .contains("[vfio] changed but needs a restart to take effect")),
+        "{}",
+        d.log()
+    );
     assert_eq!(d.child.try_wait().unwrap(), None);
 }
 

@@ -9,7 +9,8 @@
 //!
 //! Implemented: [`sim`] (the simulated GPU), [`kfd`] (amdgpu's KFD, in rigd's own process)
 //! and [`worker`] (the kfd path run in a worker process per client, which is how rigd
-//! serves KFD's GPUs). `vfio` is not written yet.
+//! serves KFD's GPUs). [`vfio`] (the PCI function through VFIO) is its configuration and
+//! discovery only: it lists its functions, and serves none until the AMD bring-up exists.
 //!
 //! A path is a folder of this module plus its configuration section: it states itself in
 //! [`PATHS`] (its kind, how it reaches GPUs, its discovery), and [`crate::gpus`] folds over
@@ -25,6 +26,7 @@ pub mod forward;
 pub mod kfd;
 pub mod memory;
 pub mod sim;
+pub mod vfio;
 pub mod worker;
 
 use std::fmt;
@@ -371,6 +373,14 @@ pub static PATHS: &[PathInfo] = &[
             unreached: kfd::discover::unreached,
         },
         discover: kfd::discover::discover,
+    },
+    PathInfo {
+        kind: PathKind::Vfio,
+        reach: Reach::Hardware {
+            drivers: &[rig_vfio::sysfs::VFIO_PCI],
+            unreached: vfio::discover::unreached,
+        },
+        discover: vfio::discover::discover,
     },
     PathInfo {
         kind: PathKind::Sim,
