@@ -11,7 +11,7 @@
 use rig_amd::gpu::{AMD_VENDOR, Gpu};
 use rig_proto::messages::PathKind;
 use rig_vfio::sysfs::VFIO_PCI;
-use rig_vfio::{Bdf, Sysfs, Unbind};
+use rig_vfio::{Bdf, Sysfs, Unbind, VfioError};
 
 use crate::config::VfioFunction;
 use crate::discover::PciGpu;
@@ -49,7 +49,8 @@ pub(crate) fn discover(survey: &Survey<'_>) -> Result<Vec<Found>, DiscoverError>
         {
             tracing::warn!(
                 function = %bdf,
-                "vfio.allow names {bdf}, which is no AMD GPU function of this machine (lspci -D lists its functions)"
+                "vfio.allow names {bdf}, which is no AMD GPU function of this machine \
+                 (lspci -D lists its functions)"
             );
         }
     }
@@ -76,10 +77,23 @@ fn listed(sysfs: &Sysfs, p: &PciGpu, bdf: Bdf, allowed: bool, on_vfio: bool) -> 
     let ids = format!("{AMD_VENDOR:04x}:{:04x}", p.device);
     // Revision aside: every row of a device id in rig-amd's PCI-id table names one processor.
     let processor = rig_amd::pci_ids::product(p.device, 0).map(|p| p.processor);
+    let found = |why: String| Found {
+        arch: processor.map_or_else(|| format!("unknown (pci {ids})"), str::to_owned),
+        path: PathKind::Vfio,
+        bus: Some(p.bus.clone()),
+        budget: 0,
+        simulated: false,
+        backend: Err(why),
+        firmware: None,
+    };
     let group = if on_vfio {
         sysfs.iommu_group(bdf).ok().flatten()
     } else {
         None
+    };
+    let in_group = |why: String| match group {
+        Some(g) => format!("{why} (IOMMU group {g})"),
+        None => why,
     };
     let why = match processor {
         None => {
@@ -102,22 +116,15 @@ fn listed(sysfs: &Sysfs, p: &PciGpu, bdf: Bdf, allowed: bool, on_vfio: bool) -> 
         ),
         // Nothing may be unbound: the function is on vfio-pci already.
         Some(proc) => match sysfs.check(bdf, &Unbind::Only(Vec::new())) {
+            // It names the group itself.
+            Err(e @ VfioError::GroupNotViable { .. }) => return found(chain(&e)),
             Err(e) => chain(&e),
             Ok(_) => format!("the PCI bring-up of {proc} is not implemented yet"),
         },
     };
-    let why = match group {
-        Some(g) => format!("{why} (IOMMU group {g})"),
-        None => why,
-    };
-    tracing::debug!(function = %bdf, driver = p.driver.as_deref(), iommu_group = group, allowed, "a vfio function");
-    Found {
-        arch: processor.map_or_else(|| format!("unknown (pci {ids})"), str::to_owned),
-        path: PathKind::Vfio,
-        bus: Some(p.bus.clone()),
-        budget: 0,
-        simulated: false,
-        backend: Err(why),
-        firmware: None,
-    }
+    tracing::debug!(
+        function = %bdf, driver = p.driver.as_deref(), iommu_group = group, allowed,
+        "a function of the vfio path"
+    );
+    found(in_group(why))
 }
