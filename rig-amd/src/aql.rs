@@ -777,6 +777,12 @@ impl AmdQueue {
         }
     }
 
+    /// The bytes of the descriptor that hold its scratch (COMPUTE_TMPRING_SIZE to the
+    /// wave64 lane size): what a runtime rewrites in a live queue's descriptor when the
+    /// scratch grows, leaving the dispatch ids the producer and processor move alone.
+    pub const SCRATCH_FIELDS: std::ops::Range<usize> =
+        amd_queue::COMPUTE_TMPRING_SIZE..amd_queue::SCRATCH_WAVE64_LANE_BYTE_SIZE + 4;
+
     /// The descriptor's address for a queue whose read pointer (CREATE_QUEUE's
     /// `read_pointer_address`) is `read_pointer`: where the command processor finds it.
     pub const fn at_read_pointer(read_pointer: u64) -> Option<u64> {
