@@ -97,7 +97,6 @@ impl State {
                     submitted: d.submitted(),
                     reached: d.reached(),
                     generations: generations(&d),
-                    faults: d.faults().len(),
                     lost: d.lost().cloned(),
                 }
             })
@@ -119,6 +118,7 @@ impl State {
                 .collect(),
             devices,
             clients,
+            losses: self.losses.counts(),
         }
     }
 

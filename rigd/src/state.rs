@@ -77,6 +77,8 @@ pub struct State {
     pub(crate) faults: mpsc::Sender<Msg>,
     /// `images.max_bytes`: `LoadImage` refuses a larger image before anything is allocated.
     pub(crate) max_image_bytes: u64,
+    /// Devices lost, counted by each device at its loss, for the metrics.
+    pub(crate) losses: Arc<crate::metrics::Losses>,
 }
 
 impl State {
@@ -114,6 +116,7 @@ impl State {
             next_object: AtomicU64::new(1),
             faults,
             max_image_bytes: crate::config::Images::default().max_bytes,
+            losses: Arc::default(),
         }
     }
 

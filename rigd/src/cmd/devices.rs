@@ -126,7 +126,7 @@ fn make(
         }
     };
     let desc = backend.description().clone();
-    let device = match Device::make(id, gpu, desc, path, interrupt) {
+    let device = match Device::make(id, gpu, desc, path, interrupt, st.losses.clone()) {
         Ok(d) => d,
         Err(MakeError::Short { .. }) => {
             return Err(Refusal::gpu_short(
