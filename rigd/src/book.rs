@@ -173,6 +173,11 @@ impl Book {
     }
 
     /// The pid of `client`'s process; 0 for one not in the book.
+    /// The credentials `client` connected with, while it is connected.
+    pub(crate) fn peer_of(&self, client: ClientId) -> Option<crate::config::Peer> {
+        self.clients.get(&client).map(|c| c.peer.clone())
+    }
+
     pub(crate) fn pid_of(&self, client: ClientId) -> u32 {
         self.clients
             .get(&client)
