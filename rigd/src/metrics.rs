@@ -175,6 +175,7 @@ const GPU_LABELS: [&str; 3] = ["gpu", "name", "arch"];
 struct Families {
     gpu_memory_total: IntGaugeVec,
     gpu_memory_used: IntGaugeVec,
+    gpu_memory_free: IntGaugeVec,
     gpu_devices: IntGaugeVec,
     gpu_clients: IntGaugeVec,
     gpu_busy_ratio: GaugeVec,
@@ -195,6 +196,7 @@ struct Families {
     refused: IntCounterVec,
     scrapes_refused: IntCounterVec,
     start_time: IntGauge,
+    build_info: IntGaugeVec,
 }
 
 /// Makes and registers every family. Names and labels are constants, so only a programming
@@ -222,6 +224,11 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
         gpu_memory_used: ig(
             "gpu_memory_used_bytes",
             "Bytes of the GPU's own memory its devices hold (Device and Mapped memory)",
+            &GPU_LABELS,
+        )?,
+        gpu_memory_free: ig(
+            "gpu_memory_free_bytes",
+            "Bytes of the GPU's own memory its devices do not hold",
             &GPU_LABELS,
         )?,
         gpu_devices: ig("gpu_devices", "Devices open on the GPU", &GPU_LABELS)?,
@@ -336,6 +343,11 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
                 "start_time_seconds",
                 "When rigd started, in seconds since the Unix epoch",
             )?,
+        )?,
+        build_info: ig(
+            "build_info",
+            "Always 1: the version of rigd and of its control protocol",
+            &["version", "protocol"],
         )?,
     })
 }
@@ -498,6 +510,9 @@ impl Metrics {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         f.start_time.set(i64::try_from(now).unwrap_or(i64::MAX));
+        f.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &rig_proto::VERSION.to_string()])
+            .set(1);
         Self {
             registry,
             f,
@@ -715,6 +730,9 @@ impl Metrics {
             f.gpu_memory_used
                 .with_label_values(l)
                 .set(g.used_bytes as i64);
+            f.gpu_memory_free
+                .with_label_values(l)
+                .set(g.total_bytes.saturating_sub(g.used_bytes) as i64);
             f.gpu_devices.with_label_values(l).set(g.devices as i64);
             f.gpu_clients.with_label_values(l).set(g.clients as i64);
             f.gpu_busy_ratio.with_label_values(l).set(g.busy);

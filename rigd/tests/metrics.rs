@@ -103,6 +103,17 @@ fn figures_move_while_clients_work() {
     );
     assert_eq!(value(&b, "rig_gpu_devices", &gpu), 0.0);
     assert_eq!(value(&b, "rig_gpu_submissions_total", &gpu), 0.0);
+    assert_eq!(
+        value(&b, "rig_gpu_memory_free_bytes", &gpu),
+        1073741824.0,
+        "{b}"
+    );
+    let build = [
+        format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+        format!("protocol=\"{}\"", rig_proto::VERSION),
+    ];
+    let build: Vec<&str> = build.iter().map(String::as_str).collect();
+    assert_eq!(value(&b, "rig_build_info", &build), 1.0, "{b}");
 
     let mut c = d.client("metrics-test");
     let o = c.open();
@@ -138,6 +149,11 @@ fn figures_move_while_clients_work() {
         "{b}"
     );
     assert!(value(&b, "rig_connections", &[]) >= 1.0, "{b}");
+    assert_eq!(
+        value(&b, "rig_gpu_memory_free_bytes", &gpu),
+        1073741824.0 - value(&b, "rig_gpu_memory_used_bytes", &gpu),
+        "{b}"
+    );
     assert!(
         value(
             &b,
