@@ -121,6 +121,9 @@ pub(crate) struct Book {
     pub(crate) total: Footprint,
     /// The device table: every open device, by id.
     pub(crate) devices: BTreeMap<DeviceId, Arc<Slot>>,
+    /// Set once rigd is shutting down ([`State::lose_all_at_shutdown`]): a device that
+    /// enters the table from then on is lost as it enters.
+    pub(crate) stopping: bool,
 }
 
 impl Book {
@@ -133,6 +136,7 @@ impl Book {
             tenants: BTreeMap::new(),
             total: Footprint::default(),
             devices: BTreeMap::new(),
+            stopping: false,
         }
     }
 

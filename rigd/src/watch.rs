@@ -39,7 +39,7 @@ pub const SHUTTING_DOWN: &str = "rigd is shutting down";
 /// The fault of a device lost because rigd stops. A client waiting on work that will never
 /// run must see a loss, not a completion; rigd stops only when its administrator (or the
 /// system) tells it to.
-fn shutting_down() -> rig_proto::Fault {
+pub(crate) fn shutting_down() -> rig_proto::Fault {
     rig_proto::Fault::new(rig_proto::FaultKind::StoppedByAdministrator, SHUTTING_DOWN)
 }
 
@@ -114,6 +114,9 @@ impl State {
     /// (the server does this before it closes any connection). Waits for each device's
     /// lock. Returns how many devices it lost.
     pub fn lose_all_at_shutdown(&self) -> usize {
+        // From here on a device entering the table is lost as it enters, so none escapes
+        // the look below.
+        self.book().stopping = true;
         let mut n = 0;
         for (slot, _) in self.snapshot() {
             let mut h = Held::waited(&slot);
@@ -139,8 +142,8 @@ impl State {
         let n = slots.len();
         for slot in slots.into_values() {
             let mut d = slot.wait();
-            // Lost already, unless it opened after the server's [`State::lose_all_at_shutdown`]
-            // or rigd stops without serving.
+            // Lost already where the server stopped ([`State::lose_all_at_shutdown`]); not
+            // where the state stops without it.
             d.lose(shutting_down());
             d.close();
         }
