@@ -649,6 +649,20 @@ impl Device {
             _ => "compute ring",
         };
         let memory = self.pinned(what, ring_bytes + POSITIONS_PAGE_BYTES)?;
+        if kind == QueueKind::Aql
+            && let Some(host) = &memory.host
+        {
+            // Every slot starts INVALID, as a runtime sets an AQL ring up: the packet
+            // processor stops at the first one, and a zeroed slot would be a vendor packet.
+            let invalid = u32::from(rig_amd::aql::TYPE_INVALID);
+            for slot in 0..ring_bytes / rig_amd::aql::BYTES as u64 {
+                host.store_u32(
+                    slot as usize * rig_amd::aql::BYTES,
+                    invalid,
+                    Ordering::Relaxed,
+                );
+            }
+        }
         // Slots cycle through the page; a device holds far fewer than 64 queues at once, as
         // growth retires the older ones.
         let slot = self.next_slot % DOORBELLS_PER_PAGE;
@@ -1526,8 +1540,17 @@ impl Device {
 
     /// Makes `bytes` of Device memory the device's scratch. Work already submitted may
     /// still use the old scratch: it is kept until the device closes.
+    ///
+    /// An AQL queue hands the device's scratch to every kernel itself: the path gives the
+    /// new scratch to the queues made before the growth too.
     pub fn grow_scratch(&mut self, bytes: u64) -> Result<(), Refusal> {
         let m = self.path.alloc(MemoryKind::Device, bytes)?;
+        if self.desc.gpu.compute_queue() == QueueKind::Aql
+            && let Err(r) = self.path.hand_scratch(m.address, m.bytes)
+        {
+            self.path.free(m);
+            return Err(r);
+        }
         if let Some(old) = self.scratch.replace(m) {
             self.spent.push(old);
         }

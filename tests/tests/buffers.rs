@@ -283,13 +283,30 @@ fn a_wait_notices_that_rigd_crashed() {
     use rig_amd::pm4;
     let mut d = Daemon::start(None);
     let dev = d.device();
-    let flag = dev.buffer(8, Memory::Pinned).unwrap();
+    let flag = dev.buffer(16, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
-    // COMPUTE:0 waits for a word nobody writes.
-    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
-        .encode(&mut w)
-        .unwrap();
+    // COMPUTE:0 waits for a word nobody writes: a WAIT_REG_MEM, or on an AQL queue a
+    // barrier-value packet on a signal whose value (at byte 8) is that word.
+    let w = if dev.facts().compute_packets == rig_client::Packets::Aql {
+        let p = rig_amd::aql::BarrierValue {
+            header: rig_amd::aql::Header {
+                barrier: true,
+                ..Default::default()
+            },
+            signal: flag.address(),
+            value: 1,
+            mask: -1,
+            cond: rig_amd::aql::Condition::Gte,
+            completion_signal: 0,
+        };
+        p.encode().to_vec()
+    } else {
+        let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
+        pm4::WaitRegMem::memory_at_least(flag.address() + 8, 1)
+            .encode(&mut w)
+            .unwrap();
+        w
+    };
     let p = dev
         .submit(&Submission::new().words(Queue::Compute, &w))
         .unwrap();

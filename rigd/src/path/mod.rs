@@ -440,6 +440,12 @@ pub trait Path: Send + fmt::Debug {
     /// Destroys a queue that read every packet up to its write position.
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault>;
 
+    /// Hands the device's grown scratch, `bytes` at `address` (Device memory of this space),
+    /// to every AQL queue it made (their `amd_queue_t`'s scratch fields, read at each
+    /// dispatch); queues made later get it in their [`QueueSpec`]. A path whose queues are
+    /// all PM4 and SDMA has nothing to do: a PM4 dispatch names its scratch.
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal>;
+
     /// The most bytes of a ring of a queue of kind `kind`, a power of two.
     fn most_ring(&self, kind: QueueKind) -> u64;
 

@@ -91,6 +91,10 @@ pub(super) enum Request {
     Retire {
         queue: u64,
     },
+    HandScratch {
+        address: u64,
+        bytes: u64,
+    },
     Clock,
     Stop {
         fault: Option<rig_proto::Fault>,
