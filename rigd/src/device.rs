@@ -497,6 +497,8 @@ pub struct Device {
     halted: bool,
     /// Faults reported for its work, oldest first.
     faults: Vec<rig_proto::Fault>,
+    /// Where its loss is counted, once.
+    losses: Arc<crate::metrics::Losses>,
     /// The word's value at open; values start after it.
     first: u64,
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
@@ -550,13 +552,15 @@ pub fn grown_bytes(need: u64) -> Option<u64> {
 
 impl Device {
     /// Makes a device through `path`: rings, segment, control page,
-    /// doorbells and queues. On failure, what it made goes back.
+    /// doorbells and queues; its loss, if it comes, is counted in `losses`. On failure,
+    /// what it made goes back.
     pub fn make(
         id: DeviceId,
         gpu: u32,
         desc: GpuDescription,
         path: Box<dyn Path>,
         interrupt: Arc<EventFd>,
+        losses: Arc<crate::metrics::Losses>,
     ) -> Result<Device, MakeError> {
         let doorbells =
             SharedRegion::create("rig-doorbells", DOORBELL_PAGE_BYTES).map_err(|e| {
@@ -587,6 +591,7 @@ impl Device {
             stopped: false,
             halted: false,
             faults: Vec::new(),
+            losses,
             first: 0,
             progress: None,
             work: None,
@@ -1229,8 +1234,10 @@ impl Device {
             return;
         }
         let why = why.bounded();
+        let cause = crate::metrics::LossReason::of(&why);
         // The reason may be the client's own (a stop's).
-        tracing::warn!(device = self.id.0, reason = %crate::logging::client_text(&why.to_string()), "device lost");
+        tracing::warn!(device = self.id.0, gpu = self.gpu, %cause, reason = %crate::logging::client_text(&why.to_string()), "device lost");
+        self.losses.count(self.gpu, &why);
         self.faults.push(why.clone());
         self.lost = Some(why.clone());
         // The flag goes up before the stop writes the last value into the word, so a client

@@ -252,6 +252,32 @@ fn a_submission_waits_for_another_devices_point() {
     assert_eq!(b.read(|x| x.to_vec()).unwrap(), vec![4; 64]);
 }
 
+/// A clean stop (SIGTERM, `systemctl stop`) while work waits: the wait ends in the loss
+/// rigd names, "rigd is shutting down", not in a connection that broke.
+#[test]
+fn a_wait_at_a_clean_stop_is_told_rigd_is_shutting_down() {
+    use rig_amd::pm4;
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let flag = dev.buffer(8, Memory::Pinned).unwrap();
+    flag.write(|b| b.fill(0)).unwrap();
+    // COMPUTE:0 waits for a word nobody writes.
+    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
+    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
+        .encode(&mut w)
+        .unwrap();
+    let p = dev
+        .submit(&Submission::new().words(Queue::Compute, &w))
+        .unwrap();
+    d.terminate();
+    match p.wait() {
+        Err(e @ Error::Lost { .. }) => {
+            assert!(e.to_string().contains("rigd is shutting down"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_wait_notices_that_rigd_crashed() {
     use rig_amd::pm4;
