@@ -13,8 +13,11 @@
 //! caches are invalidated before the packet and written back after it). Kernel dispatch,
 //! barrier-AND (wait until all of five signals are 0), barrier-OR (until any is) and AMD's
 //! vendor-specific barrier-value packet (`hsa_amd_barrier_value_packet_t`, ROCR's
-//! `hsa_ext_amd.h`: wait until a signal's value, masked, passes a compare) are the kinds rig
-//! writes and its simulator runs.
+//! `hsa_ext_amd.h`: wait until a signal's value, masked, passes a compare) and AMD's
+//! vendor-specific PM4-IB packet (`amd_aql_pm4_ib_packet_t` of ROCR's aqlprofile headers: the
+//! command processor runs a PM4 indirect buffer, which is how an AQL queue writes a 64-bit
+//! value and raises an interrupt with a RELEASE_MEM) are the kinds rig writes and its
+//! simulator runs.
 //!
 //! Packets are given as 16 little-endian words; word 0 holds the header in its low half.
 //! This module owns the packet formats and the queue descriptor ([`AmdQueue`], ROCr's
@@ -57,6 +60,11 @@ pub const TYPE_AGENT_DISPATCH: u8 = 4;
 pub const TYPE_BARRIER_OR: u8 = 5;
 /// AMD vendor format of a barrier-value packet (`HSA_AMD_PACKET_TYPE_BARRIER_VALUE`).
 pub const AMD_FORMAT_BARRIER_VALUE: u8 = 2;
+/// AMD vendor format of a packet that runs a PM4 indirect buffer (`AMD_AQL_PM4_IB_FORMAT`).
+pub const AMD_FORMAT_PM4_IB: u8 = 1;
+/// `dw_count_remain` of a PM4-IB packet: the dwords after its INDIRECT_BUFFER command
+/// (`AMD_AQL_PM4_IB_DW_COUNT_REMAIN`).
+pub const PM4_IB_DW_COUNT_REMAIN: u32 = 10;
 
 /// A fence scope (`hsa_fence_scope_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -192,6 +200,52 @@ pub struct BarrierValue {
     pub completion_signal: u64,
 }
 
+/// AMD's PM4-IB packet (`amd_aql_pm4_ib_packet_t`): the command processor runs the PM4
+/// packets of an indirect buffer (a call, not a chain), then completes the packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pm4Ib {
+    /// The header's barrier and fence bits.
+    pub header: Header,
+    /// The indirect buffer's 4-byte-aligned address.
+    pub address: u64,
+    /// Its length in dwords (IB_SIZE, 20 bits).
+    pub size_dw: u32,
+    /// The signal decremented on completion, or 0.
+    pub completion_signal: u64,
+}
+
+impl Pm4Ib {
+    /// The INDIRECT_BUFFER command the packet carries.
+    pub fn command(&self) -> crate::pm4::IndirectBuffer {
+        crate::pm4::IndirectBuffer {
+            address: self.address,
+            size_dw: self.size_dw,
+            chain: false,
+            pre_enable: false,
+            valid: true,
+            vmid: 0,
+            cache_policy: 0,
+            pre_resume: false,
+            privileged: false,
+        }
+    }
+
+    /// The packet's 16 words.
+    ///
+    /// Byte offsets (`amd_aql_pm4_ib_packet_t`): header 0, pm4_ib_format 2, pm4_ib_command 4
+    /// to 19 (a PM4 INDIRECT_BUFFER), dw_count_remain 20, reserved 24 to 55,
+    /// completion_signal 56.
+    pub fn encode(&self) -> Result<[u32; WORDS], EncodeError> {
+        let mut w = [0u32; WORDS];
+        w[0] = self.header.bits(TYPE_VENDOR_SPECIFIC) as u32 | (AMD_FORMAT_PM4_IB as u32) << 16;
+        self.command().encode(&mut w[1..5])?;
+        w[5] = PM4_IB_DW_COUNT_REMAIN;
+        w[14] = lo(self.completion_signal);
+        w[15] = hi(self.completion_signal);
+        Ok(w)
+    }
+}
+
 /// A decoded AQL packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Packet {
@@ -205,6 +259,8 @@ pub enum Packet {
     BarrierOr(Barrier),
     /// AMD's barrier-value packet.
     BarrierValue(BarrierValue),
+    /// AMD's PM4-IB packet.
+    Pm4Ib(Pm4Ib),
 }
 
 /// Why 16 words could not be decoded as an AQL packet.
@@ -365,6 +421,7 @@ impl Packet {
             Self::BarrierAnd(p) => p.encode(true),
             Self::BarrierOr(p) => p.encode(false),
             Self::BarrierValue(p) => p.encode(),
+            Self::Pm4Ib(p) => p.encode()?,
         })
     }
 
@@ -375,6 +432,7 @@ impl Packet {
             Self::KernelDispatch(p) => Some(p.header),
             Self::BarrierAnd(p) | Self::BarrierOr(p) => Some(p.header),
             Self::BarrierValue(p) => Some(p.header),
+            Self::Pm4Ib(p) => Some(p.header),
         }
     }
 }
@@ -493,6 +551,57 @@ pub fn decode(words: &[u32]) -> Result<Packet, DecodeError> {
             } else {
                 Packet::BarrierOr(b)
             })
+        }
+        TYPE_VENDOR_SPECIFIC if (w[0] >> 16) as u8 == AMD_FORMAT_PM4_IB => {
+            const P: &str = "AMD_PM4_IB";
+            let header = header_of(P, h)?;
+            reserved(P, "reserved (byte 3)", (w[0] >> 24) as u64)?;
+            let bad = |field, value: u64, why| DecodeError::BadValue {
+                packet: P,
+                field,
+                value,
+                why,
+            };
+            let ib = match crate::pm4::decode(&w[1..5]) {
+                Ok((crate::pm4::Packet::IndirectBuffer(ib), _)) => ib,
+                _ => {
+                    return Err(bad(
+                        "pm4_ib_command",
+                        u64::from(w[1]),
+                        "is not a PM4 INDIRECT_BUFFER",
+                    ));
+                }
+            };
+            let packet = Pm4Ib {
+                header,
+                address: ib.address,
+                size_dw: ib.size_dw,
+                completion_signal: join(w[14], w[15]),
+            };
+            if packet.command() != ib {
+                return Err(bad(
+                    "pm4_ib_command",
+                    u64::from(w[4]),
+                    "is not a valid call (VALID set; CHAIN, VMID, cache policy and the rest 0)",
+                ));
+            }
+            if w[5] != PM4_IB_DW_COUNT_REMAIN {
+                return Err(bad(
+                    "dw_count_remain",
+                    u64::from(w[5]),
+                    "is not the 10 dwords after the command",
+                ));
+            }
+            for (i, r) in w[6..14].iter().enumerate() {
+                if *r != 0 {
+                    return Err(DecodeError::Reserved {
+                        packet: P,
+                        field: "reserved (bytes 24-55)",
+                        value: (i as u64) << 32 | u64::from(*r),
+                    });
+                }
+            }
+            Ok(Packet::Pm4Ib(packet))
         }
         TYPE_VENDOR_SPECIFIC => {
             const P: &str = "AMD_BARRIER_VALUE";
@@ -667,6 +776,12 @@ impl AmdQueue {
             ..AmdQueue::default()
         }
     }
+
+    /// The bytes of the descriptor that hold its scratch (COMPUTE_TMPRING_SIZE to the
+    /// wave64 lane size): what a runtime rewrites in a live queue's descriptor when the
+    /// scratch grows, leaving the dispatch ids the producer and processor move alone.
+    pub const SCRATCH_FIELDS: std::ops::Range<usize> =
+        amd_queue::COMPUTE_TMPRING_SIZE..amd_queue::SCRATCH_WAVE64_LANE_BYTE_SIZE + 4;
 
     /// The descriptor's address for a queue whose read pointer (CREATE_QUEUE's
     /// `read_pointer_address`) is `read_pointer`: where the command processor finds it.

@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 use rig_amd::aql::{
-    self, Barrier, BarrierValue, Condition, DecodeError, Header, KernelDispatch, Packet, Scope,
+    self, Barrier, BarrierValue, Condition, DecodeError, Header, KernelDispatch, Packet, Pm4Ib,
+    Scope,
 };
 
 const SYSTEM: Header = Header {
@@ -106,6 +107,42 @@ fn amd_barrier_value() {
 }
 
 #[test]
+fn amd_pm4_ib() {
+    let p = Pm4Ib {
+        header: SYSTEM,
+        address: 0x7f00_1234_5670,
+        size_dw: 24,
+        completion_signal: 0x9000,
+    };
+    let w = p.encode().unwrap();
+    // Vendor type 0, format 1 at byte 2; an INDIRECT_BUFFER (opcode 0x3f, 4 dwords) at byte
+    // 4 (shader type compute); dw_count_remain 10 at byte 20; the completion signal at 56.
+    assert_eq!(w[0], 0x1500 | 1 << 16);
+    assert_eq!(w[1], 0xc002_3f02);
+    assert_eq!(
+        (w[2], w[3], w[4], w[5]),
+        (0x1234_5670, 0x7f00, 24 | 1 << 23, 10)
+    );
+    assert_eq!((w[14], w[15]), (0x9000, 0));
+    assert_eq!(aql::decode(&w), Ok(Packet::Pm4Ib(p)));
+    // A chained buffer, another count of remaining dwords, a reserved word: refused.
+    for (i, v) in [(4, w[4] | 1 << 20), (5, 9), (9, 1)] {
+        let mut bad = w;
+        bad[i] = v;
+        assert!(aql::decode(&bad).is_err(), "word {i} = {v:#x} decoded");
+    }
+    let mut not_ib = w;
+    not_ib[1] = 0xc002_1000;
+    assert!(matches!(
+        aql::decode(&not_ib),
+        Err(DecodeError::BadValue {
+            field: "pm4_ib_command",
+            ..
+        })
+    ));
+}
+
+#[test]
 fn errors_name_the_problem() {
     assert_eq!(
         aql::decode(&[0; 15]),
@@ -196,6 +233,14 @@ fn packet() -> impl Strategy<Value = Packet> {
                     completion_signal,
                 })
             }),
+        (header(), any::<u64>(), 0u32..1 << 20, any::<u64>()).prop_map(
+            |(header, a, size_dw, completion_signal)| Packet::Pm4Ib(Pm4Ib {
+                header,
+                address: a & !3,
+                size_dw,
+                completion_signal,
+            })
+        ),
     ]
 }
 

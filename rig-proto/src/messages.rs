@@ -884,8 +884,10 @@ impl Grown {
 // GPUs, memory, facts
 // ---------------------------------------------------------------------------------------
 
-/// How rigd reaches a GPU.
+/// How rigd reaches a GPU. Named in lowercase by self-describing formats (`"kfd"` in
+/// `rigctl --json`), as rigctl's tables name it; bincode sends the variant's index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PathKind {
     /// The simulated GPU.
     Sim,

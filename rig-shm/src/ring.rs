@@ -320,6 +320,32 @@ impl Producer {
         }
     }
 
+    /// Stores the AQL packets `words` (16 dwords each) at dword offset `at` of the ring, each
+    /// packet's first word (its header) last and with release order, so a packet processor
+    /// that reads the header with acquire, before any write position moves, sees the whole
+    /// packet.
+    ///
+    /// # Panics
+    ///
+    /// If `at` or the length is not a multiple of 16 or the packets are longer than the ring.
+    pub fn store_packets(&self, at: u64, words: &[u32]) {
+        const PACKET: usize = (AQL_POSITION_UNIT / DWORD) as usize;
+        let size = usize_of(self.cursor.size);
+        let at = usize_of(at);
+        assert!(
+            at < size
+                && at.is_multiple_of(PACKET)
+                && words.len().is_multiple_of(PACKET)
+                && words.len() <= size,
+            "a store of AQL packets past the ring or off their slots"
+        );
+        for (i, p) in words.chunks_exact(PACKET).enumerate() {
+            let slot = self.ring_offset + 4 * ((at + i * PACKET) % size);
+            self.ring.write_u32s(slot + 4, &p[1..]);
+            self.ring.store_u32(slot, p[0], Ordering::Release);
+        }
+    }
+
     /// Stores `word` at dword offset `at` of the ring.
     pub fn store_word(&self, at: u64, word: u32) {
         let at = usize_of(at & (self.cursor.size - 1));

@@ -408,11 +408,17 @@ fn stop_latency() {
             .to_words()
             .unwrap(),
         );
+        // The dispatch 32 times over, so the work outlasts the longest sleep below on a host
+        // of many cores too (one vadd takes about a second on 2 cores, tens of ms on 16).
+        let burst: Vec<u32> = std::iter::repeat_n(w.as_slice(), 32)
+            .flatten()
+            .copied()
+            .collect();
         let mut times = Vec::new();
         for slot in 0..15u64 {
             let mut client = Client::new(&space, QueueKind::Pm4, slot);
-            client.submit(&w);
-            // Well into the kernel: vadd takes about a second, matmul minutes.
+            client.submit(&burst);
+            // Well into the work: the burst of vadds takes seconds, one matmul minutes.
             std::thread::sleep(Duration::from_millis(30 + 7 * slot));
             let t = Instant::now();
             client.queue.stop();

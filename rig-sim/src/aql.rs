@@ -22,6 +22,10 @@
 //! runtime that grows its scratch between dispatches is seen. A queue without one (the sim
 //! path's) gives every kernel the scratch it was made with.
 //!
+//! A PM4-IB packet runs its indirect buffer through a PM4 command processor of the queue's
+//! own ([`crate::pm4`]): how an AQL queue releases a 64-bit value with RELEASE_MEM and raises
+//! its interrupt.
+//!
 //! Packets come from rig-amd's [`rig_amd::aql::decode`].
 
 use std::sync::atomic::Ordering;
@@ -54,6 +58,8 @@ pub(crate) struct Aql {
     scratch: (u64, u64),
     /// Packets read so far.
     pos: u64,
+    /// What PM4-IB packets run through.
+    pm4: crate::pm4::State,
 }
 
 impl Aql {
@@ -67,6 +73,7 @@ impl Aql {
             queue_va: desc.queue_va,
             scratch: desc.scratch,
             pos: 0,
+            pm4: crate::pm4::State::new(model),
         }
     }
 
@@ -155,6 +162,13 @@ impl Processor for Aql {
                         return Ok(());
                     }
                     b.completion_signal
+                }
+                Packet::Pm4Ib(ib) => {
+                    self.pm4.run_ib(ctx, ib.address, ib.size_dw, self.pos, 1)?;
+                    if ctx.stopped() {
+                        return Ok(());
+                    }
+                    ib.completion_signal
                 }
                 Packet::BarrierValue(b) => {
                     if !ctx.wait_until(&[(b.signal + SIGNAL_VALUE, 8)], || {

@@ -27,7 +27,9 @@ pub(crate) struct Pm4 {
     state: State,
 }
 
-struct State {
+/// A command processor's PM4 state: what a ring's packets (or an AQL queue's PM4-IB packets,
+/// [`crate::aql`]) run against.
+pub(crate) struct State {
     model: &'static Gpu,
     /// The SH register window, 0x2c00..0x3000.
     regs: Box<[u32; SH_WINDOW]>,
@@ -37,10 +39,7 @@ impl Pm4 {
     pub(crate) fn new(desc: &QueueDesc, model: &'static Gpu) -> Pm4 {
         Pm4 {
             ring: DwordRing::new(desc, rig_shm::ring::Unit::Dword),
-            state: State {
-                model,
-                regs: Box::new([0; SH_WINDOW]),
-            },
+            state: State::new(model),
         }
     }
 }
@@ -74,6 +73,13 @@ fn sh_index(dword: u64) -> Option<usize> {
 }
 
 impl State {
+    pub(crate) fn new(model: &'static Gpu) -> State {
+        State {
+            model,
+            regs: Box::new([0; SH_WINDOW]),
+        }
+    }
+
     fn exec(
         &mut self,
         ctx: &Ctx,
@@ -259,7 +265,7 @@ impl State {
     }
 
     /// Runs an indirect buffer, following chained ones; returns when the last one ends.
-    fn run_ib(
+    pub(crate) fn run_ib(
         &mut self,
         ctx: &Ctx,
         mut address: u64,

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use rig_amd::aql::{Barrier, BarrierValue, Condition, Header, KernelDispatch, Packet};
+use rig_amd::aql::{Barrier, BarrierValue, Condition, Header, KernelDispatch, Packet, Pm4Ib};
 use rig_amd::gpu::QueueKind;
+use rig_amd::pm4;
 use rig_shm::SharedRegion;
 use rig_sim::dispatch::{KernelExecutor, KernelFault, Launch};
 use rig_sim::{AddressSpace, FaultReason, InterruptSource, QueueStatus, SimConfig, SimGpu};
@@ -276,6 +277,65 @@ fn barriers_wait_for_their_signals() {
     assert_eq!(
         (ints[0].source, ints[0].context),
         (InterruptSource::Signal, 77)
+    );
+}
+
+/// A PM4-IB packet runs its indirect buffer after the dispatch before it: a RELEASE_MEM
+/// there writes all 64 bits of a value and raises an interrupt with its context, and the
+/// packet's own completion signal is then decremented.
+#[test]
+fn a_pm4_ib_packet_releases_a_64_bit_value_with_an_interrupt() {
+    const IB: u64 = HOST_VA + 0x800;
+    const WORD: u64 = HOST_VA + 0x700;
+    let rec = Arc::new(Recorder::default());
+    let (_gpu, _space, mem, mut q) = setup(rec.clone());
+    let value = 0x1_0000_0000u64 + 7;
+    let release = pm4::Packet::ReleaseMem(pm4::ReleaseMem {
+        int_ctxid: 0x5eed,
+        ..pm4::ReleaseMem::timeline(0, WORD, value)
+    })
+    .to_words()
+    .unwrap();
+    for (i, w) in release.iter().enumerate() {
+        mem.store_u32((IB - HOST_VA) as usize + 4 * i, *w, Ordering::Relaxed);
+    }
+    let sig = (SIGNAL - HOST_VA) as usize;
+    mem.store_u64(sig + 8, 1, Ordering::Relaxed);
+    q.place_aql(dispatch([64, 1, 1], [64, 1, 1], 0));
+    let ib = Pm4Ib {
+        header: Header {
+            barrier: true,
+            ..Header::default()
+        },
+        address: IB,
+        size_dw: release.len() as u32,
+        completion_signal: SIGNAL,
+    };
+    q.place_aql(Packet::Pm4Ib(ib).encode().unwrap());
+    q.ring_bell();
+    q.wait_idle();
+    assert_eq!(q.status(), QueueStatus::Running);
+    assert_eq!(mem.load_u32((OUT - HOST_VA) as usize, Ordering::Acquire), 1);
+    assert_eq!(
+        mem.load_u64((WORD - HOST_VA) as usize, Ordering::Acquire),
+        value
+    );
+    assert_eq!(mem.load_u64(sig + 8, Ordering::Acquire), 0);
+    let ints = q.seen.interrupts.lock().unwrap().clone();
+    assert_eq!(ints.len(), 1);
+    assert_eq!(ints[0].context, 0x5eed);
+
+    // An indirect buffer holding garbage faults the queue, naming the packet.
+    mem.store_u32((IB - HOST_VA) as usize, 0xdead_beef, Ordering::Relaxed);
+    q.place_aql(Packet::Pm4Ib(ib).encode().unwrap());
+    q.ring_bell();
+    wait_for("the fault", || q.status() != QueueStatus::Running);
+    let QueueStatus::Faulted(f) = q.status() else {
+        panic!("{:?}", q.status())
+    };
+    assert!(
+        matches!(&f.reason, FaultReason::BadPacket { position: 2, reason } if reason.contains("indirect buffer")),
+        "{f}"
     );
 }
 

@@ -378,28 +378,29 @@ fn a_stop_mid_kernel_returns_at_once_and_nothing_lands_after_it() {
 
 /// A kernel's end wakes the waits watching pages its address space maps writable (its stores
 /// are not followed one by one), and no wait of another address space.
+///
+/// Both waits watch words nobody but the host writes, so neither can end by its own re-poll
+/// before the kernel's end has been counted: the count is exact on a loaded machine too.
 #[test]
 fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
+    const WATCHED_VA: u64 = HOST_VA + 0x10_0000;
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
     let Some(k) = place_add(&space) else {
         return;
     };
     let AddLaunch {
-        mem: _mem,
-        args,
-        y,
-        grid,
-        ..
+        mem, args, y, grid, ..
     } = stage_add(&space, &k);
-    // In the kernel's space: a queue that waits until y[1] is 3.0 (the kernel's sum).
     let wait = |va: u64| {
-        Packet::WaitRegMem(pm4::WaitRegMem::memory_at_least(va, 3.0f32.to_bits()))
+        Packet::WaitRegMem(pm4::WaitRegMem::memory_at_least(va, 7))
             .to_words()
             .unwrap()
     };
+    // In the kernel's space: a queue that waits on a writable page the kernel never stores to.
+    let ours = host(&space, WATCHED_VA, 4096);
     let mut waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 1);
-    waiter.submit(&wait(y + 4));
+    waiter.submit(&wait(WATCHED_VA));
     // In another space: a queue that waits on a word of its own.
     let other = gpu.create_address_space();
     let theirs = host(&other, HOST_VA, 4096);
@@ -420,13 +421,19 @@ fn a_kernels_end_wakes_the_waits_of_its_address_space_alone() {
     let mut q = TestQueue::new(&space, QueueKind::Pm4, 4096, 0);
     q.submit(&add_dispatch(&k, args, grid.groups));
     q.wait_idle();
-    waiter.wait_idle();
+    assert_eq!(q.status(), QueueStatus::Running);
+    let y1 = mem.load_u32((y - HOST_VA) as usize + 4, Ordering::Acquire);
+    assert_eq!(f32::from_bits(y1), 3.0, "the kernel ran");
+    // The dispatch's release wrote a page no wait watches; the kernel's end woke the waiter
+    // (which found its word unchanged and went on waiting) and not the bystander.
     assert_eq!(
         gpu.waits_woken() - before,
         1,
         "the kernel's end woke its space's waiter alone"
     );
-    assert_eq!(q.status(), QueueStatus::Running);
-    theirs.store_u32(0, 3.0f32.to_bits(), Ordering::Release);
+    assert_eq!(gpu.waits_watching(), 2, "both waits still wait");
+    ours.store_u32(0, 7, Ordering::Release);
+    theirs.store_u32(0, 7, Ordering::Release);
+    waiter.wait_idle();
     bystander.wait_idle();
 }

@@ -149,6 +149,9 @@ fn release_words(va: u64, value: u64) -> Vec<u32> {
 /// own waiter alone, and a release to a page that another address space maps too (a peer
 /// device's word) wakes that space's waiter as well; the others still end, by their poll
 /// when the host writes their word, or by a stop.
+///
+/// The woken waits watch a word beside the one written, in the same page, so none can end by
+/// its own re-poll before the wake is counted: the counts are exact on a loaded machine.
 #[test]
 fn a_write_wakes_only_the_waits_watching_its_page() {
     let gpu = gpu("gfx1100");
@@ -165,19 +168,18 @@ fn a_write_wakes_only_the_waits_watching_its_page() {
     let data = host(&a, HOST_VA, 8192);
     let mut waiter = TestQueue::new(&a, QueueKind::Pm4, 4096, 0);
     let mut writer = TestQueue::new(&a, QueueKind::Pm4, 4096, 1);
-    waiter.submit(&wait_words(HOST_VA, 1));
-    // A peer space that maps A's second page too, and waits on its first word.
+    waiter.submit(&wait_words(HOST_VA + 8, 1));
+    // A peer space that maps A's second page too, and waits on its third word.
     let peer = gpu.create_address_space();
     const PEER_VA: u64 = HOST_VA + 0x10_0000;
     peer.map_host(PEER_VA, &data, 4096, 4096, false).unwrap();
     let mut peer_waiter = TestQueue::new(&peer, QueueKind::Pm4, 4096, 0);
-    peer_waiter.submit(&wait_words(PEER_VA, 1));
+    peer_waiter.submit(&wait_words(PEER_VA + 8, 1));
     // Every wait watching its word before the write (66 of them).
     watching(&gpu, 66);
     let before = gpu.waits_woken();
     writer.submit(&release_words(HOST_VA, 1));
     writer.wait_idle();
-    waiter.wait_idle();
     assert_eq!(
         gpu.waits_woken() - before,
         1,
@@ -186,13 +188,17 @@ fn a_write_wakes_only_the_waits_watching_its_page() {
     let before = gpu.waits_woken();
     writer.submit(&release_words(HOST_VA + 4096, 1));
     writer.wait_idle();
-    peer_waiter.wait_idle();
     assert_eq!(
         gpu.waits_woken() - before,
         1,
         "a release to a shared page wakes the waits of every space that watches it"
     );
     assert_eq!(data.load_u32(4096, Ordering::Acquire), 1);
+    watching(&gpu, 66);
+    data.store_u32(8, 1, Ordering::Release);
+    data.store_u32(4096 + 8, 1, Ordering::Release);
+    waiter.wait_idle();
+    peer_waiter.wait_idle();
     let before = gpu.waits_woken();
     // The others: half see the host's write at their poll, half are stopped mid-wait.
     for (i, (d, q)) in others.iter().enumerate() {
@@ -222,7 +228,8 @@ fn a_write_wakes_only_the_waits_watching_its_page() {
 
 /// A copy or fill wakes the waits watching a page of the bytes it wrote, and no other: an
 /// SDMA queue copies 64 KiB into one region and fills another, each watched by a wait of its
-/// own.
+/// own. Each waits for more than the engine writes, so the wake is counted before the host
+/// lets it end.
 #[test]
 fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
     let gpu = gpu("gfx1100");
@@ -236,9 +243,9 @@ fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
     let filled = host(&space, fill_va, BYTES as usize);
     // Each waits on the last word of its region.
     let mut copied_waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 1);
-    copied_waiter.submit(&wait_words(dst_va + BYTES - 4, 1));
+    copied_waiter.submit(&wait_words(dst_va + BYTES - 4, 0x0202_0202));
     let mut filled_waiter = TestQueue::new(&space, QueueKind::Pm4, 4096, 2);
-    filled_waiter.submit(&wait_words(fill_va + BYTES - 4, 1));
+    filled_waiter.submit(&wait_words(fill_va + BYTES - 4, 2));
     watching(&gpu, 2);
     let layout = sdma::Layout::for_gpu(rig_amd::gpu::Gpu::by_name("gfx1100").unwrap());
     let mut q = TestQueue::new(&space, QueueKind::Sdma, 4096, 0);
@@ -249,7 +256,6 @@ fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
             .unwrap(),
     );
     q.wait_idle();
-    copied_waiter.wait_idle();
     assert_eq!(
         gpu.waits_woken() - before,
         1,
@@ -259,6 +265,8 @@ fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
         dst.load_u32(BYTES as usize - 4, Ordering::Acquire),
         0x0101_0101
     );
+    dst.store_u32(BYTES as usize - 4, 0x0202_0202, Ordering::Release);
+    copied_waiter.wait_idle();
     let before = gpu.waits_woken();
     q.submit(
         &sdma::Packet::ConstFill(sdma::ConstFill::dwords(fill_va, 1, BYTES))
@@ -266,11 +274,12 @@ fn a_copy_or_fill_wakes_the_waits_of_the_pages_it_wrote() {
             .unwrap(),
     );
     q.wait_idle();
-    filled_waiter.wait_idle();
     assert_eq!(
         gpu.waits_woken() - before,
         1,
         "the fill woke its page's waiter alone"
     );
     assert_eq!(filled.load_u32(0, Ordering::Acquire), 1);
+    filled.store_u32(BYTES as usize - 4, 2, Ordering::Release);
+    filled_waiter.wait_idle();
 }

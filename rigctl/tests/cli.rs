@@ -348,6 +348,81 @@ fn gpus_name_the_product_firmware_and_memory_used() {
 }
 
 #[test]
+fn gpus_name_each_gpus_path_and_why_a_vfio_function_is_not_served() {
+    // A Navi 31 bound to vfio-pci in IOMMU group 14, laid out as the kernel lays out sysfs
+    // (the function's folder under devices/, linked from bus/pci/devices), beside two
+    // simulated GPUs.
+    let sys = tempfile::tempdir().unwrap();
+    let r = sys.path();
+    let bus = "0000:03:00.0";
+    let f = r.join("devices/pci0000:00").join(bus);
+    std::fs::create_dir_all(&f).unwrap();
+    for (k, v) in [
+        ("vendor", "0x1002"),
+        ("class", "0x030000"),
+        ("device", "0x744c"),
+        ("revision", "0xc8"),
+    ] {
+        std::fs::write(f.join(k), format!("{v}\n")).unwrap();
+    }
+    std::fs::create_dir_all(r.join("bus/pci/devices")).unwrap();
+    std::os::unix::fs::symlink(&f, r.join("bus/pci/devices").join(bus)).unwrap();
+    std::fs::create_dir_all(r.join("bus/pci/drivers/vfio-pci")).unwrap();
+    std::os::unix::fs::symlink(r.join("bus/pci/drivers/vfio-pci"), f.join("driver")).unwrap();
+    let group = r.join("kernel/iommu_groups/14");
+    std::fs::create_dir_all(group.join("devices")).unwrap();
+    std::os::unix::fs::symlink(&group, f.join("iommu_group")).unwrap();
+    std::os::unix::fs::symlink(&f, group.join("devices").join(bus)).unwrap();
+    let s = serve_with(
+        "[access]\nany = true\n[vfio]\nallow = [\"0000:03:00.0\"]\n\
+         [[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\n\
+         [[sim]]\nprocessor = \"gfx1201\"\nmemory_bytes = 1073741824\n",
+        0o660,
+        r,
+    );
+    let why = "the PCI bring-up of gfx1100 is not implemented yet (IOMMU group 14)";
+    let out = text(&rigctl(&s.socket, &["gpus"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    // The PATH column: where the header says it is, each row names its GPU's path.
+    let at = lines[0].find("PATH").unwrap();
+    let path = |line: &str| line[at..].split_whitespace().next().unwrap().to_owned();
+    assert_eq!(path(lines[0]), "PATH");
+    assert_eq!(
+        [path(lines[1]), path(lines[2]), path(lines[3])],
+        ["vfio", "sim", "sim"],
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("AMD Radeon RX 7900 XTX")
+            && lines[1].contains(bus)
+            && lines[1].contains(&format!("not served: {why}")),
+        "{out}"
+    );
+    let v = json_of(&s.socket, &["gpus"]);
+    let paths: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["vfio", "sim", "sim"], "{v}");
+    assert_eq!(v[0]["bus"], bus);
+    assert_eq!(v[0]["arch"], "gfx1100");
+    assert_eq!(v[0]["unavailable"], why);
+    assert_eq!(v[1]["unavailable"], serde_json::Value::Null);
+    // The function is never opened: opening it is refused with the reason; the simulated
+    // GPUs serve.
+    let mut c = rig_proto::Connection::connect(&s.socket, "worker").unwrap();
+    let (r, _fds) = c.call(&Request::OpenDevice { gpu: 0 }, &[]).unwrap();
+    assert!(
+        matches!(&r, Response::Error(e) if e.message.contains(why)),
+        "{r:?}"
+    );
+    let (_c, _d) = worker(&s.socket, 1);
+}
+
+#[test]
 fn clients_are_one_row_per_process_named_by_proc() {
     let s = serve();
     let (_a, _) = worker(&s.socket, 0);

@@ -110,7 +110,7 @@ fn gpus_show_the_kfd_path_and_the_firmware_kfd_reports() {
     assert_eq!(gpus.len(), 3, "{v}");
     for (g, emulated) in gpus.iter().zip(emu.kernel().gpus()) {
         let n = &emulated.node;
-        assert_eq!(g["path"], "Kfd", "{g}");
+        assert_eq!(g["path"], "kfd", "{g}");
         assert!(g["unavailable"].is_null(), "{g}");
         assert_eq!(
             g["status"]["firmware"],

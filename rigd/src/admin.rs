@@ -8,7 +8,9 @@
 //! The answers come from the state ([`crate::state::State::observe`]), the sampler's view
 //! ([`crate::metrics`]) and sysfs (product and firmware of real GPUs). A stopped device is
 //! lost with [`STOPPED_BY_ADMIN`] as its reason, which its client reads as it reads any
-//! loss.
+//! loss; the log names the administrator who stopped it (the connection's pid and uid as
+//! its credentials say, and the uid's user name), and the loss counts under the reason
+//! `administrator` ([`crate::metrics::LossReason`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -30,6 +32,15 @@ pub struct Admin {
     pub(crate) sysfs: PathBuf,
     pub(crate) config: Option<PathBuf>,
     pub(crate) socket: Mutex<Option<PathBuf>>,
+}
+
+/// An administrator as the log names one: the connection's credentials, and the user name
+/// of its uid (`-` where the system has none).
+#[derive(Debug)]
+struct Asker {
+    pid: i32,
+    uid: u32,
+    user: String,
 }
 
 /// Reads a sysfs attribute of PCI function `bus`, trimmed.
@@ -67,8 +78,8 @@ impl Admin {
             Request::DaemonStatus => Response::Daemon(self.status()),
             Request::GpuStatus => Response::GpuStatus(self.gpus()),
             Request::ListProcesses => Response::Processes(self.processes()),
-            Request::AdminStop { device } => self.stop(device)?,
-            Request::Evict { pid } => self.evict(pid)?,
+            Request::AdminStop { device } => self.stop(client, device)?,
+            Request::Evict { pid } => self.evict(client, pid)?,
             other => return Err(Refusal::NotAdminsRequest(other.name())),
         })
     }
@@ -183,13 +194,35 @@ impl Admin {
         by_pid.into_values().collect()
     }
 
-    fn stop(&self, device: DeviceId) -> Result<Response, Refusal> {
-        self.state.admin_stop(device)?;
-        tracing::warn!(device = device.0, "device stopped by the administrator");
+    /// Who asked: `client`'s credentials and user name. The connection asks while it is
+    /// served, so it is still in the book.
+    fn asker(&self, client: ClientId) -> Asker {
+        let peer = self.state.book().peer_of(client);
+        let (pid, uid) = peer.map_or((0, u32::MAX), |p| (p.pid, p.uid));
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| "-".to_owned(), |u| u.name);
+        Asker { pid, uid, user }
+    }
+
+    fn stop(&self, client: ClientId, device: DeviceId) -> Result<Response, Refusal> {
+        let by = self.asker(client);
+        let owner = self.state.admin_stop(device)?;
+        tracing::warn!(
+            device = device.0,
+            owner_pid = owner,
+            by_user = %by.user,
+            by_uid = by.uid,
+            by_pid = by.pid,
+            cause = %crate::metrics::LossReason::Administrator,
+            "device stopped by an administrator"
+        );
         Ok(Response::Done)
     }
 
-    fn evict(&self, pid: u32) -> Result<Response, Refusal> {
+    fn evict(&self, client: ClientId, pid: u32) -> Result<Response, Refusal> {
+        let by = self.asker(client);
         let st = &self.state;
         let ids = st.devices_of_pid(i32::try_from(pid).unwrap_or(-1));
         if ids.is_empty() {
@@ -202,7 +235,15 @@ impl Admin {
             }
         }
         let ids: Vec<String> = stopped.iter().map(|d| d.0.to_string()).collect();
-        tracing::warn!(pid, devices = %ids.join(","), "process evicted by the administrator");
+        tracing::warn!(
+            pid,
+            devices = %ids.join(","),
+            by_user = %by.user,
+            by_uid = by.uid,
+            by_pid = by.pid,
+            cause = %crate::metrics::LossReason::Administrator,
+            "process evicted by an administrator"
+        );
         Ok(Response::Evicted { devices: stopped })
     }
 }

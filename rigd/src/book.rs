@@ -121,6 +121,9 @@ pub(crate) struct Book {
     pub(crate) total: Footprint,
     /// The device table: every open device, by id.
     pub(crate) devices: BTreeMap<DeviceId, Arc<Slot>>,
+    /// Set once rigd is shutting down ([`State::lose_all_at_shutdown`]): a device that
+    /// enters the table from then on is lost as it enters.
+    pub(crate) stopping: bool,
 }
 
 impl Book {
@@ -133,6 +136,7 @@ impl Book {
             tenants: BTreeMap::new(),
             total: Footprint::default(),
             devices: BTreeMap::new(),
+            stopping: false,
         }
     }
 
@@ -173,6 +177,11 @@ impl Book {
     }
 
     /// The pid of `client`'s process; 0 for one not in the book.
+    /// The credentials `client` connected with, while it is connected.
+    pub(crate) fn peer_of(&self, client: ClientId) -> Option<crate::config::Peer> {
+        self.clients.get(&client).map(|c| c.peer.clone())
+    }
+
     pub(crate) fn pid_of(&self, client: ClientId) -> u32 {
         self.clients
             .get(&client)

@@ -75,6 +75,9 @@ pub struct Config {
     /// The kfd path: where KFD is found (the machine's, or an emulated one).
     #[serde(default)]
     pub kfd: KfdConfig,
+    /// The vfio path: which PCI functions rigd may take.
+    #[serde(default)]
+    pub vfio: VfioConfig,
     /// Where the configuration came from (`None`: the embedded default).
     #[serde(skip)]
     pub source: Option<PathBuf>,
@@ -212,6 +215,117 @@ impl Default for KfdConfig {
                 crate::path::worker::DEFAULT_WORKER_UIDS.1
             ),
         }
+    }
+}
+
+/// The `[vfio]` section: the PCI functions rigd may take for its vfio path (the function
+/// driven with no kernel driver, through VFIO). Left empty, rigd takes none.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VfioConfig {
+    /// The functions, each by its PCI address (`0000:03:00.0`) or by its vendor and device
+    /// ids (`1002:744c`: every function with them); each named once.
+    pub allow: Vec<VfioFunction>,
+}
+
+/// A function `[vfio] allow` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(try_from = "String")]
+pub enum VfioFunction {
+    /// One function, by its PCI address.
+    Address(rig_vfio::Bdf),
+    /// Every function with these PCI ids.
+    Ids {
+        /// The vendor id (AMD's, 0x1002).
+        vendor: u16,
+        /// The device id.
+        device: u16,
+    },
+}
+
+impl VfioFunction {
+    /// Whether it names the function at `bdf` with PCI ids `vendor`:`device`.
+    pub fn names(&self, bdf: rig_vfio::Bdf, vendor: u16, device: u16) -> bool {
+        match *self {
+            VfioFunction::Address(a) => a == bdf,
+            VfioFunction::Ids {
+                vendor: v,
+                device: d,
+            } => (v, d) == (vendor, device),
+        }
+    }
+}
+
+impl std::fmt::Display for VfioFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VfioFunction::Address(a) => write!(f, "{a}"),
+            VfioFunction::Ids { vendor, device } => write!(f, "{vendor:04x}:{device:04x}"),
+        }
+    }
+}
+
+impl std::str::FromStr for VfioFunction {
+    type Err = String;
+
+    /// A PCI address has a `.` before its function number; a vendor:device pair is two
+    /// groups of four hex digits.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains('.') {
+            return s.parse().map(VfioFunction::Address).map_err(|_| {
+                format!(
+                    "vfio.allow {s:?} is not a PCI address: write it as lspci -D prints it, \
+                     domain:bus:device.function in hex, such as \"0000:03:00.0\""
+                )
+            });
+        }
+        let hex4 = |t: &str| {
+            if t.len() == 4 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
+                u16::from_str_radix(t, 16).ok()
+            } else {
+                None
+            }
+        };
+        let (vendor, device) = s
+            .split_once(':')
+            .and_then(|(v, d)| Some((hex4(v)?, hex4(d)?)))
+            .ok_or_else(|| {
+                format!(
+                    "vfio.allow {s:?} is neither a PCI address (\"0000:03:00.0\") nor a \
+                     vendor:device pair of four hex digits each (\"1002:744c\", as lspci -nn prints it)"
+                )
+            })?;
+        if vendor != rig_amd::gpu::AMD_VENDOR {
+            return Err(format!(
+                "vfio.allow {s:?} names vendor {vendor:04x}, not AMD ({:04x}): rigd's vfio path \
+                 takes AMD GPUs only",
+                rig_amd::gpu::AMD_VENDOR
+            ));
+        }
+        Ok(VfioFunction::Ids { vendor, device })
+    }
+}
+
+impl TryFrom<String> for VfioFunction {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl VfioConfig {
+    fn validate(&self) -> Result<(), String> {
+        for (i, a) in self.allow.iter().enumerate() {
+            if let Some(j) = self.allow[..i].iter().position(|b| b == a) {
+                return Err(format!(
+                    "vfio.allow names {a} twice (entries {} and {}); list each function once",
+                    j + 1,
+                    i + 1
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -358,6 +472,7 @@ impl Config {
                 return Err(invalid("sim.hang_ms must be at least 1".into()));
             }
         }
+        self.vfio.validate().map_err(invalid)?;
         self.connections.validate().map_err(invalid)?;
         self.images.validate().map_err(invalid)?;
         self.metrics.endpoint().map_err(invalid)?;
@@ -740,6 +855,68 @@ mod tests {
             e.contains("daemon.admin_group") && e.contains("no-such-group-rig"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn vfio_functions_by_address_or_ids() {
+        let p = Path::new("t.toml");
+        assert!(Config::embedded().vfio.allow.is_empty());
+        let c = Config::parse(
+            "[vfio]\nallow = [\"0000:03:00.0\", \"c3:00.0\", \"1002:744C\"]\n",
+            p,
+        )
+        .unwrap();
+        let bdf = |s: &str| s.parse::<rig_vfio::Bdf>().unwrap();
+        assert_eq!(
+            c.vfio.allow,
+            [
+                VfioFunction::Address(bdf("0000:03:00.0")),
+                VfioFunction::Address(bdf("0000:c3:00.0")),
+                VfioFunction::Ids {
+                    vendor: 0x1002,
+                    device: 0x744c
+                },
+            ]
+        );
+        let shown: Vec<String> = c.vfio.allow.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["0000:03:00.0", "0000:c3:00.0", "1002:744c"]);
+        assert!(c.vfio.allow[1].names(bdf("0000:c3:00.0"), 0x1002, 0x7448));
+        assert!(!c.vfio.allow[1].names(bdf("0000:c3:00.1"), 0x1002, 0x7448));
+        assert!(c.vfio.allow[2].names(bdf("0000:41:00.0"), 0x1002, 0x744c));
+        assert!(!c.vfio.allow[2].names(bdf("0000:41:00.0"), 0x1002, 0x7448));
+    }
+
+    #[test]
+    fn vfio_entries_that_do_not_parse_or_repeat_are_refused() {
+        let p = Path::new("t.toml");
+        for (entries, says) in [
+            ("\"0000:3:00.0\"", "\"0000:3:00.0\" is not a PCI address"),
+            ("\"0000:03:00.8\"", "is not a PCI address"),
+            ("\"0000:03:00\"", "is neither a PCI address"),
+            ("\"1002-744c\"", "is neither a PCI address"),
+            ("\"1002:744\"", "four hex digits"),
+            ("\"10de:2330\"", "names vendor 10de, not AMD (1002)"),
+            (
+                "\"0000:03:00.0\", \"1002:744c\", \"03:00.0\"",
+                "vfio.allow names 0000:03:00.0 twice (entries 1 and 3)",
+            ),
+            (
+                "\"1002:744c\", \"1002:744C\"",
+                "vfio.allow names 1002:744c twice (entries 1 and 2)",
+            ),
+        ] {
+            let e = Config::parse(&format!("[vfio]\nallow = [{entries}]\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(says) && e.contains("vfio.allow"),
+                "{entries}: {e}"
+            );
+        }
+        let e = Config::parse("[vfio]\nalow = []\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alow"), "{e}");
     }
 
     #[test]

@@ -512,6 +512,8 @@ pub struct Device {
     unstopped: bool,
     /// Faults reported for its work, oldest first.
     faults: Vec<rig_proto::Fault>,
+    /// Where its loss is counted, once.
+    losses: Arc<crate::metrics::Losses>,
     /// The word's value at open; values start after it.
     first: u64,
     /// Watchdog: the word's value while below the submitted one, and since when it was seen
@@ -565,13 +567,15 @@ pub fn grown_bytes(need: u64) -> Option<u64> {
 
 impl Device {
     /// Makes a device through `path`: rings, segment, control page,
-    /// doorbells and queues. On failure, what it made goes back.
+    /// doorbells and queues; its loss, if it comes, is counted in `losses`. On failure,
+    /// what it made goes back.
     pub fn make(
         id: DeviceId,
         gpu: u32,
         desc: GpuDescription,
         path: Box<dyn Path>,
         interrupt: Arc<EventFd>,
+        losses: Arc<crate::metrics::Losses>,
     ) -> Result<Device, MakeError> {
         let doorbells =
             SharedRegion::create("rig-doorbells", DOORBELL_PAGE_BYTES).map_err(|e| {
@@ -603,6 +607,7 @@ impl Device {
             halted: false,
             unstopped: false,
             faults: Vec::new(),
+            losses,
             first: 0,
             progress: None,
             work: None,
@@ -669,6 +674,20 @@ impl Device {
             _ => "compute ring",
         };
         let memory = self.pinned(what, ring_bytes + POSITIONS_PAGE_BYTES)?;
+        if kind == QueueKind::Aql
+            && let Some(host) = &memory.host
+        {
+            // Every slot starts INVALID, as a runtime sets an AQL ring up: the packet
+            // processor stops at the first one, and a zeroed slot would be a vendor packet.
+            let invalid = u32::from(rig_amd::aql::TYPE_INVALID);
+            for slot in 0..ring_bytes / rig_amd::aql::BYTES as u64 {
+                host.store_u32(
+                    slot as usize * rig_amd::aql::BYTES,
+                    invalid,
+                    Ordering::Relaxed,
+                );
+            }
+        }
         // Slots cycle through the page; a device holds far fewer than 64 queues at once, as
         // growth retires the older ones.
         let slot = self.next_slot % DOORBELLS_PER_PAGE;
@@ -1269,8 +1288,10 @@ impl Device {
             return;
         }
         let why = why.bounded();
+        let cause = crate::metrics::LossReason::of(&why);
         // The reason may be the client's own (a stop's).
-        tracing::warn!(device = self.id.0, reason = %crate::logging::client_text(&why.to_string()), "device lost");
+        tracing::warn!(device = self.id.0, gpu = self.gpu, %cause, reason = %crate::logging::client_text(&why.to_string()), "device lost");
+        self.losses.count(self.gpu, &why);
         self.faults.push(why.clone());
         self.lost = Some(why.clone());
         // The flag goes up before the stop writes the last value into the word, so a client
@@ -1574,8 +1595,17 @@ impl Device {
 
     /// Makes `bytes` of Device memory the device's scratch. Work already submitted may
     /// still use the old scratch: it is kept until the device closes.
+    ///
+    /// An AQL queue hands the device's scratch to every kernel itself: the path gives the
+    /// new scratch to the queues made before the growth too.
     pub fn grow_scratch(&mut self, bytes: u64) -> Result<(), Refusal> {
         let m = self.path.alloc(MemoryKind::Device, bytes)?;
+        if self.desc.gpu.compute_queue() == QueueKind::Aql
+            && let Err(r) = self.path.hand_scratch(m.address, m.bytes)
+        {
+            self.path.free(m);
+            return Err(r);
+        }
         if let Some(old) = self.scratch.replace(m) {
             self.spent.push(old);
         }

@@ -1,12 +1,12 @@
 //! The GPUs rigd serves: what each path's discovery found, folded into one list.
 //!
 //! The paths of [`crate::path::PATHS`] list their GPUs in that list's order: the real GPUs
-//! first (KFD's in KFD's node order), then the AMD GPUs on the PCI bus that no path listed,
-//! in bus order, then the simulated GPUs. A path lists a GPU it does not drive with its
-//! reason (rig-amd's, where rig does not drive its processor); an AMD PCI function no path
-//! reached is listed and logged as not drivable, with the reason of the path whose driver
-//! it is bound to, never silently replaced by the simulator. This module also builds a
-//! device's facts from its GPU.
+//! first (KFD's in KFD's node order, then the vfio path's in bus order), then the AMD GPUs
+//! on the PCI bus that no path listed, in bus order, then the simulated GPUs. A path lists
+//! a GPU it does not drive with its reason (rig-amd's, where rig does not drive its
+//! processor); an AMD PCI function no path reached is listed and logged as not drivable,
+//! with the reason of the path whose driver it is bound to, never silently replaced by the
+//! simulator. This module also builds a device's facts from its GPU.
 
 use std::path::Path as FsPath;
 use std::sync::Arc;
@@ -64,7 +64,8 @@ fn unreached(pci: &PciGpu) -> Found {
                 .first()
                 .map_or(rig_proto::messages::PathKind::Sim, |h| h.0),
             format!(
-                "it is bound to {driver}, and no path of rigd reaches a GPU through that                  driver (rigd's paths reach GPUs through {})",
+                "it is bound to {driver}, and no path of rigd reaches a GPU through that \
+                 driver (rigd's paths reach GPUs through {})",
                 reached()
             ),
         ),

@@ -97,7 +97,6 @@ impl State {
                     submitted: d.submitted(),
                     reached: d.reached(),
                     generations: generations(&d),
-                    faults: d.faults().len(),
                     lost: d.lost().cloned(),
                 }
             })
@@ -119,6 +118,7 @@ impl State {
                 .collect(),
             devices,
             clients,
+            losses: self.losses.counts(),
         }
     }
 
@@ -207,11 +207,16 @@ impl State {
         }))))
     }
 
-    /// Loses `id` as stopped by the administrator, whoever owns it ([`crate::admin`]); an
-    /// unknown or already lost device is refused.
-    pub fn admin_stop(&self, id: DeviceId) -> Result<(), Refusal> {
-        let Some(slot) = self.book().devices.get(&id).cloned() else {
-            return Err(Refusal::NoDevice(id));
+    /// Loses `id` as stopped by the administrator, whoever owns it ([`crate::admin`]), and
+    /// returns its owner's pid; an unknown or already lost device is refused.
+    pub fn admin_stop(&self, id: DeviceId) -> Result<u32, Refusal> {
+        let (slot, owner) = {
+            let book = self.book();
+            let Some(slot) = book.devices.get(&id).cloned() else {
+                return Err(Refusal::NoDevice(id));
+            };
+            let owner = book.pid_of(slot.owner);
+            (slot, owner)
         };
         let mut h = Held::waited(&slot);
         if let Some(why) = h.d.lost() {
@@ -226,6 +231,6 @@ impl State {
         ));
         // The stop gave back its queues' threads and what it had quarantined.
         self.settle(&mut h);
-        Ok(())
+        Ok(owner)
     }
 }

@@ -20,10 +20,11 @@
 //!   reports and runs the hang watchdog.
 //! - **Paths.** Every way of reaching a GPU implements [`path::Backend`] and
 //!   [`path::Path`]; the device maker ([`device`]) builds the same device from any. Two
-//!   exist: the simulated GPU's (served when configured, or as the embedded default when
+//!   serve: the simulated GPU's (served when configured, or as the embedded default when
 //!   no AMD GPU is present, and the log says so) and KFD's (a real AMD GPU through
-//!   `/dev/kfd`, `docs/kfd.md`). The vfio path's PCI layer is the `rig-vfio` crate
-//!   (`docs/vfio.md`); no path uses it yet.
+//!   `/dev/kfd`, `docs/kfd.md`). The vfio path ([`path::vfio`], on the `rig-vfio` crate,
+//!   `docs/vfio.md`) lists the functions bound to vfio-pci and serves none until the AMD
+//!   bring-up above its PCI layer exists.
 //! - **Isolation.** Each device has its own GPU address space; a fault or hang loses that
 //!   device alone ([`device::Device::lose`]) and every other client goes on.
 //! - **Privilege boundary.** The socket is mode 0660 with a configured group, and each

@@ -1,15 +1,17 @@
-//! rigd's figures: what each GPU, client and request costs, kept for the OpenMetrics
-//! endpoint ([`serve`]) and for `rigctl gpus`/`top`.
+//! rigd's figures: what each GPU, client and request costs, kept for the metrics endpoint
+//! ([`serve`], Prometheus text format 0.0.4) and for `rigctl gpus`/`top`.
 //!
-//! Two sources. Request latencies and connections are counted where they happen (the
-//! server calls [`Metrics::request`], [`Metrics::connection`], [`Metrics::refused`]).
-//! Everything about GPUs and devices is observed: a look ([`crate::state::State::observe`])
-//! turns what changed since the last one into counters: submissions and completions from
-//! each device's published and reached timeline values, queue growths from ring
-//! generations, faults and losses from each device's record, and busy time (a GPU is busy
-//! while any of its live devices has submitted beyond what it reached). A device that opens
-//! and closes between two looks is not seen. Looks also keep the latest view
-//! ([`Metrics::view`]) that gauges and rigctl read.
+//! Two sources. Request latencies, connections and losses are counted where they happen
+//! (the server calls [`Metrics::request`], [`Metrics::connection`], [`Metrics::refused`];
+//! each loss counts once in the state's [`Losses`], by [`LossReason`], the one mapping of
+//! fault kinds to the reasons operators see). Everything else about GPUs and devices is
+//! observed: a look ([`crate::state::State::observe`]) turns what changed since the last
+//! one into counters: submissions and completions from each device's published and
+//! reached timeline values, queue growths from ring generations, losses and faults from
+//! the loss counts, and busy time (a GPU is busy while any of its live devices has
+//! submitted beyond what it reached). A device that opens and closes between two looks is
+//! not seen (its loss, if it was lost, is counted all the same). Looks also keep the
+//! latest view ([`Metrics::view`]) that gauges and rigctl read.
 //!
 //! Looks cost nothing while nothing happens. The sampler thread ([`spawn_sampler`]) looks
 //! every [`SAMPLE_MS`] ms while some GPU is busy; once a look finds none busy it sleeps
@@ -83,8 +85,6 @@ pub struct DeviceSeen {
     pub reached: u64,
     /// Sum of its queues' generations (each growth makes a new one).
     pub generations: u64,
-    /// Faults recorded for it.
-    pub faults: usize,
     /// Why it was lost, if it was.
     pub lost: Option<rig_proto::Fault>,
 }
@@ -113,6 +113,8 @@ pub struct Observed {
     pub devices: Vec<DeviceSeen>,
     /// Every connection past its hello.
     pub clients: Vec<ClientSeen>,
+    /// Devices lost so far, by GPU index and reason ([`Losses::counts`]).
+    pub losses: BTreeMap<(u32, LossReason), u64>,
 }
 
 /// The latest figures of one GPU.
@@ -173,6 +175,7 @@ const GPU_LABELS: [&str; 3] = ["gpu", "name", "arch"];
 struct Families {
     gpu_memory_total: IntGaugeVec,
     gpu_memory_used: IntGaugeVec,
+    gpu_memory_free: IntGaugeVec,
     gpu_devices: IntGaugeVec,
     gpu_clients: IntGaugeVec,
     gpu_busy_ratio: GaugeVec,
@@ -193,6 +196,7 @@ struct Families {
     refused: IntCounterVec,
     scrapes_refused: IntCounterVec,
     start_time: IntGauge,
+    build_info: IntGaugeVec,
 }
 
 /// Makes and registers every family. Names and labels are constants, so only a programming
@@ -220,6 +224,11 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
         gpu_memory_used: ig(
             "gpu_memory_used_bytes",
             "Bytes of the GPU's own memory its devices hold (Device and Mapped memory)",
+            &GPU_LABELS,
+        )?,
+        gpu_memory_free: ig(
+            "gpu_memory_free_bytes",
+            "Bytes of the GPU's own memory its devices do not hold",
             &GPU_LABELS,
         )?,
         gpu_devices: ig("gpu_devices", "Devices open on the GPU", &GPU_LABELS)?,
@@ -260,12 +269,12 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
         )?,
         gpu_faults: ic(
             "gpu_faults_total",
-            "Faults reported for work on the GPU",
+            "Faults the GPU reported for work on it (each lost its device); hangs and stops are not faults",
             &GPU_LABELS,
         )?,
         gpu_losses: ic(
             "gpu_losses_total",
-            "Devices lost on the GPU, by reason",
+            "Devices lost on the GPU, by reason: fault, hang, administrator, shutdown, other",
             &["gpu", "name", "arch", "reason"],
         )?,
         gpu_queue_growths: ic(
@@ -335,6 +344,11 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
                 "When rigd started, in seconds since the Unix epoch",
             )?,
         )?,
+        build_info: ig(
+            "build_info",
+            "Always 1: the version of rigd and of its control protocol",
+            &["version", "protocol"],
+        )?,
     })
 }
 
@@ -344,13 +358,13 @@ struct Last {
     submitted: u64,
     reached: u64,
     generations: u64,
-    faults: usize,
-    lost: bool,
 }
 
 #[derive(Debug, Default)]
 struct Sampling {
     last: HashMap<u64, Last>,
+    /// The loss counts as the last look read them.
+    losses: BTreeMap<(u32, LossReason), u64>,
     at: Option<Instant>,
     /// Busy and total time in the current window, by GPU.
     window: HashMap<u32, (Duration, Duration)>,
@@ -385,23 +399,91 @@ struct Alarm {
     bell: Condvar,
 }
 
-/// Why a loss happened, as a label: the reason's first words, as rigd words them.
-pub fn loss_reason(why: &rig_proto::Fault) -> &'static str {
-    use rig_proto::FaultKind as K;
-    match why.kind {
-        K::MemoryFault => "memory_fault",
-        K::IllegalInstruction => "illegal_instruction",
-        K::UnsupportedInstruction => "unsupported_instruction",
-        K::Trap => "trap",
-        K::BadPacket => "bad_packet",
-        K::Hang => "hang",
-        K::Reset => "reset",
-        K::StoppedByClient => "client",
-        K::StoppedByAdministrator if why.detail == crate::watch::SHUTTING_DOWN => "shutdown",
-        K::StoppedByAdministrator => "administrator",
-        K::Internal => "internal",
-        K::Producer => "producer",
-        K::Disconnected => "disconnected",
+/// Why a device was lost, as operators count it: `rig_gpu_losses_total`'s `reason` label
+/// and the `cause` of the loss's log line. [`LossReason::of`] is the one mapping from the
+/// fault kinds rigd keeps to these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LossReason {
+    /// The GPU reported a fault of the work: a page fault, an illegal or unsupported
+    /// instruction, a trap, a bad packet. Only these count in `rig_gpu_faults_total`.
+    Fault,
+    /// The hang watchdog: the work made no progress for the GPU's hang bound.
+    Hang,
+    /// An administrator stopped it (`rigctl stop`, `rigctl evict`).
+    Administrator,
+    /// rigd stopped (SIGTERM, SIGINT) while it was open.
+    Shutdown,
+    /// Anything else: a GPU reset, rigd's own failure, the client's own verdict (a stop
+    /// with a reason, such as a consumer of a lost producer).
+    Other,
+}
+
+impl LossReason {
+    /// Every reason, in the order the exposition lists them.
+    pub const ALL: [LossReason; 5] = [
+        LossReason::Fault,
+        LossReason::Hang,
+        LossReason::Administrator,
+        LossReason::Shutdown,
+        LossReason::Other,
+    ];
+
+    /// The reason of a loss for `why`.
+    pub fn of(why: &rig_proto::Fault) -> LossReason {
+        use rig_proto::FaultKind as K;
+        match why.kind {
+            K::MemoryFault
+            | K::IllegalInstruction
+            | K::UnsupportedInstruction
+            | K::Trap
+            | K::BadPacket => LossReason::Fault,
+            K::Hang => LossReason::Hang,
+            // Only rigd gives this kind (a client's stop is StoppedByClient), and rigd's own
+            // stop at shutdown is told by its detail.
+            K::StoppedByAdministrator if why.detail == crate::watch::SHUTTING_DOWN => {
+                LossReason::Shutdown
+            }
+            K::StoppedByAdministrator => LossReason::Administrator,
+            K::Reset | K::StoppedByClient | K::Internal | K::Producer | K::Disconnected => {
+                LossReason::Other
+            }
+        }
+    }
+
+    /// Its label value, as docs/operations.md lists them.
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::Fault => "fault",
+            LossReason::Hang => "hang",
+            LossReason::Administrator => "administrator",
+            LossReason::Shutdown => "shutdown",
+            LossReason::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Devices lost, by GPU index and reason, counted at each loss
+/// ([`crate::device::Device::lose_at`] counts once per device), so no loss goes unseen
+/// however soon its device closes; looks read the counts.
+#[derive(Debug, Default)]
+pub struct Losses(Mutex<BTreeMap<(u32, LossReason), u64>>);
+
+impl Losses {
+    /// A device of GPU `gpu` was lost for `why`.
+    pub fn count(&self, gpu: u32, why: &rig_proto::Fault) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry((gpu, LossReason::of(why))).or_default() += 1;
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> BTreeMap<(u32, LossReason), u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -428,6 +510,9 @@ impl Metrics {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         f.start_time.set(i64::try_from(now).unwrap_or(i64::MAX));
+        f.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), &rig_proto::VERSION.to_string()])
+            .set(1);
         Self {
             registry,
             f,
@@ -566,8 +651,6 @@ impl Metrics {
                 submitted: 0,
                 reached: 0,
                 generations: d.generations,
-                faults: 0,
-                lost: false,
             });
             let f = &self.f;
             f.gpu_submissions
@@ -583,22 +666,12 @@ impl Metrics {
             f.gpu_queue_growths
                 .with_label_values(l)
                 .inc_by(d.generations.saturating_sub(before.generations));
-            f.gpu_faults
-                .with_label_values(l)
-                .inc_by(d.faults.saturating_sub(before.faults) as u64);
-            if let (Some(why), false) = (&d.lost, before.lost) {
-                f.gpu_losses
-                    .with_label_values(&[l[0], l[1], l[2], loss_reason(why)])
-                    .inc();
-            }
             seen.insert(
                 d.id,
                 Last {
                     submitted: d.submitted,
                     reached: d.reached,
                     generations: d.generations,
-                    faults: d.faults,
-                    lost: d.lost.is_some(),
                 },
             );
             if let Some(g) = gpus.get_mut(&d.gpu) {
@@ -611,6 +684,23 @@ impl Metrics {
             }
         }
         s.last = seen;
+        // Losses were counted where they happened: what is new since the last look.
+        for g in &o.gpus {
+            let l = &labels[&g.index].get();
+            for reason in LossReason::ALL {
+                let n = o.losses.get(&(g.index, reason)).copied().unwrap_or(0);
+                let before = s.losses.get(&(g.index, reason)).copied().unwrap_or(0);
+                let new = n.saturating_sub(before);
+                self.f
+                    .gpu_losses
+                    .with_label_values(&[l[0], l[1], l[2], reason.label()])
+                    .inc_by(new);
+                if reason == LossReason::Fault {
+                    self.f.gpu_faults.with_label_values(l).inc_by(new);
+                }
+            }
+        }
+        s.losses.clone_from(&o.losses);
         for (index, g) in gpus.iter_mut() {
             g.clients = pids_on.get(index).map_or(0, |p| p.len() as u64);
             let is_busy = busy.contains_key(index);
@@ -640,6 +730,9 @@ impl Metrics {
             f.gpu_memory_used
                 .with_label_values(l)
                 .set(g.used_bytes as i64);
+            f.gpu_memory_free
+                .with_label_values(l)
+                .set(g.total_bytes.saturating_sub(g.used_bytes) as i64);
             f.gpu_devices.with_label_values(l).set(g.devices as i64);
             f.gpu_clients.with_label_values(l).set(g.clients as i64);
             f.gpu_busy_ratio.with_label_values(l).set(g.busy);
@@ -1032,10 +1125,10 @@ mod tests {
                 submitted,
                 reached,
                 generations: 0,
-                faults: 0,
                 lost: None,
             }],
             clients: Vec::new(),
+            losses: BTreeMap::new(),
         }
     }
 

@@ -25,6 +25,9 @@ pub const NOT_ADMIN: &str = "only rigd's administrators may ask this (status, GP
 /// Why rigd answered a request with something other than what it asked.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
+    /// rigd is stopping: it lost every device and opens no more.
+    #[error("{}: it opens no more devices", crate::watch::SHUTTING_DOWN)]
+    ShuttingDown,
     /// The client named a device that is not one of its own.
     #[error("no device {} belongs to this client; open one first", .0.0)]
     NotYourDevice(DeviceId),
@@ -335,7 +338,7 @@ impl Refusal {
             R::NoRegion { .. } => ErrorCode::NoSuchRegion,
             R::NoImage { .. } => ErrorCode::NoSuchImage,
             R::Lost { .. } | R::AlreadyLost { .. } => ErrorCode::Lost,
-            R::Stopped(_) | R::AlreadyStopped(_) => ErrorCode::Stopped,
+            R::Stopped(_) | R::AlreadyStopped(_) | R::ShuttingDown => ErrorCode::Stopped,
             R::AllocSize { .. } | R::MapSpan { .. } | R::Unfit(_) => ErrorCode::InvalidArgument,
             R::NoMemfd | R::TooLong(_) | R::AdminsRequest(_) | R::NotAdminsRequest(_) => {
                 ErrorCode::BadRequest

@@ -27,9 +27,13 @@
 //!
 //! Shutdown follows mini-redis: a broadcast tells every handler to stop, and each handler
 //! holds an `mpsc::Sender` clone, so the server knows all are done when the receiver sees
-//! none left.
+//! none left. Before the broadcast every device is lost as rigd is shutting down
+//! ([`crate::state::State::lose_all_at_shutdown`]: flags raised, waiters woken), and a
+//! connection holding a device is served on until its client has been answered that each
+//! of its devices is lost (or closed them, or hung up), for at most [`SHUTDOWN_GRACE_MS`]: so
+//! a client reads "rigd is shutting down", not a connection that broke.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -37,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rig_proto::frame::FrameError;
-use rig_proto::messages::{Request, Response};
+use rig_proto::messages::{DeviceId, ErrorCode, Request, Response};
 use rig_proto::{FrameBudget, ServerConnection, reply_for};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, mpsc as tmpsc};
@@ -366,6 +370,10 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// The longest a connection holding a device is served once rigd is shutting down, for
+/// its client to ask why its devices were lost, in milliseconds.
+pub const SHUTDOWN_GRACE_MS: u64 = 3000;
+
 impl Server {
     /// Serves `listener` until `shutdown` completes, then stops taking connections, tells
     /// every handler to finish and waits for them.
@@ -402,7 +410,19 @@ impl Server {
                 drop(done);
             });
         }
-        tracing::info!("shutting down: no more connections, finishing the connected ones");
+        // Every device lost before any connection closes: a client asking why is told.
+        let state = self.state.clone();
+        let lost = tokio::task::spawn_blocking(move || state.lose_all_at_shutdown())
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "losing the devices at shutdown panicked");
+                0
+            });
+        tracing::info!(
+            devices = lost,
+            grace_ms = SHUTDOWN_GRACE_MS,
+            "shutting down: no more connections; every device lost; telling the connected clients"
+        );
         let _ = notify.send(());
         drop(done_tx);
         let _ = done_rx.recv().await;
@@ -541,9 +561,18 @@ impl Server {
         let limits = self.connections;
         // Devices this connection opened and has not closed: with none it holds nothing,
         // and may be closed for silence.
-        let mut devices: usize = 0;
+        let mut devices: BTreeSet<DeviceId> = BTreeSet::new();
+        // Devices its client was answered are lost (a status saying so, a refusal because
+        // of it).
+        let mut told: BTreeSet<DeviceId> = BTreeSet::new();
+        // Once rigd is shutting down: until when the connection is served.
+        let mut draining: Option<tokio::time::Instant> = None;
         loop {
-            let idle = devices == 0 && limits.idle_ms > 0;
+            if draining.is_some() && devices.is_subset(&told) {
+                // Nothing more to tell.
+                return;
+            }
+            let idle = devices.is_empty() && limits.idle_ms > 0;
             let next = tokio::select! {
                 r = conn.read_request() => r,
                 () = tokio::time::sleep(ms(limits.idle_ms)), if idle => {
@@ -558,7 +587,19 @@ impl Server {
                     // A frame is arriving: its own bound (frame_ms) applies.
                     continue;
                 }
-                _ = stop.recv() => return,
+                _ = stop.recv(), if draining.is_none() => {
+                    // Every device was lost just before: served on until the client knows.
+                    draining = Some(tokio::time::Instant::now() + ms(SHUTDOWN_GRACE_MS));
+                    continue;
+                }
+                () = tokio::time::sleep_until(draining.unwrap_or_else(tokio::time::Instant::now)), if draining.is_some() => {
+                    tracing::debug!(
+                        client = client.0,
+                        grace_ms = SHUTDOWN_GRACE_MS,
+                        "shutting down: the client did not ask about its lost devices in time; closing its connection"
+                    );
+                    return;
+                }
             };
             let (request, fds) = match next {
                 Ok(Some(r)) => r,
@@ -590,10 +631,17 @@ impl Server {
                 );
                 return;
             }
-            let closing = matches!(request, Request::CloseDevice { .. });
+            let closing = match request {
+                Request::CloseDevice { device } => Some(device),
+                _ => None,
+            };
             let route = request.route();
             let (kind, began) = (route.name, std::time::Instant::now());
-            let (response, fds) = if route.admin {
+            let (response, fds) = if draining.is_some()
+                && matches!(request, Request::OpenDevice { .. })
+            {
+                (Response::from(Refusal::ShuttingDown), Vec::new())
+            } else if route.admin {
                 // An administrator's stop or eviction stops devices: off the async workers.
                 let admin = self.admin.clone();
                 match tokio::task::spawn_blocking(move || admin.handle(client, request)).await {
@@ -611,9 +659,20 @@ impl Server {
             };
             slot.answered();
             self.metrics.request(kind, began.elapsed());
-            match &response {
-                Response::DeviceOpened(_) => devices += 1,
-                Response::Done if closing => devices = devices.saturating_sub(1),
+            match (&response, closing, route.device) {
+                (Response::DeviceOpened(d), _, _) => {
+                    devices.insert(d.device);
+                }
+                (Response::Done, Some(id), _) => {
+                    devices.remove(&id);
+                    told.remove(&id);
+                }
+                (Response::Status(s), _, Some(id)) if s.lost.is_some() => {
+                    told.insert(id);
+                }
+                (Response::Error(e), _, Some(id)) if e.code == ErrorCode::Lost => {
+                    told.insert(id);
+                }
                 _ => {}
             }
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();

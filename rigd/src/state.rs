@@ -77,6 +77,8 @@ pub struct State {
     pub(crate) faults: mpsc::Sender<Msg>,
     /// `images.max_bytes`: `LoadImage` refuses a larger image before anything is allocated.
     pub(crate) max_image_bytes: u64,
+    /// Devices lost, counted by each device at its loss, for the metrics.
+    pub(crate) losses: Arc<crate::metrics::Losses>,
 }
 
 impl State {
@@ -114,6 +116,7 @@ impl State {
             next_object: AtomicU64::new(1),
             faults,
             max_image_bytes: crate::config::Images::default().max_bytes,
+            losses: Arc::default(),
         }
     }
 
@@ -323,6 +326,35 @@ mod tests {
         });
         assert!(lost.as_deref().unwrap().starts_with("hang"));
         assert_eq!(reached, 3);
+    }
+
+    /// Once rigd loses every device to stop, a device opened after (a request that was
+    /// already answering) is lost as it enters the table: no device outlives the stop live.
+    #[test]
+    fn a_device_opened_as_rigd_stops_is_lost_with_the_others() {
+        let s = state(Limits::default());
+        let a = s.connect(peer(1), "a".into());
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(before) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(s.lose_all_at_shutdown(), 1);
+        let (r, _) = s.handle(a, Request::OpenDevice { gpu: 0 }, Vec::new());
+        let Response::DeviceOpened(after) = r else {
+            panic!("{r:?}")
+        };
+        for id in [before.device, after.device] {
+            let why = dev(&s, id, |d| d.lost().cloned()).expect("lost");
+            assert_eq!(why.detail, crate::watch::SHUTTING_DOWN);
+        }
+        assert_eq!(
+            s.losses
+                .counts()
+                .get(&(0, crate::metrics::LossReason::Shutdown)),
+            Some(&2)
+        );
+        s.disconnect(a);
+        assert_eq!(total(&s), Footprint::default());
     }
 
     /// What the running totals say all devices hold, recounted from the devices.

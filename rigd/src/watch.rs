@@ -36,6 +36,13 @@ pub enum Msg {
 /// The detail of the loss of every device still open when rigd stops.
 pub const SHUTTING_DOWN: &str = "rigd is shutting down";
 
+/// The fault of a device lost because rigd stops. A client waiting on work that will never
+/// run must see a loss, not a completion; rigd stops only when its administrator (or the
+/// system) tells it to.
+pub(crate) fn shutting_down() -> rig_proto::Fault {
+    rig_proto::Fault::new(rig_proto::FaultKind::StoppedByAdministrator, SHUTTING_DOWN)
+}
+
 /// How often the watchdog looks while some device has outstanding work.
 const BUSY_TICK: Duration = Duration::from_millis(10);
 /// How often it looks otherwise, at first: work is submitted with plain stores rigd does not
@@ -102,6 +109,27 @@ impl State {
         busy
     }
 
+    /// Loses every open device as rigd stops ([`SHUTTING_DOWN`]), keeping the devices and
+    /// their clients, so that a client still connected reads that reason when it asks
+    /// (the server does this before it closes any connection). Waits for each device's
+    /// lock. Returns how many devices it lost.
+    pub fn lose_all_at_shutdown(&self) -> usize {
+        // From here on a device entering the table is lost as it enters, so none escapes
+        // the look below.
+        self.book().stopping = true;
+        let mut n = 0;
+        for (slot, _) in self.snapshot() {
+            let mut h = Held::waited(&slot);
+            if h.d.lost().is_none() {
+                h.d.lose(shutting_down());
+                n += 1;
+            }
+            // The stop gave back its queues' threads and what it had quarantined.
+            self.settle(&mut h);
+        }
+        n
+    }
+
     /// Stops every device and gives back everything (at shutdown).
     pub fn shutdown(&self) {
         let slots = {
@@ -114,12 +142,9 @@ impl State {
         let n = slots.len();
         for slot in slots.into_values() {
             let mut d = slot.wait();
-            // A client waiting on work that will never run must see a loss, not a completion.
-            // rigd stops only when its administrator (or the system) tells it to.
-            d.lose(rig_proto::Fault::new(
-                rig_proto::FaultKind::StoppedByAdministrator,
-                SHUTTING_DOWN,
-            ));
+            // Lost already where the server stopped ([`State::lose_all_at_shutdown`]); not
+            // where the state stops without it.
+            d.lose(shutting_down());
             d.close();
         }
         tracing::info!(

@@ -113,6 +113,9 @@ impl Path for GatedPath {
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault> {
         self.sim.retire(queue)
     }
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
+        self.sim.hand_scratch(address, bytes)
+    }
     fn most_ring(&self, kind: QueueKind) -> u64 {
         self.sim.most_ring(kind)
     }

@@ -102,3 +102,44 @@ fn the_man_page_is_rigd_8_and_names_every_option() {
         );
     }
 }
+
+#[test]
+fn vfio_entries_that_do_not_parse_or_repeat_are_refused_by_the_check_and_the_start() {
+    for (allow, says) in [
+        (
+            "\"0000:03:0.0\"",
+            "vfio.allow \"0000:03:0.0\" is not a PCI address",
+        ),
+        (
+            "\"03:00.0\", \"0000:03:00.0\"",
+            "vfio.allow names 0000:03:00.0 twice (entries 1 and 2)",
+        ),
+    ] {
+        let config = format!("{SIM}\n[vfio]\nallow = [{allow}]\n");
+        for (code, err) in check_then_start(&config, None) {
+            assert_eq!(code, Some(2), "{err}");
+            assert!(err.contains(says), "{err}");
+        }
+    }
+    // Valid entries pass the check.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("rigd.toml");
+    std::fs::write(
+        &cfg,
+        format!("{SIM}\n[vfio]\nallow = [\"0000:03:00.0\", \"1002:744c\"]\n"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rigd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

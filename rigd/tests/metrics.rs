@@ -103,6 +103,17 @@ fn figures_move_while_clients_work() {
     );
     assert_eq!(value(&b, "rig_gpu_devices", &gpu), 0.0);
     assert_eq!(value(&b, "rig_gpu_submissions_total", &gpu), 0.0);
+    assert_eq!(
+        value(&b, "rig_gpu_memory_free_bytes", &gpu),
+        1073741824.0,
+        "{b}"
+    );
+    let build = [
+        format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+        format!("protocol=\"{}\"", rig_proto::VERSION),
+    ];
+    let build: Vec<&str> = build.iter().map(String::as_str).collect();
+    assert_eq!(value(&b, "rig_build_info", &build), 1.0, "{b}");
 
     let mut c = d.client("metrics-test");
     let o = c.open();
@@ -138,6 +149,11 @@ fn figures_move_while_clients_work() {
         "{b}"
     );
     assert!(value(&b, "rig_connections", &[]) >= 1.0, "{b}");
+    assert_eq!(
+        value(&b, "rig_gpu_memory_free_bytes", &gpu),
+        1073741824.0 - value(&b, "rig_gpu_memory_used_bytes", &gpu),
+        "{b}"
+    );
     assert!(
         value(
             &b,
@@ -201,6 +217,120 @@ fn figures_move_while_clients_work() {
     let status = d.stop();
     assert!(status.success());
     assert!(!msock.exists(), "rigd removes its metrics socket at exit");
+}
+
+/// The samples of `name` in `body`: (labels, value).
+fn samples<'a>(body: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let labels = series.strip_prefix(name)?;
+            (labels.is_empty() || labels.starts_with('{')).then(|| (labels, v.parse().ok()))
+        })
+        .filter_map(|(labels, v)| Some((labels, v?)))
+        .collect()
+}
+
+/// Waits until device `o`'s lost flag is raised.
+fn wait_lost(o: &common::Opened) {
+    let flag = o.region(o.msg.lost.fd);
+    let at = o.msg.lost.offset as usize;
+    assert!(
+        eventually(Duration::from_secs(20), || flag
+            .load_u32(at, std::sync::atomic::Ordering::Acquire)
+            != 0),
+        "device {} never lost",
+        o.id().0
+    );
+}
+
+/// Every loss counts once, at the loss, however soon its device closes after it: three
+/// hangs in a row, a page fault and an administrator's stop, each device closed as soon as
+/// its client sees the flag. The reasons are exactly the documented ones, and only the
+/// page fault is a fault.
+#[test]
+fn every_loss_counts_once_under_its_documented_reason() {
+    let mdir = tempfile::tempdir().unwrap();
+    let msock = mdir.path().join("metrics.sock");
+    let d = Rigd::start(&format!(
+        "{SIM}\n[metrics]\nlisten = \"{}\"\n",
+        msock.display()
+    ));
+    assert!(eventually(Duration::from_secs(20), || msock.exists()));
+    let mut c = d.client("losses");
+    let close = |c: &mut common::Client, o: common::Opened| {
+        assert_eq!(
+            c.call(Request::CloseDevice { device: o.id() }),
+            Response::Done
+        );
+    };
+    // A value submitted with nothing behind it: lost at the hang bound (300 ms).
+    for _ in 0..3 {
+        let o = c.open();
+        Submitter::new(&o).submit(&[], 1);
+        wait_lost(&o);
+        close(&mut c, o);
+    }
+    // A release to an address the device's page table does not map.
+    let o = c.open();
+    Submitter::new(&o).submit(&release(0x1000, 1), 1);
+    wait_lost(&o);
+    close(&mut c, o);
+    // The test runs as root: one of rigd's administrators.
+    let o = c.open();
+    assert_eq!(
+        c.call(Request::AdminStop { device: o.id() }),
+        Response::Done
+    );
+    wait_lost(&o);
+    close(&mut c, o);
+
+    let b = scrape(&msock);
+    let losses = samples(&b, "rig_gpu_losses_total");
+    let reasons: Vec<&str> = losses
+        .iter()
+        .map(|(l, _)| {
+            l.split("reason=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+        })
+        .collect();
+    let documented = ["fault", "hang", "administrator", "shutdown", "other"];
+    assert!(
+        reasons.iter().all(|r| documented.contains(r)),
+        "undocumented reasons: {reasons:?}\n{b}"
+    );
+    for (reason, n) in [
+        ("hang", 3.0),
+        ("fault", 1.0),
+        ("administrator", 1.0),
+        ("shutdown", 0.0),
+        ("other", 0.0),
+    ] {
+        let l = format!("reason=\"{reason}\"");
+        assert_eq!(
+            value(&b, "rig_gpu_losses_total", &["gpu=\"0\"", &l]),
+            n,
+            "{reason}\n{b}"
+        );
+    }
+    assert_eq!(
+        value(&b, "rig_gpu_faults_total", &["gpu=\"0\""]),
+        1.0,
+        "{b}"
+    );
+    promtool_check(&b);
+    // Each loss's log line names its reason as the metric does.
+    let log = d.log();
+    for (cause, n) in [("hang", 3), ("fault", 1), ("administrator", 1)] {
+        let lines = log
+            .lines()
+            .filter(|l| l.contains("device lost") && l.contains(&format!("cause={cause} ")))
+            .count();
+        assert_eq!(lines, n, "cause={cause}\n{log}");
+    }
 }
 
 #[test]

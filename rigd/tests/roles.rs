@@ -201,6 +201,32 @@ fn gpu_users_are_not_administrators() {
         Response::Evicted { devices } => assert!(devices.contains(&o2.id()), "{devices:?}"),
         r => panic!("{r:?}"),
     }
+    // The log says who did it, and why the devices were lost.
+    let log = d.log();
+    let line = |what: &str| {
+        log.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in\n{log}"))
+    };
+    let by = format!("by_user=root by_uid=0 by_pid={me} cause=administrator");
+    let stopped = line("device stopped by an administrator");
+    assert!(
+        stopped.contains(&format!("device={} owner_pid={me} {by}", o.id().0)),
+        "{stopped}"
+    );
+    let evicted = line("process evicted by an administrator");
+    assert!(
+        evicted.contains(&format!("pid={me} devices={} {by}", o2.id().0)),
+        "{evicted}"
+    );
+    for id in [o.id(), o2.id()] {
+        assert!(
+            log.lines().any(|l| l.contains("device lost")
+                && l.contains(&format!("device={} ", id.0))
+                && l.contains("cause=administrator")),
+            "{log}"
+        );
+    }
 }
 
 /// With `daemon.admin_group`, its members are administrators (from the socket's groups);
@@ -226,6 +252,13 @@ fn members_of_the_admin_group_administer() {
     assert!(a["processes"].starts_with("ok"), "{a:?}");
     assert_ne!(a["processes"], "ok0", "{a:?}");
     assert_eq!(a["stop"], "ok", "{a:?}");
+    assert!(
+        d.log().lines().any(
+            |l| l.contains("device stopped by an administrator") && l.contains("by_uid=65533 ")
+        ),
+        "{}",
+        d.log()
+    );
     // Evict finds the victim's pid (its device is already stopped).
     assert_eq!(a["evict"], "ok", "{a:?}");
     let devices: Vec<&str> = a["devices"].split(',').collect();

@@ -77,6 +77,16 @@ fn sighup_reloads_the_log_filter_access_and_limits_and_says_so() {
         "{}",
         d.log()
     );
+    // [vfio] is read by discovery, at start: the reload says a restart is needed.
+    std::fs::write(&cfg, format!("{SIM}\n[vfio]\nallow = [\"1002:744c\"]\n")).unwrap();
+    signal(&d, Signal::SIGHUP);
+    assert!(
+        eventually(Duration::from_secs(20), || d
+            .log()
+            .contains("[vfio] changed but needs a restart to take effect")),
+        "{}",
+        d.log()
+    );
     assert_eq!(d.child.try_wait().unwrap(), None);
 }
 
@@ -161,4 +171,48 @@ fn a_missing_configuration_says_the_os_reason() {
         err.contains("/nonexistent/rigd.toml") && err.contains("No such file or directory"),
         "{err}"
     );
+}
+
+/// Whether device `o`'s lost flag is raised.
+fn is_lost(o: &common::Opened) -> bool {
+    o.region(o.msg.lost.fd).load_u32(
+        o.msg.lost.offset as usize,
+        std::sync::atomic::Ordering::Acquire,
+    ) != 0
+}
+
+/// SIGTERM with clients holding devices: every device is lost as rigd is shutting down
+/// before any connection closes, so a client asking why is told, a connection that asks
+/// to open another device is refused for the same reason, and rigd then exits cleanly.
+#[test]
+fn a_clean_stop_tells_connected_clients_rigd_is_shutting_down() {
+    let d = Rigd::start(SIM);
+    let mut a = d.client("held-at-stop");
+    let oa = a.open();
+    let mut b = d.client("opens-at-stop");
+    let ob = b.open();
+    signal(&d, Signal::SIGTERM);
+    assert!(
+        eventually(Duration::from_secs(20), || is_lost(&oa) && is_lost(&ob)),
+        "{}",
+        d.log()
+    );
+    let r = a.call(Request::DeviceStatus { device: oa.id() });
+    let Response::Status(s) = r else {
+        panic!("{r:?}\n{}", d.log())
+    };
+    let why = s.lost.expect("lost");
+    assert_eq!(why.kind, rig_proto::FaultKind::StoppedByAdministrator);
+    assert_eq!(why.detail, "rigd is shutting down");
+    let r = b.call(Request::OpenDevice { gpu: 0 });
+    assert!(
+        matches!(&r, Response::Error(e) if e.message.contains("rigd is shutting down")),
+        "{r:?}"
+    );
+    assert!(matches!(
+        b.call(Request::DeviceStatus { device: ob.id() }),
+        Response::Status(s) if s.lost.as_ref().is_some_and(|f| f.detail == "rigd is shutting down")
+    ));
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
 }

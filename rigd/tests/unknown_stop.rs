@@ -71,6 +71,9 @@ impl Path for Stuck {
     fn queue(&mut self, spec: QueueSpec) -> Result<QueueHandle, Refusal> {
         self.sim.queue(spec)
     }
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
+        self.sim.hand_scratch(address, bytes)
+    }
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault> {
         if self.control.stuck.load(Ordering::Relaxed) {
             return Err(Fault("the queue did not unmap (ETIME)".into()));

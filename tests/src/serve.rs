@@ -42,14 +42,16 @@ pub fn suffix_is(suffix: &str) -> bool {
 }
 
 /// The processor this test binary's rigd simulates and whose kernels its tests load: gfx1201
-/// in a test binary whose file is named `*_gfx1201.rs` (such a file runs another file's tests,
-/// as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise (the emulated KFD's GPUs
+/// or gfx942 in a test binary whose file is named `*_gfx1201.rs` or `*_gfx942.rs` (such a
+/// file runs another file's tests, as launches_gfx1201.rs runs launches.rs's), gfx1100 otherwise (the emulated KFD's GPUs
 /// of a `*_kfd.rs` program too). The rigd child is the same program, so it sees the same.
 pub fn processor() -> &'static str {
     static P: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     P.get_or_init(|| {
         if suffix_is("gfx1201") {
             "gfx1201"
+        } else if suffix_is("gfx942") {
+            "gfx942"
         } else {
             "gfx1100"
         }

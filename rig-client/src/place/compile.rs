@@ -6,6 +6,7 @@
 //! register writes, made at resolve) and [`Compiled`]. Placing the words is
 //! [`super::framing`]'s and [`super::room`]'s.
 
+use rig_amd::aql;
 use rig_amd::dispatch::Pm4Registers;
 use rig_amd::gpu::Gpu;
 use rig_amd::hal::Hal;
@@ -19,6 +20,9 @@ use crate::types::Queue;
 
 /// Alignment of each value's block in the argument segment, and of each launch's arguments.
 pub(super) const ARG_ALIGN: u64 = 64;
+
+/// Index of `kernarg_address`'s low word in a kernel-dispatch packet (byte 40).
+const AQL_KERNARG_AT: usize = 10;
 
 /// What the encoders need of a device.
 #[derive(Debug, Clone, Copy)]
@@ -141,8 +145,12 @@ pub(super) struct Piece {
 pub(crate) struct Compiled {
     pub(super) device: u64,
     pub(super) pieces: Vec<Piece>,
-    /// Bytes of the value's block in the segment: 8 per part, then arguments.
+    /// Bytes of the value's block in the segment: 8 per part, then arguments, then (on an
+    /// AQL queue) room for the value's indirect buffers.
     pub(super) block: u64,
+    /// Offset in the block of COMPUTE:0's indirect buffers, on an AQL queue: the PM4 words
+    /// of its waits and releases, which its PM4-IB packets call ([`super::framing`]).
+    pub(super) ib_at: u64,
     pub(super) has_compute: bool,
     pub(super) has_copy: bool,
     /// Index of the last copy piece.
@@ -174,7 +182,8 @@ impl Body {
     /// an acquire before each launch (of every cache before the first), then its words.
     fn of(t: &Target, pieces: &[Piece]) -> Option<Body> {
         let compute = || pieces.iter().filter(|p| p.queue == Queue::Compute);
-        if compute().any(|p| !p.after.is_empty() || p.signals) {
+        // An AQL queue's launches are packets of their own between indirect buffers.
+        if t.compute == QueueKind::Aql || compute().any(|p| !p.after.is_empty() || p.signals) {
             return None;
         }
         let mut words = Vec::new();
@@ -224,17 +233,25 @@ impl Compiled {
             image[at..at + p.args.len()].copy_from_slice(&p.args);
         }
         let body = Body::of(t, &pieces);
-        Ok(Compiled {
+        let mut c = Compiled {
             device,
             pieces,
             block,
+            ib_at: block,
             has_compute,
             has_copy,
             last_copy,
             wait_slot,
             body,
             image,
-        })
+        };
+        if t.compute == QueueKind::Aql {
+            c.block += align(
+                4 * super::framing::most_ib_words(t, &c, s.waits.len())?,
+                ARG_ALIGN,
+            );
+        }
+        Ok(c)
     }
 }
 
@@ -273,6 +290,29 @@ fn piece(t: &Target, device: u64, i: usize, part: &Part, args_end: &mut u64) -> 
             let a = u64::from(k.entry.kernarg_align.max(16)).max(ARG_ALIGN);
             p.args_at = align(*args_end, a);
             *args_end = p.args_at + p.args.len() as u64;
+            if t.compute == QueueKind::Aql {
+                // A kernel-dispatch packet; framing sets its header's fences.
+                let mut grid_size = [0u32; 3];
+                for (axis, size) in grid_size.iter_mut().enumerate() {
+                    *size = l.groups[axis]
+                        .checked_mul(l.threads[axis])
+                        .ok_or(Never::GridTooLarge { part: i, axis })?;
+                }
+                let packet = aql::KernelDispatch {
+                    header: aql::Header::default(),
+                    dimensions: 3,
+                    workgroup_size: l.threads.map(|n| n as u16),
+                    grid_size,
+                    private_segment_size: k.entry.private_segment,
+                    group_segment_size: tpl.group_segment + l.shared,
+                    kernel_object: k.entry.code,
+                    kernarg_address: 0,
+                    completion_signal: 0,
+                };
+                p.words.extend_from_slice(&packet.encode().map_err(encode)?);
+                p.kernarg_at = Some(AQL_KERNARG_AT);
+                return Ok(p);
+            }
             tpl.launch(l.threads, l.shared, &mut p.words);
             p.kernarg_at = tpl.kernarg_at;
             let mut d = [0u32; pm4::DispatchDirect::WORDS];

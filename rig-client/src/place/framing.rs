@@ -8,14 +8,87 @@
 //! (RELEASE_MEM, FENCE); the queue that releases v writes the timeline word and raises the
 //! interrupt. COPY:0 releases only values whose low 32 bits are not 0, since its FENCE
 //! writes 32 bits.
+//!
+//! On an AQL queue COMPUTE:0's PM4 words (waits, part words, releases, clock stamps) go to
+//! indirect buffers in the value's block instead, each run of them called by a PM4-IB
+//! packet, and its launches are kernel-dispatch packets between them, whose headers take
+//! the acquires ([`Compute`]).
 
+use rig_amd::aql;
 use rig_amd::pm4;
 use rig_amd::sdma;
+use rig_proto::QueueKind;
 
 use super::compile::{Compiled, Target, encode};
 use super::room::GpuWait;
 use crate::error::Result;
 use crate::types::Queue;
+
+/// Where COMPUTE:0's words go: PM4 words into its ring; or on an AQL queue, packets into its
+/// ring and PM4 words into indirect buffers at `ib_gpu`, each run called by a PM4-IB packet
+/// placed before the next packet.
+struct Compute<'a> {
+    ring: &'a mut Vec<u32>,
+    ibs: Option<(&'a mut Vec<u32>, u64)>,
+    /// Start of the run of IB words no packet calls yet.
+    run: usize,
+}
+
+impl Compute<'_> {
+    /// Where PM4 words go.
+    fn pm4(&mut self) -> &mut Vec<u32> {
+        match &mut self.ibs {
+            Some((ib, _)) => ib,
+            None => self.ring,
+        }
+    }
+
+    /// Calls the IB words placed since the last call, if any, with a PM4-IB packet.
+    fn call(&mut self) -> Result<()> {
+        let Some((ib, gpu)) = &mut self.ibs else {
+            return Ok(());
+        };
+        if ib.len() > self.run {
+            let packet = aql::Pm4Ib {
+                header: aql::Header {
+                    barrier: true,
+                    ..aql::Header::default()
+                },
+                address: *gpu + 4 * self.run as u64,
+                size_dw: (ib.len() - self.run) as u32,
+                completion_signal: 0,
+            };
+            self.ring
+                .extend_from_slice(&packet.encode().map_err(encode)?);
+            self.run = ib.len();
+        }
+        Ok(())
+    }
+}
+
+/// The most indirect-buffer words a value of `c` takes on an AQL queue, with up to `waits`
+/// waits for other devices' points: its framing with a stamp, a wait slot and every wait's
+/// evidence, for a value whose low 32 bits are 0 (which COMPUTE:0 releases).
+pub(super) fn most_ib_words(t: &Target, c: &Compiled, waits: usize) -> Result<u64> {
+    let gpu_waits = vec![
+        GpuWait {
+            word: 0,
+            value: 0,
+            evidence: Some((0, 0)),
+        };
+        waits
+    ];
+    let f = Frame {
+        target: *t,
+        word: 0,
+        context: 0,
+        stamp: Some(0),
+        gpu_waits: &gpu_waits,
+    };
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    frame(&f, c, 1 << 32, 0, &mut out)?;
+    Ok(out[2].len() as u64)
+}
 
 /// What framing needs besides the submission and the value: the device's fixed addresses
 /// and the value's own waits and stamps.
@@ -64,22 +137,15 @@ fn poll_word(address: u64, value: u32) -> sdma::PollRegMem {
     }
 }
 
-fn fence(address: u64, value: u32) -> sdma::Fence {
-    sdma::Fence {
-        mtype: sdma::FENCE_MTYPE_UC,
-        address,
-        value,
-    }
-}
-
-/// Writes value `v`'s words for both queues into `out` (compute, then copy; cleared
-/// first), for a block of the segment at GPU address `block`.
+/// Writes value `v`'s words for both queues into `out` (compute, copy, and COMPUTE:0's
+/// indirect buffers on an AQL queue, placed at `block + c.ib_at`; each cleared first), for a
+/// block of the segment at GPU address `block`.
 pub(super) fn frame(
     f: &Frame<'_>,
     c: &Compiled,
     v: u64,
     block: u64,
-    out: &mut [Vec<u32>; 2],
+    out: &mut [Vec<u32>; 3],
 ) -> Result<()> {
     let t = f.target;
     let low = v as u32;
@@ -91,13 +157,22 @@ pub(super) fn frame(
     // COPY:0 polls no other device's word (its POLL_REGMEM compares 32 bits): COMPUTE:0
     // waits, then signals this word, which COPY:0 polls before its first part.
     let waited = c.wait_slot.filter(|_| !gpu_waits.is_empty() && c.has_copy);
-    let [cs, ks] = out;
+    let [cs, ks, ib] = out;
     cs.clear();
     ks.clear();
+    ib.clear();
+    let aql = t.compute == QueueKind::Aql;
+    let mut cs = Compute {
+        ring: cs,
+        ibs: aql.then_some((ib, block + c.ib_at)),
+        run: 0,
+    };
     if c.has_compute || !release_on_copy || !gpu_waits.is_empty() {
-        push::<9>(cs, |o| pm4::WaitRegMem64::at_least(word, v - 1).encode(o))?;
+        push::<9>(cs.pm4(), |o| {
+            pm4::WaitRegMem64::at_least(word, v - 1).encode(o)
+        })?;
         for w in gpu_waits {
-            push::<9>(cs, |o| {
+            push::<9>(cs.pm4(), |o| {
                 pm4::WaitRegMem64::at_least(w.word, w.value).encode(o)
             })?;
             if let Some((slot, flag)) = w.evidence {
@@ -112,7 +187,7 @@ pub(super) fn frame(
                     src: flag,
                     dst: slot,
                 };
-                push::<6>(cs, |o| copy.encode(o))?;
+                push::<6>(cs.pm4(), |o| copy.encode(o))?;
             }
         }
         if let Some(n) = waited {
@@ -121,13 +196,14 @@ pub(super) fn frame(
                 data_sel: pm4::DataSel::Low32,
                 ..pm4::ReleaseMem::timeline(t.write_back(), part_word(n), u64::from(low))
             };
-            push::<8>(cs, |o| r.encode(o))?;
+            push::<8>(cs.pm4(), |o| r.encode(o))?;
         }
         if let Some(st) = stamp {
-            push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
+            push::<6>(cs.pm4(), |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
         }
         if let Some(b) = &c.body {
             // The parts' words as compiled, with this block's argument addresses.
+            let cs = cs.pm4();
             let at = cs.len();
             cs.extend_from_slice(&b.words);
             for &(k, args_at) in &b.kernargs {
@@ -142,19 +218,47 @@ pub(super) fn frame(
                 continue;
             }
             for &a in &p.after {
-                push::<7>(cs, |o| wait_word(part_word(a), low).encode(o))?;
+                push::<7>(cs.pm4(), |o| wait_word(part_word(a), low).encode(o))?;
             }
+            let full = first || !p.after.is_empty();
             if p.launch || !p.after.is_empty() {
-                let full = first || !p.after.is_empty();
-                push::<8>(cs, |o| t.acquire(full).encode(o))?;
                 first = false;
             }
-            let at = cs.len();
-            cs.extend_from_slice(&p.words);
+            let at = if aql && (p.launch || !p.words.is_empty()) {
+                // Packets of their own, after the IB words before them.
+                cs.call()?;
+                cs.ring.len()
+            } else {
+                if p.launch || !p.after.is_empty() {
+                    push::<8>(cs.pm4(), |o| t.acquire(full).encode(o))?;
+                }
+                cs.pm4().len()
+            };
+            let words = if aql && (p.launch || !p.words.is_empty()) {
+                &mut *cs.ring
+            } else {
+                cs.pm4()
+            };
+            words.extend_from_slice(&p.words);
             if let Some(k) = p.kernarg_at {
                 let a = block + p.args_at;
-                cs[at + k] = a as u32;
-                cs[at + k + 1] = (a >> 32) as u32;
+                words[at + k] = a as u32;
+                words[at + k + 1] = (a >> 32) as u32;
+            }
+            if aql && p.launch {
+                // The acquire of PM4's ACQUIRE_MEM is the dispatch's own fence: of the
+                // system's memory where `full`, of the agent's otherwise.
+                let header = aql::Header {
+                    barrier: true,
+                    acquire: if full {
+                        aql::Scope::System
+                    } else {
+                        aql::Scope::Agent
+                    },
+                    release: aql::Scope::Agent,
+                };
+                words[at] =
+                    (words[at] & 0xffff_0000) | u32::from(header.bits(aql::TYPE_KERNEL_DISPATCH));
             }
             if p.signals {
                 let r = pm4::ReleaseMem {
@@ -162,12 +266,12 @@ pub(super) fn frame(
                     data_sel: pm4::DataSel::Low32,
                     ..pm4::ReleaseMem::timeline(t.write_back(), part_word(i), u64::from(low))
                 };
-                push::<8>(cs, |o| r.encode(o))?;
+                push::<8>(cs.pm4(), |o| r.encode(o))?;
             }
         }
         if !release_on_copy {
             if let Some(l) = c.last_copy {
-                push::<7>(cs, |o| wait_word(part_word(l), low).encode(o))?;
+                push::<7>(cs.pm4(), |o| wait_word(part_word(l), low).encode(o))?;
             }
             if let Some(st) = stamp {
                 let flush = pm4::EventWrite {
@@ -175,15 +279,18 @@ pub(super) fn frame(
                     event_index: pm4::EVENT_INDEX_PARTIAL_FLUSH,
                     address: None,
                 };
-                push::<2>(cs, |o| flush.encode(o))?;
-                push::<6>(cs, |o| pm4::CopyData::clock_to_memory(st + 16).encode(o))?;
+                push::<2>(cs.pm4(), |o| flush.encode(o))?;
+                push::<6>(cs.pm4(), |o| {
+                    pm4::CopyData::clock_to_memory(st + 16).encode(o)
+                })?;
             }
             let r = pm4::ReleaseMem {
                 int_ctxid: f.context,
                 ..pm4::ReleaseMem::timeline(t.write_back(), word, v)
             };
-            push::<8>(cs, |o| r.encode(o))?;
+            push::<8>(cs.pm4(), |o| r.encode(o))?;
         }
+        cs.call()?;
     }
     if c.has_copy {
         push::<6>(ks, |o| poll_word(word, (v - 1) as u32).encode(o))?;
@@ -208,16 +315,18 @@ pub(super) fn frame(
             }
             // The compute queue waits for the last copy where it releases.
             if p.signals || (Some(i) == c.last_copy && !release_on_copy) {
-                push::<4>(ks, |o| fence(part_word(i), low).encode(o))?;
+                push::<4>(ks, |o| {
+                    sdma::Fence::new(t.sdma, part_word(i), low).encode(o)
+                })?;
             }
         }
         if release_on_copy {
             if let Some(st) = stamp {
                 // The fence waits for the copies before the stamp is taken.
-                push::<4>(ks, |o| fence(st + 16, 0).encode(o))?;
+                push::<4>(ks, |o| sdma::Fence::new(t.sdma, st + 16, 0).encode(o))?;
                 push::<3>(ks, |o| sdma::Timestamp::global(st + 16).encode(o))?;
             }
-            push::<4>(ks, |o| fence(word, low).encode(o))?;
+            push::<4>(ks, |o| sdma::Fence::new(t.sdma, word, low).encode(o))?;
             push::<2>(ks, |o| sdma::Trap { context: f.context }.encode(o))?;
         }
     }

@@ -43,8 +43,9 @@ impl QueueRing {
         let (bell_region, bell_offset) = maps.share(share.doorbell)?;
         let bell = Doorbell::new(bell_region, bell_offset)
             .map_err(|e| Error::shared("rigd shared a bad doorbell", e))?;
-        // PM4 packets may cross the ring's end; SDMA packets never do.
-        let wraps = share.kind == QueueKind::Pm4;
+        // PM4 packets may cross the ring's end; SDMA packets never do; AQL packets, 16
+        // dwords each at multiples of 16, never meet it.
+        let wraps = share.kind != QueueKind::Sdma;
         let ring = Producer::new(geometry, ring, read, write, bell, wraps)
             .map_err(|e| Error::Protocol(format!("rigd shared a bad ring: {e}")))?;
         Ok(QueueRing {

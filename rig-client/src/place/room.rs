@@ -72,7 +72,8 @@ pub(crate) struct Placer {
     pub(super) records: VecDeque<(u64, u64)>,
     /// The end of the newest block whose value is reached.
     pub(super) args_done: u64,
-    pub(super) staging: [Vec<u32>; 2],
+    /// A value's words: COMPUTE:0's, COPY:0's, and COMPUTE:0's indirect buffers (AQL).
+    pub(super) staging: [Vec<u32>; 3],
     /// Clock stamps of the current profile: (GPU address of the slots, slots, first value).
     pub(crate) stamps: Option<StampSlots>,
     /// The interrupt context releases carry.
@@ -121,12 +122,6 @@ impl Placer {
         submitted: (SharedRegion, usize),
     ) -> Result<Placer> {
         opened.check().map_err(Error::layout)?;
-        if target.compute != QueueKind::Pm4 {
-            return Err(Error::Invalid(format!(
-                "rig-client places PM4 packets only; {} reads {:?} packets on COMPUTE:0",
-                opened.facts.arch, target.compute
-            )));
-        }
         let compute = QueueRing::new(&opened.compute, maps)?;
         let copy = QueueRing::new(&opened.copy, maps)?;
         let args = Segment::new(&opened.args, maps)?;
@@ -143,7 +138,11 @@ impl Placer {
             submitted,
             records: VecDeque::with_capacity(RECORDS),
             args_done: 0,
-            staging: [Vec::with_capacity(1024), Vec::with_capacity(1024)],
+            staging: [
+                Vec::with_capacity(1024),
+                Vec::with_capacity(1024),
+                Vec::new(),
+            ],
             stamps: None,
             context: opened.context,
             gpu_waits: Vec::with_capacity(4),
@@ -274,15 +273,23 @@ impl Placer {
                 .region
                 .store_u64(base + 8 * n, u64::from(!low), Ordering::Relaxed);
         }
+        if !self.staging[2].is_empty() {
+            self.args
+                .region
+                .write_u32s(base + c.ib_at as usize, &self.staging[2]);
+        }
         self.args.pos.write = seg.end(c.block);
         self.records.push_back((v, self.args.pos.write));
 
         let compute = self.staging[0].len() as u64;
         if compute > 0 {
-            self.compute.ring.store(
-                cspot.offset(self.compute.ring.cursor.size),
-                &self.staging[0],
-            );
+            let at = cspot.offset(self.compute.ring.cursor.size);
+            if self.target.compute == QueueKind::Aql {
+                // The queue may run a packet once its header is stored: each goes last.
+                self.compute.ring.store_packets(at, &self.staging[0]);
+            } else {
+                self.compute.ring.store(at, &self.staging[0]);
+            }
             self.compute.ring.cursor.write = cspot.end(compute);
         }
         let copy = self.staging[1].len() as u64;

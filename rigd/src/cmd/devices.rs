@@ -65,6 +65,11 @@ pub(crate) fn open(st: &State, client: ClientId, gpu: u32) -> Answered {
             return Err(r);
         }
     };
+    if book.stopping {
+        // Opened while rigd loses every device to stop: lost like the others, before any
+        // other thread can reach it.
+        device.lose(crate::watch::shutting_down());
+    }
     let (_, now) = device.recharge();
     book.apply(client, uid, gpu, reserved, now);
     if let Some(c) = book.clients.get_mut(&client) {
@@ -126,7 +131,7 @@ fn make(
         }
     };
     let desc = backend.description().clone();
-    let device = match Device::make(id, gpu, desc, path, interrupt) {
+    let device = match Device::make(id, gpu, desc, path, interrupt, st.losses.clone()) {
         Ok(d) => d,
         Err(MakeError::Short { .. }) => {
             return Err(Refusal::gpu_short(

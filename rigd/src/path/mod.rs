@@ -9,7 +9,8 @@
 //!
 //! Implemented: [`sim`] (the simulated GPU), [`kfd`] (amdgpu's KFD, in rigd's own process)
 //! and [`worker`] (the kfd path run in a worker process per client, which is how rigd
-//! serves KFD's GPUs). `vfio` is not written yet.
+//! serves KFD's GPUs). [`vfio`] (the PCI function through VFIO) is its configuration and
+//! discovery only: it lists its functions, and serves none until the AMD bring-up exists.
 //!
 //! A path is a folder of this module plus its configuration section: it states itself in
 //! [`PATHS`] (its kind, how it reaches GPUs, its discovery), and [`crate::gpus`] folds over
@@ -26,6 +27,7 @@ pub mod forward;
 pub mod kfd;
 pub mod memory;
 pub mod sim;
+pub mod vfio;
 pub mod wake;
 pub mod worker;
 
@@ -375,6 +377,14 @@ pub static PATHS: &[PathInfo] = &[
         discover: kfd::discover::discover,
     },
     PathInfo {
+        kind: PathKind::Vfio,
+        reach: Reach::Hardware {
+            drivers: &[rig_vfio::sysfs::VFIO_PCI],
+            unreached: vfio::discover::unreached,
+        },
+        discover: vfio::discover::discover,
+    },
+    PathInfo {
         kind: PathKind::Sim,
         reach: Reach::Simulated,
         discover: sim::discover,
@@ -454,6 +464,12 @@ pub trait Path: Send + fmt::Debug {
 
     /// Destroys a queue that read every packet up to its write position.
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault>;
+
+    /// Hands the device's grown scratch, `bytes` at `address` (Device memory of this space),
+    /// to every AQL queue it made (their `amd_queue_t`'s scratch fields, read at each
+    /// dispatch); queues made later get it in their [`QueueSpec`]. A path whose queues are
+    /// all PM4 and SDMA has nothing to do: a PM4 dispatch names its scratch.
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal>;
 
     /// The most bytes of a ring of a queue of kind `kind`, a power of two.
     fn most_ring(&self, kind: QueueKind) -> u64;

@@ -197,6 +197,12 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
+    /// Asks rigd to stop as systemd does (SIGTERM), without waiting for it to exit.
+    pub fn terminate(&self) {
+        // SAFETY: kill(2) of the child this test spawned, by its id.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
     /// Stops rigd where it stands (SIGSTOP): it answers nothing until [`Daemon::resume`].
     pub fn pause(&self) {
         // SAFETY: kill(2) of the child this test spawned, by its id.

@@ -480,6 +480,19 @@ impl Path for KfdPath {
         self.make_queue(spec)
     }
 
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
+        let gpu = self
+            .shared
+            .node
+            .gpu()
+            .map_err(|e| Refusal::Refused(e.to_string().into()))?;
+        let waves = gpu.compute_units.saturating_mul(gpu.waves_per_cu);
+        for q in self.queues.values() {
+            q.hand_scratch(gpu.hal(), address, bytes, waves);
+        }
+        Ok(())
+    }
+
     fn retire(&mut self, queue: QueueHandle) -> Result<(), Fault> {
         let q = self
             .queues

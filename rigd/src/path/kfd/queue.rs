@@ -10,11 +10,13 @@ use std::time::Instant;
 
 use rig_amd::PAGE_BYTES as PAGE;
 use rig_amd::aql::{AmdQueue, amd_queue};
+use rig_amd::hal::Hal;
 use rig_kfd::abi;
 use rig_kfd::kfd::KfdError;
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
 use rig_kfd::seam::{Kernel, Pages};
 use rig_proto::messages::{MemoryKind, QueueKind};
+use rig_shm::SharedRegion;
 
 use super::process::Listener;
 use super::{KfdPath, MOST_RING, Shared, kfd_why, refused};
@@ -71,6 +73,21 @@ pub(super) struct KfdQueue {
     id: u32,
     forwarder: Forwarder,
     buffers: Vec<PathMemory>,
+    /// An AQL queue's `amd_queue_t`, whose scratch fields a growth rewrites.
+    descriptor: Option<SharedRegion>,
+}
+
+impl KfdQueue {
+    /// Hands an AQL queue the scratch `bytes` at `address`, as `hal` and `waves` count it:
+    /// the descriptor's scratch fields, which the command processor reads at each dispatch.
+    pub(super) fn hand_scratch(&self, hal: &Hal, address: u64, bytes: u64, waves: u32) {
+        if let Some(d) = &self.descriptor {
+            let mut q = AmdQueue::default();
+            q.set_scratch(hal, address, bytes, waves);
+            let fields = AmdQueue::SCRATCH_FIELDS;
+            d.write(fields.start, &q.to_bytes()[fields]);
+        }
+    }
 }
 
 /// A queue whose forwarder stopped and that KFD could not destroy: it may still run, so its
@@ -251,6 +268,7 @@ impl KfdPath {
             listener: making.path.listener.clone(),
             last_ring: making.path.last_ring.clone(),
         };
+        let descriptor = aql.as_ref().map(|w| w.queue.clone());
         let forwarder =
             Forwarder::spawn("rigd-kfd-doorbell", spec.doorbell, bell, aql).map_err(|e| {
                 Refusal::Lacking(format!("no thread for the queue's doorbell: {e}").into())
@@ -264,6 +282,7 @@ impl KfdPath {
                 id: args.queue_id,
                 forwarder,
                 buffers,
+                descriptor,
             },
         );
         Ok(QueueHandle(token))

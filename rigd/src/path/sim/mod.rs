@@ -23,6 +23,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use rig_amd::PAGE_BYTES as PAGE;
+use rig_amd::aql::AmdQueue;
 use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 use rig_sim::{AddressSpace, FaultReason, KernelFault, QueueFault, SimConfig, SimError, SimGpu};
@@ -226,8 +227,11 @@ impl SimBackend {
             maps_host: true,
             client_cost: None,
             // A simulated queue's state is on rigd's heap and its thread is the device's:
-            // nothing besides the ring.
-            queue_memory: crate::path::QueueCosts::default(),
+            // nothing besides the ring, and an AQL queue's `amd_queue_t` page.
+            queue_memory: crate::path::QueueCosts {
+                aql: crate::path::QueueMemory { gpu: 0, host: PAGE },
+                ..crate::path::QueueCosts::default()
+            },
         };
         let holding = Arc::new(Holding::new(&gpu));
         Ok(Self { gpu, desc, holding })
@@ -282,6 +286,7 @@ impl Backend for SimBackend {
             next_token: 1,
             held: HashMap::new(),
             queues: HashMap::new(),
+            descriptors: HashMap::new(),
             holding: self.holding.clone(),
             stopped: false,
             sleepers: Arc::default(),
@@ -300,10 +305,40 @@ pub struct SimPath {
     /// where its VRAM is held.
     held: HashMap<u64, (u64, u64, Option<u64>)>,
     queues: HashMap<u64, rig_sim::Queue>,
+    /// Each AQL queue's `amd_queue_t`, by the queue's token: where its processor reads the
+    /// scratch of each dispatch, as a KFD queue's does.
+    descriptors: HashMap<u64, PathMemory>,
     holding: Arc<Holding>,
     stopped: bool,
     /// The device's word, which every interrupt of its queues wakes.
     sleepers: Arc<Sleepers>,
+}
+
+impl SimPath {
+    /// The `amd_queue_t` of an AQL queue of `spec`, in a Pinned page of this space.
+    fn amd_queue(&mut self, spec: &QueueSpec) -> Result<PathMemory, Refusal> {
+        let gpu = self.space.gpu().model().clone();
+        let mut q = AmdQueue::new(spec.ring, spec.bytes);
+        q.max_cu_id = gpu.compute_units.saturating_sub(1);
+        q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);
+        q.set_scratch(
+            gpu.hal(),
+            spec.scratch.0,
+            spec.scratch.1,
+            gpu.compute_units.saturating_mul(gpu.waves_per_cu),
+        );
+        let m = self.alloc(MemoryKind::Pinned, PAGE)?;
+        match &m.host {
+            Some(host) => host.write(0, &q.to_bytes()),
+            None => {
+                self.free(m);
+                return Err(Refusal::Refused(
+                    "Pinned memory without a host mapping".into(),
+                ));
+            }
+        }
+        Ok(m)
+    }
 }
 
 impl SimPath {
@@ -452,6 +487,11 @@ impl Path for SimPath {
         if self.stopped {
             return Err(Refusal::Refused("the device is stopped".into()));
         }
+        let descriptor = if spec.kind == QueueKind::Aql {
+            Some(self.amd_queue(&spec)?)
+        } else {
+            None
+        };
         let desc = rig_sim::QueueDesc {
             kind: spec.kind,
             ring_va: spec.ring,
@@ -459,32 +499,41 @@ impl Path for SimPath {
             rptr_va: spec.read,
             wptr_va: spec.write,
             doorbell: spec.doorbell,
-            queue_va: 0,
+            queue_va: descriptor.as_ref().map_or(0, |d| d.address),
             scratch: spec.scratch,
         };
         let irq = self.events.interrupt.clone();
         let fault = self.events.fault.clone();
         let sleepers = self.sleepers.clone();
-        let q = self
-            .space
-            .create_queue(
-                desc,
-                // The path's interrupt handler: the release wrote the word before it
-                // interrupted, so its sleepers find the value.
-                Arc::new(move |_| {
-                    sleepers.wake();
-                    irq()
-                }),
-                Arc::new(move |f| fault(fault_of(&f))),
-            )
-            .map_err(|e| match e {
-                SimError::Thread(e) => {
-                    Refusal::Lacking(format!("no thread for the queue: {e}").into())
+        let made = self.space.create_queue(
+            desc,
+            // The path's interrupt handler: the release wrote the word before it
+            // interrupted, so its sleepers find the value.
+            Arc::new(move |_| {
+                sleepers.wake();
+                irq()
+            }),
+            Arc::new(move |f| fault(fault_of(&f))),
+        );
+        let q = match made {
+            Ok(q) => q,
+            Err(e) => {
+                if let Some(d) = descriptor {
+                    self.free(d);
                 }
-                e => Refusal::Refused(e.to_string().into()),
-            })?;
+                return Err(match e {
+                    SimError::Thread(e) => {
+                        Refusal::Lacking(format!("no thread for the queue: {e}").into())
+                    }
+                    e => Refusal::Refused(e.to_string().into()),
+                });
+            }
+        };
         let token = self.token();
         self.queues.insert(token, q);
+        if let Some(d) = descriptor {
+            self.descriptors.insert(token, d);
+        }
         Ok(QueueHandle(token))
     }
 
@@ -500,10 +549,30 @@ impl Path for SimPath {
         match self.queues.remove(&queue.0) {
             Some(q) => {
                 q.stop();
+                if let Some(d) = self.descriptors.remove(&queue.0) {
+                    self.free(d);
+                }
                 Ok(())
             }
             None => Err(Fault(format!("no queue {} to retire", queue.0).into())),
         }
+    }
+
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
+        let gpu = self.space.gpu().model().clone();
+        for d in self.descriptors.values() {
+            let Some(host) = &d.host else { continue };
+            let mut q = AmdQueue::default();
+            q.set_scratch(
+                gpu.hal(),
+                address,
+                bytes,
+                gpu.compute_units.saturating_mul(gpu.waves_per_cu),
+            );
+            let fields = AmdQueue::SCRATCH_FIELDS;
+            host.write(fields.start, &q.to_bytes()[fields]);
+        }
+        Ok(())
     }
 
     fn most_ring(&self, kind: QueueKind) -> u64 {

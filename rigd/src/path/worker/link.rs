@@ -522,6 +522,17 @@ impl Path for WorkerPath {
         self.done(r)
     }
 
+    fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
+        match self
+            .call(Request::HandScratch { address, bytes }, &[])
+            .map_err(|e| Refusal::Refused(e.into()))?
+        {
+            (Answer::Done, _) => Ok(()),
+            (Answer::Refused(w), _) => Err(w.refusal()),
+            (a, _) => Err(Refusal::Refused(unexpected(a))),
+        }
+    }
+
     fn most_ring(&self, kind: QueueKind) -> u64 {
         crate::path::kfd::most_ring(&self.node, kind)
     }

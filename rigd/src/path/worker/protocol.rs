@@ -96,6 +96,10 @@ pub(super) enum Request {
         token: u64,
         offset: u64,
     },
+    HandScratch {
+        address: u64,
+        bytes: u64,
+    },
     Clock,
     Stop {
         fault: Option<rig_proto::Fault>,

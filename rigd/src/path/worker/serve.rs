@@ -341,6 +341,12 @@ impl Served {
                             ),
                         })
                     }
+                    Request::HandScratch { address, bytes } => {
+                        none(match path.hand_scratch(address, bytes) {
+                            Ok(()) => Answer::Done,
+                            Err(r) => Answer::Refused(r.into()),
+                        })
+                    }
                     Request::Clock => none(Answer::Clock(path.clock())),
                     Request::Stop { fault } => none(Answer::Stopped(
                         path.stop(fault.as_ref()) == Stopped::Stopped,
