@@ -121,7 +121,7 @@ fn device() -> (Device, Arc<Control>) {
     });
     let desc = sim.description().clone();
     let interrupt = rigd::device::interrupt_fd().unwrap();
-    let d = Device::make(DeviceId(1), 0, desc, path, interrupt).unwrap();
+    let d = Device::make(DeviceId(1), 0, desc, path, interrupt, Arc::default()).unwrap();
     (d, control)
 }
 
