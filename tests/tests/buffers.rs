@@ -252,41 +252,13 @@ fn a_submission_waits_for_another_devices_point() {
     assert_eq!(b.read(|x| x.to_vec()).unwrap(), vec![4; 64]);
 }
 
-/// A clean stop (SIGTERM, `systemctl stop`) while work waits: the wait ends in the loss
-/// rigd names, "rigd is shutting down", not in a connection that broke.
-#[test]
-fn a_wait_at_a_clean_stop_is_told_rigd_is_shutting_down() {
+/// A submission whose work never ends, and the buffer it waits on: COMPUTE:0 waits for a
+/// word nobody writes (a WAIT_REG_MEM, or on an AQL queue a barrier-value packet on a signal
+/// whose value, at byte 8, is that word).
+fn never_ending(dev: &rig_client::Device) -> (rig_client::Point, rig_client::Buffer) {
     use rig_amd::pm4;
-    let d = Daemon::start(None);
-    let dev = d.device();
-    let flag = dev.buffer(8, Memory::Pinned).unwrap();
-    flag.write(|b| b.fill(0)).unwrap();
-    // COMPUTE:0 waits for a word nobody writes.
-    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
-        .encode(&mut w)
-        .unwrap();
-    let p = dev
-        .submit(&Submission::new().words(Queue::Compute, &w))
-        .unwrap();
-    d.terminate();
-    match p.wait() {
-        Err(e @ Error::Lost { .. }) => {
-            assert!(e.to_string().contains("rigd is shutting down"), "{e}")
-        }
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
-fn a_wait_notices_that_rigd_crashed() {
-    use rig_amd::pm4;
-    let mut d = Daemon::start(None);
-    let dev = d.device();
     let flag = dev.buffer(16, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
-    // COMPUTE:0 waits for a word nobody writes: a WAIT_REG_MEM, or on an AQL queue a
-    // barrier-value packet on a signal whose value (at byte 8) is that word.
     let w = if dev.facts().compute_packets == rig_client::Packets::Aql {
         let p = rig_amd::aql::BarrierValue {
             header: rig_amd::aql::Header {
@@ -310,6 +282,30 @@ fn a_wait_notices_that_rigd_crashed() {
     let p = dev
         .submit(&Submission::new().words(Queue::Compute, &w))
         .unwrap();
+    (p, flag)
+}
+
+/// A clean stop (SIGTERM, `systemctl stop`) while work waits: the wait ends in the loss
+/// rigd names, "rigd is shutting down", not in a connection that broke.
+#[test]
+fn a_wait_at_a_clean_stop_is_told_rigd_is_shutting_down() {
+    let d = Daemon::start(None);
+    let dev = d.device();
+    let (p, _flag) = never_ending(&dev);
+    d.terminate();
+    match p.wait() {
+        Err(e @ Error::Lost { .. }) => {
+            assert!(e.to_string().contains("rigd is shutting down"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_wait_notices_that_rigd_crashed() {
+    let mut d = Daemon::start(None);
+    let dev = d.device();
+    let (p, _flag) = never_ending(&dev);
     d.crash();
     let start = std::time::Instant::now();
     match p.wait() {
