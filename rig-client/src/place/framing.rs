@@ -25,8 +25,8 @@ use crate::error::Result;
 use crate::types::Queue;
 
 /// Where COMPUTE:0's words go: PM4 words into its ring; or on an AQL queue, packets into its
-/// ring and PM4 words into indirect buffers at `ib_gpu`, each run called by a PM4-IB packet
-/// placed before the next packet.
+/// ring and PM4 words into indirect buffers (`ibs`: the words and their GPU address), each
+/// run called by a PM4-IB packet placed before the next packet.
 struct Compute<'a> {
     ring: &'a mut Vec<u32>,
     ibs: Option<(&'a mut Vec<u32>, u64)>,
@@ -224,21 +224,19 @@ pub(super) fn frame(
             if p.launch || !p.after.is_empty() {
                 first = false;
             }
-            let at = if aql && (p.launch || !p.words.is_empty()) {
-                // Packets of their own, after the IB words before them.
+            // On an AQL queue, launches and words parts are packets of their own, after the
+            // IB words before them.
+            let packets = aql && (p.launch || !p.words.is_empty());
+            let words = if packets {
                 cs.call()?;
-                cs.ring.len()
+                &mut *cs.ring
             } else {
                 if p.launch || !p.after.is_empty() {
                     push::<8>(cs.pm4(), |o| t.acquire(full).encode(o))?;
                 }
-                cs.pm4().len()
-            };
-            let words = if aql && (p.launch || !p.words.is_empty()) {
-                &mut *cs.ring
-            } else {
                 cs.pm4()
             };
+            let at = words.len();
             words.extend_from_slice(&p.words);
             if let Some(k) = p.kernarg_at {
                 let a = block + p.args_at;
