@@ -41,6 +41,8 @@
 pub use crate::pm4::EncodeError;
 use thiserror::Error;
 
+use crate::gpu::Gpu;
+
 /// Words in an AQL packet.
 pub const WORDS: usize = 16;
 /// Bytes in an AQL packet.
@@ -782,6 +784,32 @@ impl AmdQueue {
     /// scratch grows, leaving the dispatch ids the producer and processor move alone.
     pub const SCRATCH_FIELDS: std::ops::Range<usize> =
         amd_queue::COMPUTE_TMPRING_SIZE..amd_queue::SCRATCH_WAVE64_LANE_BYTE_SIZE + 4;
+
+    /// A descriptor of a queue of `gpu` on the ring of `ring_bytes` at `ring`, with its CU and
+    /// wave ids and the scratch `(base, bytes)` shared by every wave slot of the GPU
+    /// ([`AmdQueue::set_gpu_scratch`]).
+    pub fn for_gpu(gpu: &Gpu, ring: u64, ring_bytes: u64, (base, bytes): (u64, u64)) -> AmdQueue {
+        let mut q = AmdQueue::new(ring, ring_bytes);
+        q.max_cu_id = gpu.compute_units.saturating_sub(1);
+        q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);
+        q.set_gpu_scratch(gpu, base, bytes);
+        q
+    }
+
+    /// Sets the scratch of a queue of `gpu`: `bytes` at `base` shared by its compute units
+    /// times their waves, as [`AmdQueue::set_scratch`] counts it.
+    pub fn set_gpu_scratch(&mut self, gpu: &Gpu, base: u64, bytes: u64) {
+        let waves = gpu.compute_units.saturating_mul(gpu.waves_per_cu);
+        self.set_scratch(gpu.hal(), base, bytes, waves);
+    }
+
+    /// The bytes of [`AmdQueue::SCRATCH_FIELDS`] for `gpu`'s scratch of `bytes` at `base`:
+    /// what a live queue's descriptor is given at that offset when the scratch grows.
+    pub fn scratch_update(gpu: &Gpu, base: u64, bytes: u64) -> Vec<u8> {
+        let mut q = AmdQueue::default();
+        q.set_gpu_scratch(gpu, base, bytes);
+        q.to_bytes()[Self::SCRATCH_FIELDS].to_vec()
+    }
 
     /// The descriptor's address for a queue whose read pointer (CREATE_QUEUE's
     /// `read_pointer_address`) is `read_pointer`: where the command processor finds it.

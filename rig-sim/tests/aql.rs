@@ -337,6 +337,32 @@ fn a_pm4_ib_packet_releases_a_64_bit_value_with_an_interrupt() {
         matches!(&f.reason, FaultReason::BadPacket { position: 2, reason } if reason.contains("indirect buffer")),
         "{f}"
     );
+
+    // An indirect buffer where nothing is mapped is a page fault at its address; one longer
+    // than IB_SIZE holds cannot be encoded, and its words do not decode as a packet.
+    let (_gpu, _space, _mem, mut q) = setup(rec.clone());
+    let unmapped = Pm4Ib {
+        address: 0x7000_0000,
+        ..ib
+    };
+    q.place_aql(Packet::Pm4Ib(unmapped).encode().unwrap());
+    q.ring_bell();
+    wait_for("the fault", || q.status() != QueueStatus::Running);
+    let QueueStatus::Faulted(f) = q.status() else {
+        panic!("{:?}", q.status())
+    };
+    assert!(
+        matches!(&f.reason, FaultReason::Page(p) if p.address == 0x7000_0000),
+        "{f}"
+    );
+    assert!(
+        Pm4Ib {
+            size_dw: 1 << 20,
+            ..ib
+        }
+        .encode()
+        .is_err()
+    );
 }
 
 #[test]

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rig_amd::PAGE_BYTES as PAGE;
+use rig_amd::aql::AmdQueue;
 use rig_kfd::abi;
 use rig_kfd::kfd::{Kfd, KfdError};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -486,9 +487,9 @@ impl Path for KfdPath {
             .node
             .gpu()
             .map_err(|e| Refusal::Refused(e.to_string().into()))?;
-        let waves = gpu.compute_units.saturating_mul(gpu.waves_per_cu);
+        let update = AmdQueue::scratch_update(gpu, address, bytes);
         for q in self.queues.values() {
-            q.hand_scratch(gpu.hal(), address, bytes, waves);
+            q.hand_scratch(&update);
         }
         Ok(())
     }

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use rig_amd::PAGE_BYTES as PAGE;
 use rig_amd::aql::{AmdQueue, amd_queue};
-use rig_amd::hal::Hal;
 use rig_kfd::abi;
 use rig_kfd::kfd::KfdError;
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
@@ -78,14 +77,11 @@ pub(super) struct KfdQueue {
 }
 
 impl KfdQueue {
-    /// Hands an AQL queue the scratch `bytes` at `address`, as `hal` and `waves` count it:
-    /// the descriptor's scratch fields, which the command processor reads at each dispatch.
-    pub(super) fn hand_scratch(&self, hal: &Hal, address: u64, bytes: u64, waves: u32) {
+    /// Hands an AQL queue new scratch: `update` ([`AmdQueue::scratch_update`]) into its
+    /// descriptor's scratch fields, which the command processor reads at each dispatch.
+    pub(super) fn hand_scratch(&self, update: &[u8]) {
         if let Some(d) = &self.descriptor {
-            let mut q = AmdQueue::default();
-            q.set_scratch(hal, address, bytes, waves);
-            let fields = AmdQueue::SCRATCH_FIELDS;
-            d.write(fields.start, &q.to_bytes()[fields]);
+            d.write(AmdQueue::SCRATCH_FIELDS.start, update);
         }
     }
 }
@@ -340,15 +336,7 @@ impl KfdPath {
             .node
             .gpu()
             .map_err(|e| Refusal::Refused(e.to_string().into()))?;
-        let mut q = AmdQueue::new(spec.ring, spec.bytes);
-        q.max_cu_id = gpu.compute_units.saturating_sub(1);
-        q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);
-        q.set_scratch(
-            gpu.hal(),
-            spec.scratch.0,
-            spec.scratch.1,
-            gpu.compute_units.saturating_mul(gpu.waves_per_cu),
-        );
+        let q = AmdQueue::for_gpu(gpu, spec.ring, spec.bytes, spec.scratch);
         let m = self.alloc(MemoryKind::Pinned, PAGE)?;
         let Some(host) = m.host.clone() else {
             self.free(m);

@@ -317,15 +317,11 @@ pub struct SimPath {
 impl SimPath {
     /// The `amd_queue_t` of an AQL queue of `spec`, in a Pinned page of this space.
     fn amd_queue(&mut self, spec: &QueueSpec) -> Result<PathMemory, Refusal> {
-        let gpu = self.space.gpu().model().clone();
-        let mut q = AmdQueue::new(spec.ring, spec.bytes);
-        q.max_cu_id = gpu.compute_units.saturating_sub(1);
-        q.max_wave_id = gpu.waves_per_cu.saturating_sub(1);
-        q.set_scratch(
-            gpu.hal(),
-            spec.scratch.0,
-            spec.scratch.1,
-            gpu.compute_units.saturating_mul(gpu.waves_per_cu),
+        let q = AmdQueue::for_gpu(
+            self.space.gpu().model(),
+            spec.ring,
+            spec.bytes,
+            spec.scratch,
         );
         let m = self.alloc(MemoryKind::Pinned, PAGE)?;
         match &m.host {
@@ -559,18 +555,9 @@ impl Path for SimPath {
     }
 
     fn hand_scratch(&mut self, address: u64, bytes: u64) -> Result<(), Refusal> {
-        let gpu = self.space.gpu().model().clone();
-        for d in self.descriptors.values() {
-            let Some(host) = &d.host else { continue };
-            let mut q = AmdQueue::default();
-            q.set_scratch(
-                gpu.hal(),
-                address,
-                bytes,
-                gpu.compute_units.saturating_mul(gpu.waves_per_cu),
-            );
-            let fields = AmdQueue::SCRATCH_FIELDS;
-            host.write(fields.start, &q.to_bytes()[fields]);
+        let update = AmdQueue::scratch_update(self.space.gpu().model(), address, bytes);
+        for host in self.descriptors.values().filter_map(|d| d.host.as_ref()) {
+            host.write(AmdQueue::SCRATCH_FIELDS.start, &update);
         }
         Ok(())
     }
