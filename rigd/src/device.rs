@@ -972,6 +972,14 @@ impl Device {
         !self.quarantine.is_empty()
     }
 
+    /// Gives back the quarantined memory no work can touch any more, now rather than at the
+    /// watch thread's next look: whether any went back.
+    pub fn reclaim(&mut self) -> bool {
+        let before = self.quarantine.len();
+        self.release_quarantine();
+        self.quarantine.len() < before
+    }
+
     /// Drops the mapping of `peer`'s word (the peer closed): given back as quarantined
     /// memory, since this device's queues may be reading it.
     pub fn drop_peer_word(&mut self, peer: DeviceId) {

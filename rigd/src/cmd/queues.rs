@@ -28,7 +28,11 @@ pub(crate) fn grow<M: Mode>(
             let queues = h.d.growth_queues(sizes.0, sizes.1);
             st.reserve_for(client, h, Footprint::growth(want).plus(queues))?;
         }
-        match h.d.grow(sizes.0, sizes.1, sizes.2, installed) {
+        let mut grown = h.d.grow(sizes.0, sizes.1, sizes.2, installed);
+        if matches!(grown, Err(MakeError::Short { .. })) && st.reclaim(h) {
+            grown = h.d.grow(sizes.0, sizes.1, sizes.2, installed);
+        }
+        match grown {
             Ok((g, fds)) => Ok((Response::Grown(g), fds)),
             Err(MakeError::Short { .. }) => Err(Refusal::gpu_short(want)),
             Err(e @ MakeError::Never { .. }) => Err(Refusal::Never(e.to_string())),
