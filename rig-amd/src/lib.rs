@@ -18,7 +18,8 @@
 //!   COMPUTE_* register writes for PM4, the AQL packet), writing into caller buffers.
 //! - For the PCI path, which brings a GPU up with no kernel driver: [`ucode`], the firmware
 //!   files' headers; [`discovery`], the IP discovery table and the blocks its versions
-//!   choose; [`mmio`], the MMIO registers of those blocks, generated from Linux's headers.
+//!   choose; [`mmio`], the MMIO registers of those blocks, generated from Linux's headers;
+//!   [`psp`], the PSP bootloader's mailbox protocol.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -33,6 +34,7 @@ pub mod kernarg;
 pub mod mmio;
 pub mod pci_ids;
 pub mod pm4;
+pub mod psp;
 pub mod regs;
 pub mod sdma;
 pub mod ucode;
