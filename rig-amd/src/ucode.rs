@@ -113,7 +113,10 @@ pub enum UcodeError {
         have: usize,
     },
     /// A part lies outside what holds it, or its offset and size wrap.
-    #[error("firmware's {field} puts {size} bytes at {offset}, past the {within} ({limit} bytes)")]
+    #[error(
+        "firmware's {field} puts {size} bytes at byte {offset}, outside the {within} \
+         (which ends at byte {limit}): the file is damaged or not of this kind"
+    )]
     Outside {
         /// The field (or pair of fields) that places the part.
         field: &'static str,
