@@ -139,6 +139,46 @@ impl Cmp32 {
     }
 }
 
+/// What a vector compare form compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VCmp {
+    /// `v_cmp*_{i,u}32`.
+    Int(Cmp32),
+    /// `v_cmp*_f32`: the relation as the low four bits of the opcode (`valu::fcmp`).
+    F32(u8),
+    /// `v_cmp_class_f32`.
+    ClassF32,
+}
+
+/// A 32-bit source's abs/neg modifiers as masks: the lane value `x` reads as
+/// `(x & and) ^ xor` (`valu::sign_masks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SrcMod {
+    pub and: u32,
+    pub xor: u32,
+}
+
+impl SrcMod {
+    /// No modifier.
+    pub(crate) const NONE: SrcMod = SrcMod { and: !0, xor: 0 };
+
+    /// The modifiers of source `k` of `i` (a 32-bit, non-f16 source).
+    fn of(i: &Inst, k: usize) -> SrcMod {
+        let (and, xor) =
+            crate::valu::sign_masks(1, false, i.abs >> k & 1 != 0, i.neg >> k & 1 != 0);
+        SrcMod {
+            and: and as u32,
+            xor: xor as u32,
+        }
+    }
+
+    /// `x` as the source reads it.
+    #[inline(always)]
+    pub(crate) fn apply(self, x: u32) -> u32 {
+        (x & self.and) ^ self.xor
+    }
+}
+
 /// A 32-bit scalar ALU operation of two sources: its result and SCC (`exec::scalar::salu`
 /// holds the semantics, which the general SOP2 path runs too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +295,15 @@ pub(crate) enum Fast {
     Nop,
     /// One 32-bit lane operation; `top` is one past the highest VGPR it names.
     Alu { op: AluOp, top: u16 },
+    /// A 32-bit float lane operation of a VOP3 encoding with modifiers: the sources' abs/neg,
+    /// the result's omod and clamp (`valu::out_mod_f32`).
+    AluMod {
+        op: AluOp,
+        m: [SrcMod; 3],
+        omod: u8,
+        clamp: bool,
+        top: u16,
+    },
     /// A VOPD pair: both halves read their sources before either writes.
     Dual { x: AluOp, y: AluOp, top: u16 },
     /// `v_add_co_u32` / `v_add_co_ci_u32`: the 32-bit sum and its carry-out mask (into SGPR
@@ -267,12 +316,13 @@ pub(crate) enum Fast {
         carry: u8,
         top: u16,
     },
-    /// A 32-bit integer compare: the lane mask (active lanes' results, others 0) into SGPR
-    /// `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`).
+    /// A 32-bit compare or class test: the lane mask (active lanes' results, others 0) into
+    /// SGPR `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`), the sources' abs/neg applied.
     Cmp {
-        c: Cmp32,
+        c: VCmp,
         a: Operand,
         b: Operand,
+        m: [SrcMod; 2],
         d: u8,
         top: u16,
     },
@@ -373,6 +423,8 @@ pub(crate) struct Slot {
     pub fast: Fast,
     /// A vector instruction (counted in lane-instructions).
     pub vector: bool,
+    /// `InstClass::index` of the instruction's class (the statistics count by it).
+    pub class: u8,
 }
 
 impl Slot {
@@ -393,6 +445,7 @@ impl Slot {
                     | Format::Sopp
                     | Format::Smem
             ),
+            class: crate::InstClass::of(inst.format).index() as u8,
             inst,
         }
     }
@@ -461,6 +514,7 @@ pub(crate) fn select(i: &Inst) -> Fast {
                 op,
                 top: top(&op.s, &[op.d]),
             })
+            .or_else(|| alu_mod(i))
             .or_else(|| add_co(i))
             .or_else(|| shift64(i))
             .or_else(|| cmp(i))
@@ -490,6 +544,9 @@ fn alu(i: &Inst) -> Option<AluOp> {
     let e64 = i.format == Format::Vop3;
     // (operation, sources read): fmac's third source is its destination.
     let (f, n) = match (i.format, i.op) {
+        (Format::Vop2, V_FMAMK_F32 | V_FMAAK_F32) => {
+            return fma_literal(i.op, i.dst, i.src[0], i.src[1], i.literal);
+        }
         (Format::Vop1 | Format::Vop3, V_MOV_B32) => (Alu::Mov, 1),
         (Format::Vop2, V_FMAC_F32) => (Alu::Fma, 2),
         (Format::Vop3, V_FMA_F32) => (Alu::Fma, 3),
@@ -536,10 +593,66 @@ fn alu(i: &Inst) -> Option<AluOp> {
     Some(AluOp { f, s, d })
 }
 
+/// The float operations of [`alu`] in a VOP3 encoding with abs/neg, omod or clamp (GFX11
+/// and GFX12; a modifier of a constant source is applied to it here).
+fn alu_mod(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop3
+        || i.isa == crate::decode::Isa::Gfx9
+        || i.dpp.is_some()
+        || i.op_sel != 0
+        || (i.abs == 0 && i.neg == 0 && !i.clamp && i.omod == 0)
+    {
+        return None;
+    }
+    let mut op = alu(&Inst {
+        abs: 0,
+        neg: 0,
+        clamp: false,
+        omod: 0,
+        ..*i
+    })?;
+    if !op.f.is_float() {
+        return None;
+    }
+    let mut m = [SrcMod::NONE; 3];
+    for (k, (s, m)) in op.s.iter_mut().zip(&mut m).enumerate() {
+        let sm = SrcMod::of(i, k);
+        match s {
+            Operand::Const(c) => *c = sm.apply(*c),
+            _ => *m = sm,
+        }
+    }
+    Some(Fast::AluMod {
+        op,
+        m,
+        omod: i.omod,
+        clamp: i.clamp,
+        top: top(&op.s, &[op.d]),
+    })
+}
+
+/// `v_fmamk_f32` (`a * K + b`) and `v_fmaak_f32` (`a * b + K`) as the fma of three sources,
+/// the literal K one of them.
+fn fma_literal(op: u16, d: u16, s0: u16, s1: u16, lit: u32) -> Option<AluOp> {
+    let (a, b, k) = (operand(s0, lit)?, operand(s1, lit)?, Operand::Const(lit));
+    let s = match op {
+        V_FMAMK_F32 => [a, k, b],
+        V_FMAAK_F32 => [a, b, k],
+        _ => return None,
+    };
+    Some(AluOp {
+        f: Alu::Fma,
+        s,
+        d: vgpr(d)?,
+    })
+}
+
 /// A VOPD pair whose halves both have fast forms.
 fn dual(i: &Inst) -> Option<Fast> {
     let half = |op: u16, d: u16, s0: u16, s1: u16| -> Option<AluOp> {
         let (f, n) = match op {
+            op_vopdx::V_DUAL_FMAMK_F32 => return fma_literal(V_FMAMK_F32, d, s0, s1, i.literal),
+            op_vopdx::V_DUAL_FMAAK_F32 => return fma_literal(V_FMAAK_F32, d, s0, s1, i.literal),
             op_vopdx::V_DUAL_FMAC_F32 => (Alu::Fma, 2),
             op_vopdx::V_DUAL_MUL_F32 => (Alu::MulF, 2),
             op_vopdx::V_DUAL_ADD_F32 => (Alu::AddF, 2),
@@ -596,23 +709,29 @@ fn add_co(i: &Inst) -> Option<Fast> {
     })
 }
 
-/// The 32-bit integer compares (VOPC, or VOP3 without modifiers), `v_cmpx` too.
+/// The 32-bit integer and f32 compares and the f32 class test (VOPC, or VOP3; the f32 ones
+/// with abs/neg), `v_cmpx` too.
 fn cmp(i: &Inst) -> Option<Fast> {
-    if i.op >= 0x100
-        || i.dpp.is_some()
-        || i.abs != 0
-        || i.neg != 0
-        || i.op_sel != 0
-        || i.clamp
-        || i.omod != 0
-    {
+    if i.op >= 0x100 || i.dpp.is_some() || i.op_sel != 0 || i.clamp || i.omod != 0 {
         return None;
     }
-    let signed = match i.op & 0x7f {
-        0x40..=0x47 => true,
-        0x48..=0x4f => false,
+    let c = match i.op & 0x7f {
+        0x40..=0x47 => VCmp::Int(Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed: true,
+        }),
+        0x48..=0x4f => VCmp::Int(Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed: false,
+        }),
+        // GFX9's v_cmpx also writes its destination: the general executor's.
+        0x10..=0x1f if i.isa != crate::decode::Isa::Gfx9 => VCmp::F32((i.op & 0xf) as u8),
+        0x7e if i.isa != crate::decode::Isa::Gfx9 => VCmp::ClassF32,
         _ => return None,
     };
+    if matches!(c, VCmp::Int(_)) && (i.abs != 0 || i.neg != 0) {
+        return None;
+    }
     let d = if i.op >= 0x80 {
         src::EXEC_LO
     } else if i.format == Format::Vop3 {
@@ -625,12 +744,10 @@ fn cmp(i: &Inst) -> Option<Fast> {
     }
     let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
     Some(Fast::Cmp {
-        c: Cmp32 {
-            rel: (i.op & 7) as u8,
-            signed,
-        },
+        c,
         a,
         b,
+        m: [SrcMod::of(i, 0), SrcMod::of(i, 1)],
         d: d as u8,
         top: top(&[a, b], &[]),
     })

@@ -19,7 +19,7 @@ mod div;
 mod dot;
 mod mfma;
 mod ops;
-pub(crate) use ops::{add_f32, min_max_f32, mul_f32};
+pub(crate) use ops::{add_f32, f32_class, fcmp, min_max_f32, mul_f32};
 mod wmma;
 
 /// The part of a wave the VALU touches.
@@ -342,7 +342,9 @@ fn apply_dpp(dpp: Dpp, a: &mut Lanes, lanes: usize, exec: u64) -> u64 {
     disabled
 }
 
-fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bool) {
+/// The abs/neg source modifiers of a float source of `width` dwords (16-bit when `f16`) as
+/// masks: the value `x` reads as `(x & and) ^ xor` (abs clears the sign, neg then flips it).
+pub(crate) fn sign_masks(width: u8, f16: bool, abs: bool, neg: bool) -> (u64, u64) {
     let bit: u64 = if width == 2 {
         1 << 63
     } else if f16 {
@@ -350,13 +352,13 @@ fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bo
     } else {
         1 << 31
     };
+    (if abs { !bit } else { !0 }, if neg { bit } else { 0 })
+}
+
+fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bool) {
+    let (and, xor) = sign_masks(width, f16, abs, neg);
     for x in v.iter_mut().take(lanes) {
-        if abs {
-            *x &= !bit;
-        }
-        if neg {
-            *x ^= bit;
-        }
+        *x = (*x & and) ^ xor;
     }
 }
 
@@ -600,14 +602,20 @@ fn output_modifiers(w: &WaveRef, r: &mut Lanes, i: &Inst, oi: OpInfo, exec: u64)
             }
             r[l] = db(v);
         } else {
-            let mut v = f(r[l]);
-            v *= [1.0f32, 2.0, 4.0, 0.5][i.omod as usize];
-            if i.clamp {
-                v = v.clamp(0.0, 1.0);
-            }
-            r[l] = fb(v);
+            r[l] = out_mod_f32(r[l] as u32, i.omod, i.clamp) as u64;
         }
     }
+}
+
+/// The VOP3 output modifiers of an f32 result `x`: scaled by omod (1, 2, 4 or 0.5), then,
+/// with clamp, clamped to [0, 1].
+#[inline(always)]
+pub(crate) fn out_mod_f32(x: u32, omod: u8, clamp: bool) -> u32 {
+    let mut v = f32::from_bits(x) * [1.0f32, 2.0, 4.0, 0.5][omod as usize & 3];
+    if clamp {
+        v = v.clamp(0.0, 1.0);
+    }
+    v.to_bits()
 }
 
 /// Writes the lane results `r` (16, 32 or 64 bits wide) and the carry mask, if any, for the

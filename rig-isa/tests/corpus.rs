@@ -16,8 +16,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Arg, Case, corpus_dir, run_gpu_on};
-use rig_isa::Isa;
+use common::{Arg, Case, corpus_dir, corpus_dir_of, instructions, run_gpu_on, run_gpu_stats};
+use rig_isa::{InstClass, Isa, Tier, issue_tier};
 
 /// The targets every case runs as (the corpus is built for each).
 const TARGETS: [(Isa, &str); 3] = [
@@ -1100,6 +1100,36 @@ fn listed(file: &str) -> Vec<String> {
         .collect()
 }
 
+/// The build lists of the corpus (see [`listed`]).
+struct Lists {
+    gfx11_only: Vec<String>,
+    not_gfx942: Vec<String>,
+    gfx942_only: Vec<String>,
+}
+
+impl Lists {
+    fn read() -> Lists {
+        Lists {
+            gfx11_only: listed("gfx11_only"),
+            not_gfx942: listed("not_gfx942"),
+            gfx942_only: listed("gfx942_only"),
+        }
+    }
+}
+
+/// Whether the corpus has a build of case `c` for `isa`'s target.
+fn built_for(c: &Case, isa: Isa, l: &Lists) -> bool {
+    let is = |list: &[String]| list.iter().any(|n| n == c.name);
+    if isa != Isa::Gfx11 && is(&l.gfx11_only) {
+        return false;
+    }
+    // gfx942 code is wave64 only: its O2 build is what the W64 builds are elsewhere.
+    if isa == Isa::Gfx9 && (c.opt == "W64" || is(&l.not_gfx942)) {
+        return false;
+    }
+    !(isa != Isa::Gfx9 && is(&l.gfx942_only))
+}
+
 #[test]
 fn corpus_matches_host() {
     let Some(cc) = find_cc() else {
@@ -1112,9 +1142,7 @@ fn corpus_matches_host() {
     let only_target = std::env::var("RIG_ISA_TARGET").ok();
     let mut failures = Vec::new();
     let mut ran = 0;
-    let gfx11_only = listed("gfx11_only");
-    let not_gfx942 = listed("not_gfx942");
-    let gfx942_only = listed("gfx942_only");
+    let lists = Lists::read();
     for c in cases() {
         if only.as_deref().is_some_and(|o| o != c.name) {
             continue;
@@ -1124,14 +1152,7 @@ fn corpus_matches_host() {
             if only_target.as_deref().is_some_and(|t| t != target) {
                 continue;
             }
-            if isa != Isa::Gfx11 && gfx11_only.iter().any(|n| n == c.name) {
-                continue;
-            }
-            // gfx942 code is wave64 only: its O2 build is what the W64 builds are elsewhere.
-            if isa == Isa::Gfx9 && (c.opt == "W64" || not_gfx942.iter().any(|n| n == c.name)) {
-                continue;
-            }
-            if isa != Isa::Gfx9 && gfx942_only.iter().any(|n| n == c.name) {
+            if !built_for(&c, isa, &lists) {
                 continue;
             }
             let gpu = std::panic::catch_unwind(|| run_gpu_on(isa, &c, 2));
@@ -1166,4 +1187,281 @@ fn corpus_matches_host() {
         eprintln!("  {f}");
     }
     assert!(failures.is_empty(), "corpus kernels disagree with the host");
+}
+
+/// Operations the corpus still issues on the general executor (issue 27 moves each to a fast
+/// form, and it leaves this list): the tier test fails on any other, and on an entry no
+/// corpus kernel has any more.
+const STILL_GENERAL: &[&str] = &[
+    "buffer_atomic_add_u32",
+    "buffer_atomic_add_u64",
+    "buffer_atomic_cmpswap_b32",
+    "buffer_atomic_max_i32",
+    "buffer_load_b128",
+    "buffer_load_b32",
+    "buffer_load_b64",
+    "buffer_load_b96",
+    "buffer_load_d16_hi_b16",
+    "buffer_load_i8",
+    "buffer_load_u16",
+    "buffer_store_b128",
+    "buffer_store_b16",
+    "buffer_store_b8",
+    "buffer_store_b96",
+    "ds_add_u32",
+    "ds_add_u64",
+    "ds_append",
+    "ds_consume",
+    "ds_load_i8_d16_hi",
+    "ds_load_u16",
+    "ds_load_u16_d16_hi",
+    "ds_load_u8_d16",
+    "ds_max_i32",
+    "ds_max_u64",
+    "ds_min_u64",
+    "ds_store_b16",
+    "ds_store_b16_d16_hi",
+    "ds_store_b8_d16_hi",
+    "ds_xor_b64",
+    "flat_atomic_add_u32",
+    "flat_atomic_cmpswap_b32",
+    "global_atomic_add_u32",
+    "global_atomic_add_u64",
+    "global_atomic_cmpswap_b32",
+    "global_atomic_or_b32",
+    "global_load_d16_b16",
+    "global_load_d16_hi_b16",
+    "global_load_d16_hi_i8",
+    "global_load_d16_hi_u8",
+    "global_load_d16_i8",
+    "global_load_d16_u8",
+    "global_load_i16",
+    "global_load_u16",
+    "global_load_u8",
+    "global_store_b16",
+    "global_store_b8",
+    "global_store_d16_hi_b16",
+    "global_store_d16_hi_b8",
+    "s_add_nc_u64",
+    "s_and_b64",
+    "s_and_not1_b64",
+    "s_and_not1_saveexec_b32",
+    "s_and_not1_saveexec_b64",
+    "s_and_saveexec_b32",
+    "s_and_saveexec_b64",
+    "s_barrier_signal",
+    "s_barrier_wait",
+    "s_bcnt1_i32_b32",
+    "s_brev_b32",
+    "s_buffer_load_b32",
+    "s_buffer_load_b64",
+    "s_cmp_lg_u64",
+    "s_cselect_b64",
+    "s_ctz_i32_b32",
+    "s_ctz_i32_b64",
+    "s_cvt_f32_i32",
+    "s_cvt_f32_u32",
+    "s_getpc_b64",
+    "s_load_b96",
+    "s_load_u16",
+    "s_lshl_b64",
+    "s_lshr_b64",
+    "s_mov_b64",
+    "s_or_b64",
+    "s_or_saveexec_b32",
+    "s_setpc_b64",
+    "s_sext_i32_i16",
+    "s_sleep",
+    "s_swappc_b64",
+    "s_waitcnt_vscnt",
+    "s_xor_b64",
+    "s_xor_saveexec_b32",
+    "scratch_load_b32",
+    "scratch_load_b64",
+    "scratch_store_b32",
+    "scratch_store_b64",
+    "v_add_co_ci_u32_e64",
+    "v_add_f64",
+    "v_add_f64_e32",
+    "v_add_lshl_u32",
+    "v_add_nc_u16",
+    "v_add_nc_u32_e64",
+    "v_alignbit_b32",
+    "v_bcnt_u32_b32",
+    "v_bfi_b32",
+    "v_ceil_f32_e32",
+    "v_clz_i32_u32_e32",
+    "v_cmp_gt_f16_e32",
+    "v_cmp_gt_u64_e32",
+    "v_cmp_gt_u64_e64",
+    "v_cmp_lt_i64_e32",
+    "v_cmp_lt_u64_e64",
+    "v_cmp_ne_u64_e32",
+    "v_cos_f16_e32",
+    "v_cvt_f16_f32_e32",
+    "v_cvt_f16_i16_e32",
+    "v_cvt_f32_f16_e32",
+    "v_cvt_f32_i32_e32",
+    "v_cvt_f32_i32_e64",
+    "v_cvt_f32_u32_e32",
+    "v_cvt_i32_f32_e32",
+    "v_cvt_u32_f32_e32",
+    "v_cvt_u32_f32_e64",
+    "v_div_fixup_f16",
+    "v_div_fixup_f32",
+    "v_div_fixup_f64",
+    "v_div_fmas_f32",
+    "v_div_fmas_f64",
+    "v_div_scale_f32",
+    "v_div_scale_f64",
+    "v_dot2_bf16_bf16",
+    "v_dot2_f16_f16",
+    "v_dot2_f32_bf16",
+    "v_dot2_f32_f16",
+    "v_dot2acc_f32_f16",
+    "v_dot4_i32_iu8",
+    "v_dot4_u32_u8",
+    "v_dot8_i32_iu4",
+    "v_dot8_u32_u4",
+    "v_dual_add_f32",
+    "v_dual_cndmask_b32",
+    "v_dual_mov_b32",
+    "v_exp_f16_e32",
+    "v_floor_f32_e32",
+    "v_fma_f64",
+    "v_fma_mixhi_f16",
+    "v_fma_mixlo_f16",
+    "v_fract_f16_e32",
+    "v_frexp_exp_i16_f16_e32",
+    "v_frexp_exp_i32_f32_e32",
+    "v_frexp_mant_f16_e32",
+    "v_frexp_mant_f32_e32",
+    "v_ldexp_f32",
+    "v_log_f16_e32",
+    "v_lshlrev_b64_e32",
+    "v_lshrrev_b16",
+    "v_mad_u32_u24",
+    "v_max3_i16",
+    "v_max3_u16",
+    "v_maxmin_i32",
+    "v_mbcnt_hi_u32_b32",
+    "v_mbcnt_lo_u32_b32",
+    "v_med3_i16",
+    "v_med3_u16",
+    "v_min3_i16",
+    "v_min3_u16",
+    "v_min3_u32",
+    "v_mul_f64",
+    "v_mul_f64_e32",
+    "v_mul_hi_u32",
+    "v_mul_i32_i24_e32",
+    "v_mul_u32_u24_e32",
+    "v_not_b32_e32",
+    "v_pack_b32_f16",
+    "v_perm_b32",
+    "v_pk_add_f16",
+    "v_pk_mul_f16",
+    "v_rcp_f32_e32",
+    "v_rcp_f64_e32",
+    "v_rcp_iflag_f32_e32",
+    "v_readlane_b32",
+    "v_rndne_f32_e32",
+    "v_sin_f16_e32",
+    "v_sqrt_f32_e32",
+    "v_sub_co_ci_u32_e32",
+    "v_sub_co_ci_u32_e64",
+    "v_sub_co_u32",
+    "v_subrev_co_ci_u32_e64",
+    "v_trunc_f32_e32",
+    "v_wmma_bf16_16x16x16_bf16",
+    "v_wmma_f16_16x16x16_f16",
+    "v_wmma_f32_16x16x16_bf16",
+    "v_wmma_f32_16x16x16_f16",
+    "v_wmma_i32_16x16x16_iu4",
+    "v_wmma_i32_16x16x16_iu8",
+    "v_writelane_b32",
+    "v_xad_u32",
+];
+
+/// Every corpus kernel of gfx1100 and gfx1201 (-O2, -O0, wave64) runs every instruction as a
+/// fast form: none issues on the general executor, by the interpreter's own counters.
+#[test]
+fn corpus_runs_on_the_fast_tier() {
+    let lists = Lists::read();
+    let (mut issued, mut general) = ([0u64; InstClass::COUNT], [0u64; InstClass::COUNT]);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for c in cases() {
+        for (isa, target) in TARGETS {
+            if isa == Isa::Gfx9 || !built_for(&c, isa, &lists) {
+                continue;
+            }
+            let (_, st) = run_gpu_stats(isa, &c, 1);
+            for k in 0..InstClass::COUNT {
+                issued[k] += st.issued[k];
+                general[k] += st.general[k];
+            }
+            let path = corpus_dir_of(isa).join(format!("{}.{}.co", c.name, c.opt));
+            let forms: std::collections::BTreeSet<String> = instructions(isa, &path)
+                .iter()
+                .filter(|i| issue_tier(i) == Tier::General)
+                .map(|i| {
+                    i.to_string()
+                        .split(' ')
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect();
+            seen.extend(forms.iter().cloned());
+            if st.general_total() == 0 {
+                continue;
+            }
+            let by_class: Vec<String> = InstClass::ALL
+                .iter()
+                .filter(|k| st.general[k.index()] > 0)
+                .map(|k| format!("{} {}", k.name(), st.general[k.index()]))
+                .collect();
+            let unlisted: Vec<&String> = forms
+                .iter()
+                .filter(|m| !STILL_GENERAL.contains(&m.as_str()))
+                .collect();
+            if forms.is_empty() {
+                failures.push(format!(
+                    "{target} {}.{}: a fast form fell back to the general executor ({})",
+                    c.name,
+                    c.opt,
+                    by_class.join(", ")
+                ));
+            } else if !unlisted.is_empty() {
+                failures.push(format!(
+                    "{target} {}.{}: general ({}): {unlisted:?}",
+                    c.name,
+                    c.opt,
+                    by_class.join(", ")
+                ));
+            }
+        }
+    }
+    for k in InstClass::ALL {
+        eprintln!(
+            "{:5} issued {:12} general {:12}",
+            k.name(),
+            issued[k.index()],
+            general[k.index()]
+        );
+    }
+    eprintln!("general forms in the corpus: {seen:?}");
+    for m in STILL_GENERAL {
+        if !seen.contains(*m) {
+            failures.push(format!("{m} is listed as general but has a fast form now"));
+        }
+    }
+    for f in &failures {
+        eprintln!("  {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "corpus instructions ran on the general executor"
+    );
 }

@@ -85,32 +85,30 @@ macro_rules! map {
     }};
 }
 
-fn lg(a: f64, b: f64) -> bool {
-    matches!(
-        a.partial_cmp(&b),
-        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Greater)
-    )
-}
-
-/// Compare helpers: IEEE ordering for the float compares, by name suffix.
-fn fcmp(kind: u16, a: f64, b: f64) -> bool {
-    let un = a.is_nan() || b.is_nan();
+/// The float compares, by the low four bits of the compare opcode: false, <, ==, <=, >,
+/// <> (ordered, not equal), >=, ordered, unordered, and the negations of the ordered ones
+/// (true when a source is NaN: !>=, !<>, !>, !<=, !=, !<), true. The one statement for
+/// f16, f32 and f64 (IEEE order: -0 == +0, NaN unordered).
+#[inline(always)]
+pub(crate) fn fcmp<T: PartialOrd>(kind: u16, a: T, b: T) -> bool {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let o = a.partial_cmp(&b);
     match kind {
         0 => false,
-        1 => a < b,
-        2 => a == b,
-        3 => a <= b,
-        4 => a > b,
-        5 => lg(a, b),
-        6 => a >= b,
-        7 => !un,
-        8 => un,
-        9 => un || a < b,
-        10 => !lg(a, b),
-        11 => un || a <= b,
-        12 => un || a > b,
-        13 => a != b,
-        14 => un || a >= b,
+        1 => o == Some(Less),
+        2 => o == Some(Equal),
+        3 => matches!(o, Some(Less | Equal)),
+        4 => o == Some(Greater),
+        5 => matches!(o, Some(Less | Greater)),
+        6 => matches!(o, Some(Greater | Equal)),
+        7 => o.is_some(),
+        8 => o.is_none(),
+        9 => !matches!(o, Some(Greater | Equal)),
+        10 => !matches!(o, Some(Less | Greater)),
+        11 => o != Some(Greater),
+        12 => !matches!(o, Some(Less | Equal)),
+        13 => o != Some(Equal),
+        14 => o != Some(Less),
         _ => true,
     }
 }
@@ -148,7 +146,8 @@ fn class_bits(x: f64, sig_nan: bool) -> u32 {
     1 << k
 }
 
-fn f32_class(x: u32) -> u32 {
+/// The class bits of an f32 (`v_cmp_class_f32`'s mask).
+pub(crate) fn f32_class(x: u32) -> u32 {
     let v = f32::from_bits(x);
     if v.is_subnormal() {
         return if v.is_sign_negative() { 1 << 4 } else { 1 << 7 };
@@ -310,7 +309,7 @@ pub(super) fn compare(
                 half::f16::from_bits(x as u16).to_f64(),
                 half::f16::from_bits(y as u16).to_f64(),
             ),
-            0x10..=0x1f => fcmp(kind, f(x) as f64, f(y) as f64),
+            0x10..=0x1f => fcmp(kind, f(x), f(y)),
             0x20..=0x2f => fcmp(kind, d(x), d(y)),
             0x30..=0x37 => icmp(kind & 7, x as u16 as i16, y as u16 as i16),
             0x38..=0x3f => icmp(kind & 7, x as u16, y as u16),
