@@ -133,7 +133,6 @@ pub struct Dispatch {
 
 mod code;
 mod exec;
-mod fma;
 mod lower9;
 mod meta;
 mod pool;

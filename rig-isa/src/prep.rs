@@ -32,45 +32,124 @@ pub(crate) enum Operand {
     Const(u32),
 }
 
-/// A 32-bit lane operation of three sources (unused sources are `Const(0)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Alu {
-    Mov,
-    /// `a * b + c` with one rounding (VOP2 fmac reads its destination as `c`).
-    Fma,
-    MulF,
-    AddF,
-    SubF,
-    SubrevF,
-    /// `v_min_f32` / `v_max_f32` (`valu::ops::min_max_f32`).
-    MinF,
-    MaxF,
-    AddU,
-    SubU,
-    SubrevU,
-    And,
-    Or,
-    Xor,
-    /// `b << a` (the "rev" shifts take the shift count first).
-    Lshlrev,
-    Lshrrev,
-    Ashrrev,
-    MinU,
-    MaxU,
-    MinI,
-    MaxI,
-    MulLo,
-    Add3,
-    /// `(a << b) + c`.
-    LshlAdd,
-    /// `(a << b) | c`.
-    LshlOr,
-    AndOr,
-    Or3,
-    Xor3,
-    /// Unsigned bit-field extract: `a >> b` masked to `c` bits.
-    BfeU,
+/// Declares the 32-bit lane operations from [`alu_list`]: the enum and each operation's
+/// semantics (`Alu::eval`, the one statement of them, which the fast forms and the general
+/// executor both run).
+macro_rules! alu_ops {
+    (($x:ident, $y:ident, $z:ident, $ieee:ident) $($(#[$doc:meta])* $v:ident = $e:expr;)*) => {
+        /// A 32-bit lane operation of up to three sources (unused sources are `Const(0)`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Alu {
+            $($(#[$doc])* $v,)*
+        }
+
+        impl Alu {
+            /// The operation on one lane's sources; `ieee` is rsrc1's IEEE_MODE.
+            #[inline(always)]
+            pub(crate) fn eval(self, $x: u32, $y: u32, $z: u32, $ieee: bool) -> u32 {
+                match self {
+                    $(Alu::$v => $e,)*
+                }
+            }
+        }
+    };
 }
+
+fn fl(x: u32) -> f32 {
+    f32::from_bits(x)
+}
+
+/// Sign-extends the low 24 bits.
+fn i24(x: u32) -> i64 {
+    ((x << 8) as i32 >> 8) as i64
+}
+
+/// The 32-bit lane operations, each with its semantics on the lane's sources `x`, `y`, `z`
+/// (`ieee`: rsrc1's IEEE_MODE), handed to `$cb!` (`alu_ops` here; `exec::fast` makes its lane
+/// loops from the same list).
+macro_rules! alu_list {
+    ($cb:ident) => {
+        $cb! {
+                (x, y, z, ieee)
+        Mov = x;
+        /// `a * b + c` with one rounding (VOP2 fmac reads its destination as `c`).
+        Fma = fl(x).mul_add(fl(y), fl(z)).to_bits();
+        MulF = crate::valu::mul_f32(x, y);
+        AddF = crate::valu::add_f32(x, y);
+        SubF = (fl(x) - fl(y)).to_bits();
+        SubrevF = (fl(y) - fl(x)).to_bits();
+        /// `v_min_f32` / `v_max_f32` (`valu::ops::min_max_f32`).
+        MinF = crate::valu::min_max_f32(x, y, false, ieee);
+        MaxF = crate::valu::min_max_f32(x, y, true, ieee);
+        AddU = x.wrapping_add(y);
+        SubU = x.wrapping_sub(y);
+        SubrevU = y.wrapping_sub(x);
+        And = x & y;
+        Or = x | y;
+        Xor = x ^ y;
+        Not = !x;
+        /// `b << a` (the "rev" shifts take the shift count first).
+        Lshlrev = y << (x & 31);
+        Lshrrev = y >> (x & 31);
+        Ashrrev = ((y as i32) >> (x & 31)) as u32;
+        MinU = x.min(y);
+        MaxU = x.max(y);
+        MinI = (x as i32).min(y as i32) as u32;
+        MaxI = (x as i32).max(y as i32) as u32;
+        Min3U = x.min(y).min(z);
+        Max3U = x.max(y).max(z);
+        MaxminI = (x as i32).max(y as i32).min(z as i32) as u32;
+        MinmaxI = (x as i32).min(y as i32).max(z as i32) as u32;
+        MulLo = x.wrapping_mul(y);
+        MulHiU = ((x as u64 * y as u64) >> 32) as u32;
+        MulHiI = ((x as i32 as i64 * y as i32 as i64) >> 32) as u32;
+        MulU24 = (x & 0xff_ffff).wrapping_mul(y & 0xff_ffff);
+        MulI24 = (i24(x) * i24(y)) as u32;
+        MadU24 = (x & 0xff_ffff).wrapping_mul(y & 0xff_ffff).wrapping_add(z);
+        Add3 = x.wrapping_add(y).wrapping_add(z);
+        /// `(a ^ b) + c`.
+        Xad = (x ^ y).wrapping_add(z);
+        /// `(a << b) + c`.
+        LshlAdd = (x << (y & 31)).wrapping_add(z);
+        /// `(a + b) << c`.
+        AddLshl = x.wrapping_add(y) << (z & 31);
+        /// `(a << b) | c`.
+        LshlOr = (x << (y & 31)) | z;
+        AndOr = (x & y) | z;
+        Or3 = x | y | z;
+        Xor3 = x ^ y ^ z;
+        /// Bit-field insert: `b` where `a` has ones, else `c`.
+        Bfi = (x & y) | (!x & z);
+        /// `({a, b} >> (c & 31))`, low 32 bits.
+        Alignbit = (((x as u64) << 32 | y as u64) >> (z & 31)) as u32;
+        /// Unsigned bit-field extract: `a >> b` masked to `c` bits.
+        BfeU = {
+            let w = z & 31;
+            if w == 0 { 0 } else { (x >> (y & 31)) & ((1u32 << w) - 1) }
+        };
+        /// Ones of `a` plus `b`.
+        Bcnt = x.count_ones().wrapping_add(y);
+        /// Leading zeros, -1 for zero.
+        Clz = if x == 0 { u32::MAX } else { x.leading_zeros() };
+        CvtF32U32 = (x as f32).to_bits();
+        CvtF32I32 = (x as i32 as f32).to_bits();
+        /// f32 to u32, saturating, NaN to 0.
+        CvtU32F32 = fl(x) as u32;
+        /// f32 to i32, saturating, NaN to 0.
+        CvtI32F32 = fl(x) as i32 as u32;
+        TruncF = fl(x).trunc().to_bits();
+        CeilF = fl(x).ceil().to_bits();
+        FloorF = fl(x).floor().to_bits();
+        RndneF = fl(x).round_ties_even().to_bits();
+        /// `1 / a`, exactly rounded (not the hardware's 1-ulp approximation).
+        RcpF = (1.0 / fl(x)).to_bits();
+        SqrtF = fl(x).sqrt().to_bits();
+            }
+    };
+}
+pub(crate) use alu_list;
+
+alu_list!(alu_ops);
 
 impl Alu {
     /// Float operations honour the wave's denormal mode; their fast forms run only when it
@@ -78,9 +157,90 @@ impl Alu {
     pub(crate) fn is_float(self) -> bool {
         matches!(
             self,
-            Alu::Fma | Alu::MulF | Alu::AddF | Alu::SubF | Alu::SubrevF | Alu::MinF | Alu::MaxF
+            Alu::Fma
+                | Alu::MulF
+                | Alu::AddF
+                | Alu::SubF
+                | Alu::SubrevF
+                | Alu::MinF
+                | Alu::MaxF
+                | Alu::CvtF32U32
+                | Alu::CvtF32I32
+                | Alu::CvtU32F32
+                | Alu::CvtI32F32
+                | Alu::TruncF
+                | Alu::CeilF
+                | Alu::FloorF
+                | Alu::RndneF
+                | Alu::RcpF
+                | Alu::SqrtF
         )
     }
+}
+
+/// The lane operation of the VOP1/VOP2/VOP3 (`e64`) operation `op` of gfx1100's numbering and
+/// the sources it reads, for the operations whose semantics are [`Alu::eval`]'s (the general
+/// executor runs these through it too). VOP2 fmac and the literal fmas read more than their
+/// sources, and are their callers' business.
+pub(crate) fn alu_of(op: u16, e64: bool) -> Option<(Alu, usize)> {
+    Some(match op {
+        V_MOV_B32 => (Alu::Mov, 1),
+        V_FMA_F32 => (Alu::Fma, 3),
+        V_MUL_F32 => (Alu::MulF, 2),
+        V_ADD_F32 => (Alu::AddF, 2),
+        V_SUB_F32 => (Alu::SubF, 2),
+        V_SUBREV_F32 => (Alu::SubrevF, 2),
+        V_MIN_F32 => (Alu::MinF, 2),
+        V_MAX_F32 => (Alu::MaxF, 2),
+        V_ADD_NC_U32 => (Alu::AddU, 2),
+        V_SUB_NC_U32 => (Alu::SubU, 2),
+        V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
+        V_AND_B32 => (Alu::And, 2),
+        V_OR_B32 => (Alu::Or, 2),
+        V_XOR_B32 => (Alu::Xor, 2),
+        V_NOT_B32 => (Alu::Not, 1),
+        V_LSHLREV_B32 => (Alu::Lshlrev, 2),
+        V_LSHRREV_B32 => (Alu::Lshrrev, 2),
+        V_ASHRREV_I32 => (Alu::Ashrrev, 2),
+        V_MIN_U32 => (Alu::MinU, 2),
+        V_MAX_U32 => (Alu::MaxU, 2),
+        V_MIN_I32 => (Alu::MinI, 2),
+        V_MAX_I32 => (Alu::MaxI, 2),
+        V_MUL_U32_U24 => (Alu::MulU24, 2),
+        V_MUL_I32_I24 => (Alu::MulI24, 2),
+        V_MUL_LO_U32 if e64 => (Alu::MulLo, 2),
+        V_MUL_HI_U32 if e64 => (Alu::MulHiU, 2),
+        V_MUL_HI_I32 if e64 => (Alu::MulHiI, 2),
+        V_MAD_U32_U24 if e64 => (Alu::MadU24, 3),
+        V_MIN3_U32 if e64 => (Alu::Min3U, 3),
+        V_MAX3_U32 if e64 => (Alu::Max3U, 3),
+        V_MAXMIN_I32 if e64 => (Alu::MaxminI, 3),
+        V_MINMAX_I32 if e64 => (Alu::MinmaxI, 3),
+        V_ADD3_U32 if e64 => (Alu::Add3, 3),
+        V_XAD_U32 if e64 => (Alu::Xad, 3),
+        V_LSHL_ADD_U32 if e64 => (Alu::LshlAdd, 3),
+        V_ADD_LSHL_U32 if e64 => (Alu::AddLshl, 3),
+        V_LSHL_OR_B32 if e64 => (Alu::LshlOr, 3),
+        V_AND_OR_B32 if e64 => (Alu::AndOr, 3),
+        V_OR3_B32 if e64 => (Alu::Or3, 3),
+        V_XOR3_B32 if e64 => (Alu::Xor3, 3),
+        V_BFI_B32 if e64 => (Alu::Bfi, 3),
+        V_ALIGNBIT_B32 if e64 => (Alu::Alignbit, 3),
+        V_BFE_U32 if e64 => (Alu::BfeU, 3),
+        V_BCNT_U32_B32 if e64 => (Alu::Bcnt, 2),
+        V_CLZ_I32_U32 => (Alu::Clz, 1),
+        V_CVT_F32_U32 => (Alu::CvtF32U32, 1),
+        V_CVT_F32_I32 => (Alu::CvtF32I32, 1),
+        V_CVT_U32_F32 => (Alu::CvtU32F32, 1),
+        V_CVT_I32_F32 => (Alu::CvtI32F32, 1),
+        V_TRUNC_F32 => (Alu::TruncF, 1),
+        V_CEIL_F32 => (Alu::CeilF, 1),
+        V_FLOOR_F32 => (Alu::FloorF, 1),
+        V_RNDNE_F32 => (Alu::RndneF, 1),
+        V_RCP_F32 | V_RCP_IFLAG_F32 => (Alu::RcpF, 1),
+        V_SQRT_F32 => (Alu::SqrtF, 1),
+        _ => return None,
+    })
 }
 
 /// One half of a fast VOPD pair, or a single VALU operation.
@@ -541,45 +701,13 @@ fn alu(i: &Inst) -> Option<AluOp> {
     if i.dpp.is_some() || i.abs != 0 || i.neg != 0 || i.op_sel != 0 || i.clamp || i.omod != 0 {
         return None;
     }
-    let e64 = i.format == Format::Vop3;
     // (operation, sources read): fmac's third source is its destination.
     let (f, n) = match (i.format, i.op) {
         (Format::Vop2, V_FMAMK_F32 | V_FMAAK_F32) => {
             return fma_literal(i.op, i.dst, i.src[0], i.src[1], i.literal);
         }
-        (Format::Vop1 | Format::Vop3, V_MOV_B32) => (Alu::Mov, 1),
         (Format::Vop2, V_FMAC_F32) => (Alu::Fma, 2),
-        (Format::Vop3, V_FMA_F32) => (Alu::Fma, 3),
-        (Format::Vop2 | Format::Vop3, op) => match op {
-            V_MUL_F32 => (Alu::MulF, 2),
-            V_ADD_F32 => (Alu::AddF, 2),
-            V_SUB_F32 => (Alu::SubF, 2),
-            V_SUBREV_F32 => (Alu::SubrevF, 2),
-            V_MIN_F32 => (Alu::MinF, 2),
-            V_MAX_F32 => (Alu::MaxF, 2),
-            V_ADD_NC_U32 => (Alu::AddU, 2),
-            V_SUB_NC_U32 => (Alu::SubU, 2),
-            V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
-            V_AND_B32 => (Alu::And, 2),
-            V_OR_B32 => (Alu::Or, 2),
-            V_XOR_B32 => (Alu::Xor, 2),
-            V_LSHLREV_B32 => (Alu::Lshlrev, 2),
-            V_LSHRREV_B32 => (Alu::Lshrrev, 2),
-            V_ASHRREV_I32 => (Alu::Ashrrev, 2),
-            V_MIN_U32 => (Alu::MinU, 2),
-            V_MAX_U32 => (Alu::MaxU, 2),
-            V_MIN_I32 => (Alu::MinI, 2),
-            V_MAX_I32 => (Alu::MaxI, 2),
-            V_MUL_LO_U32 if e64 => (Alu::MulLo, 2),
-            V_ADD3_U32 if e64 => (Alu::Add3, 3),
-            V_LSHL_ADD_U32 if e64 => (Alu::LshlAdd, 3),
-            V_LSHL_OR_B32 if e64 => (Alu::LshlOr, 3),
-            V_AND_OR_B32 if e64 => (Alu::AndOr, 3),
-            V_OR3_B32 if e64 => (Alu::Or3, 3),
-            V_XOR3_B32 if e64 => (Alu::Xor3, 3),
-            V_BFE_U32 if e64 => (Alu::BfeU, 3),
-            _ => return None,
-        },
+        (Format::Vop1 | Format::Vop2 | Format::Vop3, op) => alu_of(op, i.format == Format::Vop3)?,
         _ => return None,
     };
     let d = vgpr(i.dst)?;
@@ -1150,4 +1278,62 @@ fn readfirstlane(i: &Inst) -> Option<Fast> {
         a: vgpr(i.src[0])?,
         d,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Alu;
+
+    /// The lane operations on values whose results the ISA guide and IEEE 754 fix (signed
+    /// zeros, NaN, saturation, sign extension), independent of the executors that run them.
+    #[test]
+    fn lane_operations_give_known_values() {
+        let f = |x: f32| x.to_bits();
+        let nan = 0x7fc0_0000;
+        let cases: &[(Alu, [u32; 3], u32)] = &[
+            (Alu::CvtU32F32, [nan, 0, 0], 0),
+            (Alu::CvtU32F32, [f(-1.5), 0, 0], 0),
+            (Alu::CvtU32F32, [f(5e9), 0, 0], u32::MAX),
+            (Alu::CvtU32F32, [f(7.9), 0, 0], 7),
+            (Alu::CvtI32F32, [nan, 0, 0], 0),
+            (Alu::CvtI32F32, [f(-3e9), 0, 0], i32::MIN as u32),
+            (Alu::CvtI32F32, [f(-7.9), 0, 0], -7i32 as u32),
+            (Alu::CvtF32U32, [u32::MAX, 0, 0], f(4294967296.0)),
+            (Alu::CvtF32I32, [-1i32 as u32, 0, 0], f(-1.0)),
+            (Alu::RcpF, [f(-0.0), 0, 0], f(f32::NEG_INFINITY)),
+            (Alu::RcpF, [f(4.0), 0, 0], f(0.25)),
+            (Alu::SqrtF, [f(-0.0), 0, 0], f(-0.0)),
+            (Alu::SqrtF, [f(2.25), 0, 0], f(1.5)),
+            (Alu::TruncF, [f(-0.5), 0, 0], f(-0.0)),
+            (Alu::CeilF, [f(-0.5), 0, 0], f(-0.0)),
+            (Alu::FloorF, [f(-0.5), 0, 0], f(-1.0)),
+            (Alu::RndneF, [f(2.5), 0, 0], f(2.0)),
+            (Alu::RndneF, [f(-3.5), 0, 0], f(-4.0)),
+            (Alu::Clz, [0, 0, 0], u32::MAX),
+            (Alu::Clz, [1, 0, 0], 31),
+            (Alu::Bcnt, [0xf0f0, 3, 0], 11),
+            (Alu::Bfi, [0xff00, 0x1234, 0xabcd], 0x12cd),
+            (Alu::Alignbit, [0x1234_5678, 0x9abc_def0, 36], 0x89ab_cdef),
+            (Alu::MulI24, [0x00ff_ffff, 2, 0], -2i32 as u32),
+            (Alu::MulU24, [0x01ff_ffff, 2, 0], 0x1ff_fffe),
+            (Alu::MadU24, [0xff_ffff, 0xff_ffff, 1], 0xfe00_0002),
+            (Alu::MulHiU, [u32::MAX, u32::MAX, 0], 0xffff_fffe),
+            (Alu::MulHiI, [-1i32 as u32, 1, 0], u32::MAX),
+            (Alu::Xad, [0xf0, 0xff, 1], 0x10),
+            (Alu::AddLshl, [1, 2, 33], 6),
+            (Alu::MaxminI, [-5i32 as u32, 3, 2], 2),
+            (Alu::Min3U, [9, 4, 7], 4),
+            (Alu::BfeU, [0xabcd, 4, 8], 0xbc),
+            (Alu::BfeU, [0xabcd, 4, 32], 0),
+            (Alu::Fma, [f(2.0), f(3.0), f(-6.0)], f(0.0)),
+            (Alu::SubF, [f(1.0), f(1.0), 0], f(0.0)),
+        ];
+        for &(op, [x, y, z], want) in cases {
+            let got = op.eval(x, y, z, true);
+            assert_eq!(
+                got, want,
+                "{op:?}({x:#x}, {y:#x}, {z:#x}) = {got:#x}, not {want:#x}"
+            );
+        }
+    }
 }

@@ -16,7 +16,7 @@ use crate::prep::{
 };
 #[cfg(test)]
 use crate::simd::Wide;
-use crate::valu::{add_f32, f32_class, fcmp, min_max_f32, mul_f32, out_mod_f32};
+use crate::valu::{f32_class, fcmp, out_mod_f32};
 use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
@@ -372,58 +372,27 @@ fn alu_mod<const N: usize>(wv: &Wave, op: &AluOp, m: &[SrcMod; 3], r: &mut [u32;
     );
 }
 
-/// `f` of every lane of `a`, `b`, `c` into `r` (`ieee`: rsrc1's IEEE_MODE).
-#[inline(always)]
-fn alu_lanes<const N: usize>(
-    f: Alu,
-    a: &[u32; N],
-    b: &[u32; N],
-    c: &[u32; N],
-    r: &mut [u32; N],
-    ieee: bool,
-) {
-    let fl = f32::from_bits;
-    match f {
-        Alu::Mov => *r = *a,
-        Alu::Fma => map(r, a, b, c, |x, y, z| fl(x).mul_add(fl(y), fl(z)).to_bits()),
-        Alu::MulF => map(r, a, b, c, |x, y, _| mul_f32(x, y)),
-        Alu::AddF => map(r, a, b, c, |x, y, _| add_f32(x, y)),
-        Alu::SubF => map(r, a, b, c, |x, y, _| (fl(x) - fl(y)).to_bits()),
-        Alu::SubrevF => map(r, a, b, c, |x, y, _| (fl(y) - fl(x)).to_bits()),
-        Alu::MinF | Alu::MaxF => {
-            let max = f == Alu::MaxF;
-            map(r, a, b, c, |x, y, _| min_max_f32(x, y, max, ieee))
-        }
-        Alu::AddU => map(r, a, b, c, |x, y, _| x.wrapping_add(y)),
-        Alu::SubU => map(r, a, b, c, |x, y, _| x.wrapping_sub(y)),
-        Alu::SubrevU => map(r, a, b, c, |x, y, _| y.wrapping_sub(x)),
-        Alu::And => map(r, a, b, c, |x, y, _| x & y),
-        Alu::Or => map(r, a, b, c, |x, y, _| x | y),
-        Alu::Xor => map(r, a, b, c, |x, y, _| x ^ y),
-        Alu::Lshlrev => map(r, a, b, c, |x, y, _| y << (x & 31)),
-        Alu::Lshrrev => map(r, a, b, c, |x, y, _| y >> (x & 31)),
-        Alu::Ashrrev => map(r, a, b, c, |x, y, _| ((y as i32) >> (x & 31)) as u32),
-        Alu::MinU => map(r, a, b, c, |x, y, _| x.min(y)),
-        Alu::MaxU => map(r, a, b, c, |x, y, _| x.max(y)),
-        Alu::MinI => map(r, a, b, c, |x, y, _| (x as i32).min(y as i32) as u32),
-        Alu::MaxI => map(r, a, b, c, |x, y, _| (x as i32).max(y as i32) as u32),
-        Alu::MulLo => map(r, a, b, c, |x, y, _| x.wrapping_mul(y)),
-        Alu::Add3 => map(r, a, b, c, |x, y, z| x.wrapping_add(y).wrapping_add(z)),
-        Alu::LshlAdd => map(r, a, b, c, |x, y, z| (x << (y & 31)).wrapping_add(z)),
-        Alu::LshlOr => map(r, a, b, c, |x, y, z| (x << (y & 31)) | z),
-        Alu::AndOr => map(r, a, b, c, |x, y, z| (x & y) | z),
-        Alu::Or3 => map(r, a, b, c, |x, y, z| x | y | z),
-        Alu::Xor3 => map(r, a, b, c, |x, y, z| x ^ y ^ z),
-        Alu::BfeU => map(r, a, b, c, |x, y, z| {
-            let w = z & 31;
-            if w == 0 {
-                0
-            } else {
-                (x >> (y & 31)) & ((1u32 << w) - 1)
+/// Makes `alu_lanes` from `prep::alu_list`: one lane loop per operation, each running the
+/// operation's `Alu::eval` with the operation a constant (so it folds into the loop).
+macro_rules! alu_loops {
+    (($x:ident, $y:ident, $z:ident, $ieee:ident) $($(#[$doc:meta])* $v:ident = $e:expr;)*) => {
+        /// `f` of every lane of `a`, `b`, `c` into `r` (`ieee`: rsrc1's IEEE_MODE).
+        #[inline(always)]
+        fn alu_lanes<const N: usize>(
+            f: Alu,
+            a: &[u32; N],
+            b: &[u32; N],
+            c: &[u32; N],
+            r: &mut [u32; N],
+            ieee: bool,
+        ) {
+            match f {
+                $(Alu::$v => map(r, a, b, c, |x, y, z| Alu::$v.eval(x, y, z, ieee)),)*
             }
-        }),
-    }
+        }
+    };
 }
+crate::prep::alu_list!(alu_loops);
 
 /// The 32-bit sums into VGPR `d` and the carry-out mask into SGPR `carry` (lanes in EXEC).
 #[inline(always)]
