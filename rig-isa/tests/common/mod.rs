@@ -3,6 +3,8 @@
 //! processor (kernel arguments with the COv5 hidden block, user SGPRs, a fake AQL packet).
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
