@@ -24,7 +24,7 @@ use crate::{Dispatch, ExecFault, ExecStats, InstClass, Memory, MemoryFault, Work
 mod ds;
 mod fast;
 mod mubuf;
-mod scalar;
+pub(crate) mod scalar;
 mod scalar12;
 mod vmem;
 

@@ -379,6 +379,23 @@ pub(crate) enum Salu {
     PackLl,
     PackLh,
     PackHh,
+    /// `s_ctz_i32_b32` of `a` (SCC kept).
+    Ctz,
+    /// `s_bcnt1_i32_b32` of `a`.
+    Bcnt1,
+    /// `s_brev_b32` of `a` (SCC kept).
+    Brev,
+}
+
+/// A 64-bit (or zero-extended 32-bit) scalar source of a fast form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Soperand64 {
+    /// The SGPR pair from this (even) index.
+    Pair(u8),
+    /// One SGPR, zero-extended.
+    Sgpr(u8),
+    /// An integer inline constant or literal, as the 64-bit operand reads it.
+    Const(u64),
 }
 
 /// The 32-bit SOP2 operation of gfx1100's opcode `op`.
@@ -532,6 +549,24 @@ pub(crate) enum Fast {
         a: Operand,
         b: Operand,
         d: u8,
+    },
+    /// A 64-bit SOP2 operation (`exec::scalar::sop2_b64`, gfx1100's opcode `op`) into the
+    /// SGPR pair from `d` (below VCC_HI, or EXEC), with SCC.
+    Salu64 {
+        op: u16,
+        a: Soperand64,
+        b: Soperand64,
+        d: u8,
+    },
+    /// `s_mov_b64` into the pair from `d`.
+    Mov64 { a: Soperand64, d: u8 },
+    /// `s_*_saveexec_b32/b64` (`exec::scalar::saveexec`, gfx1100's opcode `op`): EXEC into
+    /// `d` (a pair when `wide`), the new EXEC from `a` and the old, SCC.
+    SaveExec {
+        op: u16,
+        a: Soperand64,
+        d: u8,
+        wide: bool,
     },
     /// A 32-bit scalar compare into SCC.
     Scmp { c: Cmp32, a: Operand, b: Operand },
@@ -881,10 +916,10 @@ fn cmp(i: &Inst) -> Option<Fast> {
     })
 }
 
-/// The 64-bit shifts (VOP3) without modifiers, the value a VGPR pair, an SGPR pair or an
-/// integer inline constant.
+/// The 64-bit shifts (VOP3, and GFX12's VOP2) without modifiers, the value a VGPR pair, an
+/// SGPR pair or an integer inline constant.
 fn shift64(i: &Inst) -> Option<Fast> {
-    if i.format != Format::Vop3
+    if !matches!(i.format, Format::Vop3 | Format::Vop2)
         || i.dpp.is_some()
         || i.abs != 0
         || i.neg != 0
@@ -1061,18 +1096,22 @@ fn scalar(i: &Inst) -> Option<Fast> {
     let dst = || (i.dst <= 126 && i.dst != src::NULL).then_some(i.dst as u8);
     let cmp = |rel: u8, signed: bool| Cmp32 { rel, signed };
     match i.format {
-        Format::Sop2 if (i.op as usize) < opcodes::SOP2.len() => Some(Fast::Salu {
-            f: salu_of_sop2(i.op)?,
-            a: soperand(i.src[0], i.literal)?,
-            b: soperand(i.src[1], i.literal)?,
-            d: dst()?,
-        }),
-        Format::Sop1 if i.op == op_sop1::S_MOV_B32 => Some(Fast::Salu {
-            f: Salu::Mov,
-            a: soperand(i.src[0], i.literal)?,
-            b: Operand::Const(0),
-            d: dst()?,
-        }),
+        Format::Sop2 if (i.op as usize) < opcodes::SOP2.len() => match salu_of_sop2(i.op) {
+            Some(f) => Some(Fast::Salu {
+                f,
+                a: soperand(i.src[0], i.literal)?,
+                b: soperand(i.src[1], i.literal)?,
+                d: dst()?,
+            }),
+            None if crate::exec::scalar::is_sop2_b64(i.op) => Some(Fast::Salu64 {
+                op: i.op,
+                a: soperand64(i.src[0], i.literal, meta(i).w.src[0] == 2)?,
+                b: soperand64(i.src[1], i.literal, meta(i).w.src[1] == 2)?,
+                d: dst64(i.dst)?,
+            }),
+            None => None,
+        },
+        Format::Sop1 if (i.op as usize) < opcodes::SOP1.len() => sop1(i),
         Format::Sopc => {
             use op_sopc::*;
             let c = match i.op {
@@ -1139,6 +1178,58 @@ fn scalar(i: &Inst) -> Option<Fast> {
                 _ => return None,
             };
             Some(Fast::Scmp { c, a: d, b })
+        }
+        _ => None,
+    }
+}
+
+/// A scalar source of `wide` (two dwords) or one dword zero-extended: SGPRs (a pair from its
+/// even index), VCC, EXEC, integer inline constants and literals.
+fn soperand64(s: u16, lit: u32, wide: bool) -> Option<Soperand64> {
+    Some(match s {
+        0..=107 | 126 | 127 if wide => Soperand64::Pair((s & !1) as u8),
+        0..=107 | 126 | 127 => Soperand64::Sgpr(s as u8),
+        src::NULL => Soperand64::Const(0),
+        128..=208 if wide => Soperand64::Const(constant(s, 0, false)? as i32 as i64 as u64),
+        128..=208 | 255 => Soperand64::Const(constant(s, lit, false)? as u64),
+        _ => return None,
+    })
+}
+
+/// A scalar pair destination: below VCC_HI, or EXEC.
+fn dst64(d: u16) -> Option<u8> {
+    (d & 1 == 0 && (d < src::VCC_LO + 1 || d == src::EXEC_LO)).then_some(d as u8)
+}
+
+/// The SOP1 operations with fast forms.
+fn sop1(i: &Inst) -> Option<Fast> {
+    use op_sop1::*;
+    let dst = || (i.dst <= 126 && i.dst != src::NULL).then_some(i.dst as u8);
+    let unary = |f: Salu| -> Option<Fast> {
+        Some(Fast::Salu {
+            f,
+            a: soperand(i.src[0], i.literal)?,
+            b: Operand::Const(0),
+            d: dst()?,
+        })
+    };
+    match i.op {
+        S_MOV_B32 => unary(Salu::Mov),
+        S_CTZ_I32_B32 => unary(Salu::Ctz),
+        S_BCNT1_I32_B32 => unary(Salu::Bcnt1),
+        S_BREV_B32 => unary(Salu::Brev),
+        S_MOV_B64 => Some(Fast::Mov64 {
+            a: soperand64(i.src[0], i.literal, true)?,
+            d: dst64(i.dst)?,
+        }),
+        op if crate::exec::scalar::saveexec(op, 0, 0).is_some() => {
+            let wide = meta(i).w.dst == 2;
+            Some(Fast::SaveExec {
+                op,
+                a: soperand64(i.src[0], i.literal, wide)?,
+                d: if wide { dst64(i.dst)? } else { dst()? },
+                wide,
+            })
         }
         _ => None,
     }

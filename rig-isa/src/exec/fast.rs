@@ -12,7 +12,7 @@ use super::{Wave, mem_fault};
 use crate::ExecFault;
 use crate::decode::src;
 use crate::prep::{
-    Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64, SrcMod, VCmp,
+    Alu, AluOp, CarryIn, Cmp32, Cond, Fast, Operand, Operand64, Shift64, Soperand64, SrcMod, VCmp,
 };
 #[cfg(test)]
 use crate::simd::Wide;
@@ -81,6 +81,29 @@ pub(super) fn issue<const N: usize>(
             let (r, scc) = super::scalar::salu(*f, x, y, wv.scc);
             wv.scc = scc;
             wv.sgpr[sgpr(*d)] = r;
+        }
+        Fast::Salu64 { op, a, b, d } => {
+            let (x, y) = (sread64(wv, *a), sread64(wv, *b));
+            // PANIC: the form is made only for the opcodes `sop2_b64` has.
+            let (r, scc) = super::scalar::sop2_b64(*op, x, y, wv.scc).unwrap_or((0, None));
+            wv.scc = scc.unwrap_or(r != 0);
+            swrite64::<N>(wv, *d, r);
+        }
+        Fast::Mov64 { a, d } => {
+            let v = sread64(wv, *a);
+            swrite64::<N>(wv, *d, v);
+        }
+        Fast::SaveExec { op, a, d, wide } => {
+            let (x, e) = (sread64(wv, *a), exec_of::<N>(wv));
+            // (The form is made only for the opcodes `saveexec` has.)
+            let save = super::scalar::saveexec(*op, x, e).unwrap_or(e) & (u64::MAX >> (64 - N));
+            if *wide {
+                swrite64::<N>(wv, *d, e);
+            } else {
+                wv.sgpr[sgpr(*d)] = e as u32;
+            }
+            set_mask::<N>(wv, src::EXEC_LO as u8, save);
+            wv.scc = save != 0;
         }
         Fast::Scmp { c, a, b } => wv.scc = c.eval(sread(wv, *a), sread(wv, *b)),
         Fast::Branch { cond, rel, back } => {
@@ -246,6 +269,26 @@ fn sread(wv: &Wave, s: Operand) -> u32 {
         Operand::Const(c) => c,
         // Scalar forms have no VGPR sources.
         Operand::Vgpr(_) => 0,
+    }
+}
+
+/// A 64-bit scalar source's value.
+#[inline(always)]
+fn sread64(wv: &Wave, s: Soperand64) -> u64 {
+    match s {
+        Soperand64::Pair(k) => wv.sgpr[sgpr(k)] as u64 | (wv.sgpr[sgpr(k + 1)] as u64) << 32,
+        Soperand64::Sgpr(k) => wv.sgpr[sgpr(k)] as u64,
+        Soperand64::Const(c) => c,
+    }
+}
+
+/// `v` into the SGPR pair from `d`; in wave32 EXEC_HI stays 0.
+#[inline(always)]
+fn swrite64<const N: usize>(wv: &mut Wave, d: u8, v: u64) {
+    wv.sgpr[sgpr(d)] = v as u32;
+    wv.sgpr[sgpr(d + 1)] = (v >> 32) as u32;
+    if N == 32 {
+        wv.sgpr[127] = 0;
     }
 }
 
@@ -1427,6 +1470,28 @@ mod tests {
             "v_dual_fmamk_f32 v7, v3, 0x3f800000, v9 :: v_dual_fmaak_f32 v8, v9, v3, 0x3f800000",
         ),
         (&[0x7dfc1303], "v_cmpx_class_f32_e32 v3, v9"),
+        (&[0xbe802002], "s_and_saveexec_b32 s0, s2"),
+        (&[0xbe83226a], "s_or_saveexec_b32 s3, vcc_lo"),
+        (&[0xbe8424c1], "s_xor_saveexec_b32 s4, -1"),
+        (&[0xbe863008], "s_and_not1_saveexec_b32 s6, s8"),
+        (&[0xbe802102], "s_and_saveexec_b64 s[0:1], s[2:3]"),
+        (&[0xbe84017e], "s_mov_b64 s[4:5], exec"),
+        (&[0xbefe0106], "s_mov_b64 exec, s[6:7]"),
+        (&[0xbe8801ff, 0x00001234], "s_mov_b64 s[8:9], 0x1234"),
+        (&[0x8c808502], "s_or_b64 s[0:1], s[2:3], 5"),
+        (&[0x84820604], "s_lshl_b64 s[2:3], s[4:5], s6"),
+        (&[0x988080c1], "s_cselect_b64 s[0:1], -1, 0"),
+        (&[0x8dfe027e], "s_xor_b64 exec, exec, s[2:3]"),
+        (&[0x91ea047e], "s_and_not1_b64 vcc, exec, s[4:5]"),
+        (&[0xbe800801], "s_ctz_i32_b32 s0, s1"),
+        (&[0xbe800880], "s_ctz_i32_b32 s0, 0"),
+        (&[0xbe821803], "s_bcnt1_i32_b32 s2, s3"),
+        (&[0xbe840405], "s_brev_b32 s4, s5"),
+        (&[0x8b887e6a], "s_and_b64 s[8:9], vcc, exec"),
+        (
+            &[0x9400ff02, 0x00080004],
+            "s_bfe_u64 s[0:1], s[2:3], 0x80004",
+        ),
         (&[0xd6130207, 0x20161303], "v_fma_f32 v7, -v3, |v9|, s5"),
         (&[0xd5088007, 0x00021303], "v_mul_f32_e64 v7, v3, v9 clamp"),
         (
