@@ -6,7 +6,10 @@
 //! kernels, with the semantics picked (a dense enum, one `match` per issue) and the operands
 //! resolved: VGPRs to register numbers, SGPRs to their index, inline constants and literals to
 //! their value. Everything else is [`Fast::General`] and runs through `exec::step`, bit for bit
-//! the same semantics (the fast forms are unit-tested against it in `exec::fast`).
+//! the same semantics (the fast forms are unit-tested against it in `exec::fast`). The 32-bit
+//! lane operations are stated here once ([`alu_list`]: [`Alu::eval`]) for both tiers: the
+//! fast forms' lane loops are made from the list, and the general executor runs `Alu::eval` for
+//! every operation [`alu_of`] names.
 //!
 //! Register numbers, not row offsets, are kept: a wave's lane count and VGPR allocation are
 //! the dispatch's (rsrc1, wave64), and one cached decode serves every dispatch of the code.
