@@ -601,6 +601,18 @@ pub(crate) enum Fast {
         src_top: u16,
         top: u16,
     },
+    /// `v_readlane_b32`: lane `valu::lane_of(lane)` of VGPR `a` into SGPR `d` (below VCC).
+    Readlane { a: u8, lane: Operand, d: u8 },
+    /// `v_writelane_b32`: `s` into lane `valu::lane_of(lane)` of VGPR `d`, whatever EXEC.
+    Writelane { s: Operand, lane: Operand, d: u8 },
+    /// `v_mbcnt_lo_u32_b32` / `v_mbcnt_hi_u32_b32` (`valu::mbcnt`) of the mask `m` plus `b`.
+    Mbcnt {
+        hi: bool,
+        m: Operand,
+        b: Operand,
+        d: u8,
+        top: u16,
+    },
     /// `v_readfirstlane_b32` of VGPR `a` into SGPR `d` (below VCC).
     Readfirstlane { a: u8, d: u8 },
     /// `v_cndmask_b32`: `b` where the lane's bit of the mask in SGPR `mask` (at most VCC_LO)
@@ -718,6 +730,7 @@ pub(crate) fn select(i: &Inst) -> Fast {
             .or_else(|| cmp(i))
             .or_else(|| cndmask(i))
             .or_else(|| readfirstlane(i))
+            .or_else(|| lanes(i))
             .unwrap_or(Fast::General),
         Format::Vopd => dual(i).unwrap_or(Fast::General),
         Format::Vopc => cmp(i).unwrap_or(Fast::General),
@@ -1360,6 +1373,50 @@ fn cndmask(i: &Inst) -> Option<Fast> {
         d,
         top: top(&[a, b], &[d]),
     })
+}
+
+/// `v_readlane_b32`, `v_writelane_b32` (VOP3, the lane an SGPR or constant) and
+/// `v_mbcnt_lo/hi_u32_b32` without modifiers.
+fn lanes(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop3
+        || i.isa == crate::decode::Isa::Gfx9
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.op_sel != 0
+        || i.clamp
+        || i.omod != 0
+    {
+        return None;
+    }
+    let scalar = |s: u16| soperand(s, i.literal);
+    match i.op {
+        V_READLANE_B32 => Some(Fast::Readlane {
+            a: vgpr(i.src[0])?,
+            lane: scalar(i.src[1])?,
+            d: (i.dst < src::VCC_LO).then_some(i.dst as u8)?,
+        }),
+        V_WRITELANE_B32 => Some(Fast::Writelane {
+            s: scalar(i.src[0])?,
+            lane: scalar(i.src[1])?,
+            d: vgpr(i.dst)?,
+        }),
+        V_MBCNT_LO_U32_B32 | V_MBCNT_HI_U32_B32 => {
+            let (m, b, d) = (
+                operand(i.src[0], i.literal)?,
+                operand(i.src[1], i.literal)?,
+                vgpr(i.dst)?,
+            );
+            Some(Fast::Mbcnt {
+                hi: i.op == V_MBCNT_HI_U32_B32,
+                m,
+                b,
+                d,
+                top: top(&[m, b], &[d]),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// `v_readfirstlane_b32` (VOP1) of a VGPR into an SGPR below VCC.

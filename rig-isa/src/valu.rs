@@ -19,7 +19,7 @@ mod div;
 mod dot;
 mod mfma;
 mod ops;
-pub(crate) use ops::{add_f32, f32_class, fcmp, min_max_f32, mul_f32};
+pub(crate) use ops::{add_f32, f32_class, fcmp, lane_of, mbcnt, min_max_f32, mul_f32};
 mod wmma;
 
 /// The part of a wave the VALU touches.

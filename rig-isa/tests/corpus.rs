@@ -353,8 +353,6 @@ const STILL_GENERAL: &[&str] = &[
     "v_lshrrev_b16",
     "v_max3_i16",
     "v_max3_u16",
-    "v_mbcnt_hi_u32_b32",
-    "v_mbcnt_lo_u32_b32",
     "v_med3_i16",
     "v_med3_u16",
     "v_min3_i16",
@@ -366,7 +364,6 @@ const STILL_GENERAL: &[&str] = &[
     "v_pk_add_f16",
     "v_pk_mul_f16",
     "v_rcp_f64_e32",
-    "v_readlane_b32",
     "v_sin_f16_e32",
     "v_sub_co_ci_u32_e32",
     "v_sub_co_ci_u32_e64",
@@ -378,7 +375,6 @@ const STILL_GENERAL: &[&str] = &[
     "v_wmma_f32_16x16x16_f16",
     "v_wmma_i32_16x16x16_iu4",
     "v_wmma_i32_16x16x16_iu8",
-    "v_writelane_b32",
 ];
 
 /// Every corpus kernel of gfx1100 and gfx1201 (-O2, -O0, wave64) runs every instruction as a

@@ -16,7 +16,7 @@ use crate::prep::{
 };
 #[cfg(test)]
 use crate::simd::Wide;
-use crate::valu::{f32_class, fcmp, out_mod_f32};
+use crate::valu::{f32_class, fcmp, lane_of, mbcnt, out_mod_f32};
 use crate::window::{Lanes, Tlb, Window};
 
 /// What running a fast form came to.
@@ -216,6 +216,26 @@ pub(super) fn issue<const N: usize>(
                 e.trailing_zeros() as usize
             };
             wv.sgpr[sgpr(*d)] = vrow::<N>(wv, *a)[l];
+        }
+        Fast::Readlane { a, lane, d } => {
+            range(wv, *a as u16 + 1)?;
+            let l = lane_of(sread(wv, *lane), N);
+            wv.sgpr[sgpr(*d)] = vrow::<N>(wv, *a)[l];
+        }
+        Fast::Writelane { s, lane, d } => {
+            range(wv, *d as u16 + 1)?;
+            let (v, l) = (sread(wv, *s), lane_of(sread(wv, *lane), N));
+            wv.vgpr.as_chunks_mut::<N>().0[*d as usize][l] = v;
+        }
+        Fast::Mbcnt { hi, m, b, d, top } => {
+            range(wv, *top)?;
+            let (mut tm, mut tb) = (None, None);
+            let (mv, bv) = (read::<N>(wv, *m, &mut tm), read::<N>(wv, *b, &mut tb));
+            let mut r = [0u32; N];
+            for l in 0..N {
+                r[l] = mbcnt(*hi, mv[l], bv[l], l);
+            }
+            write::<N>(wv, *d, &r);
         }
         Fast::Cndmask { a, b, mask, d, top } => {
             range(wv, *top)?;
@@ -1470,6 +1490,13 @@ mod tests {
             "v_dual_fmamk_f32 v7, v3, 0x3f800000, v9 :: v_dual_fmaak_f32 v8, v9, v3, 0x3f800000",
         ),
         (&[0x7dfc1303], "v_cmpx_class_f32_e32 v3, v9"),
+        (&[0xd7600007, 0x00000b03], "v_readlane_b32 s7, v3, s5"),
+        (&[0xd7600007, 0x00014303], "v_readlane_b32 s7, v3, 33"),
+        (&[0xd7610007, 0x00000c05], "v_writelane_b32 v7, s5, s6"),
+        (&[0xd7610007, 0x00010a91], "v_writelane_b32 v7, 17, 5"),
+        (&[0xd71f0007, 0x000100c1], "v_mbcnt_lo_u32_b32 v7, -1, 0"),
+        (&[0xd7200007, 0x00020605], "v_mbcnt_hi_u32_b32 v7, s5, v3"),
+        (&[0xd71f0007, 0x00021303], "v_mbcnt_lo_u32_b32 v7, v3, v9"),
         (&[0xbe802002], "s_and_saveexec_b32 s0, s2"),
         (&[0xbe83226a], "s_or_saveexec_b32 s3, vcc_lo"),
         (&[0xbe8424c1], "s_xor_saveexec_b32 s4, -1"),

@@ -86,6 +86,25 @@ macro_rules! map {
     }};
 }
 
+/// The lane `v_readlane_b32`/`v_writelane_b32` name by the scalar `sel`, in a wave of `n`.
+#[inline(always)]
+pub(crate) fn lane_of(sel: u32, n: usize) -> usize {
+    sel as usize % n
+}
+
+/// `v_mbcnt_lo_u32_b32` (`hi` false) / `v_mbcnt_hi_u32_b32` of lane `l`: the set bits of the
+/// mask `m` in the lanes below `l` (lo: those of lanes 0..31, hi: of lanes 32..63), plus `y`.
+#[inline(always)]
+pub(crate) fn mbcnt(hi: bool, m: u32, y: u32, l: usize) -> u32 {
+    let below = match (hi, l) {
+        (false, 32..) => m.count_ones(),
+        (false, _) => (m & ((1u64 << l) - 1) as u32).count_ones(),
+        (true, 0..32) => 0,
+        (true, _) => (m & ((1u64 << (l - 32)) - 1) as u32).count_ones(),
+    };
+    below.wrapping_add(y)
+}
+
 /// The float compares, by the low four bits of the compare opcode: false, <, ==, <=, >,
 /// <> (ordered, not equal), >=, ordered, unordered, and the negations of the ordered ones
 /// (true when a source is NaN: !>=, !<>, !>, !<=, !=, !<), true. The one statement for
@@ -1175,39 +1194,22 @@ fn cross_lane_ops(
             return Ok(Res::Written);
         }
         V_READLANE_B32 => {
-            let l = (b[0] as usize) % n;
+            let l = lane_of(b[0] as u32, n);
             w.swrite(i.dst, a[l] as u32);
             return Ok(Res::Written);
         }
         V_WRITELANE_B32 => {
-            let l = (b[0] as usize) % n;
+            let l = lane_of(b[0] as u32, n);
             let dr = w.row(i.dst, pc)?;
             w.vgpr[dr + l] = a[0] as u32;
             return Ok(Res::Written);
         }
         V_MBCNT_LO_U32_B32 | V_MBCNT_HI_U32_B32 => {
-            map!(n, exec, r, a, b, c, |x, y, _z| {
-                let _ = x;
-                y
-            });
-            // Count of set mask bits in lanes below this one (lo: lanes 0..31, hi: 32..63).
             for l in 0..n {
                 if exec >> l & 1 == 0 {
                     continue;
                 }
-                let m = a[l] as u32;
-                let below = if op == V_MBCNT_LO_U32_B32 {
-                    if l >= 32 {
-                        m.count_ones()
-                    } else {
-                        (m & ((1u64 << l) - 1) as u32).count_ones()
-                    }
-                } else if l < 32 {
-                    0
-                } else {
-                    (m & ((1u64 << (l - 32)) - 1) as u32).count_ones()
-                };
-                r[l] = (below as u64 + (b[l] & 0xffff_ffff)) & 0xffff_ffff;
+                r[l] = mbcnt(op == V_MBCNT_HI_U32_B32, a[l] as u32, b[l] as u32, l) as u64;
             }
         }
         V_PERMLANE16_B32 | V_PERMLANEX16_B32 => {
