@@ -371,7 +371,7 @@ impl Psp {
         if self.state != State::SosRunning
             || value != RING_TYPE_KM << 16
             || bytes == 0
-            || bytes as usize % FRAME_BYTES != 0
+            || !(bytes as usize).is_multiple_of(FRAME_BYTES)
             || vram.read(addr, bytes as usize).is_none()
         {
             // Never answered: bit 31 stays clear.
