@@ -140,7 +140,7 @@ fn boots_sos_and_loads_every_gfx1100_firmware() {
 }
 
 #[test]
-fn firmware_before_the_tmr_is_refused_by_the_bringup_and_the_psp() {
+fn firmware_before_the_tmr_is_refused_before_anything_is_sent() {
     let Some(dir) = dir() else { return };
     let (mut b, set) = setup(&dir);
     assert!(matches!(b.load_firmware(&set), Err(BringupError::Order(_))));
