@@ -296,7 +296,7 @@ impl FirmwareSet {
             .iter()
             .find(|(n, _)| n.ends_with(suffix))
             .ok_or_else(|| BringupError::MissingFirmware(format!("*{suffix}")))?;
-        // PANIC-free: `add` parsed it with this kind already; parse again to borrow it.
+        // `add` parsed it already; parsing again borrows it without keeping parsed copies.
         let kind =
             Kind::of_file_name(name).ok_or_else(|| BringupError::FirmwareName(name.clone()))?;
         let fw = Firmware::parse(kind, bytes).map_err(|source| BringupError::Firmware {
