@@ -34,7 +34,12 @@ pub(crate) fn grow<M: Mode>(
         }
         match grown {
             Ok((g, fds)) => Ok((Response::Grown(g), fds)),
+            // No slot for another queue is a resource the growth lacks, as memory is.
             Err(MakeError::Short { .. }) => Err(Refusal::gpu_short(want)),
+            Err(e @ MakeError::Full { .. }) => {
+                tracing::info!(device = h.d.id().0, "a growth found no queue slot: {e}");
+                Err(Refusal::gpu_short(want))
+            }
             Err(e @ MakeError::Never { .. }) => Err(Refusal::Never(e.to_string())),
             Err(e) => Err(Refusal::Fault(e.to_string())),
         }
