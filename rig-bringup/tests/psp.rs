@@ -137,6 +137,29 @@ fn boots_sos_and_loads_every_gfx1100_firmware() {
         .take(2)
         .collect();
     assert_eq!(first, ["MP0_SMN_C2PMSG_36", "MP0_SMN_C2PMSG_35"]);
+    // After the bootloader: psp_v13_0_ring_create (69, 70, 71, 64), then one write pointer
+    // (67) per command: SETUP_TMR, each image, AUTOLOAD_RLC.
+    let after: Vec<&str> = b
+        .trace()
+        .iter()
+        .filter_map(|s| match s {
+            Step::Write { name, .. } if !name.ends_with("_35") && !name.ends_with("_36") => {
+                Some(name.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        after[..4],
+        [
+            "MP0_SMN_C2PMSG_69",
+            "MP0_SMN_C2PMSG_70",
+            "MP0_SMN_C2PMSG_71",
+            "MP0_SMN_C2PMSG_64"
+        ]
+    );
+    assert!(after[4..].iter().all(|n| *n == "MP0_SMN_C2PMSG_67"));
+    assert_eq!(after.len() - 4, loaded.len() + 2);
 }
 
 #[test]
