@@ -301,7 +301,7 @@ fn lose_unstamped(dev: &DeviceShared, value: u64, which: &str) -> Error {
     let why = Fault::new(
         FaultKind::Unstamped,
         format!(
-            "value {value} completed, but its {which} clock stamp was never written (the profile's stamps were overwritten, or the queue ran none)"
+            "value {value} completed without its {which} stamp (the profile's stamps were overwritten, or the queue ran none)"
         ),
     );
     dev.lose_for(value, why)

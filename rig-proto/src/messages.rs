@@ -1365,12 +1365,7 @@ impl std::fmt::Display for Fault {
             }
             FaultKind::Producer => f.write_str("a device its work waited for was lost")?,
             FaultKind::Disconnected => f.write_str("rigd no longer answers")?,
-            FaultKind::Unstamped if !self.detail.is_empty() => {
-                return f.write_str(&self.detail);
-            }
-            FaultKind::Unstamped => {
-                f.write_str("a completed value's clock stamp was never written")?
-            }
+            FaultKind::Unstamped => f.write_str("a profile's clock stamp was never written")?,
         }
         match (self.queue, self.vmid) {
             (Some(q), Some(v)) => write!(f, " on {q} (vmid {v})")?,
