@@ -148,7 +148,7 @@ impl Clock {
                 let mut all = Vec::with_capacity(READS);
                 let m = match first_within(read, &mut all)? {
                     Some(m) => m,
-                    None => narrowest(&all).ok_or_else(|| no_read())?,
+                    None => narrowest(&all).ok_or_else(no_read)?,
                 };
                 (m, 0)
             }
@@ -160,7 +160,7 @@ impl Clock {
                     Some(m) => m,
                     None => match first_within(read, &mut all)? {
                         Some(m) => m,
-                        None => narrowest(&all).ok_or_else(|| no_read())?,
+                        None => narrowest(&all).ok_or_else(no_read)?,
                     },
                 };
                 let constant = constant_between(&pair, &r, hz);

@@ -230,7 +230,7 @@ impl SimGpu {
         if config.clock.hz == 0 {
             return Err(SimError::Config("clock.hz must be at least 1"));
         }
-        if !(config.clock.drift_ppm.abs() < 1e6) {
+        if config.clock.drift_ppm.is_nan() || config.clock.drift_ppm.abs() >= 1e6 {
             return Err(SimError::Config(
                 "clock.drift_ppm must lie between -1e6 and 1e6",
             ));

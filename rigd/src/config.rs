@@ -412,7 +412,7 @@ impl SimClockConfig {
         if self.hz == 0 {
             return Err("sim.clock.hz must be at least 1".into());
         }
-        if !(self.drift_ppm.abs() <= MOST_DRIFT_PPM) {
+        if self.drift_ppm.is_nan() || self.drift_ppm.abs() > MOST_DRIFT_PPM {
             return Err(format!(
                 "sim.clock.drift_ppm {} must lie between -{MOST_DRIFT_PPM} and {MOST_DRIFT_PPM}",
                 self.drift_ppm
