@@ -125,6 +125,8 @@ pub struct Facts {
     pub wgps: Vec<Vec<u32>>,
     /// The frequency of the GPU's clock that profile stamps count, in hertz.
     pub clock_hz: u64,
+    /// How the device reads that clock against the host's (docs/profiling.md).
+    pub clock: rig_proto::ClockSource,
 }
 
 impl Facts {
@@ -159,6 +161,7 @@ impl Facts {
             dies: f.dies,
             wgps: f.wgps.clone(),
             clock_hz: f.clock_hz,
+            clock: f.clock,
         })
     }
 }

@@ -45,6 +45,9 @@ pub enum FaultKind {
     Producer,
     /// rigd no longer answers, and the device's work is gone with it.
     Disconnected,
+    /// A profiled value completed, but a clock stamp its work should have written reads as
+    /// never written (docs/profiling.md); [`Fault::detail`] names the value and stamp.
+    Unstamped,
 }
 
 /// Why a device was lost: the fault of its work, a hang, a reset or a stop, with the facts
@@ -77,6 +80,7 @@ impl Fault {
             K::Internal => FaultKind::Internal,
             K::Producer => FaultKind::Producer,
             K::Disconnected => FaultKind::Disconnected,
+            K::Unstamped => FaultKind::Unstamped,
         }
     }
 

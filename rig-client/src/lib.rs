@@ -125,6 +125,7 @@
 
 mod args;
 mod buffer;
+mod clock;
 mod copies;
 mod device;
 mod dispatch;
@@ -151,6 +152,7 @@ pub use host::HostMemory;
 pub use image::{Image, Kernel};
 pub use point::Point;
 pub use profile::{Profile, Work};
+pub use rig_proto::ClockSource;
 pub use slab::{SLABS, SlabPolicy};
 pub use submission::{Launch, Ref, Submission};
 pub use types::{Access, CopyBox, Memory, Queue};

@@ -88,6 +88,17 @@ pub struct Config {
     /// allocation answers ENOMEM, as amdgpu does on a GPU whose register page it cannot
     /// remap (pages larger than 4 KiB, SR-IOV functions).
     pub mmio_remap: bool,
+    /// How each GPU's clock runs against the host's (its stamps, and the counter
+    /// GET_CLOCK_COUNTERS reads: `constant` apart on a GFX12 GPU whose KFD reads another
+    /// counter; rig_sim's [`rig_sim::clock`]). Its `stall` is not used: see `clock_stall`.
+    pub clock: rig_sim::ClockModel,
+    /// Nanoseconds GET_CLOCK_COUNTERS spends between its read of the GPU's counter and its
+    /// sample of the host's clocks (the kernel's is a register read's return and a call).
+    pub clock_gap_ns: u64,
+    /// One GET_CLOCK_COUNTERS preempted in that gap: the `read`th (from 1) of a GPU by the
+    /// processes that hold a queue on it (a device's measures, not a discovery's), stalled
+    /// `ns` before the host's sample.
+    pub clock_stall: Option<rig_sim::Stall>,
 }
 
 impl Default for Config {
@@ -104,6 +115,9 @@ impl Default for Config {
             max_queues_per_device: 4096,
             cwsr_extra_bytes: 0,
             mmio_remap: true,
+            clock: rig_sim::ClockModel::default(),
+            clock_gap_ns: 0,
+            clock_stall: None,
         }
     }
 }
@@ -121,6 +135,8 @@ pub struct Gpu {
     /// VRAM bytes every process's VRAM allocations reserve (amdgpu reserves at
     /// ALLOC_MEMORY_OF_GPU, host-visible or not, and releases at FREE).
     vram_held: AtomicU64,
+    /// GET_CLOCK_COUNTERS of it by processes holding a queue on it (`Config::clock_stall`).
+    queued_clock_reads: AtomicU64,
 }
 
 impl Gpu {
@@ -222,6 +238,10 @@ impl Kernel {
                 model: model.clone(),
                 vram_bytes: config.vram_bytes,
                 exec_threads: 2,
+                clock: rig_sim::ClockModel {
+                    stall: None,
+                    ..config.clock
+                },
                 ..SimConfig::default()
             })?;
             let facts = NodeFacts {
@@ -238,6 +258,7 @@ impl Kernel {
                 sim,
                 queues: AtomicUsize::new(0),
                 vram_held: AtomicU64::new(0),
+                queued_clock_reads: AtomicU64::new(0),
             });
         }
         Ok(Arc::new(Kernel {
@@ -678,12 +699,22 @@ impl Process {
             }
             n if n == abi::GET_CLOCK_COUNTERS.nr => {
                 let mut a: abi::GetClockCountersArgs = read_args(args);
-                // KFD reads the GPU's counter first, then the host's clocks; a GPU it does
-                // not know reads 0 and the call still succeeds (Linux's kfd_chardev.c).
-                a.gpu_clock_counter = self
-                    .kernel
-                    .gpu_index(a.gpu_id)
-                    .map_or(0, |i| self.kernel.gpus[i].sim.clock_ticks());
+                // KFD reads the GPU's counter first, then the host's clocks (raw monotonic,
+                // boot time); a GPU it does not know reads 0 and the call still succeeds
+                // (Linux's kfd_ioctl_get_clock_counters). The gap between the two is where
+                // a preemption of the caller delays the host's sample.
+                let index = self.kernel.gpu_index(a.gpu_id);
+                a.gpu_clock_counter =
+                    index.map_or(0, |i| self.kernel.gpus[i].sim.read_source().ticks);
+                let gap_from = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC);
+                while clock_ns(nix::time::ClockId::CLOCK_MONOTONIC)
+                    < gap_from + self.kernel.config.clock_gap_ns
+                {
+                    std::hint::spin_loop();
+                }
+                if let Some(i) = index {
+                    self.preempt_clock_read(i);
+                }
                 a.cpu_clock_counter = clock_ns(nix::time::ClockId::CLOCK_MONOTONIC_RAW);
                 a.system_clock_counter = clock_ns(nix::time::ClockId::CLOCK_BOOTTIME);
                 a.system_clock_freq = 1_000_000_000;
@@ -691,6 +722,27 @@ impl Process {
                 Ok(None)
             }
             _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Stalls this GET_CLOCK_COUNTERS of GPU `i` if it is `Config::clock_stall`'s read.
+    fn preempt_clock_read(&self, i: usize) {
+        let Some(stall) = self.kernel.config.clock_stall else {
+            return;
+        };
+        let holds_queue = lock(&self.state)
+            .devices
+            .get(i)
+            .is_some_and(|d| !d.queues.is_empty());
+        if !holds_queue {
+            return;
+        }
+        let n = self.kernel.gpus[i]
+            .queued_clock_reads
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if n == stall.read {
+            std::thread::sleep(std::time::Duration::from_nanos(stall.ns));
         }
     }
 

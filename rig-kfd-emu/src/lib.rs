@@ -18,6 +18,8 @@ pub mod kernel;
 pub mod server;
 pub mod tree;
 
+pub use rig_sim::{ClockModel, Stall};
+
 use std::path::Path;
 use std::sync::Arc;
 

@@ -26,6 +26,28 @@ struct Args {
     /// Refuse the MMIO_REMAP (HDP flush) page (ENOMEM), as a GPU without one does.
     #[arg(long)]
     no_mmio_remap: bool,
+    /// The GPUs' clock counts at creation (ticks).
+    #[arg(long, default_value_t = 0)]
+    clock_offset: u64,
+    /// How much faster the GPUs' clocks run than their 100 MHz, in ppm (negative: slower).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    clock_drift_ppm: f64,
+    /// Nanoseconds a read of a GPU's counter takes.
+    #[arg(long, default_value_t = 0)]
+    clock_read_ns: u64,
+    /// The counter GET_CLOCK_COUNTERS reads less the stamps' clock, in ticks (GFX12's).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    clock_constant: i64,
+    /// Nanoseconds GET_CLOCK_COUNTERS spends between the GPU's counter and the host's clocks.
+    #[arg(long, default_value_t = 0)]
+    clock_gap_ns: u64,
+    /// Preempts this read of a GPU's counter (counting from 1, reads by processes holding a
+    /// queue on it) for --clock-stall-ms, between the counter and the host's sample.
+    #[arg(long, requires = "clock_stall_ms")]
+    clock_stall_read: Option<u64>,
+    /// How long the preempted read stalls, in milliseconds.
+    #[arg(long, requires = "clock_stall_read")]
+    clock_stall_ms: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +60,21 @@ fn main() -> std::process::ExitCode {
         vram_bytes: args.vram_mib << 20,
         bar_bytes: args.bar_mib.map(|m| m << 20),
         mmio_remap: !args.no_mmio_remap,
+        clock: rig_sim::ClockModel {
+            offset: args.clock_offset,
+            drift_ppm: args.clock_drift_ppm,
+            read_ns: args.clock_read_ns,
+            constant: args.clock_constant,
+            ..rig_sim::ClockModel::default()
+        },
+        clock_gap_ns: args.clock_gap_ns,
+        clock_stall: args
+            .clock_stall_read
+            .zip(args.clock_stall_ms)
+            .map(|(read, ms)| rig_sim::Stall {
+                read,
+                ns: ms.saturating_mul(1_000_000),
+            }),
         ..Default::default()
     };
     match rig_kfd_emu::start(config, &args.socket, &args.topology) {

@@ -1196,3 +1196,42 @@ fn queue_buffers_each_need_a_mapping_of_their_own_as_linux_6_12_asks() {
     p.kfd.destroy_queue(a.queue_id).unwrap();
     p.kfd.destroy_queue(s.queue_id).unwrap();
 }
+
+#[test]
+fn get_clock_counters_samples_the_host_after_the_counter_and_its_gap() {
+    // The counter KFD reads is 1000 ticks apart from the stamps' clock, and 2 ms pass
+    // between its read and the host's sample, as a slow gap would.
+    let gap_ns = 2_000_000;
+    let emu = emulate(Config {
+        models: vec!["gfx1201".into()],
+        clock: rig_kfd_emu::ClockModel {
+            constant: 1_000,
+            ..Default::default()
+        },
+        clock_gap_ns: gap_ns,
+        ..Config::default()
+    });
+    let kfd = Kfd::open(emu.kernel.clone()).unwrap();
+    let gpu = kfd.apertures().unwrap()[0].gpu_id;
+    let raw = || {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_RAW).unwrap();
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    };
+    let stamps = emu.server.kernel().gpus()[0].sim.clock();
+    let mono = rig_sim::clock::monotonic_ns;
+    let (m0, r0) = (mono(), raw());
+    let c = kfd.clock_counters(gpu).unwrap();
+    let (r1, m1) = (raw(), mono());
+    // The counter was read first, the gap before the call returned...
+    let read_at = stamps.monotonic_ns_at(c.gpu_clock_counter - 1_000);
+    assert!(
+        m0 <= read_at + 10 && read_at + gap_ns <= m1,
+        "{m0} <= {read_at}, + {gap_ns} <= {m1}"
+    );
+    // ... and the host's raw clock after the gap.
+    assert!(
+        r0 + gap_ns <= c.cpu_clock_counter && c.cpu_clock_counter <= r1,
+        "{r0} + {gap_ns} <= {} <= {r1}",
+        c.cpu_clock_counter
+    );
+}

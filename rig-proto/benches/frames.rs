@@ -66,6 +66,7 @@ fn opened() -> DeviceOpened {
             wgps: vec![vec![0xff; 2]; 6],
             linear_copy_bytes: 1 << 30,
             clock_hz: 100_000_000,
+            clock: ClockSource::Source { apart: false },
             most_ring: RingLimits {
                 compute: 1 << 31,
                 copy: 1 << 31,

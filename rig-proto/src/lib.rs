@@ -96,9 +96,9 @@ pub use server::{FrameBudget, ServerConnection, reply_for};
 /// The first eight bytes every client's hello carries: `"rigproto"` read little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
-/// The protocol version of this build. Both sides must speak the same one. Version 8
-/// added [`DeviceOpened::context`], the interrupt context the device's releases carry.
-pub const VERSION: u32 = 8;
+/// The protocol version of this build. Both sides must speak the same one. Version 9
+/// added [`Facts::clock`] and [`ClockSample::gap_ns`]: how a device reads the GPU's clock.
+pub const VERSION: u32 = 9;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

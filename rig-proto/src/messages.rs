@@ -197,8 +197,9 @@ pub enum Request {
         /// The device.
         device: DeviceId,
     },
-    /// Needs a live device; reads the GPU's clock between two readings of the host's
-    /// `CLOCK_MONOTONIC`. Answered with [`Response::Clock`].
+    /// Needs a live device; reads the GPU's clock through the path's source, against
+    /// readings of the host's `CLOCK_MONOTONIC` ([`ClockSample`]). Answered with
+    /// [`Response::Clock`].
     SampleClock {
         /// The device.
         device: DeviceId,
@@ -1049,6 +1050,8 @@ pub struct Facts {
     pub linear_copy_bytes: u64,
     /// The frequency of the GPU's clock that profile stamps count, in hertz.
     pub clock_hz: u64,
+    /// How the device reads that clock against the host's.
+    pub clock: ClockSource,
     /// The largest rings a growth makes.
     pub most_ring: RingLimits,
 }
@@ -1168,15 +1171,42 @@ pub struct Scratch {
 // Time and status
 // ---------------------------------------------------------------------------------------
 
-/// The GPU's clock read between two readings of the host's `CLOCK_MONOTONIC`.
+/// One read of the GPU's clock through the path's source, placed on the host's
+/// `CLOCK_MONOTONIC`: the GPU's counter was read between `host_before_ns - gap_ns` and
+/// `host_after_ns`.
+///
+/// Where rigd reads the counter itself, the two host times are its readings around the read,
+/// and `gap_ns` is 0. Through KFD, whose `GET_CLOCK_COUNTERS` samples the host's raw clock
+/// after it reads the counter, they are that sample mapped to `CLOCK_MONOTONIC` by a pair
+/// of readings of rigd's own (the pair's interval around the mapped sample), and `gap_ns`
+/// bounds the one-sided gap between the counter's read and the sample: the time from rigd's
+/// reading before the call to the mapped sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockSample {
-    /// The GPU clock, in ticks of [`Facts::clock_hz`].
+    /// The source's counter, in ticks of [`Facts::clock_hz`].
     pub gpu: u64,
-    /// The host's clock before the read, in nanoseconds.
+    /// The host's clock at the start of the read's interval, in nanoseconds.
     pub host_before_ns: u64,
-    /// The host's clock after the read, in nanoseconds.
+    /// The host's clock at its end, in nanoseconds.
     pub host_after_ns: u64,
+    /// How long before `host_before_ns` the counter may have been read, in nanoseconds.
+    pub gap_ns: u64,
+}
+
+/// How a device reads the GPU's clock, the clock of its profile stamps, against the host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClockSource {
+    /// rigd reads a counter of the clock ([`Request::SampleClock`]): the device measures at
+    /// open and again as it converts stamps, at most every 62.5 ms.
+    Source {
+        /// The counter is another counter of the clock's rate, a constant apart from the
+        /// stamps' (KFD's on GFX12): the device takes the constant once, at open, from
+        /// stamps its compute queue writes.
+        apart: bool,
+    },
+    /// No counter can be read: the device measures once, at open, with a stamp its compute
+    /// queue writes between two readings of the host's clock.
+    RoundTrip,
 }
 
 /// What ended a device's work: the kind of [`Fault`].
@@ -1214,6 +1244,9 @@ pub enum FaultKind {
     /// Given by the client, never by rigd: rigd no longer answers, and the device's work is
     /// gone with it.
     Disconnected,
+    /// Given by the client, never by rigd: a profiled value completed, but a clock stamp its
+    /// work should have written reads as never written; `detail` names the value and stamp.
+    Unstamped,
 }
 
 /// A hardware queue, as a fault names it: `COMPUTE:index` or `COPY:index`.
@@ -1332,6 +1365,7 @@ impl std::fmt::Display for Fault {
             }
             FaultKind::Producer => f.write_str("a device its work waited for was lost")?,
             FaultKind::Disconnected => f.write_str("rigd no longer answers")?,
+            FaultKind::Unstamped => f.write_str("a profile's clock stamp was never written")?,
         }
         match (self.queue, self.vmid) {
             (Some(q), Some(v)) => write!(f, " on {q} (vmid {v})")?,

@@ -45,6 +45,7 @@ fn fault_kind() -> impl Strategy<Value = FaultKind> {
         Just(FaultKind::Internal),
         Just(FaultKind::Producer),
         Just(FaultKind::Disconnected),
+        Just(FaultKind::Unstamped),
     ]
 }
 
@@ -127,7 +128,13 @@ fn facts() -> impl Strategy<Value = Facts> {
         queue_kind(),
         any::<(u32, u32, u32, u32)>(),
         vec(vec(any::<u32>(), 0..3), 0..3),
-        any::<(u64, u64, u64, u64)>(),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            of(any::<bool>()),
+        ),
     );
     (a, b).prop_map(
         |(
@@ -151,7 +158,7 @@ fn facts() -> impl Strategy<Value = Facts> {
                 compute,
                 (lds_bytes, wave_size, waves_per_cu, dies),
                 wgps,
-                (linear_copy_bytes, clock_hz, rc, rk),
+                (linear_copy_bytes, clock_hz, rc, rk, apart),
             ),
         )| Facts {
             arch,
@@ -179,6 +186,10 @@ fn facts() -> impl Strategy<Value = Facts> {
             wgps,
             linear_copy_bytes,
             clock_hz,
+            clock: match apart {
+                Some(apart) => ClockSource::Source { apart },
+                None => ClockSource::RoundTrip,
+            },
             most_ring: RingLimits {
                 compute: rc,
                 copy: rk,
@@ -552,11 +563,12 @@ fn response() -> impl Strategy<Value = Response> {
         Just(Response::Absent),
         grown.prop_map(Response::Grown),
         facts().prop_map(|f| Response::Facts(Box::new(f))),
-        any::<(u64, u64, u64)>().prop_map(|(gpu, host_before_ns, host_after_ns)| {
+        any::<(u64, u64, u64, u64)>().prop_map(|(gpu, host_before_ns, host_after_ns, gap_ns)| {
             Response::Clock(ClockSample {
                 gpu,
                 host_before_ns,
                 host_after_ns,
+                gap_ns,
             })
         }),
         (of(fault()), any::<bool>(), any::<u64>(), any::<u64>()).prop_map(

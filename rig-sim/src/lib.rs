@@ -11,13 +11,16 @@
 //! A [`SimGpu`] is one entry of rig-amd's GPU table ([`rig_amd::gpu::Gpu`]): gfx1100 by
 //! default, gfx1201, or gfx942 (several dies, AQL compute queue). Its VRAM is sparse
 //! ([`SimConfig::vram_bytes`], 16 GiB by default, resident only once touched) and its clock
-//! counts at [`SimConfig::clock_hz`] (100 MHz by default) from its creation.
+//! runs as [`SimConfig::clock`] says (100 MHz from its creation by default; an offset, a
+//! drift, a read latency, a constant between the source and the stamps and a preempted read
+//! can be put into it: [`clock`]).
 //!
 //! # API (what the daemon's `sim` path builds on)
 //!
 //! ```text
 //! SimGpu::new(SimConfig) -> Result<Arc<SimGpu>>
 //!   .model() -> &'static Gpu          .clock() -> ClockRelation     .clock_ticks() -> u64
+//!   .read_source() -> SourceRead                                    (the host's read)
 //!   .create_address_space() -> Result<AddressSpace>                 (one VMID each)
 //! AddressSpace
 //!   .alloc_vram(va, bytes)  .map_host(va, &SharedRegion, offset, bytes, writable)
@@ -111,13 +114,13 @@ mod vram;
 mod watch;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rig_amd::gpu::Gpu;
 use rig_shm::SharedRegion;
 
-pub use clock::ClockRelation;
+pub use clock::{ClockModel, ClockRelation, SourceRead, Stall};
 pub use dispatch::{IsaExecutor, KernelExecutor, KernelFault, NoExecutor};
 pub use memory::{MapError, PageFault};
 pub use queue::{
@@ -177,8 +180,8 @@ pub struct SimConfig {
     pub model: String,
     /// Bytes of VRAM (virtual: pages are resident only once touched).
     pub vram_bytes: u64,
-    /// GPU clock rate, ticks per second.
-    pub clock_hz: u64,
+    /// How its clock runs against the host's.
+    pub clock: ClockModel,
     /// Host threads a dispatch may run workgroups on (the queue's own thread and helpers of
     /// rig-isa's process-wide pool; on a model of several dies each die gets
     /// `exec_threads / dies`, at least 1, and the dies run at once).
@@ -193,7 +196,7 @@ impl std::fmt::Debug for SimConfig {
         f.debug_struct("SimConfig")
             .field("model", &self.model)
             .field("vram_bytes", &self.vram_bytes)
-            .field("clock_hz", &self.clock_hz)
+            .field("clock", &self.clock)
             .field("exec_threads", &self.exec_threads)
             .finish_non_exhaustive()
     }
@@ -204,7 +207,7 @@ impl Default for SimConfig {
         SimConfig {
             model: "gfx1100".into(),
             vram_bytes: 16 << 30,
-            clock_hz: 100_000_000,
+            clock: ClockModel::default(),
             exec_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             executor: dispatch::default_executor(),
         }
@@ -218,6 +221,8 @@ pub struct SimGpu {
     config: SimConfig,
     vram: Arc<Vram>,
     clock: ClockRelation,
+    /// Reads of the source so far.
+    source_reads: AtomicU64,
     pub(crate) events: Events,
     next_vmid: AtomicU32,
     pub(crate) next_queue: AtomicU32,
@@ -228,8 +233,13 @@ impl SimGpu {
     pub fn new(config: SimConfig) -> Result<Arc<SimGpu>> {
         let model = Gpu::by_name(&config.model)
             .ok_or_else(|| SimError::UnknownModel(config.model.clone()))?;
-        if config.clock_hz == 0 {
-            return Err(SimError::Config("clock_hz must be at least 1"));
+        if config.clock.hz == 0 {
+            return Err(SimError::Config("clock.hz must be at least 1"));
+        }
+        if config.clock.drift_ppm.is_nan() || config.clock.drift_ppm.abs() >= 1e6 {
+            return Err(SimError::Config(
+                "clock.drift_ppm must lie between -1e6 and 1e6",
+            ));
         }
         if config.vram_bytes < PAGE {
             return Err(SimError::Config("vram_bytes must be at least one page"));
@@ -239,15 +249,13 @@ impl SimGpu {
         }
         let bytes = config.vram_bytes / PAGE * PAGE;
         let vram = Vram::new(bytes).map_err(|source| SimError::Vram { bytes, source })?;
-        let clock = ClockRelation {
-            epoch_monotonic_ns: clock::monotonic_ns(),
-            hz: config.clock_hz,
-        };
+        let clock = ClockRelation::new(&config.clock, clock::monotonic_ns());
         Ok(Arc::new(SimGpu {
             model,
             config,
             vram: Arc::new(vram),
             clock,
+            source_reads: AtomicU64::new(0),
             events: Events::default(),
             next_vmid: AtomicU32::new(1),
             next_queue: AtomicU32::new(0),
@@ -295,6 +303,23 @@ impl SimGpu {
     /// How the GPU clock relates to the host's `CLOCK_MONOTONIC`.
     pub fn clock(&self) -> ClockRelation {
         self.clock
+    }
+
+    /// A read of the GPU's clock by the host, as a register read: it takes the model's
+    /// `read_ns`, samples the source's counter (the stamp clock plus the model's constant)
+    /// half way through, and says whether the reader is preempted after it ([`clock`]).
+    pub fn read_source(&self) -> SourceRead {
+        let m = &self.config.clock;
+        let n = self.source_reads.fetch_add(1, Ordering::Relaxed) + 1;
+        let start = clock::monotonic_ns();
+        clock::spin_until(start + m.read_ns / 2);
+        let ticks = self.clock.now().saturating_add_signed(m.constant);
+        clock::spin_until(start + m.read_ns);
+        let stall = m
+            .stall
+            .filter(|s| s.read == n)
+            .map_or(Duration::ZERO, |s| Duration::from_nanos(s.ns));
+        SourceRead { ticks, stall }
     }
 
     /// A new GPU address space with a VMID of its own.

@@ -1037,10 +1037,10 @@ mod tests {
     fn kernels_read_the_gpus_clock() {
         // s_sendmsg_rtn REALTIME and SHADER_CYCLES read Memory::clock_ticks: the GPU's counter
         // (an epoch an hour back, so no counter started in this process reads the same).
-        let clock = crate::ClockRelation {
-            epoch_monotonic_ns: crate::clock::monotonic_ns().saturating_sub(3_600_000_000_000),
-            hz: 100_000_000,
-        };
+        let clock = crate::ClockRelation::new(
+            &crate::ClockModel::default(),
+            crate::clock::monotonic_ns().saturating_sub(3_600_000_000_000),
+        );
         let vm = Vm::new(1, Arc::new(Vram::new(PAGE).unwrap())).with_clock(clock);
         let before = clock.now();
         let t = rig_isa::Memory::clock_ticks(&vm);

@@ -343,7 +343,19 @@ pub fn device(r: &DeviceReport) -> String {
                 bytes(u64::from(f.lds_bytes))
             ),
         ),
-        ("clock", format!("{} Hz", f.clock_hz)),
+        (
+            "clock",
+            format!(
+                "{} Hz, {}",
+                f.clock_hz,
+                match f.clock {
+                    rig_proto::ClockSource::Source { apart: false } => "read by rigd",
+                    rig_proto::ClockSource::Source { apart: true } =>
+                        "read by rigd, a constant apart from the stamps",
+                    rig_proto::ClockSource::RoundTrip => "measured at open",
+                }
+            ),
+        ),
         (
             "largest rings",
             format!(

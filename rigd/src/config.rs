@@ -330,7 +330,7 @@ impl VfioConfig {
 }
 
 /// One `[[sim]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimGpuConfig {
     /// The processor, such as `gfx1100`.
@@ -341,6 +341,101 @@ pub struct SimGpuConfig {
     /// The hang bound, in milliseconds.
     #[serde(default = "default_hang_ms")]
     pub hang_ms: u32,
+    /// How its clock runs against the host's (`[sim.clock]`).
+    #[serde(default)]
+    pub clock: SimClockConfig,
+}
+
+/// The `[sim.clock]` table of a `[[sim]]` entry: how the simulated GPU's clock runs against
+/// the host's, so that profiles can be tested against a known clock error
+/// (`rig_sim::clock`). Every key is optional; the defaults are an exact 100 MHz counter.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimClockConfig {
+    /// Ticks per second the GPU states (its facts' `clock_hz`).
+    pub hz: u64,
+    /// The counter at the GPU's creation.
+    pub offset: u64,
+    /// How much faster than `hz` the counter runs, in parts per million (negative: slower).
+    pub drift_ppm: f64,
+    /// Nanoseconds a read of the counter takes.
+    pub read_ns: u64,
+    /// The counter rigd reads less the counter the GPU's stamps write, in ticks (a GPU whose
+    /// source reads another counter of the clock's rate, as KFD's on GFX12).
+    pub constant: i64,
+    /// One read of the counter (counting from 1 over the GPU's life) that is preempted for
+    /// `stall_ms`.
+    pub stall_read: Option<u64>,
+    /// How long that read is preempted, in milliseconds.
+    pub stall_ms: u64,
+}
+
+impl Default for SimClockConfig {
+    fn default() -> Self {
+        let m = rig_sim::ClockModel::default();
+        SimClockConfig {
+            hz: m.hz,
+            offset: m.offset,
+            drift_ppm: m.drift_ppm,
+            read_ns: m.read_ns,
+            constant: m.constant,
+            stall_read: None,
+            stall_ms: 0,
+        }
+    }
+}
+
+/// The most drift a simulated clock is given, in ppm: far past any crystal's.
+const MOST_DRIFT_PPM: f64 = 10_000.0;
+/// The longest a read of a simulated clock takes, in nanoseconds.
+const MOST_READ_NS: u64 = 1_000_000;
+/// The longest a preempted read of a simulated clock stalls, in milliseconds.
+const MOST_STALL_MS: u64 = 10_000;
+
+impl SimClockConfig {
+    /// The simulator's model of this clock.
+    pub fn model(&self) -> rig_sim::ClockModel {
+        rig_sim::ClockModel {
+            hz: self.hz,
+            offset: self.offset,
+            drift_ppm: self.drift_ppm,
+            read_ns: self.read_ns,
+            constant: self.constant,
+            stall: self.stall_read.map(|read| rig_sim::Stall {
+                read,
+                ns: self.stall_ms.saturating_mul(1_000_000),
+            }),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.hz == 0 {
+            return Err("sim.clock.hz must be at least 1".into());
+        }
+        if self.drift_ppm.is_nan() || self.drift_ppm.abs() > MOST_DRIFT_PPM {
+            return Err(format!(
+                "sim.clock.drift_ppm {} must lie between -{MOST_DRIFT_PPM} and {MOST_DRIFT_PPM}",
+                self.drift_ppm
+            ));
+        }
+        if self.read_ns > MOST_READ_NS {
+            return Err(format!(
+                "sim.clock.read_ns {} is above {MOST_READ_NS}",
+                self.read_ns
+            ));
+        }
+        match self.stall_read {
+            Some(0) => Err("sim.clock.stall_read counts reads from 1".into()),
+            Some(_) if self.stall_ms == 0 || self.stall_ms > MOST_STALL_MS => Err(format!(
+                "sim.clock.stall_ms {} must be from 1 to {MOST_STALL_MS} with stall_read",
+                self.stall_ms
+            )),
+            None if self.stall_ms != 0 => {
+                Err("sim.clock.stall_ms needs stall_read, the read it stalls".into())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 fn default_sim_memory() -> u64 {
@@ -358,6 +453,7 @@ impl SimGpuConfig {
             processor: "gfx1100".into(),
             memory_bytes: default_sim_memory(),
             hang_ms: default_hang_ms(),
+            clock: SimClockConfig::default(),
         }
     }
 }
@@ -471,6 +567,7 @@ impl Config {
             if s.hang_ms == 0 {
                 return Err(invalid("sim.hang_ms must be at least 1".into()));
             }
+            s.clock.validate().map_err(invalid)?;
         }
         self.vfio.validate().map_err(invalid)?;
         self.connections.validate().map_err(invalid)?;
@@ -787,6 +884,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sockt"), "{e}");
+    }
+
+    #[test]
+    fn a_sims_clock_table() {
+        let c = Config::parse(
+            "[[sim]]\nprocessor = \"gfx1201\"\n[sim.clock]\ndrift_ppm = -25.5\noffset = 7\nconstant = -900\nread_ns = 800\nstall_read = 3\nstall_ms = 12\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let m = c.sim[0].clock.model();
+        assert_eq!(
+            (m.hz, m.offset, m.constant, m.read_ns),
+            (100_000_000, 7, -900, 800)
+        );
+        assert_eq!(m.drift_ppm, -25.5);
+        assert_eq!(
+            m.stall,
+            Some(rig_sim::Stall {
+                read: 3,
+                ns: 12_000_000
+            })
+        );
+        assert_eq!(
+            Config::parse("[[sim]]\nprocessor = \"gfx1100\"\n", Path::new("t.toml"))
+                .unwrap()
+                .sim[0]
+                .clock,
+            SimClockConfig::default()
+        );
+        for (bad, says) in [
+            ("hz = 0", "hz"),
+            ("drift_ppm = 20000.0", "drift_ppm"),
+            ("read_ns = 2000000", "read_ns"),
+            ("stall_ms = 5", "needs stall_read"),
+            ("stall_read = 1", "stall_ms"),
+            ("stall_read = 0\nstall_ms = 1", "from 1"),
+            ("tick = 1", "tick"),
+        ] {
+            let e = Config::parse(
+                &format!("[[sim]]\nprocessor = \"gfx1100\"\n[sim.clock]\n{bad}\n"),
+                Path::new("t.toml"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -1450,9 +1450,9 @@ impl Device {
         self.path.most_ring(kind)
     }
 
-    /// The GPU's clock, in ticks of the description's `clock_hz`.
-    pub fn clock(&self) -> u64 {
-        self.path.clock()
+    /// One read of the GPU's clock through its path's source ([`Path::read_clock`]).
+    pub fn read_clock(&self) -> rig_proto::ClockSample {
+        self.path.read_clock()
     }
 
     /// What the state last charged for the device.

@@ -202,6 +202,7 @@ pub fn facts(desc: &GpuDescription, d: &Device) -> Facts {
         wgps: desc.wgps.clone(),
         linear_copy_bytes: g.linear_copy_bytes(),
         clock_hz: desc.clock_hz,
+        clock: desc.clock,
         most_ring: RingLimits {
             compute: d.most_ring(compute),
             copy: d.most_ring(QueueKind::Sdma),

@@ -444,9 +444,12 @@ impl LossReason {
                 LossReason::Shutdown
             }
             K::StoppedByAdministrator => LossReason::Administrator,
-            K::Reset | K::StoppedByClient | K::Internal | K::Producer | K::Disconnected => {
-                LossReason::Other
-            }
+            K::Reset
+            | K::StoppedByClient
+            | K::Internal
+            | K::Producer
+            | K::Disconnected
+            | K::Unstamped => LossReason::Other,
         }
     }
 

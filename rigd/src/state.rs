@@ -217,6 +217,7 @@ mod tests {
             processor: "gfx1100".into(),
             memory_bytes: 64 << 20,
             hang_ms: 50,
+            clock: Default::default(),
         })
         .unwrap();
         let info = GpuInfo {

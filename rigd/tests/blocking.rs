@@ -157,6 +157,7 @@ fn sim() -> SimBackend {
         processor: "gfx1100".into(),
         memory_bytes: 256 << 20,
         hang_ms: 10_000,
+        clock: Default::default(),
     })
     .unwrap()
 }

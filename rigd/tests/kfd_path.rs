@@ -1069,6 +1069,7 @@ fn the_sim_path_and_kfds_topology_state_the_same_shader_arrays() {
             processor: processor.into(),
             memory_bytes: 64 << 20,
             hang_ms: 100,
+            clock: Default::default(),
         })
         .unwrap();
         let (kfd, sim) = (&s.backend.description().wgps, &sim.description().wgps);

@@ -108,6 +108,7 @@ fn device() -> (Device, Arc<Control>) {
         processor: "gfx1100".into(),
         memory_bytes: 256 << 20,
         hang_ms: 10_000,
+        clock: Default::default(),
     })
     .unwrap();
     let events = Events {

@@ -21,8 +21,11 @@ pub fn on_kfd() -> bool {
 
 /// Plays the emulated KFD in `dir` until killed: `gpus` GPUs of [`serve::processor`].
 fn serve_kfd(dir: &std::path::Path, gpus: u32) -> i32 {
+    let clock = serve::clock().unwrap_or_default();
     let config = rig_kfd_emu::kernel::Config {
         models: vec![serve::processor().to_owned(); gpus.clamp(1, 8) as usize],
+        clock: rig_sim_clock(&clock),
+        clock_stall: clock.model().stall,
         ..Default::default()
     };
     let started = rig_kfd_emu::start(
@@ -53,6 +56,15 @@ fn serve_kfd(dir: &std::path::Path, gpus: u32) -> i32 {
             eprintln!("the test's emulated KFD in {}: {e}", dir.display());
             1
         }
+    }
+}
+
+/// The emulated GPUs' clock of a `[sim.clock]` table: its stall is the emulation's own,
+/// a preemption of GET_CLOCK_COUNTERS (`clock_stall`).
+fn rig_sim_clock(c: &rigd::config::SimClockConfig) -> rig_kfd_emu::ClockModel {
+    rig_kfd_emu::ClockModel {
+        stall: None,
+        ..c.model()
     }
 }
 

@@ -114,6 +114,7 @@ pub fn config(socket: &Path, plan: Plan) -> rigd::config::Config {
             // 2048 devices share the machine's cores: a device may wait many seconds for
             // its queue's turn, which the default bound (2 s) would take for a hang.
             hang_ms: 300_000,
+            clock: Default::default(),
         };
         plan.gpus.clamp(1, 8) as usize
     ];

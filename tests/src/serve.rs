@@ -20,6 +20,9 @@ pub const HANG_MS_ENV: &str = "RIG_CLIENT_TEST_HANG_MS";
 pub const GPUS_ENV: &str = "RIG_CLIENT_TEST_GPUS";
 /// rigd's `connections.idle_ms`, if set.
 pub const IDLE_MS_ENV: &str = "RIG_CLIENT_TEST_IDLE_MS";
+/// How the GPUs' clocks run, if set: the body of a `[sim.clock]` table (rigd's
+/// `SimClockConfig`), for the simulated GPUs and the emulated KFD's alike.
+pub const CLOCK_ENV: &str = "RIG_CLIENT_TEST_CLOCK";
 /// In rigd's child: the directory of the emulated KFD to serve (its socket [`KFD_SOCKET`]
 /// and topology tree [`KFD_TOPOLOGY`]).
 pub const KFD_ENV: &str = "RIG_CLIENT_TEST_KFD";
@@ -58,6 +61,17 @@ pub fn processor() -> &'static str {
     })
 }
 
+/// The clock [`CLOCK_ENV`] sets, if it does (a test's own text: one it cannot parse fails
+/// the test's rigd loudly).
+pub fn clock() -> Option<rigd::config::SimClockConfig> {
+    let body = std::env::var(CLOCK_ENV).ok()?;
+    let text = format!("[[sim]]\nprocessor = \"gfx1100\"\n[sim.clock]\n{body}\n");
+    match rigd::config::Config::parse(&text, std::path::Path::new(CLOCK_ENV)) {
+        Ok(c) => c.sim.into_iter().next().map(|s| s.clock),
+        Err(e) => panic!("{CLOCK_ENV}: {e}"),
+    }
+}
+
 /// Serves a rigd if this process was started as one, and returns its exit code; `None`
 /// in a process that was not.
 pub fn main() -> Option<i32> {
@@ -73,12 +87,24 @@ pub fn main() -> Option<i32> {
             processor: processor().into(),
             memory_bytes: 2 << 30,
             hang_ms,
+            ..rigd::config::SimGpuConfig::embedded_default()
         }];
     } else if processor() != "gfx1100" {
         config.sim = vec![rigd::config::SimGpuConfig {
             processor: processor().into(),
             ..rigd::config::SimGpuConfig::embedded_default()
         }];
+    }
+    if let Some(clock) = clock() {
+        if config.sim.is_empty() {
+            config.sim = vec![rigd::config::SimGpuConfig {
+                processor: processor().into(),
+                ..rigd::config::SimGpuConfig::embedded_default()
+            }];
+        }
+        for s in &mut config.sim {
+            s.clock = clock.clone();
+        }
     }
     if let Some(ms) = number(IDLE_MS_ENV) {
         config.connections.idle_ms = u64::from(ms);

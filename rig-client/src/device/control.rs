@@ -210,7 +210,12 @@ impl Rig {
         let made = Maps::new(fds)
             .and_then(|maps| DeviceShared::new(self.clone(), gpu.name.clone(), *opened, maps));
         match made {
-            Ok(shared) => Ok(Device(Arc::new(shared))),
+            Ok(shared) => {
+                let shared = Arc::new(shared);
+                // A failed first measure drops the device, which closes it.
+                crate::profile::open_clock(&shared)?;
+                Ok(Device(shared))
+            }
             Err(e) => {
                 // rigd made the device; give it back.
                 let _ = self.call(&Request::CloseDevice { device: id }, &[]);

@@ -71,6 +71,8 @@ pub(crate) struct DeviceShared {
     /// The slabs small buffers are cut from ([`crate::SlabPolicy`]).
     slabs: Mutex<crate::slab::Pool>,
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
+    /// Its GPU's clock against the host's, measured at open (`None` only until then).
+    pub(crate) clock: Mutex<Option<crate::clock::Clock>>,
     /// The Pinned buffer host accesses of Device memory copy through.
     bounce: Mutex<Option<Buffer>>,
     /// Other devices' timeline words as this device's GPU addresses them, asked of rigd
@@ -144,6 +146,7 @@ impl DeviceShared {
             freed_under: AtomicU64::new(0),
             slabs: Mutex::new(Default::default()),
             profile: Mutex::new(None),
+            clock: Mutex::new(None),
             bounce: Mutex::new(None),
             peer_words: Mutex::new(Vec::new()),
             sleeps: Default::default(),

@@ -192,6 +192,7 @@ impl DeviceShared {
         }
         self.check_producers(value)?;
         self.settle();
+        crate::profile::settle(self)?;
         Ok(true)
     }
 
@@ -211,8 +212,15 @@ impl DeviceShared {
         let Some(d) = doomed else {
             return Ok(());
         };
+        Err(self.lose_for(d.value, d.why))
+    }
+
+    /// The client loses the device itself from `value` on, for `why`, unless it was lost
+    /// before, and tells rigd to stop it with the reason; returns the device's
+    /// [`Error::Lost`].
+    pub(crate) fn lose_for(&self, value: u64, why: rig_proto::Fault) -> Error {
         self.live.observe();
-        if self.live.lose_from(d.value, d.why.clone()) {
+        if self.live.lose_from(value, why.clone()) {
             // The stop makes the word read the last value placed, so this device's own
             // consumers' GPU waits pass too and their checks find this loss.
             let _ = self.rig.call(
@@ -221,14 +229,14 @@ impl DeviceShared {
                     last: self.submitted(),
                     // rigd refuses a reason past its bound; a chain of losses may be longer.
                     fault: Some(rig_proto::cut_marked(
-                        d.why.to_string(),
+                        why.to_string(),
                         rig_proto::MOST_STOP_REASON,
                     )),
                 },
                 &[],
             );
         }
-        Err(self.lost_error())
+        self.lost_error()
     }
 
     /// Makes room for `n` more GPU-side waits, waiting for the oldest values (at most a

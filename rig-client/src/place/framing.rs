@@ -190,6 +190,11 @@ pub(super) fn frame(
                 push::<6>(cs.pm4(), |o| copy.encode(o))?;
             }
         }
+        // The start stamp comes before COPY:0 is let go, so that a release on COPY:0
+        // follows it.
+        if let Some(st) = stamp {
+            push::<6>(cs.pm4(), |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
+        }
         if let Some(n) = waited {
             let r = pm4::ReleaseMem {
                 int_sel: pm4::IntSel::None,
@@ -197,9 +202,6 @@ pub(super) fn frame(
                 ..pm4::ReleaseMem::timeline(t.write_back(), part_word(n), u64::from(low))
             };
             push::<8>(cs.pm4(), |o| r.encode(o))?;
-        }
-        if let Some(st) = stamp {
-            push::<6>(cs.pm4(), |o| pm4::CopyData::clock_to_memory(st).encode(o))?;
         }
         if let Some(b) = &c.body {
             // The parts' words as compiled, with this block's argument addresses.

@@ -30,7 +30,7 @@ pub(crate) mod tests;
 
 pub(crate) use compile::{Compiled, LaunchTemplate, TEMPLATE_WORDS, Target, encode};
 use room::Pending;
-pub(crate) use room::{GpuWait, Placer, STAMP_BYTES, StampSlots, Step};
+pub(crate) use room::{GpuWait, Placer, STAMP_BYTES, StampSlots, Stamped, Step};
 
 use std::sync::Arc;
 
@@ -45,6 +45,8 @@ pub(crate) fn submit(dev: &Arc<DeviceShared>, s: &Submission) -> Result<u64> {
         return Err(Error::Never(n.clone()));
     }
     dev.check_lost()?;
+    // A submit converts the stamps of earlier values the device reached.
+    crate::profile::settle(dev)?;
     // Waits the GPU cannot make (another GPU's device, a GPU whose compute queue does not
     // compare 64-bit words) are made here, on the host, before placing; so are waits for
     // a device already lost, which answer `Lost` unless it reached the point before.

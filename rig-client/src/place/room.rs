@@ -76,6 +76,8 @@ pub(crate) struct Placer {
     pub(super) staging: [Vec<u32>; 3],
     /// Clock stamps of the current profile: (GPU address of the slots, slots, first value).
     pub(crate) stamps: Option<StampSlots>,
+    /// The values placed with stamps whose stamps are not yet converted, oldest first.
+    pub(crate) stamped: VecDeque<Stamped>,
     /// The interrupt context releases carry.
     pub(super) context: u32,
     /// The waits COMPUTE:0 makes for the value being placed, filled by [`super::submit`]
@@ -98,6 +100,19 @@ pub(crate) struct GpuWait {
 
 /// Bytes of a value's stamps: its start on COMPUTE:0, its start on COPY:0, its end, 8 spare.
 pub(crate) const STAMP_BYTES: u64 = 32;
+
+/// A value placed with stamps: when, and which queues' work it entered (each of which
+/// stamps its start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamped {
+    pub value: u64,
+    /// The host's `CLOCK_MONOTONIC` before its doorbells were rung, in nanoseconds.
+    pub submitted: u64,
+    /// Whether COMPUTE:0 ran words of it (and stamped its start there).
+    pub compute: bool,
+    /// Whether COPY:0 did.
+    pub copy: bool,
+}
 
 /// Where a profile's stamps go: [`STAMP_BYTES`] per value from `first`.
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +159,7 @@ impl Placer {
                 Vec::new(),
             ],
             stamps: None,
+            stamped: VecDeque::new(),
             context: opened.context,
             gpu_waits: Vec::with_capacity(4),
         })
@@ -301,6 +317,14 @@ impl Placer {
                 .ring
                 .store(kspot.offset(self.copy.ring.cursor.size), &self.staging[1]);
             self.copy.ring.cursor.write = kspot.end(copy);
+        }
+        if self.stamps.and_then(|s| s.slot(v)).is_some() {
+            self.stamped.push_back(Stamped {
+                value: v,
+                submitted: crate::clock::monotonic_ns(),
+                compute: compute > 0,
+                copy: copy > 0,
+            });
         }
         self.last = v;
         // For rigd's watchdog and rigctl: the last value given to submit.

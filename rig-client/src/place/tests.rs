@@ -64,6 +64,7 @@ pub(crate) fn facts() -> Facts {
         wgps: vec![vec![0xff]],
         linear_copy_bytes: 1 << 30,
         clock_hz: 100_000_000,
+        clock: rig_proto::ClockSource::Source { apart: false },
         most_ring: RingLimits {
             compute: 1 << 20,
             copy: 1 << 20,

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use rig_proto::Route;
-use rig_proto::messages::{ClockSample, DeviceId, DeviceStatus, Response};
+use rig_proto::messages::{DeviceId, DeviceStatus, Response};
 
 use super::Answered;
 use crate::device::{Device, Footprint, MakeError};
@@ -210,7 +210,7 @@ pub(crate) fn facts<M: Mode>(
     })
 }
 
-/// `SampleClock`: the GPU's clock between two readings of the host's.
+/// `SampleClock`: one read of the GPU's clock through the path's source, on the host's clock.
 pub(crate) fn sample_clock<M: Mode>(
     st: &State,
     client: ClientId,
@@ -218,13 +218,6 @@ pub(crate) fn sample_clock<M: Mode>(
 ) -> Result<Answered, M::Busy> {
     st.on_device::<M>(client, route, |h| {
         live(&h.d)?;
-        let before = crate::gpus::monotonic_ns();
-        let gpu = h.d.clock();
-        let after = crate::gpus::monotonic_ns();
-        Ok(none(Response::Clock(ClockSample {
-            gpu,
-            host_before_ns: before,
-            host_after_ns: after,
-        })))
+        Ok(none(Response::Clock(h.d.read_clock())))
     })
 }

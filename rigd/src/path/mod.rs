@@ -36,8 +36,16 @@ use std::os::fd::OwnedFd;
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
-use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
+use rig_proto::messages::{ClockSample, ClockSource, MemoryKind, PathKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
+
+/// Whether the counter a path's source reads on `gpu` is another counter of the clock's
+/// rate, a constant apart from the one the GPU's stamps write: on GFX12, where KFD reads
+/// the SoC's reference counter and the stamps (COPY_DATA and RELEASE_MEM of the GPU clock,
+/// SDMA TIMESTAMP) the GC's.
+pub fn source_apart(gpu: &rig_amd::gpu::Gpu) -> bool {
+    gpu.gc.major == 12
+}
 
 /// What a path knows of its GPU that does not change while it runs.
 #[derive(Debug, Clone)]
@@ -55,6 +63,8 @@ pub struct GpuDescription {
     pub bus: Option<String>,
     /// The frequency of its clock, in hertz.
     pub clock_hz: u64,
+    /// How a device reads that clock against the host's ([`Path::read_clock`]).
+    pub clock: ClockSource,
     /// The version of its compute queues' firmware.
     pub mec: u32,
     /// Work-group processors that run work, per shader engine and array.
@@ -474,8 +484,25 @@ pub trait Path: Send + fmt::Debug {
     /// The most bytes of a ring of a queue of kind `kind`, a power of two.
     fn most_ring(&self, kind: QueueKind) -> u64;
 
-    /// The GPU's clock, in ticks of the description's `clock_hz`.
+    /// The GPU's clock as its source reads it, in ticks of the description's `clock_hz`
+    /// (0 where the source cannot be read).
     fn clock(&self) -> u64;
+
+    /// One read of the GPU's clock through its source, placed on the host's
+    /// `CLOCK_MONOTONIC` ([`ClockSample`]): by default [`Path::clock`] between two readings
+    /// of rigd's own. A path whose source samples the host's clock itself (KFD's
+    /// `GET_CLOCK_COUNTERS`) maps that sample instead.
+    fn read_clock(&self) -> ClockSample {
+        let before = crate::gpus::monotonic_ns();
+        let gpu = self.clock();
+        let after = crate::gpus::monotonic_ns();
+        ClockSample {
+            gpu,
+            host_before_ns: before,
+            host_after_ns: after,
+            gap_ns: 0,
+        }
+    }
 
     /// Destroys every queue without waiting for its work; `fault` is why the device was lost.
     fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped;

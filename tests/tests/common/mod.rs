@@ -65,21 +65,24 @@ pub fn only_on_sim(fact: &str) -> bool {
 
 /// Starts the emulated KFD of a `*_kfd.rs` program in `dir`, with `gpus` GPUs, and waits
 /// until it serves.
-fn start_kfd(dir: &Path, gpus: u32) -> Child {
+fn start_kfd(dir: &Path, gpus: u32, clock: Option<&str>) -> Child {
     let me = std::env::current_exe().expect("the test program's path");
-    let mut child = Command::new(me)
-        .args([
-            "--exact",
-            hook_name(),
-            "--include-ignored",
-            "--test-threads=1",
-        ])
-        .env(rig_tests::kfd::KFD_SERVE_ENV, dir)
-        .env(serve::GPUS_ENV, gpus.to_string())
-        .env_remove(serve::SOCKET_ENV)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start the emulated KFD");
+    let mut cmd = Command::new(me);
+    cmd.args([
+        "--exact",
+        hook_name(),
+        "--include-ignored",
+        "--test-threads=1",
+    ])
+    .env(rig_tests::kfd::KFD_SERVE_ENV, dir)
+    .env(serve::GPUS_ENV, gpus.to_string())
+    .env_remove(serve::SOCKET_ENV)
+    .env_remove(serve::CLOCK_ENV)
+    .stdout(std::process::Stdio::null());
+    if let Some(c) = clock {
+        cmd.env(serve::CLOCK_ENV, c);
+    }
+    let mut child = cmd.spawn().expect("start the emulated KFD");
     let start = Instant::now();
     while !dir.join(rig_tests::kfd::KFD_READY).exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -116,12 +119,27 @@ impl Daemon {
         Self::start_with(None, 1, Some(idle_ms))
     }
 
+    /// Starts a rigd whose GPU's clock runs as `clock` says: the body of a `[sim.clock]`
+    /// table (docs/operations.md), for the simulated GPU or the emulated KFD's.
+    pub fn start_clock(clock: &str) -> Daemon {
+        Self::start_full(None, 1, None, Some(clock))
+    }
+
     fn start_with(hang_ms: Option<u32>, gpus: u32, idle_ms: Option<u32>) -> Daemon {
+        Self::start_full(hang_ms, gpus, idle_ms, None)
+    }
+
+    fn start_full(
+        hang_ms: Option<u32>,
+        gpus: u32,
+        idle_ms: Option<u32>,
+        clock: Option<&str>,
+    ) -> Daemon {
         let dir = own_dir("test");
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("rigd.sock");
         let gpus_asked = gpus.clamp(1, 8);
-        let kfd = on_kfd().then(|| start_kfd(&dir, gpus_asked));
+        let kfd = on_kfd().then(|| start_kfd(&dir, gpus_asked, clock));
         let me = std::env::current_exe().expect("the test program's path");
         let mut cmd = Command::new(me);
         // Only the hook runs in the child, and it serves instead of testing.
@@ -135,6 +153,7 @@ impl Daemon {
         .env_remove(serve::HANG_MS_ENV)
         .env_remove(serve::GPUS_ENV)
         .env_remove(serve::IDLE_MS_ENV)
+        .env_remove(serve::CLOCK_ENV)
         .env_remove(rig_tests::kfd::KFD_SERVE_ENV)
         .env_remove(serve::KFD_ENV)
         .stdout(std::process::Stdio::null());
@@ -150,6 +169,9 @@ impl Daemon {
         }
         if let Some(ms) = idle_ms {
             cmd.env(serve::IDLE_MS_ENV, ms.to_string());
+        }
+        if let Some(c) = clock {
+            cmd.env(serve::CLOCK_ENV, c);
         }
         let child = cmd.spawn().expect("start rigd");
         let d = Daemon {

@@ -36,7 +36,7 @@ use rig_kfd::kfd::{Kfd, KfdError};
 use rig_kfd::queue::{ContextSave, EOP_BUFFER_BYTES};
 use rig_kfd::seam::Pages;
 use rig_kfd::topology::Node;
-use rig_proto::messages::{MemoryKind, PathKind, QueueKind};
+use rig_proto::messages::{ClockSample, ClockSource, MemoryKind, PathKind, QueueKind};
 use rig_shm::SharedRegion;
 
 pub mod discover;
@@ -202,12 +202,14 @@ impl KfdBackend {
 pub fn describe(node: &Node, clock_hz: u64) -> Result<GpuDescription, Why> {
     let gpu = node.gpu().map_err(|e| Why::from(e.to_string()))?.clone();
     let wgps = node.wgps(gpu.hal());
+    let apart = super::source_apart(&gpu);
     Ok(GpuDescription {
         gpu,
         kind: PathKind::Kfd,
         budget: node.vram_bytes(),
         host_visible: node.host_visible_vram_bytes(),
         bus: Some(node.bus()),
+        clock: ClockSource::Source { apart },
         clock_hz,
         mec: node.mec_firmware(),
         wgps,
@@ -281,6 +283,46 @@ pub fn most_ring(node: &Node, kind: QueueKind) -> u64 {
         QueueKind::Sdma => rig_amd::gpu::QueueKind::Sdma,
     };
     node.gpu().map_or(0, |g| g.most_ring(k)).min(MOST_RING)
+}
+
+/// One GET_CLOCK_COUNTERS of GPU `gpu_id`, placed on `CLOCK_MONOTONIC`: KFD samples the
+/// host's raw monotonic clock after it reads the GPU's counter, and a pair of readings of
+/// `CLOCK_MONOTONIC` around one of the raw clock, taken at once after the call, maps that
+/// sample; the sample's interval is the pair's, and the gap before it is bounded by the time
+/// from the reading before the call to the mapped sample. A counter KFD cannot read is 0.
+fn read_clock(kfd: &Kfd, gpu_id: u32) -> ClockSample {
+    let called = crate::gpus::monotonic_ns();
+    let Ok(c) = kfd.clock_counters(gpu_id) else {
+        return ClockSample {
+            gpu: 0,
+            host_before_ns: called,
+            host_after_ns: crate::gpus::monotonic_ns(),
+            gap_ns: 0,
+        };
+    };
+    let m0 = crate::gpus::monotonic_ns();
+    let raw = raw_ns();
+    let m1 = crate::gpus::monotonic_ns();
+    // CLOCK_MONOTONIC less the raw clock, at the pair's middle.
+    let offset = i128::from(m0 / 2 + m1 / 2) - i128::from(raw);
+    let half = (m1 - m0).div_ceil(2);
+    let sample = u64::try_from(i128::from(c.cpu_clock_counter) + offset).unwrap_or(0);
+    ClockSample {
+        gpu: c.gpu_clock_counter,
+        host_before_ns: sample.saturating_sub(half),
+        host_after_ns: sample.saturating_add(half),
+        gap_ns: sample.saturating_sub(half).saturating_sub(called),
+    }
+}
+
+/// The host's `CLOCK_MONOTONIC_RAW`, the clock KFD samples, in nanoseconds.
+fn raw_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_RAW).map_or(0, |t| {
+        u64::try_from(t.tv_sec())
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(t.tv_nsec()).unwrap_or(0))
+    })
 }
 
 /// The GPU counter's rate, from two GET_CLOCK_COUNTERS 20 ms apart, to the nearest MHz.
@@ -507,10 +549,11 @@ impl Path for KfdPath {
     }
 
     fn clock(&self) -> u64 {
-        self.shared
-            .kfd
-            .clock_counters(self.shared.gpu_id)
-            .map_or(0, |c| c.gpu_clock_counter)
+        self.read_clock().gpu
+    }
+
+    fn read_clock(&self) -> ClockSample {
+        read_clock(&self.shared.kfd, self.shared.gpu_id)
     }
 
     fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped {

@@ -204,15 +204,17 @@ impl SimBackend {
         let config = SimConfig {
             model: c.processor.clone(),
             vram_bytes: c.memory_bytes,
+            clock: c.clock.model(),
             ..SimConfig::default()
         };
-        let clock_hz = config.clock_hz;
+        let clock_hz = config.clock.hz;
         let gpu = SimGpu::new(config)?;
         let model = gpu.model().clone();
         // Every work-group processor of every array runs work.
         let wgps = model
             .hal()
             .all_wgps(model.shader_engines, model.compute_units);
+        let apart = crate::path::source_apart(&model);
         let desc = GpuDescription {
             gpu: model,
             kind: PathKind::Sim,
@@ -220,6 +222,7 @@ impl SimBackend {
             host_visible: gpu.vram_bytes(),
             bus: None,
             clock_hz,
+            clock: crate::path::ClockSource::Source { apart },
             mec: 0,
             wgps,
             cache_bytes: None,
@@ -567,7 +570,24 @@ impl Path for SimPath {
     }
 
     fn clock(&self) -> u64 {
-        self.space.gpu().clock_ticks()
+        self.read_clock().gpu
+    }
+
+    fn read_clock(&self) -> rig_proto::ClockSample {
+        // rigd reads the GPU's counter itself: a preemption of the read (the model's stall)
+        // lands between its two readings of the host's clock.
+        let before = crate::gpus::monotonic_ns();
+        let read = self.space.gpu().read_source();
+        if !read.stall.is_zero() {
+            std::thread::sleep(read.stall);
+        }
+        let after = crate::gpus::monotonic_ns();
+        rig_proto::ClockSample {
+            gpu: read.ticks,
+            host_before_ns: before,
+            host_after_ns: after,
+            gap_ns: 0,
+        }
     }
 
     fn stop(&mut self, fault: Option<&rig_proto::Fault>) -> Stopped {

@@ -538,9 +538,21 @@ impl Path for WorkerPath {
     }
 
     fn clock(&self) -> u64 {
+        self.read_clock().gpu
+    }
+
+    fn read_clock(&self) -> rig_proto::ClockSample {
+        // The worker reads the clock and maps KFD's sample itself: the link's round trip is
+        // in no interval.
+        let before = crate::gpus::monotonic_ns();
         match self.call(Request::Clock, &[]) {
             Ok((Answer::Clock(c), _)) => c,
-            _ => 0,
+            _ => rig_proto::ClockSample {
+                gpu: 0,
+                host_before_ns: before,
+                host_after_ns: crate::gpus::monotonic_ns(),
+                gap_ns: 0,
+            },
         }
     }
 

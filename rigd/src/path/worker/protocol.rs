@@ -126,7 +126,7 @@ pub(super) enum Answer {
         host: bool,
     },
     Queue(u64),
-    Clock(u64),
+    Clock(rig_proto::ClockSample),
     Stopped(bool),
     /// Nanoseconds since the device's queues have been busy.
     Busy(Option<u64>),

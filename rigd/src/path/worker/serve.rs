@@ -347,7 +347,7 @@ impl Served {
                             Err(r) => Answer::Refused(r.into()),
                         })
                     }
-                    Request::Clock => none(Answer::Clock(path.clock())),
+                    Request::Clock => none(Answer::Clock(path.read_clock())),
                     Request::Stop { fault } => none(Answer::Stopped(
                         path.stop(fault.as_ref()) == Stopped::Stopped,
                     )),
