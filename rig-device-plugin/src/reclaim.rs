@@ -173,10 +173,7 @@ pub async fn run(
     let mut failing: Option<String> = None;
     loop {
         tokio::time::sleep(every).await;
-        let why = match pass(&rigd, &pod_resources, &ledger, grace).await {
-            Ok(()) => None,
-            Err(why) => Some(why),
-        };
+        let why = pass(&rigd, &pod_resources, &ledger, grace).await.err();
         if why != failing {
             match &why {
                 Some(w) => {

@@ -3,8 +3,9 @@
 //!
 //! Limits hold per user across all its connections, and for all clients together
 //! ([`Budget`]); a connection on a grant's socket ([`crate::grant`]) is held besides by the
-//! grant's share, with every other connection on that socket ([`GrantBook`]). A request that makes something reserves what it may cost, checked and
-//! charged in one hold of the book (`State::reserve`), so two requests of one user on two
+//! grant's share, with every other connection on that socket (`GrantBook`). A request
+//! that makes something reserves what it may cost, checked and charged in one hold of the
+//! book (`State::reserve`), so two requests of one user on two
 //! devices cannot both pass a check that only one of them fits; once done, the device's
 //! charges are brought to its [`Footprint`] and the reservation dropped, again in one hold
 //! (`State::settle`). The book is held briefly: never while a path works or a device's

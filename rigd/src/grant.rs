@@ -7,7 +7,7 @@
 //! [`DIR_NAME`] beside rigd's own socket), and every connection accepted on that socket
 //! carries the grant: whatever uid the peer runs as, it opens devices only on the grant's
 //! GPUs, and all connections on the socket together hold at most the grant's devices and
-//! memory per GPU ([`crate::book::GrantBook`]), on top of (never wider than) the limits of
+//! memory per GPU (the book's `GrantBook`), on top of (never wider than) the limits of
 //! each connection's uid. Such a connection is never an administrator, root or not, and
 //! sees no other grant's devices. The plugin mounts the grant's directory (never rigd's
 //! own socket) into the container.
