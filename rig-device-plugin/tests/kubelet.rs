@@ -217,9 +217,9 @@ impl PodResourcesLister for Lister {
         _request: tonic::Request<podresources::ListPodResourcesRequest>,
     ) -> Result<tonic::Response<podresources::ListPodResourcesResponse>, tonic::Status> {
         let pod_resources = self.pods.lock().unwrap().clone();
-        Ok(tonic::Response::new(podresources::ListPodResourcesResponse {
-            pod_resources,
-        }))
+        Ok(tonic::Response::new(
+            podresources::ListPodResourcesResponse { pod_resources },
+        ))
     }
 }
 
@@ -655,14 +655,18 @@ async fn grants_follow_the_pods_the_kubelet_lists_and_outlive_rigd() {
                 g.spec.holder.namespace.as_deref() == Some("default")
                     && g.spec.holder.container.as_deref() == Some("work")
             })
-            && g.iter().any(|g| g.spec.holder.pod.as_deref() == Some("tenant-a"))
+            && g.iter()
+                .any(|g| g.spec.holder.pod.as_deref() == Some("tenant-a"))
     })
     .await;
 
     // rigd restarts: the plugin makes the grants again, at the same sockets.
     rigd.stop();
     let rigd = Rigd::start(&rigd_socket, 2);
-    eventually("the grants are made again", || grants(&rigd_socket).len() == 2).await;
+    eventually("the grants are made again", || {
+        grants(&rigd_socket).len() == 2
+    })
+    .await;
     let socket_a = Path::new(&held[0].2.mounts[0].host_path).join("rigd.sock");
     assert!(socket_a.exists(), "{socket_a:?}");
     let mut a = in_container(&held[0].2);

@@ -329,7 +329,7 @@ impl State {
         }
         let (was, now) = h.d.recharge();
         let s = h.slot;
-        self.book().apply(s.owner, s.uid, s.gpu, was, now);
+        self.book().apply(s.owner, s.uid, s.grant, s.gpu, was, now);
         true
     }
 
