@@ -86,6 +86,7 @@ pub fn apply(snapshot: &mut Snapshot, listed: Result<Vec<rig_proto::GpuInfo>, St
                     g.index,
                     GpuState {
                         name: g.name,
+                        arch: g.arch,
                         budget: g.budget,
                         unhealthy: g
                             .unavailable

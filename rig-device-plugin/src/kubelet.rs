@@ -21,6 +21,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::api;
 use crate::api::device_plugin_server::DevicePluginServer;
 use crate::api::registration_client::RegistrationClient;
+use crate::grants::Ledger;
 use crate::plugin::{self, Service};
 use crate::resources::{Resource, Settings, Snapshot};
 use crate::{Error, uds};
@@ -54,11 +55,13 @@ fn file_id(path: &Path) -> Option<FileId> {
 }
 
 /// Serves and registers both resources until `shutdown` completes, against the kubelet
-/// whose socket is `kubelet_socket`, answering from `gpus`.
+/// whose socket is `kubelet_socket`, answering from `gpus`, entering the grants Allocate
+/// makes in `ledger`.
 pub async fn run(
     kubelet_socket: &Path,
     settings: Arc<Settings>,
     gpus: watch::Receiver<Snapshot>,
+    ledger: Ledger,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let dir = kubelet_socket.parent().unwrap_or(Path::new("/")).to_owned();
@@ -83,7 +86,7 @@ pub async fn run(
             }
         };
         generation += 1;
-        let serving = Generation::start(&dir, &settings, &gpus)?;
+        let serving = Generation::start(&dir, &settings, &gpus, &ledger)?;
         let mut pending: Vec<Resource> = Resource::ALL.to_vec();
         let stopping = loop {
             let mut still = Vec::new();
@@ -197,6 +200,7 @@ impl Generation {
         dir: &Path,
         settings: &Arc<Settings>,
         gpus: &watch::Receiver<Snapshot>,
+        ledger: &Ledger,
     ) -> Result<Generation, Error> {
         let (stop, stopped) = watch::channel(false);
         let mut generation = Generation {
@@ -216,7 +220,13 @@ impl Generation {
                 path: path.clone(),
                 source,
             })?;
-            let service = Service::new(resource, settings.clone(), gpus.clone(), stopped.clone());
+            let service = Service::new(
+                resource,
+                settings.clone(),
+                gpus.clone(),
+                stopped.clone(),
+                ledger.clone(),
+            );
             let mut until = stopped.clone();
             let server = tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(service))

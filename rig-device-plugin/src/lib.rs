@@ -5,32 +5,33 @@
 //! # How it fits
 //!
 //! The plugin runs beside rigd on each node (a DaemonSet, `docs/kubernetes.md`). It owns
-//! nothing of the GPUs: a pod's programs reach them through rigd's socket like any other
-//! client, and rigd keeps their address spaces apart and enforces its per-user limits.
-//! The plugin tells the kubelet what exists and what is healthy, and tells a container
-//! where rigd is and what it was granted:
+//! nothing of the GPUs: a pod's programs reach them through rigd like any other client,
+//! and rigd keeps their address spaces apart and enforces the share. The plugin tells the
+//! kubelet what exists and what is healthy, and gives each container a socket of rigd's
+//! own for its allocation (a grant), whose every connection rigd holds to the allocation's
+//! share whatever the container's uid:
 //!
 //! - [`health`]: a thread polls rigd (`ListGpus`) and publishes the GPUs' health;
 //! - [`resources`]: device ids, the device lists, preferred allocations (memory units
-//!   packed onto as few GPUs as fit) and allocations (rigd's socket mounted, `RIG_SOCKET`
-//!   and the grant in the environment, or CDI device names);
+//!   packed onto as few GPUs as fit) and allocations (the grant's socket directory
+//!   mounted, `RIG_SOCKET` and the share in the environment, or CDI device names);
+//! - [`grants`]: asking rigd for grants, and the ledger of those the plugin holds;
+//! - [`reclaim`]: the kubelet's pod-resources list squared with the grants: pods' names
+//!   given to them, grants of containers that are gone revoked, grants rigd lost made again;
+//! - [`labels`]: the node feature file of the GPUs' processor and memory;
 //! - [`plugin`]: the `DevicePlugin` service of one resource;
 //! - [`kubelet`]: serving both resources, registering them, and starting over when the
 //!   kubelet restarts;
 //! - [`uds`]: tonic channels to Unix sockets.
-//!
-//! # What the grant is, and is not
-//!
-//! The grant is written into the container's environment; rigd does not yet know of it.
-//! Address spaces, fault containment and rigd's per-user quotas (`[limits]`) hold for a
-//! pod as for any client, but a pod that ignores `RIG_MEMORY_LIMIT` is held only by those
-//! quotas, and containers of one uid share that uid's quota.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod grants;
 pub mod health;
 pub mod kubelet;
+pub mod labels;
 pub mod plugin;
+pub mod reclaim;
 pub mod resources;
 pub mod uds;
 
@@ -44,6 +45,19 @@ pub mod uds;
 )]
 pub mod api {
     tonic::include_proto!("v1beta1");
+}
+
+/// The part of the kubelet's pod-resources API v1 the plugin reads
+/// (`proto/podresources.proto`): the `PodResourcesLister` client, and its server for the
+/// tests' kubelet.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod podresources {
+    tonic::include_proto!("v1");
 }
 
 use std::path::PathBuf;

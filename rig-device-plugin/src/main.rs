@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use rig_device_plugin::grants::Ledger;
 use rig_device_plugin::resources::Settings;
-use rig_device_plugin::{health, kubelet, parse_bytes};
+use rig_device_plugin::{health, kubelet, labels, parse_bytes, reclaim};
 
 /// Hands out rigd's GPUs to Kubernetes pods: whole (rig.dev/gpu) or in units of their
 /// memory (rig.dev/gpu-memory), through the kubelet's device-plugin API v1beta1.
@@ -41,9 +42,24 @@ struct Cli {
     /// instead of a mount of rigd's socket.
     #[arg(long)]
     cdi: bool,
-    /// How often rigd is asked for its GPUs' health, in milliseconds.
+    /// How often rigd is asked for its GPUs' health, and the kubelet for its pods'
+    /// devices (reclaim), in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..))]
     poll_ms: u64,
+    /// Devices an allocation may open at once on each of its GPUs.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    devices_per_gpu: u32,
+    /// The kubelet's pod-resources socket: which containers hold which devices (reclaim).
+    #[arg(long, value_name = "PATH", default_value = reclaim::DEFAULT_POD_RESOURCES_SOCKET)]
+    pod_resources_socket: PathBuf,
+    /// How long a grant the kubelet has never listed is kept (its pod may still be
+    /// starting), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    reclaim_grace_ms: u64,
+    /// Write the GPUs' node labels here, as a Node Feature Discovery feature file (such as
+    /// /etc/kubernetes/node-feature-discovery/features.d/rig).
+    #[arg(long, value_name = "PATH")]
+    features_file: Option<PathBuf>,
     /// The log filter when RUST_LOG is unset.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     log: String,
@@ -78,6 +94,7 @@ fn main() -> ExitCode {
         memory_unit: cli.memory_unit,
         whole_gpus: cli.whole_gpus.iter().copied().collect::<BTreeSet<u32>>(),
         cdi: cli.cdi,
+        devices_per_gpu: cli.devices_per_gpu,
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -99,8 +116,22 @@ fn main() -> ExitCode {
             cdi = cli.cdi,
             "rig-device-plugin starting"
         );
-        let gpus = health::watch(rigd_socket, Duration::from_millis(cli.poll_ms));
-        kubelet::run(&cli.kubelet_socket, settings, gpus, stop_signal()).await
+        let every = Duration::from_millis(cli.poll_ms);
+        let gpus = health::watch(rigd_socket.clone(), every);
+        let ledger = Ledger::default();
+        if let Some(path) = cli.features_file.clone() {
+            tokio::spawn(labels::keep(path, gpus.clone()));
+        }
+        if !cli.cdi {
+            tokio::spawn(reclaim::run(
+                rigd_socket,
+                cli.pod_resources_socket.clone(),
+                ledger.clone(),
+                every,
+                Duration::from_millis(cli.reclaim_grace_ms),
+            ));
+        }
+        kubelet::run(&cli.kubelet_socket, settings, gpus, ledger, stop_signal()).await
     });
     match result {
         Ok(()) => {

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api;
 use crate::api::device_plugin_server::DevicePlugin;
+use crate::grants::{self, Ledger};
 use crate::resources::{self, Resource, Settings, Snapshot};
 
 /// The options both resources register with and answer GetDevicePluginOptions with.
@@ -30,6 +31,8 @@ pub struct Service {
     /// Turns true when this generation of servers stops (the kubelet restarted, or the
     /// plugin stops): ListAndWatch streams end then, or the server could not finish.
     stop: watch::Receiver<bool>,
+    /// The grants Allocate made.
+    ledger: Ledger,
 }
 
 impl Service {
@@ -39,13 +42,56 @@ impl Service {
         settings: Arc<Settings>,
         gpus: watch::Receiver<Snapshot>,
         stop: watch::Receiver<bool>,
+        ledger: Ledger,
     ) -> Service {
         Service {
             resource,
             settings,
             gpus,
             stop,
+            ledger,
         }
+    }
+
+    /// What one container given `ids` gets: its share, and (unless CDI answers) a grant of
+    /// rigd's for it, whose socket's directory it mounts.
+    async fn allocate_one(
+        &self,
+        ids: &[String],
+        snapshot: &Snapshot,
+    ) -> Result<api::ContainerAllocateResponse, Status> {
+        let share =
+            resources::share(self.resource, ids, snapshot, &self.settings).map_err(|e| {
+                tracing::warn!(resource = %self.resource, error = %e, "allocate refused");
+                Status::invalid_argument(e.to_string())
+            })?;
+        if self.settings.cdi {
+            return Ok(resources::response(&share, &self.settings, None));
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let spec = share.grant(share.grant_id(nanos), &self.settings);
+        let rigd = self.settings.rigd_socket.clone();
+        let asked = spec.clone();
+        let socket = tokio::task::spawn_blocking(move || grants::grant(&rigd, &asked))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| {
+                let why = crate::health::error_chain(&e);
+                tracing::warn!(resource = %self.resource, devices = ?ids, error = %why, "rigd made no grant; allocate refused");
+                Status::unavailable(format!("rigd made no grant for the allocation: {why}"))
+            })?;
+        tracing::info!(
+            resource = %self.resource,
+            devices = ?ids,
+            grant = %spec.id,
+            socket = %socket.display(),
+            gpus = ?share.bytes,
+            "allocated"
+        );
+        self.ledger.made(spec);
+        Ok(resources::response(&share, &self.settings, Some(&socket)))
     }
 
     fn list(&self, snapshot: &Snapshot) -> api::ListAndWatchResponse {
@@ -134,19 +180,7 @@ impl DevicePlugin for Service {
         let snapshot = self.gpus.borrow().clone();
         let mut container_responses = Vec::new();
         for c in request.into_inner().container_requests {
-            let r = resources::allocate(self.resource, &c.devices_ids, &snapshot, &self.settings)
-                .map_err(|e| {
-                tracing::warn!(resource = %self.resource, error = %e, "allocate refused");
-                Status::invalid_argument(e.to_string())
-            })?;
-            tracing::info!(
-                resource = %self.resource,
-                devices = ?c.devices_ids,
-                gpus = r.envs.get(resources::VISIBLE_GPUS_ENV).map(String::as_str).unwrap_or(""),
-                bytes = r.envs.get(resources::MEMORY_LIMIT_ENV).map(String::as_str).unwrap_or(""),
-                "allocated"
-            );
-            container_responses.push(r);
+            container_responses.push(self.allocate_one(&c.devices_ids, &snapshot).await?);
         }
         Ok(Response::new(api::AllocateResponse {
             container_responses,

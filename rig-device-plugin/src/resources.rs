@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use rig_proto::{GrantGpu, GrantSpec, Holder};
+
 use crate::api;
 
 /// The health the kubelet knows: a device it may hand out.
@@ -78,6 +80,8 @@ impl std::fmt::Display for Resource {
 pub struct GpuState {
     /// rigd's name for it, such as `AMD:0`.
     pub name: String,
+    /// Its processor, such as `gfx1100`.
+    pub arch: String,
     /// Bytes of its own memory.
     pub budget: u64,
     /// Why it is unhealthy; `None` when rigd serves it.
@@ -102,6 +106,8 @@ pub struct Settings {
     pub whole_gpus: BTreeSet<u32>,
     /// Whether Allocate names CDI devices (`rig.dev/gpu=<index>`) instead of the mount.
     pub cdi: bool,
+    /// Devices an allocation may open at once on each of its GPUs.
+    pub devices_per_gpu: u32,
 }
 
 impl Settings {
@@ -291,18 +297,26 @@ pub enum AllocateError {
     },
 }
 
-/// What a container given `ids` of `resource` needs: rigd's socket (a read-only mount of
-/// its directory, or with CDI on, the CDI devices whose spec mounts it), `RIG_SOCKET`, and
-/// the GPUs and memory granted ([`VISIBLE_GPUS_ENV`], [`MEMORY_LIMIT_ENV`],
-/// [`GPU_MEMORY_ENV`]).
-pub fn allocate(
+/// What an allocation of device ids gives, checked against what the plugin offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// The resource.
+    pub resource: Resource,
+    /// The device ids, each once, sorted.
+    pub ids: Vec<String>,
+    /// Bytes of each GPU's memory granted, by GPU.
+    pub bytes: BTreeMap<u32, u64>,
+}
+
+/// The share of a container given `ids` of `resource`; every id must be one the plugin
+/// offers as `resource`.
+pub fn share(
     resource: Resource,
     ids: &[String],
     snapshot: &Snapshot,
     settings: &Settings,
-) -> Result<api::ContainerAllocateResponse, AllocateError> {
-    // Bytes granted per GPU.
-    let mut granted: BTreeMap<u32, u64> = BTreeMap::new();
+) -> Result<Share, AllocateError> {
+    let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for id in ids {
         let parsed = DeviceId::parse(id)
@@ -329,53 +343,119 @@ pub fn allocate(
         if !seen.insert(parsed) {
             continue;
         }
-        let bytes = match resource {
+        let granted = match resource {
             Resource::Gpu => gpu.budget,
             Resource::GpuMemory => settings.memory_unit,
         };
-        *granted.entry(parsed.gpu).or_default() += bytes;
+        *bytes.entry(parsed.gpu).or_default() += granted;
     }
+    Ok(Share {
+        resource,
+        ids: seen.iter().map(ToString::to_string).collect(),
+        bytes,
+    })
+}
+
+impl Share {
+    /// A new grant id for this share: its first device id and `nanos` (the time, in
+    /// nanoseconds since the epoch, in hex), so that an allocation of the same devices
+    /// after this one's end is another grant.
+    pub fn grant_id(&self, nanos: u128) -> String {
+        let first = self.ids.first().map_or("none", String::as_str);
+        format!("{first}-{nanos:x}")
+    }
+
+    /// The grant rigd is asked for: the share's GPUs and bytes, and
+    /// [`Settings::devices_per_gpu`] devices for each of its GPUs.
+    pub fn grant(&self, id: String, settings: &Settings) -> GrantSpec {
+        let gpus = u32::try_from(self.bytes.len()).unwrap_or(u32::MAX);
+        GrantSpec {
+            id,
+            gpus: self
+                .bytes
+                .iter()
+                .map(|(&gpu, &bytes)| GrantGpu { gpu, bytes })
+                .collect(),
+            devices: settings.devices_per_gpu.saturating_mul(gpus).max(1),
+            holder: Holder {
+                resource: self.resource.name().into(),
+                devices: self.ids.clone(),
+                namespace: None,
+                pod: None,
+                container: None,
+            },
+        }
+    }
+}
+
+/// What a container given `share` needs: the directory of its grant's socket `granted`
+/// (rigd's own per allocation) mounted read-only and `RIG_SOCKET` naming the socket inside
+/// it, or with CDI on (`granted` `None`) the CDI devices whose spec mounts rigd's socket;
+/// and the GPUs and memory granted ([`VISIBLE_GPUS_ENV`], [`MEMORY_LIMIT_ENV`],
+/// [`GPU_MEMORY_ENV`]).
+pub fn response(
+    share: &Share,
+    settings: &Settings,
+    granted: Option<&Path>,
+) -> api::ContainerAllocateResponse {
     let join = |items: Vec<String>| items.join(",");
     let mut envs = HashMap::new();
+    let socket = match granted {
+        Some(g) => settings.container_socket_dir.join(
+            g.file_name()
+                .unwrap_or(Path::new(crate::grants::SOCKET_NAME).as_os_str()),
+        ),
+        None => settings.container_socket(),
+    };
     envs.insert(
         rig_proto::SOCKET_ENV.to_owned(),
-        settings.container_socket().display().to_string(),
+        socket.display().to_string(),
     );
     envs.insert(
         VISIBLE_GPUS_ENV.to_owned(),
-        join(granted.keys().map(ToString::to_string).collect()),
+        join(share.bytes.keys().map(ToString::to_string).collect()),
     );
     envs.insert(
         MEMORY_LIMIT_ENV.to_owned(),
-        granted.values().sum::<u64>().to_string(),
+        share.bytes.values().sum::<u64>().to_string(),
     );
     envs.insert(
         GPU_MEMORY_ENV.to_owned(),
-        join(granted.iter().map(|(g, b)| format!("{g}:{b}")).collect()),
+        join(
+            share
+                .bytes
+                .iter()
+                .map(|(g, b)| format!("{g}:{b}"))
+                .collect(),
+        ),
     );
-    let (mounts, cdi_devices) = if settings.cdi {
-        let names = granted
-            .keys()
-            .map(|g| api::CdiDevice {
-                name: format!("{CDI_KIND}={g}"),
-            })
-            .collect();
-        (Vec::new(), names)
-    } else {
-        let mount = api::Mount {
-            container_path: settings.container_socket_dir.display().to_string(),
-            host_path: settings.host_socket_dir().display().to_string(),
-            read_only: true,
-        };
-        (vec![mount], Vec::new())
+    let (mounts, cdi_devices) = match granted {
+        Some(g) => {
+            let mount = api::Mount {
+                container_path: settings.container_socket_dir.display().to_string(),
+                host_path: g.parent().unwrap_or(Path::new("/")).display().to_string(),
+                read_only: true,
+            };
+            (vec![mount], Vec::new())
+        }
+        None => {
+            let names = share
+                .bytes
+                .keys()
+                .map(|g| api::CdiDevice {
+                    name: format!("{CDI_KIND}={g}"),
+                })
+                .collect();
+            (Vec::new(), names)
+        }
     };
-    Ok(api::ContainerAllocateResponse {
+    api::ContainerAllocateResponse {
         envs,
         mounts,
         devices: Vec::new(),
         annotations: HashMap::new(),
         cdi_devices,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -391,12 +471,14 @@ mod tests {
             memory_unit: GIB,
             whole_gpus: [2].into(),
             cdi: false,
+            devices_per_gpu: 4,
         }
     }
 
     fn snapshot() -> Snapshot {
         let gpu = |name: &str, budget| GpuState {
             name: name.into(),
+            arch: "gfx1100".into(),
             budget,
             unhealthy: None,
         };
@@ -463,13 +545,27 @@ mod tests {
     #[test]
     fn allocate_grants_the_socket_and_the_share() {
         let s = settings();
-        let r = allocate(Resource::GpuMemory, &ids(1, 0..8), &snapshot(), &s).unwrap();
+        let share = share(Resource::GpuMemory, &ids(1, 0..8), &snapshot(), &s).unwrap();
+        assert_eq!(share.bytes, [(1, 8 * GIB)].into());
+        let spec = share.grant(share.grant_id(0xabc), &s);
+        assert_eq!(spec.id, "gpu1-m0-abc");
+        assert_eq!(
+            spec.gpus,
+            [GrantGpu {
+                gpu: 1,
+                bytes: 8 * GIB
+            }]
+        );
+        assert_eq!((spec.devices, spec.holder.devices.len()), (4, 8));
+        assert_eq!(spec.holder.resource, "rig.dev/gpu-memory");
+        let socket = Path::new("/run/rig/alloc/gpu1-m0-abc/rigd.sock");
+        let r = response(&share, &s, Some(socket));
         assert_eq!(r.envs["RIG_SOCKET"], "/run/rig/rigd.sock");
         assert_eq!(r.envs[VISIBLE_GPUS_ENV], "1");
         assert_eq!(r.envs[MEMORY_LIMIT_ENV], (8 * GIB).to_string());
         assert_eq!(r.envs[GPU_MEMORY_ENV], format!("1:{}", 8 * GIB));
         assert_eq!(r.mounts.len(), 1);
-        assert_eq!(r.mounts[0].host_path, "/run/rig");
+        assert_eq!(r.mounts[0].host_path, "/run/rig/alloc/gpu1-m0-abc");
         assert!(r.mounts[0].read_only);
         assert!(r.cdi_devices.is_empty());
 
@@ -477,7 +573,8 @@ mod tests {
             cdi: true,
             ..s.clone()
         };
-        let r = allocate(Resource::Gpu, &["gpu2".into()], &snapshot(), &cdi).unwrap();
+        let whole = super::share(Resource::Gpu, &["gpu2".into()], &snapshot(), &cdi).unwrap();
+        let r = response(&whole, &cdi, None);
         assert!(r.mounts.is_empty());
         assert_eq!(r.cdi_devices[0].name, "rig.dev/gpu=2");
         assert_eq!(r.envs[MEMORY_LIMIT_ENV], (24 * GIB).to_string());
@@ -490,7 +587,7 @@ mod tests {
             (Resource::Gpu, "gpu0-m1"),
         ] {
             assert!(
-                allocate(resource, &[id.into()], &snapshot(), &s).is_err(),
+                super::share(resource, &[id.into()], &snapshot(), &s).is_err(),
                 "{resource} {id}"
             );
         }

@@ -1,7 +1,8 @@
 //! The plugin binary between real peers over real Unix sockets: a kubelet written here (a
-//! tonic server of `Registration`, and a client of the plugin's `DevicePlugin` service, as
-//! the kubelet is), and a real rigd serving simulated gfx1100s (this test program run
-//! again as rigd's daemon: [`serve_rigd`]).
+//! tonic server of `Registration` and of the pod-resources `PodResourcesLister`, and a
+//! client of the plugin's `DevicePlugin` service, as the kubelet is), and a real rigd
+//! serving simulated gfx1100s (this test program run again as rigd's daemon:
+//! [`serve_rigd`]).
 //!
 //! Every wait is bounded by [`WITHIN`], long enough for a loaded two-core machine; the
 //! plugin polls rigd every 100 ms here.
@@ -13,6 +14,10 @@ use std::time::{Duration, Instant};
 use rig_device_plugin::api;
 use rig_device_plugin::api::device_plugin_client::DevicePluginClient;
 use rig_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use rig_device_plugin::podresources;
+use rig_device_plugin::podresources::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
 use rig_device_plugin::uds;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -145,6 +150,8 @@ impl Plugin {
             .arg(kubelet_socket)
             .arg("--rigd-socket")
             .arg(rigd_socket)
+            .arg("--pod-resources-socket")
+            .arg(kubelet_socket.with_file_name(POD_RESOURCES))
             .args(["--poll-ms", "100", "--memory-unit", &UNIT.to_string()])
             .args(args)
             .env("RUST_LOG", "rig_device_plugin=debug")
@@ -191,10 +198,52 @@ impl Registration for Registrar {
     }
 }
 
-/// The kubelet stand-in: its registration socket, what registered, and its server.
+/// The pod-resources socket's name, beside the kubelet's registration socket in these
+/// tests (the kubelet's is `/var/lib/kubelet/pod-resources/kubelet.sock`).
+const POD_RESOURCES: &str = "pod-resources.sock";
+
+/// The pods the kubelet stand-in lists, as the test sets them.
+type Pods = std::sync::Arc<std::sync::Mutex<Vec<podresources::PodResources>>>;
+
+/// The kubelet's pod-resources service: the test's list.
+struct Lister {
+    pods: Pods,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for Lister {
+    async fn list(
+        &self,
+        _request: tonic::Request<podresources::ListPodResourcesRequest>,
+    ) -> Result<tonic::Response<podresources::ListPodResourcesResponse>, tonic::Status> {
+        let pod_resources = self.pods.lock().unwrap().clone();
+        Ok(tonic::Response::new(
+            podresources::ListPodResourcesResponse { pod_resources },
+        ))
+    }
+}
+
+/// A pod of one container holding `devices` of `resource`.
+fn pod(name: &str, resource: &str, devices: &[String]) -> podresources::PodResources {
+    podresources::PodResources {
+        name: name.into(),
+        namespace: "default".into(),
+        containers: vec![podresources::ContainerResources {
+            name: "work".into(),
+            devices: vec![podresources::ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: devices.to_vec(),
+            }],
+        }],
+    }
+}
+
+/// The kubelet stand-in: its registration socket, what registered, the pods it lists, and
+/// its servers.
 struct Kubelet {
     socket: PathBuf,
     registered: mpsc::UnboundedReceiver<api::RegisterRequest>,
+    pods: Pods,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -217,9 +266,26 @@ impl Kubelet {
             }
         }
         let listener = tokio::net::UnixListener::bind(socket).expect("bind kubelet.sock");
+        let pods = Pods::default();
+        let lister = Lister { pods: pods.clone() };
+        let resources = socket.with_file_name(POD_RESOURCES);
+        let _ = std::fs::remove_file(&resources);
+        let resources =
+            tokio::net::UnixListener::bind(&resources).expect("bind the pod-resources socket");
         let (seen, registered) = mpsc::unbounded_channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop_lister, lister_stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
+            let listing = tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(PodResourcesListerServer::new(lister))
+                    .serve_with_incoming_shutdown(
+                        tokio_stream::wrappers::UnixListenerStream::new(resources),
+                        async {
+                            let _ = lister_stopped.await;
+                        },
+                    ),
+            );
             tonic::transport::Server::builder()
                 .add_service(RegistrationServer::new(Registrar { seen }))
                 .serve_with_incoming_shutdown(
@@ -230,10 +296,13 @@ impl Kubelet {
                 )
                 .await
                 .expect("the kubelet's server");
+            let _ = stop_lister.send(());
+            let _ = listing.await;
         });
         Kubelet {
             socket: socket.to_owned(),
             registered,
+            pods,
             stop: Some(stop),
             server,
         }
@@ -393,7 +462,8 @@ async fn registers_lists_prefers_and_allocates() {
     );
     assert_eq!(got, ["gpu1-m0", "gpu1-m1", "gpu1-m7"]);
 
-    // Allocate: rigd's socket directory mounted read-only, RIG_SOCKET inside it, the grant.
+    // Allocate: the grant's socket directory mounted read-only, RIG_SOCKET inside it, the
+    // share in the environment.
     let request = api::AllocateRequest {
         container_requests: vec![api::ContainerAllocateRequest {
             devices_ids: units(1, 0..4),
@@ -408,20 +478,48 @@ async fn registers_lists_prefers_and_allocates() {
     assert_eq!(c.mounts.len(), 1);
     let mount = &c.mounts[0];
     assert_eq!(mount.container_path, "/run/rig");
-    assert_eq!(Path::new(&mount.host_path), dir.path());
+    assert_eq!(
+        Path::new(&mount.host_path).parent(),
+        Some(dir.path().join("alloc").as_path()),
+        "the grant's own directory, not rigd's"
+    );
     assert!(mount.read_only);
     assert!(c.devices.is_empty() && c.cdi_devices.is_empty());
-    // The container's RIG_SOCKET, seen through the mount, is rigd: it lists GPU 1.
-    let inside = Path::new(&c.envs["RIG_SOCKET"])
-        .strip_prefix(&mount.container_path)
-        .unwrap();
-    let mut conn = rig_proto::Connection::connect(Path::new(&mount.host_path).join(inside), "pod")
-        .expect("rigd through the mount");
+    // The container's RIG_SOCKET, seen through the mount, is rigd holding the grant: it
+    // opens devices on GPU 1 only, within 4 units.
+    let mut conn = in_container(c);
     let (listed, _) = conn.call(&rig_proto::Request::ListGpus, &[]).unwrap();
     let rig_proto::Response::Gpus(listed) = listed else {
         panic!("{listed:?}")
     };
     assert!(listed.iter().any(|g| g.index == 1 && g.budget == GPU_BYTES));
+    let (outside, _) = conn
+        .call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[])
+        .unwrap();
+    assert!(
+        matches!(&outside, rig_proto::Response::Error(e) if e.message.contains("gpu 1 only")),
+        "{outside:?}"
+    );
+    let (inside, _) = conn
+        .call(&rig_proto::Request::OpenDevice { gpu: 1 }, &[])
+        .unwrap();
+    let rig_proto::Response::DeviceOpened(o) = inside else {
+        panic!("{inside:?}")
+    };
+    let (past, _) = conn
+        .call(
+            &rig_proto::Request::Alloc {
+                device: o.device,
+                memory: rig_proto::MemoryKind::Device,
+                bytes: 4 * UNIT + 4096,
+            },
+            &[],
+        )
+        .unwrap();
+    assert!(
+        matches!(&past, rig_proto::Response::NoMemory { limit: Some(l), .. } if l.name.ends_with("memory on gpu 1")),
+        "{past:?}"
+    );
 
     let whole = gpu
         .allocate(api::AllocateRequest {
@@ -456,6 +554,142 @@ async fn registers_lists_prefers_and_allocates() {
         })
         .await
         .unwrap();
+}
+
+/// A rig-proto connection to the socket a container given `c` reaches, through the host
+/// side of its mount.
+fn in_container(c: &api::ContainerAllocateResponse) -> rig_proto::Connection {
+    let mount = &c.mounts[0];
+    let inside = Path::new(&c.envs["RIG_SOCKET"])
+        .strip_prefix(&mount.container_path)
+        .unwrap();
+    rig_proto::Connection::connect(Path::new(&mount.host_path).join(inside), "pod")
+        .expect("rigd through the mount")
+}
+
+/// The grants rigd holds, through a connection of the test's own (it runs as root, an
+/// administrator of its rigd).
+fn grants(rigd_socket: &Path) -> Vec<rig_proto::GrantInfo> {
+    let Ok(mut c) = rig_proto::Connection::connect(rigd_socket, "test") else {
+        return Vec::new();
+    };
+    match c.call(&rig_proto::Request::Grants, &[]) {
+        Ok((rig_proto::Response::Grants(g), _)) => g,
+        other => panic!("grants: {other:?}"),
+    }
+}
+
+/// Waits (bounded by [`WITHIN`]) until `f` holds.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WITHIN;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what} did not happen in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_follow_the_pods_the_kubelet_lists_and_outlive_rigd() {
+    let dir = tempfile::tempdir().unwrap();
+    let rigd_socket = dir.path().join("rigd.sock");
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let kubelet_socket = plugins.join("kubelet.sock");
+    let features = dir.path().join("features.d/rig");
+    let rigd = Rigd::start(&rigd_socket, 2);
+    let mut kubelet = Kubelet::start(&kubelet_socket);
+    let plugin = Plugin::start(
+        &kubelet_socket,
+        &rigd_socket,
+        &["--features-file", features.to_str().unwrap()],
+    );
+    let regs = kubelet.registrations(2).await;
+    let mut memory = dial(&kubelet_socket, &regs[1].endpoint).await;
+    let mut stream = memory
+        .list_and_watch(api::Empty {})
+        .await
+        .unwrap()
+        .into_inner();
+    until(&mut stream, "the units are healthy", all("Healthy")).await;
+
+    // Node labels of the GPUs, as a Node Feature Discovery feature file.
+    eventually("the feature file is written", || {
+        std::fs::read_to_string(&features).is_ok_and(|f| {
+            f.lines().any(|l| l == "rig-gpu.count=2")
+                && f.lines().any(|l| l == "rig-gpu.processor=gfx1100")
+                && f.lines().any(|l| l == "rig-gpu.memory-gib=1")
+        })
+    })
+    .await;
+
+    // Two containers holding units of GPU 0 each: a grant each.
+    let mut held = Vec::new();
+    for (name, devices) in [("tenant-a", units(0, 0..2)), ("tenant-b", units(0, 2..4))] {
+        let response = memory
+            .allocate(api::AllocateRequest {
+                container_requests: vec![api::ContainerAllocateRequest {
+                    devices_ids: devices.clone(),
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        held.push((name, devices, response.container_responses[0].clone()));
+    }
+    assert_ne!(held[0].2.mounts[0].host_path, held[1].2.mounts[0].host_path);
+    let mut a = in_container(&held[0].2);
+    let (r, _) = a
+        .call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[])
+        .unwrap();
+    assert!(matches!(r, rig_proto::Response::DeviceOpened(_)), "{r:?}");
+
+    // The kubelet lists them: rigd learns each grant's pod and container.
+    *kubelet.pods.lock().unwrap() = held
+        .iter()
+        .map(|(name, devices, _)| pod(name, "rig.dev/gpu-memory", devices))
+        .collect();
+    eventually("the grants take their pods' names", || {
+        let g = grants(&rigd_socket);
+        g.len() == 2
+            && g.iter().all(|g| {
+                g.spec.holder.namespace.as_deref() == Some("default")
+                    && g.spec.holder.container.as_deref() == Some("work")
+            })
+            && g.iter()
+                .any(|g| g.spec.holder.pod.as_deref() == Some("tenant-a"))
+    })
+    .await;
+
+    // rigd restarts: the plugin makes the grants again, at the same sockets.
+    rigd.stop();
+    let rigd = Rigd::start(&rigd_socket, 2);
+    eventually("the grants are made again", || {
+        grants(&rigd_socket).len() == 2
+    })
+    .await;
+    let socket_a = Path::new(&held[0].2.mounts[0].host_path).join("rigd.sock");
+    assert!(socket_a.exists(), "{socket_a:?}");
+    let mut a = in_container(&held[0].2);
+    let (r, _) = a
+        .call(&rig_proto::Request::OpenDevice { gpu: 0 }, &[])
+        .unwrap();
+    assert!(matches!(r, rig_proto::Response::DeviceOpened(_)), "{r:?}");
+
+    // tenant-a's pod goes: its grant is revoked, its connection closed; tenant-b's stays.
+    kubelet.pods.lock().unwrap().remove(0);
+    eventually("tenant-a's grant is revoked", || {
+        let g = grants(&rigd_socket);
+        g.len() == 1 && g[0].spec.holder.pod.as_deref() == Some("tenant-b")
+    })
+    .await;
+    assert!(a.call(&rig_proto::Request::ListGpus, &[]).is_err());
+    assert!(!socket_a.exists());
+    assert!(
+        plugin.log().contains("grant revoked"),
+        "the plugin says it reclaimed:\n{}",
+        plugin.log()
+    );
+    drop(rigd);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

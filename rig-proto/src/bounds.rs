@@ -32,13 +32,26 @@ pub const MOST_ENTRY_NAME: usize = 4096;
 /// the device.
 pub const MOST_STOP_REASON: usize = crate::messages::MOST_FAULT_DETAIL;
 
+/// The most bytes of a grant's id ([`crate::GrantSpec::id`]), a directory name.
+pub const MOST_GRANT_ID: usize = 64;
+
+/// The most bytes of each string of a grant's [`crate::Holder`]: a Kubernetes name
+/// (a DNS subdomain is at most 253).
+pub const MOST_HOLDER_NAME: usize = 253;
+
+/// The most device ids a grant's [`crate::Holder`] lists: the plugin's most units of a GPU.
+pub const MOST_GRANT_DEVICES: usize = 4096;
+
+/// The most GPUs a grant names.
+pub const MOST_GRANT_GPUS: usize = 64;
+
 /// What a cut string is marked with: [`cut_marked`] leaves room for it within the bound.
 pub const CUT_MARK: &str = " (cut)";
 
 /// A string a client sent is longer than its bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{what} is {len} bytes, more than the {most} bytes rig_proto::{limit} allows; send at most {most} bytes (rig-client cuts its own)"
+    "{what} is {len} {unit}, more than the {most} {unit} rig_proto::{limit} allows; send at most {most} {unit} (rig-client cuts its own strings)"
 )]
 pub struct TooLong {
     /// The string, such as "the program name of a hello".
@@ -49,6 +62,8 @@ pub struct TooLong {
     pub most: usize,
     /// The bound's name in this crate, such as `MOST_PROGRAM`.
     pub limit: &'static str,
+    /// What `len` and `most` count: `bytes` for a string, `items` for a list.
+    pub unit: &'static str,
 }
 
 impl From<TooLong> for ErrorReply {
@@ -64,6 +79,7 @@ fn within(what: &'static str, s: &str, most: usize, limit: &'static str) -> Resu
             len: s.len(),
             most,
             limit,
+            unit: "bytes",
         });
     }
     Ok(())
@@ -99,9 +115,59 @@ impl Request {
                 MOST_STOP_REASON,
                 "MOST_STOP_REASON",
             ),
+            Request::Grant(spec) => spec.check_bounds(),
+            Request::Revoke { id } => within("a grant's id", id, MOST_GRANT_ID, "MOST_GRANT_ID"),
             _ => Ok(()),
         }
     }
+}
+
+impl crate::GrantSpec {
+    /// Checks the id, the holder's strings and the lists against their bounds.
+    pub fn check_bounds(&self) -> Result<(), TooLong> {
+        within("a grant's id", &self.id, MOST_GRANT_ID, "MOST_GRANT_ID")?;
+        let h = &self.holder;
+        let name = |what, s: &str| within(what, s, MOST_HOLDER_NAME, "MOST_HOLDER_NAME");
+        name("a grant's resource", &h.resource)?;
+        for (what, s) in [
+            ("a grant's namespace", &h.namespace),
+            ("a grant's pod", &h.pod),
+            ("a grant's container", &h.container),
+        ] {
+            if let Some(s) = s {
+                name(what, s)?;
+            }
+        }
+        for d in &h.devices {
+            name("a grant's device id", d)?;
+        }
+        count(
+            "a grant's device ids",
+            h.devices.len(),
+            MOST_GRANT_DEVICES,
+            "MOST_GRANT_DEVICES",
+        )?;
+        count(
+            "a grant's gpus",
+            self.gpus.len(),
+            MOST_GRANT_GPUS,
+            "MOST_GRANT_GPUS",
+        )
+    }
+}
+
+/// A list of `len` items against its bound (said in items, not bytes).
+fn count(what: &'static str, len: usize, most: usize, limit: &'static str) -> Result<(), TooLong> {
+    if len > most {
+        return Err(TooLong {
+            what,
+            len,
+            most,
+            limit,
+            unit: "items",
+        });
+    }
+    Ok(())
 }
 
 /// The longest prefix of `s` of at most `most` bytes that ends at a character boundary.

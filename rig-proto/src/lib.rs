@@ -85,7 +85,8 @@ pub mod wire;
 use std::path::PathBuf;
 
 pub use bounds::{
-    CUT_MARK, MOST_ENTRY_NAME, MOST_HELLO, MOST_PROGRAM, MOST_STOP_REASON, TooLong, cut, cut_marked,
+    CUT_MARK, MOST_ENTRY_NAME, MOST_GRANT_DEVICES, MOST_GRANT_GPUS, MOST_GRANT_ID, MOST_HELLO,
+    MOST_HOLDER_NAME, MOST_PROGRAM, MOST_STOP_REASON, TooLong, cut, cut_marked,
 };
 pub use conn::{Connection, MOST_POSTED, MOST_POSTED_ERRORS};
 pub use frame::{FrameError, MAX_FDS, MAX_FRAME};
@@ -97,8 +98,10 @@ pub use server::{FrameBudget, ServerConnection, reply_for};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"rigproto");
 
 /// The protocol version of this build. Both sides must speak the same one. Version 9
-/// added [`Facts::clock`] and [`ClockSample::gap_ns`]: how a device reads the GPU's clock.
-pub const VERSION: u32 = 9;
+/// added [`Facts::clock`] and [`ClockSample::gap_ns`]: how a device reads the GPU's clock;
+/// version 10 the grants ([`Request::Grant`]) and a client's grant and pod
+/// ([`ClientInfo::grant`], [`ClientInfo::pod`]).
+pub const VERSION: u32 = 10;
 
 /// Where rigd listens unless configured otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/rig/rigd.sock";

@@ -271,6 +271,80 @@ pub enum Request {
     /// Needs nothing: answered with [`Response::Pong`] at once, touching no device, so its
     /// round trip is the control path's own (`rigctl ping`).
     Ping,
+    /// Needs an administrator: makes grant `id` (a Kubernetes allocation), a socket of
+    /// rigd's own every connection on which holds at most the grant's share, whatever its
+    /// uid. Asked again with the same id and share, it keeps the grant and its connections
+    /// and takes the new pod and container names; with another share it ends the old grant
+    /// first, as [`Request::Revoke`] does. Answered with [`Response::Granted`].
+    Grant(Box<GrantSpec>),
+    /// Needs an administrator and a grant of that id: ends it: its socket goes, the
+    /// devices of its connections are lost, "the allocation was reclaimed", and its
+    /// connections closed, which gives back all they held. Answered with [`Response::Done`].
+    Revoke {
+        /// The grant, [`GrantSpec::id`].
+        id: String,
+    },
+    /// Needs an administrator: the grants rigd holds; answered with [`Response::Grants`].
+    Grants,
+}
+
+/// What an allocation may hold: the share a [`Request::Grant`] gives every connection on
+/// its socket, together, on top of (never wider than) the limits of each connection's uid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantSpec {
+    /// The grant's name, also its socket's directory: 1 to [`crate::MOST_GRANT_ID`] bytes
+    /// of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`.
+    pub id: String,
+    /// The GPUs the grant may open devices on, each with the bytes of its own memory
+    /// (Device and Mapped) the grant may hold on it; no other GPU may be opened.
+    pub gpus: Vec<GrantGpu>,
+    /// The most devices the grant's connections may hold open together.
+    pub devices: u32,
+    /// Who holds it, as whoever asked knows (the device plugin: the kubelet's device ids,
+    /// and the pod and container once the kubelet lists them).
+    pub holder: Holder,
+}
+
+/// A GPU of a grant and the memory the grant may hold on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantGpu {
+    /// The GPU's index, [`GpuInfo::index`].
+    pub gpu: u32,
+    /// Bytes of its Device and Mapped memory the grant may hold.
+    pub bytes: u64,
+}
+
+/// Who holds a grant, as the device plugin knows it. Every string is at most
+/// [`crate::MOST_HOLDER_NAME`] bytes, and at most [`crate::MOST_GRANT_DEVICES`] device ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The extended resource, such as `rig.dev/gpu-memory`.
+    pub resource: String,
+    /// The kubelet's device ids of the allocation.
+    pub devices: Vec<String>,
+    /// The pod's namespace, once known.
+    pub namespace: Option<String>,
+    /// The pod's name, once known.
+    pub pod: Option<String>,
+    /// The container's name, once known.
+    pub container: Option<String>,
+}
+
+/// A grant rigd holds, for [`Request::Grants`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantInfo {
+    /// Its share and holder.
+    pub spec: GrantSpec,
+    /// Its socket's path.
+    pub socket: String,
+    /// Milliseconds since it was made.
+    pub age_ms: u64,
+    /// Connections on its socket now.
+    pub connections: u32,
+    /// Devices they hold open.
+    pub devices: u32,
+    /// Bytes of each GPU's memory they hold, by GPU, in [`GrantSpec::gpus`]'s order.
+    pub gpu_bytes: Vec<u64>,
 }
 
 /// How rigd routes a [`Request`]: its name, the device it acts on, whether it may block,
@@ -364,6 +438,9 @@ impl Request {
             Request::AdminStop { .. } => r("admin-stop").admin(),
             Request::Evict { .. } => r("evict").admin(),
             Request::Ping => r("ping"),
+            Request::Grant(_) => r("grant").admin(),
+            Request::Revoke { .. } => r("revoke").admin(),
+            Request::Grants => r("grants").admin(),
         }
     }
 
@@ -481,6 +558,14 @@ pub enum Response {
     },
     /// The answer to [`Request::Ping`].
     Pong,
+    /// The grant's socket, for [`Request::Grant`]: the path of the socket in the grant's
+    /// own directory, which is what a container mounts.
+    Granted {
+        /// The socket's path on the host.
+        socket: String,
+    },
+    /// The grants, for [`Request::Grants`], by id.
+    Grants(Vec<GrantInfo>),
 }
 
 /// rigd itself, as `rigctl status` shows it.
@@ -566,6 +651,11 @@ pub struct ProcessInfo {
     pub devices: Vec<DeviceId>,
     /// Bytes of memory its devices hold.
     pub bytes: u64,
+    /// The grant whose socket its connections came on (the first's, should they differ);
+    /// `None` on rigd's own socket.
+    pub grant: Option<String>,
+    /// Its pod and container, as its cgroup named them when it connected.
+    pub pod: Option<PodOf>,
 }
 
 impl Response {
@@ -1413,6 +1503,21 @@ pub struct ClientInfo {
     pub devices: Vec<DeviceId>,
     /// Bytes of memory its devices hold, all kinds together.
     pub bytes: u64,
+    /// The grant whose socket it connected on ([`Request::Grant`]); `None` on rigd's own.
+    pub grant: Option<String>,
+    /// Its pod and container as its cgroup names them (Kubernetes' kubepods hierarchy);
+    /// `None` for a process outside a pod.
+    pub pod: Option<PodOf>,
+}
+
+/// A process's pod and container, read from `/proc/PID/cgroup` when it connected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodOf {
+    /// The pod's UID.
+    pub uid: String,
+    /// The container's id (the runtime's, such as containerd's 64 hex digits); `None`
+    /// where the cgroup ends at the pod.
+    pub container: Option<String>,
 }
 
 /// Bytes a device holds, by kind.

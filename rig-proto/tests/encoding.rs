@@ -8,9 +8,9 @@ use rig_proto::frame::{decode, encode};
 use rig_proto::*;
 
 /// How many variants `Request` has; [`request_index`] names each.
-const REQUESTS: usize = 25;
+const REQUESTS: usize = 28;
 /// How many variants `Response` has; [`response_index`] names each.
-const RESPONSES: usize = 24;
+const RESPONSES: usize = 26;
 
 /// The variant's index, with no wildcard: a new variant fails to compile here until it has
 /// an example below.
@@ -41,6 +41,9 @@ fn request_index(r: &Request) -> usize {
         Request::AdminStop { .. } => 22,
         Request::Evict { .. } => 23,
         Request::Ping => 24,
+        Request::Grant(_) => 25,
+        Request::Revoke { .. } => 26,
+        Request::Grants => 27,
     }
 }
 
@@ -71,6 +74,26 @@ fn response_index(r: &Response) -> usize {
         Response::Processes(_) => 21,
         Response::Evicted { .. } => 22,
         Response::Pong => 23,
+        Response::Granted { .. } => 24,
+        Response::Grants(_) => 25,
+    }
+}
+
+fn grant_spec() -> GrantSpec {
+    GrantSpec {
+        id: "a".into(),
+        gpus: vec![GrantGpu {
+            gpu: 0,
+            bytes: 4096,
+        }],
+        devices: 2,
+        holder: Holder {
+            resource: "r".into(),
+            devices: vec!["d".into()],
+            namespace: None,
+            pod: Some("p".into()),
+            container: None,
+        },
     }
 }
 
@@ -269,6 +292,12 @@ fn requests() -> Vec<(Request, &'static str)> {
         (Request::AdminStop { device: d }, "1602"),
         (Request::Evict { pid: 300 }, "17fb2c01"),
         (Request::Ping, "18"),
+        (
+            Request::Grant(Box::new(grant_spec())),
+            "1901610100fb00100201720101640001017000",
+        ),
+        (Request::Revoke { id: "a".into() }, "1a0161"),
+        (Request::Grants, "1b"),
     ]
 }
 
@@ -418,8 +447,13 @@ fn responses() -> Vec<(Response, &'static str)> {
                 program: "p".into(),
                 devices: vec![DeviceId(3)],
                 bytes: 4096,
+                grant: Some("g".into()),
+                pod: Some(PodOf {
+                    uid: "u".into(),
+                    container: None,
+                }),
             }]),
-            "0e0109fbe803fbe80301700103fb0010",
+            "0e0109fbe803fbe80301700103fb001001016701017500",
         ),
         (
             Response::Devices(vec![device_info()]),
@@ -496,8 +530,13 @@ fn responses() -> Vec<(Response, &'static str)> {
                 connections: 1,
                 devices: vec![DeviceId(3)],
                 bytes: 4096,
+                grant: Some("g".into()),
+                pod: Some(PodOf {
+                    uid: "u".into(),
+                    container: None,
+                }),
             }]),
-            "150109fbe8030170010168010103fb0010",
+            "150109fbe8030170010168010103fb001001016701017500",
         ),
         (
             Response::Evicted {
@@ -506,6 +545,23 @@ fn responses() -> Vec<(Response, &'static str)> {
             "16020304",
         ),
         (Response::Pong, "17"),
+        (
+            Response::Granted {
+                socket: "/s".into(),
+            },
+            "18022f73",
+        ),
+        (
+            Response::Grants(vec![GrantInfo {
+                spec: grant_spec(),
+                socket: "/s".into(),
+                age_ms: 5,
+                connections: 1,
+                devices: 2,
+                gpu_bytes: vec![4096],
+            }]),
+            "190101610100fb00100201720101640001017000022f7305010201fb0010",
+        ),
     ]
 }
 

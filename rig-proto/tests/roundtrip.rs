@@ -463,7 +463,42 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|device| Request::ShowDevice { device }),
         (dev.clone(), dev).prop_map(|(device, peer)| Request::MapPeerWord { device, peer }),
         Just(Request::Ping),
+        grant_spec().prop_map(|s| Request::Grant(Box::new(s))),
+        text().prop_map(|id| Request::Revoke { id }),
+        Just(Request::Grants),
     ]
+}
+
+fn grant_spec() -> impl Strategy<Value = GrantSpec> {
+    (
+        text(),
+        vec(any::<(u32, u64)>(), 0..3),
+        any::<u32>(),
+        (
+            text(),
+            vec(text(), 0..3),
+            of(text()),
+            of(text()),
+            of(text()),
+        ),
+    )
+        .prop_map(
+            |(id, gpus, devices, (resource, ids, namespace, pod, container))| GrantSpec {
+                id,
+                gpus: gpus
+                    .into_iter()
+                    .map(|(gpu, bytes)| GrantGpu { gpu, bytes })
+                    .collect(),
+                devices,
+                holder: Holder {
+                    resource,
+                    devices: ids,
+                    namespace,
+                    pod,
+                    container,
+                },
+            },
+        )
 }
 
 fn response() -> impl Strategy<Value = Response> {
@@ -482,15 +517,21 @@ fn response() -> impl Strategy<Value = Response> {
         text(),
         vec(any::<u64>(), 0..3),
         any::<u64>(),
+        of(text()),
+        of((text(), of(text()))),
     )
-        .prop_map(|((pid, uid, gid), program, devices, bytes)| ClientInfo {
-            pid,
-            uid,
-            gid,
-            program,
-            devices: devices.into_iter().map(DeviceId).collect(),
-            bytes,
-        });
+        .prop_map(
+            |((pid, uid, gid), program, devices, bytes, grant, pod)| ClientInfo {
+                pid,
+                uid,
+                gid,
+                program,
+                devices: devices.into_iter().map(DeviceId).collect(),
+                bytes,
+                grant,
+                pod: pod.map(|(uid, container)| PodOf { uid, container }),
+            },
+        );
     let ring = (text(), queue_kind(), any::<u32>(), any::<(u64, u64, u64)>()).prop_map(
         |(queue, kind, generation, (bytes, read, write))| RingState {
             queue,
@@ -585,6 +626,30 @@ fn response() -> impl Strategy<Value = Response> {
         error_reply().prop_map(Response::Error),
         any::<u64>().prop_map(|gpu_address| Response::PeerWord { gpu_address }),
         Just(Response::Pong),
+        text().prop_map(|socket| Response::Granted { socket }),
+        vec(
+            (
+                grant_spec(),
+                text(),
+                any::<(u64, u32, u32)>(),
+                vec(any::<u64>(), 0..3)
+            ),
+            0..3
+        )
+        .prop_map(|gs| Response::Grants(
+            gs.into_iter()
+                .map(
+                    |(spec, socket, (age_ms, connections, devices), gpu_bytes)| GrantInfo {
+                        spec,
+                        socket,
+                        age_ms,
+                        connections,
+                        devices,
+                        gpu_bytes,
+                    }
+                )
+                .collect()
+        )),
     ]
 }
 
@@ -721,6 +786,14 @@ fn every_variant_has_a_name_and_round_trips() {
         },
         Request::Evict { pid: 7 },
         Request::Ping,
+        Request::Grant(Box::new(GrantSpec {
+            id: "a".into(),
+            gpus: Vec::new(),
+            devices: 1,
+            holder: Holder::default(),
+        })),
+        Request::Revoke { id: "a".into() },
+        Request::Grants,
     ];
     let mut names = std::collections::BTreeSet::new();
     for r in &requests {
@@ -748,7 +821,10 @@ fn every_variant_has_a_name_and_round_trips() {
             | Request::ListProcesses
             | Request::AdminStop { .. }
             | Request::Evict { .. }
-            | Request::Ping => 0,
+            | Request::Ping
+            | Request::Grant(_)
+            | Request::Revoke { .. }
+            | Request::Grants => 0,
             Request::MapHost { .. } => 1,
         };
         assert_eq!(r.fds_needed(), seen, "{}", r.name());
@@ -782,7 +858,12 @@ fn a_route_names_the_device_a_request_acts_on_and_admins_block() {
     assert_eq!(on(Request::CloseDevice { device: d }), None);
     let ping = Request::Ping.route();
     assert!(!ping.blocks && !ping.admin && ping.device.is_none() && ping.fds == 0);
-    for r in [Request::Evict { pid: 1 }, Request::DaemonStatus] {
+    for r in [
+        Request::Evict { pid: 1 },
+        Request::DaemonStatus,
+        Request::Grants,
+        Request::Revoke { id: "a".into() },
+    ] {
         let route = r.route();
         assert!(route.admin && route.blocks, "{route:?}");
     }

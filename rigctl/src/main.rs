@@ -55,6 +55,9 @@ enum Command {
     Clients,
     /// The open devices: GPU, owner, memory held, whether lost.
     Devices,
+    /// The grants (a Kubernetes allocation each, made by rig-device-plugin): share, what
+    /// their connections hold, pod, socket.
+    Grants,
     /// One device in detail: facts, rings and positions, memory, timeline, faults.
     Show {
         /// The device id, as `rigctl devices` lists it.
@@ -315,6 +318,7 @@ fn unexpected(r: &Response) -> CtlError {
         Response::GpuStatus(_) => "gpu figures",
         Response::Processes(_) => "a process list",
         Response::Pong => "a pong",
+        Response::Grants(_) => "a grant list",
         _ => "another answer",
     })
 }
@@ -469,6 +473,13 @@ fn run(cli: Cli) -> Result<(), CtlError> {
             let mut c = connect(&cli.socket)?;
             match call(&mut c, Request::ListProcesses)? {
                 Response::Processes(p) => emit(f, &p, &table::processes(&p))?,
+                r => return Err(unexpected(&r)),
+            }
+        }
+        Command::Grants => {
+            let mut c = connect(&cli.socket)?;
+            match call(&mut c, Request::Grants)? {
+                Response::Grants(g) => emit(f, &g, &table::grants(&g))?,
                 r => return Err(unexpected(&r)),
             }
         }

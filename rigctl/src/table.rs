@@ -179,6 +179,8 @@ pub fn processes(p: &[ProcessInfo]) -> Grid {
                     devices.join(",")
                 },
                 bytes(p.bytes),
+                p.grant.clone().unwrap_or_else(|| "-".into()),
+                pod(p.pod.as_ref()),
             ]
         })
         .collect();
@@ -191,9 +193,68 @@ pub fn processes(p: &[ProcessInfo]) -> Grid {
             "CONNECTIONS",
             "DEVICES",
             "MEMORY",
+            "GRANT",
+            "POD",
         ],
         rows,
         empty: "no clients",
+    }
+}
+
+/// A pod as `clients` shows it: its UID, and its container's id cut to 12 characters, as
+/// container tools show ids.
+fn pod(p: Option<&rig_proto::PodOf>) -> String {
+    match p {
+        None => "-".into(),
+        Some(p) => match &p.container {
+            Some(c) => format!("{}/{}", p.uid, rig_proto::cut(c, 12)),
+            None => p.uid.clone(),
+        },
+    }
+}
+
+/// The grants (`rigctl grants`): id, socket, the share and what its connections hold, and
+/// its holder as the device plugin knows it.
+pub fn grants(g: &[rig_proto::GrantInfo]) -> Grid {
+    let rows = g
+        .iter()
+        .map(|g| {
+            let share: Vec<String> = g
+                .spec
+                .gpus
+                .iter()
+                .zip(g.gpu_bytes.iter().chain(std::iter::repeat(&0)))
+                .map(|(s, held)| format!("{}:{}/{}", s.gpu, bytes(*held), bytes(s.bytes)))
+                .collect();
+            let h = &g.spec.holder;
+            let holder = match (&h.namespace, &h.pod) {
+                (Some(ns), Some(pod)) => match &h.container {
+                    Some(c) => format!("{ns}/{pod}/{c}"),
+                    None => format!("{ns}/{pod}"),
+                },
+                _ => "-".into(),
+            };
+            vec![
+                g.spec.id.clone(),
+                share.join(","),
+                format!("{}/{}", g.devices, g.spec.devices),
+                g.connections.to_string(),
+                holder,
+                g.socket.clone(),
+            ]
+        })
+        .collect();
+    Grid {
+        header: vec![
+            "GRANT",
+            "GPU:HELD/SHARE",
+            "DEVICES",
+            "CONNECTIONS",
+            "POD",
+            "SOCKET",
+        ],
+        rows,
+        empty: "no grants",
     }
 }
 

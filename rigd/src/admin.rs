@@ -66,22 +66,33 @@ impl Admin {
     }
 
     fn answer(&self, client: ClientId, request: Request) -> Result<Response, Refusal> {
-        if !self.state.is_inspector(client) {
-            tracing::debug!(
-                client = client.0,
-                request = request.name(),
-                "administrator's request refused: not an administrator"
-            );
-            return Err(Refusal::NotAdmin);
-        }
+        self.may_administer(client, request.name())?;
         Ok(match request {
             Request::DaemonStatus => Response::Daemon(self.status()),
             Request::GpuStatus => Response::GpuStatus(self.gpus()),
             Request::ListProcesses => Response::Processes(self.processes()),
             Request::AdminStop { device } => self.stop(client, device)?,
             Request::Evict { pid } => self.evict(client, pid)?,
+            // The server's: a grant's socket is served as rigd's own is.
+            Request::Grant(_) | Request::Revoke { .. } | Request::Grants => {
+                return Err(Refusal::AdminsRequest(request.name()));
+            }
             other => return Err(Refusal::NotAdminsRequest(other.name())),
         })
+    }
+
+    /// `Ok` if `client` is an administrator; else the refusal, which names the grant of a
+    /// connection on a grant's socket (never an administrator, whatever its uid).
+    pub(crate) fn may_administer(&self, client: ClientId, request: &str) -> Result<(), Refusal> {
+        if self.state.is_inspector(client) {
+            return Ok(());
+        }
+        tracing::debug!(
+            client = client.0,
+            request,
+            "administrator's request refused: not an administrator"
+        );
+        Err(self.state.not_admin(client))
     }
 
     fn status(&self) -> DaemonStatus {
@@ -179,6 +190,8 @@ impl Admin {
                 connections: 0,
                 devices: Vec::new(),
                 bytes: 0,
+                grant: c.grant.as_ref().map(|g| g.to_string()),
+                pod: c.pod.clone(),
             });
             p.connections += 1;
             p.bytes += c.bytes;

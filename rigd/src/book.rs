@@ -1,9 +1,11 @@
-//! The book: who is connected, what each user (uid) and all clients together hold, and the
-//! limits those holdings are admitted against.
+//! The book: who is connected, what each user (uid), each grant and all clients together
+//! hold, and the limits those holdings are admitted against.
 //!
 //! Limits hold per user across all its connections, and for all clients together
-//! ([`Budget`]). A request that makes something reserves what it may cost, checked and
-//! charged in one hold of the book (`State::reserve`), so two requests of one user on two
+//! ([`Budget`]); a connection on a grant's socket ([`crate::grant`]) is held besides by the
+//! grant's share, with every other connection on that socket (`GrantBook`). A request
+//! that makes something reserves what it may cost, checked and charged in one hold of the
+//! book (`State::reserve`), so two requests of one user on two
 //! devices cannot both pass a check that only one of them fits; once done, the device's
 //! charges are brought to its [`Footprint`] and the reservation dropped, again in one hold
 //! (`State::settle`). The book is held briefly: never while a path works or a device's
@@ -33,6 +35,40 @@ pub(crate) struct Client {
     pub(crate) inspector: bool,
     /// What this connection's devices hold (running total).
     pub(crate) held: Footprint,
+    /// The grant whose socket it connected on; `None` on rigd's own socket.
+    pub(crate) grant: Option<crate::grant::GrantOf>,
+    /// Its pod and container, as its cgroup named them at connect ([`crate::pod`]).
+    pub(crate) pod: Option<rig_proto::PodOf>,
+}
+
+/// What one grant may hold and holds, across the connections on its socket: admitted on
+/// top of each connection's user's limits ([`State::reserve`]).
+#[derive(Debug)]
+pub(crate) struct GrantBook {
+    /// Its id, for refusals.
+    pub(crate) id: Arc<str>,
+    /// The GPUs it may open devices on, each with the bytes of Device and Mapped memory
+    /// it may hold there.
+    pub(crate) gpus: BTreeMap<u32, u64>,
+    /// The most devices its connections may hold open together.
+    pub(crate) most_devices: u32,
+    /// Devices they hold open, reservations included.
+    pub(crate) devices: u32,
+    /// Device and Mapped memory they hold, by GPU, reservations included.
+    pub(crate) gpu_bytes: BTreeMap<u32, u64>,
+    /// Its connections in the book.
+    pub(crate) connections: u32,
+    /// False once revoked: the entry goes with its last connection.
+    pub(crate) live: bool,
+}
+
+impl Client {
+    /// Whether `other` counts as the same tenant: of the same user, on the same socket
+    /// (rigd's own, or one grant's).
+    pub(crate) fn same_tenant(&self, other: &Client) -> bool {
+        self.peer.uid == other.peer.uid
+            && self.grant.as_ref().map(|g| g.key) == other.grant.as_ref().map(|g| g.key)
+    }
 }
 
 /// What one user (uid) holds across all its connections: the limits count these.
@@ -121,6 +157,8 @@ pub(crate) struct Book {
     pub(crate) total: Footprint,
     /// The device table: every open device, by id.
     pub(crate) devices: BTreeMap<DeviceId, Arc<Slot>>,
+    /// What each grant may hold and holds, by its key ([`crate::grant::GrantOf::key`]).
+    pub(crate) grants: BTreeMap<u64, GrantBook>,
     /// Set once rigd is shutting down ([`State::lose_all_at_shutdown`]): a device that
     /// enters the table from then on is lost as it enters.
     pub(crate) stopping: bool,
@@ -136,17 +174,19 @@ impl Book {
             tenants: BTreeMap::new(),
             total: Footprint::default(),
             devices: BTreeMap::new(),
+            grants: BTreeMap::new(),
             stopping: false,
         }
     }
 
-    /// Moves the charges of a device of `owner` (of user `uid`) on `gpu` from `was` to
-    /// `now`. The user is charged even once the connection is gone (its devices are given
-    /// back after it leaves the book).
+    /// Moves the charges of a device of `owner` (of user `uid`, on grant `grant`'s socket)
+    /// on `gpu` from `was` to `now`. The user and the grant are charged even once the
+    /// connection is gone (its devices are given back after it leaves the book).
     pub(crate) fn apply(
         &mut self,
         owner: ClientId,
         uid: u32,
+        grant: Option<u64>,
         gpu: u32,
         was: Footprint,
         now: Footprint,
@@ -161,6 +201,35 @@ impl Book {
         *g = g
             .saturating_sub(was.gpu_bytes)
             .saturating_add(now.gpu_bytes);
+        if let Some(g) = grant.and_then(|k| self.grants.get_mut(&k)) {
+            let b = g.gpu_bytes.entry(gpu).or_default();
+            *b = b
+                .saturating_sub(was.gpu_bytes)
+                .saturating_add(now.gpu_bytes);
+        }
+    }
+
+    /// The key of the grant `client` connected on, if any.
+    pub(crate) fn grant_of(&self, client: ClientId) -> Option<u64> {
+        self.clients
+            .get(&client)
+            .and_then(|c| c.grant.as_ref())
+            .map(|g| g.key)
+    }
+
+    /// Counts a device more (`true`) or less for user `uid` and grant `grant`.
+    pub(crate) fn count_device(&mut self, uid: u32, grant: Option<u64>, more: bool) {
+        let step = |n: &mut u32| {
+            *n = if more {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            }
+        };
+        step(&mut self.tenants.entry(uid).or_default().devices);
+        if let Some(g) = grant.and_then(|k| self.grants.get_mut(&k)) {
+            step(&mut g.devices);
+        }
     }
 
     /// The device `id` if `client` owns it.
@@ -222,13 +291,14 @@ impl State {
     ) -> Result<(), Refusal> {
         let mut book = self.book();
         let uid = book.uid_of(client);
+        let grant = book.grant_of(client);
         if let Err(r) = self.admit(&book, client, gpu, need, device) {
             return Err(r.naming_queues(need, uid));
         }
         if device {
-            book.tenants.entry(uid).or_default().devices += 1;
+            book.count_device(uid, grant, true);
         }
-        book.apply(client, uid, gpu, Footprint::default(), need);
+        book.apply(client, uid, grant, gpu, Footprint::default(), need);
         Ok(())
     }
 
@@ -259,7 +329,7 @@ impl State {
         }
         let (was, now) = h.d.recharge();
         let s = h.slot;
-        self.book().apply(s.owner, s.uid, s.gpu, was, now);
+        self.book().apply(s.owner, s.uid, s.grant, s.gpu, was, now);
         true
     }
 
@@ -289,7 +359,7 @@ impl State {
         if was != now || reserved != Footprint::default() {
             let s = h.slot;
             self.book()
-                .apply(s.owner, s.uid, s.gpu, was.plus(reserved), now);
+                .apply(s.owner, s.uid, s.grant, s.gpu, was.plus(reserved), now);
         }
         if h.d.quarantined() > h.quarantined {
             let _ = self.faults.send(Msg::Wake);
@@ -316,6 +386,13 @@ impl State {
             tracing::info!(uid, client = client.0, "client refused for a limit: {q}");
             Err(Refusal::Quota(q))
         };
+        if let Some(key) = book.grant_of(client) {
+            match book.grants.get(&key) {
+                Some(g) if g.live => admit_grant(g, uid, client, gpu, need, device)?,
+                // Revoked while the connection was being closed: it holds nothing more.
+                _ => return Err(crate::grant::GrantRefusal::Revoked.into()),
+            }
+        }
         if device && t.devices >= l.devices {
             return refuse(Quota::Devices {
                 uid,
@@ -410,6 +487,60 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// `Ok` if grant `g` holds room for `need` (and a device more, if `device`) on `gpu`; else
+/// the refusal naming the grant and its limit.
+fn admit_grant(
+    g: &GrantBook,
+    uid: u32,
+    client: ClientId,
+    gpu: u32,
+    need: Footprint,
+    device: bool,
+) -> Result<(), Refusal> {
+    use crate::grant::GrantRefusal;
+    let refuse = |r: GrantRefusal| {
+        tracing::info!(uid, client = client.0, "client refused for its grant: {r}");
+        Err(Refusal::Grant(r))
+    };
+    let Some(&most) = g.gpus.get(&gpu) else {
+        return refuse(GrantRefusal::Gpu {
+            grant: g.id.to_string(),
+            gpu,
+            granted: g.gpus.keys().copied().collect(),
+        });
+    };
+    if device && g.devices >= g.most_devices {
+        return refuse(GrantRefusal::Devices {
+            grant: g.id.to_string(),
+            open: g.devices,
+            most: g.most_devices,
+        });
+    }
+    let held = g.gpu_bytes.get(&gpu).copied().unwrap_or(0);
+    if need.gpu_bytes > 0 && held.saturating_add(need.gpu_bytes) > most {
+        let missing = held.saturating_add(need.gpu_bytes).saturating_sub(most);
+        tracing::info!(
+            uid,
+            client = client.0,
+            grant = %g.id,
+            gpu,
+            asked = need.gpu_bytes,
+            missing,
+            "client refused memory for its grant"
+        );
+        return Err(Refusal::NoMemory {
+            bytes: need.bytes,
+            shortage: Shortage::Quota,
+            limit: Some(rig_proto::Limit {
+                name: crate::grant::memory_limit_name(&g.id, gpu),
+                value: most,
+                missing,
+            }),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -44,6 +44,21 @@ impl State {
             .is_some_and(|c| c.inspector)
     }
 
+    /// What `client`, not an administrator, is answered for asking an administrator's
+    /// request: naming its grant on a grant's socket (never an administrator, whatever its
+    /// uid).
+    pub(crate) fn not_admin(&self, client: ClientId) -> Refusal {
+        let grant = self
+            .book()
+            .clients
+            .get(&client)
+            .and_then(|c| c.grant.as_ref().map(|g| g.id.to_string()));
+        match grant {
+            Some(grant) => crate::grant::GrantRefusal::NotAdmin { grant }.into(),
+            None => Refusal::NotAdmin,
+        }
+    }
+
     /// One look at everything for [`crate::metrics`] (the sampler and rigctl's figures):
     /// the book briefly, then each device under its own lock.
     pub fn observe(&self) -> crate::metrics::Observed {
@@ -80,6 +95,8 @@ impl State {
                     program: c.program.clone(),
                     devices: c.devices.len(),
                     bytes: c.held.bytes,
+                    grant: c.grant.as_ref().map(|g| g.id.clone()),
+                    pod: c.pod.clone(),
                 })
                 .collect();
             (slots, clients)
@@ -125,7 +142,7 @@ impl State {
     /// `ListClients`: every connection, for an administrator.
     pub(crate) fn list_clients(&self, client: ClientId) -> Result<Response, Refusal> {
         if !self.is_inspector(client) {
-            return Err(Refusal::NotAdmin);
+            return Err(self.not_admin(client));
         }
         Ok(Response::Clients(
             self.book()
@@ -138,6 +155,8 @@ impl State {
                     program: c.program.to_string(),
                     devices: c.devices.iter().copied().collect(),
                     bytes: c.held.bytes,
+                    grant: c.grant.as_ref().map(|g| g.id.to_string()),
+                    pod: c.pod.clone(),
                 })
                 .collect(),
         ))
@@ -149,13 +168,14 @@ impl State {
         &self,
         client: ClientId,
     ) -> Result<Result<Response, Refusal>, M::Busy> {
-        // A non-administrator sees its own user's devices only: those of its connections.
+        // A non-administrator sees its own user's devices only: those of its connections
+        // (on a grant's socket, those of its grant's connections of its user).
         let mine: Option<BTreeSet<ClientId>> = (!self.is_inspector(client)).then(|| {
             let book = self.book();
-            let uid = book.uid_of(client);
+            let me = book.clients.get(&client);
             book.clients
                 .iter()
-                .filter(|(_, c)| c.peer.uid == uid)
+                .filter(|(_, c)| me.is_some_and(|m| m.same_tenant(c)))
                 .map(|(id, _)| *id)
                 .collect()
         });
@@ -186,13 +206,19 @@ impl State {
             let pid = book.pid_of(slot.owner);
             let asker = book.clients.get(&client);
             let allowed = slot.owner == client
-                || asker.is_some_and(|c| {
-                    c.inspector || owner.is_some_and(|o| o.peer.uid == c.peer.uid)
-                });
-            (slot, pid, allowed)
+                || asker.is_some_and(|c| c.inspector || owner.is_some_and(|o| o.same_tenant(c)));
+            let on_grant = asker
+                .and_then(|c| c.grant.as_ref())
+                .map(|g| g.id.to_string());
+            (slot, pid, allowed.then_some(()).ok_or(on_grant))
         };
-        if !allowed {
-            return Ok(Err(Refusal::NotAdmin));
+        if let Err(on_grant) = allowed {
+            // A grant's connection is told no such device: another grant's are not its
+            // business, not even to learn that they exist.
+            return Ok(Err(match on_grant {
+                Some(_) => Refusal::NoDevice(id),
+                None => Refusal::NotAdmin,
+            }));
         }
         let d = M::lock(&slot)?;
         Ok(Ok(Response::Device(Box::new(DeviceReport {

@@ -33,8 +33,10 @@
 //!   capped per user and in all, and bounded in time ([`server`]).
 //! - **Tenants.** Limits hold per user across its connections and for all clients
 //!   together ([`config::Limits`], sized at start from the process's limits into
-//!   [`book::Budget`]); memory given back is reused only once no work that may touch it
-//!   can run ([`device::Device::free`]).
+//!   [`book::Budget`]), and per allocation for the connections on a grant's socket
+//!   ([`grant`], what the Kubernetes device plugin hands a pod; [`pod`] names a client's
+//!   pod); memory given back is reused only once no work that may touch it can run
+//!   ([`device::Device::free`]).
 //!
 //! - **Operations.** [`metrics`] keeps the figures (request latencies counted where they
 //!   happen, GPU and device figures sampled from the state) and serves them to Prometheus;
@@ -52,6 +54,7 @@ pub mod config;
 pub mod device;
 pub mod discover;
 pub mod gpus;
+pub mod grant;
 pub mod heap;
 pub mod image;
 pub mod inspect;
@@ -60,6 +63,7 @@ pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod path;
+pub mod pod;
 pub mod refusal;
 pub mod reload;
 pub mod server;
@@ -218,6 +222,7 @@ impl Daemon {
                 metrics: metrics.clone(),
                 admin: admin.clone(),
                 frame_budgets: server::FrameBudgets::default(),
+                grants: Arc::default(),
             },
             gpus: n,
         }
@@ -228,9 +233,11 @@ impl Daemon {
         self.reloader.clone()
     }
 
-    /// Records the socket it serves, for `rigctl status`.
+    /// Records the socket it serves, for `rigctl status`; the grants' sockets go beside it
+    /// ([`grant::DIR_NAME`]).
     pub fn serving(&self, socket: &Path) {
         self.admin.serving(socket.to_owned());
+        self.server.grants.serving_beside(socket);
     }
 
     /// Its figures, for the metrics endpoint.

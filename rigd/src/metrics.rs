@@ -102,6 +102,10 @@ pub struct ClientSeen {
     pub devices: usize,
     /// Bytes it holds.
     pub bytes: u64,
+    /// The grant whose socket it came on.
+    pub grant: Option<std::sync::Arc<str>>,
+    /// Its pod and container.
+    pub pod: Option<rig_proto::PodOf>,
 }
 
 /// One look at the state.
@@ -170,6 +174,10 @@ impl GpuLabels {
 
 const GPU_LABELS: [&str; 3] = ["gpu", "name", "arch"];
 
+/// A pod's labels: its UID and container as the clients' cgroups name them, and the grant
+/// whose socket they came on (each empty where unknown).
+const POD_LABELS: [&str; 3] = ["pod_uid", "container", "grant"];
+
 /// Every family rigd exposes.
 #[derive(Debug)]
 struct Families {
@@ -190,6 +198,8 @@ struct Families {
     user_memory: IntGaugeVec,
     user_devices: IntGaugeVec,
     user_clients: IntGaugeVec,
+    pod_memory: IntGaugeVec,
+    pod_devices: IntGaugeVec,
     requests: HistogramVec,
     connections: IntGauge,
     connections_total: IntCounter,
@@ -306,6 +316,16 @@ fn families(r: &Registry) -> prometheus::Result<Families> {
             "user_clients",
             "A user's client processes holding a device",
             &["uid"],
+        )?,
+        pod_memory: ig(
+            "pod_memory_bytes",
+            "Bytes the clients of a pod's container (or of a grant) hold through their devices",
+            &POD_LABELS,
+        )?,
+        pod_devices: ig(
+            "pod_devices",
+            "Devices the clients of a pod's container (or of a grant) hold",
+            &POD_LABELS,
         )?,
         requests: reg(
             r,
@@ -768,8 +788,27 @@ impl Metrics {
             &f.user_memory,
             &f.user_devices,
             &f.user_clients,
+            &f.pod_memory,
+            &f.pod_devices,
         ] {
             v.reset();
+        }
+        // Pods and grants: the tenants of a cluster, always shown (as users are).
+        let mut pods: BTreeMap<[String; 3], (u64, u64)> = BTreeMap::new();
+        for c in o.clients.iter().filter(|c| c.devices > 0) {
+            if c.grant.is_none() && c.pod.is_none() {
+                continue;
+            }
+            let key = [
+                c.pod.as_ref().map(|p| p.uid.clone()).unwrap_or_default(),
+                c.pod
+                    .as_ref()
+                    .and_then(|p| p.container.clone())
+                    .unwrap_or_default(),
+                c.grant.as_deref().unwrap_or_default().to_owned(),
+            ];
+            let e = pods.entry(key).or_default();
+            *e = (e.0 + c.bytes, e.1 + c.devices as u64);
         }
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let per_client = self.per_client.load(Ordering::SeqCst);
@@ -790,6 +829,11 @@ impl Metrics {
             f.user_memory.with_label_values(&l).set(int(bytes));
             f.user_devices.with_label_values(&l).set(int(devices));
             f.user_clients.with_label_values(&l).set(int(clients));
+        }
+        for (key, (bytes, devices)) in &pods {
+            let l = [key[0].as_str(), key[1].as_str(), key[2].as_str()];
+            f.pod_memory.with_label_values(&l).set(int(*bytes));
+            f.pod_devices.with_label_values(&l).set(int(*devices));
         }
         s.view = View { gpus, processes };
         !busy.is_empty()

@@ -145,6 +145,10 @@ pub enum Refusal {
     /// A limit of the user or of all clients refuses the request.
     #[error(transparent)]
     Quota(#[from] Quota),
+    /// The grant of the connection's socket refuses the request, or a grant request is
+    /// refused.
+    #[error(transparent)]
+    Grant(#[from] crate::grant::GrantRefusal),
     /// A shortage of memory: the GPU's, the host's or the user's quota. Answered as
     /// [`Response::NoMemory`].
     #[error("{bytes} bytes refused: the {shortage:?} budget holds no more")]
@@ -345,6 +349,7 @@ impl Refusal {
             }
             R::NotAdmin | R::NotAllowed { .. } => ErrorCode::PermissionDenied,
             R::Quota(_) | R::Slot(_) => ErrorCode::Quota,
+            R::Grant(g) => g.code(),
             R::Image(_) | R::ImageRefused(_) => ErrorCode::ImageRefused,
             R::Services { .. } | R::DispatchPacket { .. } => ErrorCode::EntryRefused,
             R::Fault(_) => ErrorCode::Fault,

@@ -98,6 +98,27 @@ pub struct Server {
     pub admin: Arc<crate::admin::Admin>,
     /// Each user's budget of large frames (`connections.frame_bytes_per_uid`).
     pub frame_budgets: FrameBudgets,
+    /// The grants' sockets it serves besides its own ([`crate::grant`]).
+    pub grants: Arc<crate::grant::Grants>,
+}
+
+/// What every socket a running server accepts on shares: the connection slots, the
+/// refusals' log, the stop broadcast, and the sender each handler holds a clone of, so
+/// that [`Server::run`] knows when all are done.
+#[derive(Debug)]
+struct Serving {
+    slots: Arc<Slots>,
+    refusals: Refusals,
+    notify: broadcast::Sender<()>,
+    /// Never read: dropped with the last handler, which ends [`Server::run`]'s wait.
+    _done: tmpsc::Sender<()>,
+}
+
+/// A connection's grant, and the signal of its revocation.
+#[derive(Debug, Clone)]
+struct OnGrant {
+    of: crate::grant::GrantOf,
+    revoked: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The budget of large frames of each user with a connection, shared by its connections
@@ -378,10 +399,14 @@ impl Server {
     /// Serves `listener` until `shutdown` completes, then stops taking connections, tells
     /// every handler to finish and waits for them.
     pub async fn run(self, listener: UnixListener, shutdown: impl Future<Output = ()>) {
-        let slots = Slots::new(self.max_connections, self.connections.per_uid);
-        let refusals = Refusals::default();
         let (notify, _) = broadcast::channel::<()>(1);
         let (done_tx, mut done_rx) = tmpsc::channel::<()>(1);
+        let serving = Arc::new(Serving {
+            slots: Slots::new(self.max_connections, self.connections.per_uid),
+            refusals: Refusals::default(),
+            notify,
+            _done: done_tx,
+        });
         tokio::pin!(shutdown);
         loop {
             let stream = tokio::select! {
@@ -396,19 +421,10 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
-            let Some((stream, peer, slot)) = self.admit(stream, &slots, &refusals) else {
+            let Some((stream, peer, slot)) = self.admit(stream, &serving, true) else {
                 continue;
             };
-            let server = self.clone();
-            let mut stop = notify.subscribe();
-            let done = done_tx.clone();
-            let counted = self.metrics.connection();
-            tokio::spawn(async move {
-                server
-                    .connection(stream, peer, (slot, counted), &mut stop)
-                    .await;
-                drop(done);
-            });
+            self.spawn_connection(stream, peer, slot, &serving, None);
         }
         // Every device lost before any connection closes: a client asking why is told.
         let state = self.state.clone();
@@ -423,20 +439,45 @@ impl Server {
             grace_ms = SHUTDOWN_GRACE_MS,
             "shutting down: no more connections; every device lost; telling the connected clients"
         );
-        let _ = notify.send(());
-        drop(done_tx);
+        let _ = serving.notify.send(());
+        drop(serving);
         let _ = done_rx.recv().await;
+    }
+
+    /// Serves an admitted connection in a task of its own.
+    fn spawn_connection(
+        &self,
+        stream: UnixStream,
+        peer: Peer,
+        slot: Slot,
+        serving: &Arc<Serving>,
+        grant: Option<OnGrant>,
+    ) {
+        let server = self.clone();
+        let mut stop = serving.notify.subscribe();
+        let ctx = serving.clone();
+        let counted = self.metrics.connection();
+        tokio::spawn(async move {
+            server
+                .connection(stream, peer, (slot, counted), &mut stop, &ctx, grant)
+                .await;
+            drop(ctx);
+        });
     }
 
     /// Decides at accept, without reading anything from the peer, whether it is served: its
     /// credentials against `[access]`, then a slot. A peer refused is answered at once and
     /// dropped.
+    ///
+    /// On a grant's socket (`checked` false) `[access]` is not asked: reaching that socket
+    /// is the credential ([`crate::grant`]), and the grant bounds what the peer may hold.
     fn admit(
         &self,
         stream: UnixStream,
-        slots: &Arc<Slots>,
-        refusals: &Refusals,
+        serving: &Serving,
+        checked: bool,
     ) -> Option<(UnixStream, Peer, Slot)> {
+        let (slots, refusals) = (&serving.slots, &serving.refusals);
         let peer = match peer_of(&stream) {
             Ok(p) => p,
             Err(e) => {
@@ -444,7 +485,7 @@ impl Server {
                 return None;
             }
         };
-        let refusal: rig_proto::ErrorReply = if !self.access.allows(&peer) {
+        let refusal: rig_proto::ErrorReply = if checked && !self.access.allows(&peer) {
             self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
@@ -481,6 +522,8 @@ impl Server {
         peer: Peer,
         held: (Slot, crate::metrics::ConnectionGuard),
         stop: &mut broadcast::Receiver<()>,
+        serving: &Arc<Serving>,
+        grant: Option<OnGrant>,
     ) {
         let limits = self.connections;
         let mut conn = ServerConnection::new(stream);
@@ -512,11 +555,29 @@ impl Server {
         }
         // Kept once, within rig_proto::MOST_PROGRAM (read_hello refused a longer one).
         let program: Arc<str> = hello.program.into();
-        let client = self.state.connect(peer.clone(), program.clone());
+        let pod = crate::pod::of_pid(peer.pid);
+        let client = self.state.connect_on(
+            peer.clone(),
+            program.clone(),
+            grant.as_ref().map(|g| g.of.clone()),
+            pod.clone(),
+        );
         // At debug: inspection-only connections (rigctl, `watch rigctl`) must not flood the
         // journal; a client's first device open is logged at info with its pid.
-        tracing::debug!(client = client.0, pid = peer.pid, uid = peer.uid, gid = peer.gid, program = %client_text(&program), "client connected");
-        self.serve(client, &mut conn, &held.0, stop).await;
+        tracing::debug!(
+            client = client.0,
+            pid = peer.pid,
+            uid = peer.uid,
+            gid = peer.gid,
+            program = %client_text(&program),
+            grant = grant.as_ref().map(|g| &*g.of.id),
+            pod = pod.as_ref().map(|p| p.uid.as_str()),
+            container = pod.as_ref().and_then(|p| p.container.as_deref()),
+            "client connected"
+        );
+        let revoked = grant.map(|g| g.revoked);
+        self.serve(client, &mut conn, &held.0, stop, serving, revoked)
+            .await;
         // The socket is done with: its slot is free for the user's next connection, which
         // must not wait for this one's devices to be torn down.
         drop(conn);
@@ -557,6 +618,8 @@ impl Server {
         conn: &mut ServerConnection,
         slot: &Slot,
         stop: &mut broadcast::Receiver<()>,
+        serving: &Arc<Serving>,
+        mut revoked: Option<tokio::sync::watch::Receiver<bool>>,
     ) {
         let limits = self.connections;
         // Devices this connection opened and has not closed: with none it holds nothing,
@@ -591,6 +654,11 @@ impl Server {
                     // Every device was lost just before: served on until the client knows.
                     draining = Some(tokio::time::Instant::now() + ms(SHUTDOWN_GRACE_MS));
                     continue;
+                }
+                () = revoked_of(&mut revoked), if revoked.is_some() => {
+                    // Its devices were lost at the revocation; closing gives back the rest.
+                    tracing::info!(client = client.0, "the connection's grant was revoked; closing it");
+                    return;
                 }
                 () = tokio::time::sleep_until(draining.unwrap_or_else(tokio::time::Instant::now)), if draining.is_some() => {
                     tracing::debug!(
@@ -641,6 +709,14 @@ impl Server {
                 && matches!(request, Request::OpenDevice { .. })
             {
                 (Response::from(Refusal::ShuttingDown), Vec::new())
+            } else if matches!(
+                request,
+                Request::Grant(_) | Request::Revoke { .. } | Request::Grants
+            ) {
+                (
+                    self.grant_request(client, request, serving).await,
+                    Vec::new(),
+                )
             } else if route.admin {
                 // An administrator's stop or eviction stops devices: off the async workers.
                 let admin = self.admin.clone();
@@ -690,6 +766,199 @@ impl Server {
                     );
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// Completes once the grant `revoked` watches is revoked (or its sender is gone).
+async fn revoked_of(revoked: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    match revoked {
+        Some(r) => {
+            let _ = r.wait_for(|r| *r).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl Server {
+    /// Answers an administrator's `Grant`, `Revoke` or `Grants` ([`crate::grant`]).
+    async fn grant_request(
+        &self,
+        client: ClientId,
+        request: Request,
+        serving: &Arc<Serving>,
+    ) -> Response {
+        if let Err(r) = self.admin.may_administer(client, request.name()) {
+            return r.into();
+        }
+        let answered = match request {
+            Request::Grant(spec) => self.grant(*spec, serving).await,
+            Request::Revoke { id } => self.revoke(&id).await.map(|()| Response::Done),
+            Request::Grants => Ok(Response::Grants(self.grants.list(&self.state))),
+            other => Err(Refusal::NotAdminsRequest(other.name())),
+        };
+        answered.unwrap_or_else(Response::from)
+    }
+
+    /// Makes grant `spec.id`, or keeps it with new holder names when its share is the same.
+    async fn grant(
+        &self,
+        spec: rig_proto::GrantSpec,
+        serving: &Arc<Serving>,
+    ) -> Result<Response, Refusal> {
+        use crate::grant::GrantRefusal;
+        crate::grant::check_id(&spec.id)?;
+        crate::grant::check_share(&spec, self.state.gpus.len())?;
+        let same = {
+            let mut table = self.grants.table();
+            match table.get_mut(&spec.id) {
+                Some(g) if g.spec.gpus == spec.gpus && g.spec.devices == spec.devices => {
+                    g.spec.holder = spec.holder.clone();
+                    Some(g.socket.clone())
+                }
+                _ => None,
+            }
+        };
+        if let Some(socket) = same {
+            tracing::debug!(grant = %spec.id, holder = ?spec.holder, "grant kept; holder updated");
+            return Ok(Response::Granted {
+                socket: socket.display().to_string(),
+            });
+        }
+        // Another share under this id: the old grant ends first.
+        match self.revoke(&spec.id).await {
+            Ok(()) | Err(Refusal::Grant(GrantRefusal::NoGrant(_))) => {}
+            Err(e) => return Err(e),
+        }
+        // Subscribed before the check: a stop after it is heard by the accept loop.
+        let stop = serving.notify.subscribe();
+        if self.state.book().stopping {
+            return Err(GrantRefusal::ShuttingDown.into());
+        }
+        let path = self.grants.prepare(&spec.id)?;
+        let (listener, file) =
+            crate::listen::bind(&path, None, 0o666).map_err(|e| GrantRefusal::Socket {
+                grant: spec.id.clone(),
+                path: path.clone(),
+                why: crate::grant::chain(&e),
+            })?;
+        let key = self.grants.new_key();
+        self.state.enter_grant(key, &spec);
+        let (revoke, revoked) = tokio::sync::watch::channel(false);
+        let of = crate::grant::GrantOf {
+            key,
+            id: spec.id.as_str().into(),
+        };
+        tracing::info!(
+            grant = %spec.id,
+            socket = %path.display(),
+            gpus = ?spec.gpus.iter().map(|g| (g.gpu, g.bytes)).collect::<Vec<_>>(),
+            devices = spec.devices,
+            resource = %spec.holder.resource,
+            kubelet_devices = spec.holder.devices.len(),
+            "grant made"
+        );
+        let server = self.clone();
+        let ctx = serving.clone();
+        let accept = tokio::spawn(async move {
+            server
+                .accept_granted(listener, file, OnGrant { of, revoked }, stop, &ctx)
+                .await;
+            drop(ctx);
+        });
+        self.grants.table().insert(
+            spec.id.clone(),
+            crate::grant::Live {
+                key,
+                spec,
+                socket: path.clone(),
+                made: std::time::Instant::now(),
+                revoked: revoke,
+                accept,
+            },
+        );
+        Ok(Response::Granted {
+            socket: path.display().to_string(),
+        })
+    }
+
+    /// Ends grant `id` ([`rig_proto::Request::Revoke`]).
+    async fn revoke(&self, id: &str) -> Result<(), Refusal> {
+        use crate::grant::GrantRefusal;
+        let Some(live) = self.grants.table().remove(id) else {
+            return Err(GrantRefusal::NoGrant(
+                rig_proto::cut(id, rig_proto::MOST_GRANT_ID).to_owned(),
+            )
+            .into());
+        };
+        let _ = live.revoked.send(true);
+        // Its socket and directory are gone once its accept loop ends: a grant made again
+        // under this id binds afresh.
+        if tokio::time::timeout(Duration::from_secs(5), live.accept)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grant = id,
+                "a revoked grant's accept loop did not end in time"
+            );
+        }
+        // Losing devices waits for their locks: off the async workers.
+        let state = self.state.clone();
+        let lost = tokio::task::spawn_blocking(move || state.revoke_grant(live.key))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "revoking a grant panicked");
+                Vec::new()
+            });
+        tracing::info!(
+            grant = id,
+            devices_lost = lost.len(),
+            "grant revoked: its socket removed, its connections closed"
+        );
+        Ok(())
+    }
+
+    /// Accepts on grant `grant`'s socket until it is revoked or rigd stops; then removes the
+    /// socket, and at a revocation its directory.
+    async fn accept_granted(
+        &self,
+        listener: UnixListener,
+        file: crate::listen::SocketFile,
+        grant: OnGrant,
+        mut stop: broadcast::Receiver<()>,
+        serving: &Arc<Serving>,
+    ) {
+        let mut revoked = Some(grant.revoked.clone());
+        loop {
+            let stream = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!(grant = %grant.of.id, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = revoked_of(&mut revoked) => break,
+                _ = stop.recv() => break,
+            };
+            if *grant.revoked.borrow() {
+                break;
+            }
+            let Some((stream, peer, slot)) = self.admit(stream, serving, false) else {
+                continue;
+            };
+            self.spawn_connection(stream, peer, slot, serving, Some(grant.clone()));
+        }
+        let dir = file.path().parent().map(std::path::Path::to_path_buf);
+        drop(listener);
+        drop(file);
+        if *grant.revoked.borrow() {
+            if let Some(dir) = dir {
+                // Only an empty directory goes; a container's mount of it keeps its own.
+                let _ = std::fs::remove_dir(dir);
             }
         }
     }

@@ -142,8 +142,16 @@ impl State {
     }
 }
 
-impl Handler for State {
-    fn connect(&self, peer: Peer, program: Arc<str>) -> ClientId {
+impl State {
+    /// A client passed the handshake on grant `grant`'s socket (`None`: rigd's own), its
+    /// process in pod `pod`. A connection on a grant's socket is never an administrator.
+    pub fn connect_on(
+        &self,
+        peer: Peer,
+        program: Arc<str>,
+        grant: Option<crate::grant::GrantOf>,
+        pod: Option<rig_proto::PodOf>,
+    ) -> ClientId {
         // The server refused a longer name; a caller of the Handler itself gets it cut.
         let program = match rig_proto::cut(&program, rig_proto::MOST_PROGRAM) {
             kept if kept.len() == program.len() => program,
@@ -151,10 +159,15 @@ impl Handler for State {
         };
         let id = ClientId(self.next_client.fetch_add(1, Ordering::Relaxed));
         let admin_gid = *self.inspect_gid.read().unwrap_or_else(|e| e.into_inner());
-        let inspector = peer.uid == 0
-            || peer.uid == self.own_uid
-            || admin_gid.is_some_and(|g| peer.gid == g || peer.groups.contains(&g));
-        self.book().clients.insert(
+        let inspector = grant.is_none()
+            && (peer.uid == 0
+                || peer.uid == self.own_uid
+                || admin_gid.is_some_and(|g| peer.gid == g || peer.groups.contains(&g)));
+        let mut book = self.book();
+        if let Some(g) = grant.as_ref().and_then(|g| book.grants.get_mut(&g.key)) {
+            g.connections += 1;
+        }
+        book.clients.insert(
             id,
             Client {
                 peer,
@@ -163,9 +176,17 @@ impl Handler for State {
                 opened: false,
                 inspector,
                 held: Footprint::default(),
+                grant,
+                pod,
             },
         );
         id
+    }
+}
+
+impl Handler for State {
+    fn connect(&self, peer: Peer, program: Arc<str>) -> ClientId {
+        self.connect_on(peer, program, None, None)
     }
 
     fn handle(&self, client: ClientId, mut request: Request, mut fds: Vec<OwnedFd>) -> Reply {
@@ -182,6 +203,16 @@ impl Handler for State {
         let n = c.devices.len();
         for id in &c.devices {
             self.remove_device(*id);
+        }
+        if let Some(g) = &c.grant {
+            // A revoked grant's entry goes with its last connection, all given back.
+            let mut book = self.book();
+            if let Some(b) = book.grants.get_mut(&g.key) {
+                b.connections = b.connections.saturating_sub(1);
+                if !b.live && b.connections == 0 {
+                    book.grants.remove(&g.key);
+                }
+            }
         }
         // A connection that never held a device (inspection, such as rigctl) leaves at debug.
         if c.opened {

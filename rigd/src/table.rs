@@ -27,6 +27,8 @@ pub(crate) struct Slot {
     pub(crate) owner: ClientId,
     /// The owner's user.
     pub(crate) uid: u32,
+    /// The grant the owner connected on ([`crate::grant::GrantOf::key`]).
+    pub(crate) grant: Option<u64>,
     pub(crate) gpu: u32,
     pub(crate) device: Mutex<Device>,
 }
@@ -127,9 +129,7 @@ impl State {
                 c.devices.remove(&id);
                 others.extend(c.devices.iter().copied());
             }
-            if let Some(t) = book.tenants.get_mut(&slot.uid) {
-                t.devices = t.devices.saturating_sub(1);
-            }
+            book.count_device(slot.uid, slot.grant, false);
             let peers: Vec<Arc<Slot>> = others
                 .iter()
                 .filter_map(|p| book.devices.get(p).cloned())
@@ -142,6 +142,7 @@ impl State {
             self.book().apply(
                 slot.owner,
                 slot.uid,
+                slot.grant,
                 slot.gpu,
                 charged,
                 Footprint::default(),

@@ -54,14 +54,13 @@ pub(crate) fn open(st: &State, client: ClientId, gpu: u32) -> Answered {
     let made = make(st, client, id, gpu, backend.as_ref());
     let mut book = st.book();
     let uid = book.uid_of(client);
+    let grant = book.grant_of(client);
     let (mut device, reply) = match made {
         Ok(x) => x,
         Err(r) => {
             // Nothing was made: the reservation goes back.
-            book.apply(client, uid, gpu, reserved, Footprint::default());
-            if let Some(t) = book.tenants.get_mut(&uid) {
-                t.devices = t.devices.saturating_sub(1);
-            }
+            book.apply(client, uid, grant, gpu, reserved, Footprint::default());
+            book.count_device(uid, grant, false);
             return Err(r);
         }
     };
@@ -71,7 +70,7 @@ pub(crate) fn open(st: &State, client: ClientId, gpu: u32) -> Answered {
         device.lose(crate::watch::shutting_down());
     }
     let (_, now) = device.recharge();
-    book.apply(client, uid, gpu, reserved, now);
+    book.apply(client, uid, grant, gpu, reserved, now);
     if let Some(c) = book.clients.get_mut(&client) {
         c.devices.insert(id);
         c.opened = true;
@@ -90,6 +89,7 @@ pub(crate) fn open(st: &State, client: ClientId, gpu: u32) -> Answered {
         Arc::new(Slot {
             owner: client,
             uid,
+            grant,
             gpu,
             device: Mutex::new(device),
         }),

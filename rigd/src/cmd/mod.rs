@@ -117,7 +117,10 @@ impl State {
             | Request::GpuStatus
             | Request::ListProcesses
             | Request::AdminStop { .. }
-            | Request::Evict { .. } => Err(Refusal::AdminsRequest(route.name)),
+            | Request::Evict { .. }
+            | Request::Grant(_)
+            | Request::Revoke { .. }
+            | Request::Grants => Err(Refusal::AdminsRequest(route.name)),
         })
     }
 
