@@ -16,20 +16,28 @@
 //! - [`copy_plan`]: how a copy or fill on `COPY:0` becomes SDMA packets.
 //! - [`dispatch`]: one builder of a launch from a kernel descriptor (user-SGPR order,
 //!   COMPUTE_* register writes for PM4, the AQL packet), writing into caller buffers.
+//! - For the PCI path, which brings a GPU up with no kernel driver: [`ucode`], the firmware
+//!   files' headers; [`discovery`], the IP discovery table and the blocks its versions
+//!   choose; [`mmio`], the MMIO registers of those blocks, generated from Linux's headers;
+//!   [`psp`], the PSP bootloader's mailbox protocol.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod aql;
 pub mod code_object;
 pub mod copy_plan;
+pub mod discovery;
 pub mod dispatch;
 pub mod gpu;
 pub mod hal;
 pub mod kernarg;
+pub mod mmio;
 pub mod pci_ids;
 pub mod pm4;
+pub mod psp;
 pub mod regs;
 pub mod sdma;
+pub mod ucode;
 
 /// Bytes of the page rig maps GPU memory in: the GPUVM's smallest page and the host's, so
 /// every allocation, mapping and image segment begins and ends on one.

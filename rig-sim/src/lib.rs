@@ -91,6 +91,11 @@
 //! lets go, and the next chunk faults; see [`memory`]. No VMID is ever given pages that
 //! another VMID's work may still read or write.
 //!
+//! **The PCI function.** [`pci`] is the first block of the register-level model that the PCI
+//! path's bring-up is tested against (docs/pci.md): BAR0's registers from rig-amd's tables,
+//! VRAM with the IP discovery table, and the PSP's bootloader mailbox. It is not yet joined to
+//! [`SimGpu`]'s queues.
+//!
 //! This crate does not parse packets (rig-amd does) or run instructions (rig-isa does).
 #![deny(missing_docs)]
 
@@ -98,6 +103,7 @@ pub mod aql;
 pub mod clock;
 pub mod dispatch;
 pub mod memory;
+pub mod pci;
 pub mod pm4;
 pub mod queue;
 pub mod sdma;

@@ -232,16 +232,35 @@ impl State {
         Ok(())
     }
 
-    /// Reserves `need` for the request holding `h` (see [`State::reserve`]).
+    /// Reserves `need` for the request holding `h` (see [`State::reserve`]). A refusal
+    /// first runs rigd's round of reclamation ([`State::reclaim`]) and asks once more if it
+    /// gave anything back.
     pub(crate) fn reserve_for(
         &self,
         client: ClientId,
         h: &mut Held<'_>,
         need: Footprint,
     ) -> Result<(), Refusal> {
-        self.reserve(client, h.slot.gpu, need, false)?;
+        match self.reserve(client, h.slot.gpu, need, false) {
+            Err(_) if self.reclaim(h) => self.reserve(client, h.slot.gpu, need, false)?,
+            r => r?,
+        }
         h.reserved = h.reserved.plus(need);
         Ok(())
+    }
+
+    /// rigd's round of reclamation for the device `h` holds: gives back its quarantined
+    /// memory that no work can touch any more (the watch thread would at its next tick) and
+    /// charges its user for what it holds now. Says whether anything went back; what the
+    /// request reserved so far stays reserved.
+    pub(crate) fn reclaim(&self, h: &mut Held<'_>) -> bool {
+        if !h.d.reclaim() {
+            return false;
+        }
+        let (was, now) = h.d.recharge();
+        let s = h.slot;
+        self.book().apply(s.owner, s.uid, s.gpu, was, now);
+        true
     }
 
     /// Reserves `bytes` more bytes of Device memory and one more object on the GPU of the

@@ -72,6 +72,14 @@ pub enum MakeError {
         /// The path's words.
         reason: String,
     },
+    /// Every slot the path has for queues of the kind holds one; a retire frees one.
+    #[error("the gpu has no queue slot left for the {what}: {reason}")]
+    Full {
+        /// What the queue was for.
+        what: &'static str,
+        /// The path's words.
+        reason: String,
+    },
     /// The path refused.
     #[error("the gpu refused the {what}: {reason}")]
     Refused {
@@ -552,7 +560,11 @@ fn short(what: &'static str, bytes: u64) -> impl FnOnce(Refusal) -> MakeError {
             bytes,
             reason: why.to_string(),
         },
-        Refusal::Full(why) | Refusal::Refused(why) => MakeError::Refused {
+        Refusal::Full(why) => MakeError::Full {
+            what,
+            reason: why.to_string(),
+        },
+        Refusal::Refused(why) => MakeError::Refused {
             what,
             reason: why.to_string(),
         },
@@ -972,6 +984,14 @@ impl Device {
         !self.quarantine.is_empty()
     }
 
+    /// Gives back the quarantined memory no work can touch any more, now rather than at the
+    /// watch thread's next look: whether any went back.
+    pub fn reclaim(&mut self) -> bool {
+        let before = self.quarantine.len();
+        self.release_quarantine();
+        self.quarantine.len() < before
+    }
+
     /// Drops the mapping of `peer`'s word (the peer closed): given back as quarantined
     /// memory, since this device's queues may be reading it.
     pub fn drop_peer_word(&mut self, peer: DeviceId) {
@@ -1161,24 +1181,38 @@ impl Device {
                 most,
             })?;
         let generation = newest.generation + 1;
-        let replace = newest.generation > installed;
+        let mut replace = newest.generation > installed;
         // Make the new queue first, then destroy the one it replaces (which ran no work).
-        let q = self.make_queue(kind, bytes, generation)?;
-        if replace {
-            let queues = if kind == QueueKind::Sdma {
-                &mut self.copy
-            } else {
-                &mut self.compute
-            };
-            if let Some(old) = queues.pop()
-                && let Err(e) = self.retire_queue(old)
-            {
-                // The device is lost and stopped: the new queue's ring is kept as spent.
-                let _ = self.retire_queue(q);
-                return Err(e);
+        // Where the path has no slot for it, the replaced one goes first and the new one
+        // takes its slot.
+        let q = match self.make_queue(kind, bytes, generation) {
+            Err(MakeError::Full { .. }) if replace => {
+                replace = false;
+                if let Some(old) = self.queues_of(kind).pop() {
+                    self.retire_queue(old)?;
+                }
+                self.make_queue(kind, bytes, generation)?
             }
+            r => r?,
+        };
+        if replace
+            && let Some(old) = self.queues_of(kind).pop()
+            && let Err(e) = self.retire_queue(old)
+        {
+            // The device is lost and stopped: the new queue's ring is kept as spent.
+            let _ = self.retire_queue(q);
+            return Err(e);
         }
         Ok(Some(q))
+    }
+
+    /// The device's queues of `kind`, oldest first.
+    fn queues_of(&mut self, kind: QueueKind) -> &mut Vec<Queue> {
+        if kind == QueueKind::Sdma {
+            &mut self.copy
+        } else {
+            &mut self.compute
+        }
     }
 
     /// Retires queue `q` through the path and keeps its ring for the client's mapping. A

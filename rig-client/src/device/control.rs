@@ -302,6 +302,7 @@ impl DeviceShared {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
+        self.note_free();
         // Nothing waits on a free: post it, and save the round trip.
         let _ = self.rig.post(&Request::Free {
             device: self.id,
@@ -355,6 +356,10 @@ impl DeviceShared {
     /// Asks rigd to grow the device's rings or segment (a [`Request::Grow`]): what it grew
     /// and the descriptors of its memory.
     pub(crate) fn grow(&self, request: &Request) -> Result<(rig_proto::Grown, Vec<OwnedFd>)> {
+        self.reclaiming(|| self.grow_once(request))
+    }
+
+    fn grow_once(&self, request: &Request) -> Result<(rig_proto::Grown, Vec<OwnedFd>)> {
         let (response, fds) = self.call(request, &[])?;
         match response {
             Response::Grown(g) => Ok((g, fds)),
@@ -380,7 +385,7 @@ impl DeviceShared {
     /// profile stamps). It names no device, so it holds none alive; its keeper frees it
     /// ([`DeviceShared::free_after`]), or rigd does when the device closes.
     pub(crate) fn alloc_detached(&self, bytes: u64) -> Result<Buffer> {
-        let (region, address, host) = self.alloc_raw(bytes, Memory::Pinned)?;
+        let (region, address, host) = self.reclaiming(|| self.alloc_raw(bytes, Memory::Pinned))?;
         Ok(Buffer(Arc::new(BufferInner {
             device: None,
             device_id: self.id.0,
@@ -454,15 +459,10 @@ impl DeviceShared {
         })))
     }
 
-    /// A buffer that is a region of its own. Memory that ran out is asked again once the
-    /// idle slabs went back.
+    /// A buffer that is a region of its own. Memory that ran out is asked again after each
+    /// round of reclamation (`reclaim`).
     fn alloc_region(self: &Arc<Self>, bytes: u64, memory: Memory) -> Result<Buffer> {
-        let (region, address, host) = match self.alloc_raw(bytes, memory) {
-            Err(Error::OutOfMemory { .. }) if self.give_back_idle() > 0 => {
-                self.alloc_raw(bytes, memory)?
-            }
-            r => r?,
-        };
+        let (region, address, host) = self.reclaiming(|| self.alloc_raw(bytes, memory))?;
         let memory = match (memory, &host) {
             (Memory::Mapped, Some(h)) if h.fell_back => Memory::Pinned,
             _ => memory,
@@ -771,7 +771,20 @@ impl Device {
             device: self.0.id,
             code_object: binary.to_vec(),
         };
-        match self.0.call(&req, &[])?.0 {
+        let loaded = self.0.reclaiming(|| match self.0.call(&req, &[])?.0 {
+            Response::NoMemory {
+                bytes,
+                shortage,
+                limit,
+            } => Err(Error::out_of_memory(
+                "device memory for the image",
+                bytes,
+                shortage,
+                limit,
+            )),
+            r => Ok(r),
+        })?;
+        match loaded {
             Response::ImageLoaded {
                 image,
                 region,
@@ -788,16 +801,6 @@ impl Device {
                 facts: crate::args::facts_of(binary),
                 resolved: Mutex::new(Default::default()),
             }))),
-            Response::NoMemory {
-                bytes,
-                shortage,
-                limit,
-            } => Err(Error::out_of_memory(
-                "device memory for the image",
-                bytes,
-                shortage,
-                limit,
-            )),
             r => Err(unexpected("load-image", &r)),
         }
     }

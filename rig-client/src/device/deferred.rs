@@ -39,6 +39,13 @@ impl DeviceShared {
         }
     }
 
+    /// Whether frees or unloads wait for the device to reach their last use.
+    pub(super) fn has_deferred(&self) -> bool {
+        self.deferred
+            .lock()
+            .is_ok_and(|d| !d.frees.is_empty() || !d.unloads.is_empty())
+    }
+
     /// Frees `region` once the device reached `value`, its last use.
     pub(crate) fn free_after(&self, region: RegionId, value: u64) {
         if value <= self.signaled() || self.lost_flag() {

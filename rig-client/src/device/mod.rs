@@ -9,6 +9,7 @@
 //! - [`waits`]: the waits on a device's timeline word;
 //! - [`bounce`]: host reads and writes of Device memory through a bounce buffer;
 //! - [`deferred`]: frees and unloads once the device reached their last use;
+//! - [`reclaim`]: the rounds of reclamation a request for memory runs before it fails;
 //! - [`peers`]: other devices' words for waits on the GPU;
 //! - here: [`DeviceShared`], what an open hands over (rings, argument segment, timeline
 //!   word, doorbells), and [`Device`], the program's handle. The submission path itself
@@ -19,6 +20,7 @@ mod bounce;
 mod control;
 mod deferred;
 mod peers;
+mod reclaim;
 mod waits;
 
 pub(crate) use control::Maps;
@@ -26,7 +28,7 @@ pub use control::Rig;
 pub use waits::{DEFAULT_HINTS, DEFAULT_SPIN, Sleeps, WaitPolicy};
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use rig_proto::DeviceId;
@@ -64,6 +66,8 @@ pub(crate) struct DeviceShared {
     pub(crate) deps: Mutex<Deps>,
     pub(crate) placer: Mutex<Placer>,
     deferred: Mutex<Deferred>,
+    /// The latest value submitted when memory went back while work ran ([`reclaim`]).
+    freed_under: AtomicU64,
     /// The slabs small buffers are cut from ([`crate::SlabPolicy`]).
     slabs: Mutex<crate::slab::Pool>,
     pub(crate) profile: Mutex<Option<crate::profile::Taking>>,
@@ -137,6 +141,7 @@ impl DeviceShared {
             deps: Mutex::new(Deps::default()),
             placer: Mutex::new(placer),
             deferred: Mutex::new(Deferred::default()),
+            freed_under: AtomicU64::new(0),
             slabs: Mutex::new(Default::default()),
             profile: Mutex::new(None),
             bounce: Mutex::new(None),

@@ -134,8 +134,12 @@ fn place(
     )?;
     let region = RegionId(st.new_object_id());
     let image = ImageId(st.new_object_id());
+    let mut made = h.d.image_memory(size);
+    if matches!(made, Err(PathRefusal::Lacking(_))) && st.reclaim(h) {
+        made = h.d.image_memory(size);
+    }
     let d = &mut h.d;
-    let memory = match d.image_memory(size) {
+    let memory = match made {
         Ok(m) => m,
         Err(PathRefusal::Lacking(_)) => return Err(Refusal::gpu_short(size)),
         Err(PathRefusal::Full(r) | PathRefusal::Refused(r)) => {
@@ -222,7 +226,11 @@ fn resolve_entry(
     let have = d.scratch().map_or(0, |(_, b)| b);
     if have < bytes {
         st.reserve_memory(client, h, bytes)?;
-        match h.d.grow_scratch(bytes) {
+        let mut grown = h.d.grow_scratch(bytes);
+        if matches!(grown, Err(PathRefusal::Lacking(_))) && st.reclaim(h) {
+            grown = h.d.grow_scratch(bytes);
+        }
+        match grown {
             Ok(()) => {}
             Err(PathRefusal::Lacking(_)) => return Err(Refusal::gpu_short(bytes)),
             Err(PathRefusal::Full(r) | PathRefusal::Refused(r)) => {

@@ -46,7 +46,11 @@ pub(crate) fn alloc<M: Mode>(
         st.reserve_for(client, h, need)?;
         let region = RegionId(st.new_object_id());
         let mut fds = FdList::default();
-        match h.d.alloc(region, kind, rounded, &mut fds) {
+        let mut made = h.d.alloc(region, kind, rounded, &mut fds);
+        if matches!(made, Err(AllocError::Refused(PathRefusal::Lacking(_)))) && st.reclaim(h) {
+            made = h.d.alloc(region, kind, rounded, &mut fds);
+        }
+        match made {
             Ok((gpu_address, host)) => Ok((
                 Response::Allocated {
                     region,

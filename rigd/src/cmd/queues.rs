@@ -28,9 +28,18 @@ pub(crate) fn grow<M: Mode>(
             let queues = h.d.growth_queues(sizes.0, sizes.1);
             st.reserve_for(client, h, Footprint::growth(want).plus(queues))?;
         }
-        match h.d.grow(sizes.0, sizes.1, sizes.2, installed) {
+        let mut grown = h.d.grow(sizes.0, sizes.1, sizes.2, installed);
+        if matches!(grown, Err(MakeError::Short { .. })) && st.reclaim(h) {
+            grown = h.d.grow(sizes.0, sizes.1, sizes.2, installed);
+        }
+        match grown {
             Ok((g, fds)) => Ok((Response::Grown(g), fds)),
+            // No slot for another queue is a resource the growth lacks, as memory is.
             Err(MakeError::Short { .. }) => Err(Refusal::gpu_short(want)),
+            Err(e @ MakeError::Full { .. }) => {
+                tracing::info!(device = h.d.id().0, "a growth found no queue slot: {e}");
+                Err(Refusal::gpu_short(want))
+            }
             Err(e @ MakeError::Never { .. }) => Err(Refusal::Never(e.to_string())),
             Err(e) => Err(Refusal::Fault(e.to_string())),
         }

@@ -1,0 +1,340 @@
+//! The register-level model of an AMD GPU's PCI function: what the PCI path's bring-up talks
+//! to where no AMD GPU is present (docs/pci.md).
+//!
+//! This first block has BAR0's MMIO dispatch and VRAM. BAR0 holds the registers of
+//! [`rig_amd::mmio`]'s tables for the blocks [`Blocks::of`] chooses, each at its block's
+//! discovery base plus its offset; an access to any other dword is an error of the model
+//! ([`ModelError::NoRegister`]), so a bring-up that touches a register the model does not
+//! know fails loudly rather than reading a made-up value. VRAM is sparse, and holds the IP
+//! discovery binary ([`Discovery::to_bytes`]) 64 KiB below its top, where the firmware leaves
+//! it. NBIO's `RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE` reads VRAM's size in MiB. MP0's C2PMSG
+//! registers are the PSP's mailbox ([`psp`]); every other register holds what was written.
+//!
+//! The model's discovery table names the versions of [`chip_versions`] with the segment bases
+//! of the nearest chips whose bases a public header states (`sienna_cichlid_ip_offset.h` for
+//! gfx1100 and gfx1201, `aldebaran_ip_offset.h` for gfx942): the real chips' bases are only in
+//! their own discovery tables, which the bring-up reads, so it never depends on these.
+
+pub mod psp;
+
+use std::collections::HashMap;
+
+use rig_amd::discovery::{
+    Blocks, Die, Discovery, DiscoveryError, Ip, TMR_OFFSET, chip_versions, hw_id,
+};
+use rig_amd::mmio::Block;
+use rig_amd::ucode::UcodeError;
+use thiserror::Error;
+
+/// Why the model refused to be made or an access.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The model has no table for this processor.
+    #[error("the register-level model has no {0} (it models gfx1100, gfx1201 and gfx942)")]
+    Processor(String),
+    /// Its discovery table did not build or choose blocks.
+    #[error("the model's discovery table")]
+    Discovery(#[from] DiscoveryError),
+    /// The SOS file given to its PSP did not parse.
+    #[error("the model's PSP firmware")]
+    Firmware(#[from] UcodeError),
+    /// VRAM too small to hold the discovery binary.
+    #[error("{0} bytes of VRAM cannot hold the discovery binary 64 KiB below their top")]
+    Vram(u64),
+    /// Two registers of the tables land on one BAR0 dword.
+    #[error("registers {a} and {b} both land on BAR0 dword {dword:#x}")]
+    Collision {
+        /// The dword.
+        dword: u32,
+        /// One register.
+        a: &'static str,
+        /// The other.
+        b: &'static str,
+    },
+    /// No register of the model is at this BAR0 dword.
+    #[error("no register of the model at BAR0 dword {dword:#x} (byte {:#x})", u64::from(*dword) * 4)]
+    NoRegister {
+        /// The dword address.
+        dword: u32,
+    },
+    /// A VRAM access past its end.
+    #[error("VRAM access of {len} bytes at {offset:#x} is past its {size:#x} bytes")]
+    OutsideVram {
+        /// Where it starts.
+        offset: u64,
+        /// Its length.
+        len: usize,
+        /// VRAM's size.
+        size: u64,
+    },
+}
+
+/// The segment bases (dwords) of instance 0 of each block the model's table names, from the
+/// nearest public IP offset header (see the module's docs).
+fn bases(processor: &str, hw: u16) -> Vec<u64> {
+    // sienna_cichlid_ip_offset.h and aldebaran_ip_offset.h, instance 0 of each block.
+    let navi: &[u64] = match hw {
+        hw_id::GC | hw_id::SDMA0 | hw_id::SDMA1 => &[0x1260, 0xa000, 0x1_c000, 0x240_2c00],
+        hw_id::MP0 | hw_id::MP1 => &[0x1_6000, 0xdc_0000, 0xe0_0000, 0xe4_0000, 0x243_fc00],
+        hw_id::OSSSYS => &[0x10a0, 0x240_a000],
+        hw_id::MMHUB => &[0x1_a000, 0x240_8800],
+        hw_id::HDP => &[0x0f20, 0x240_a400],
+        hw_id::NBIF => &[0x0, 0x14, 0x0d20, 0x1_0400, 0x241_b000],
+        _ => &[],
+    };
+    let aldebaran: &[u64] = match hw {
+        hw_id::GC => &[0x2000, 0xa000, 0x240_2c00],
+        hw_id::SDMA0 => &[0x1260, 0x1_2540, 0x40_a800],
+        hw_id::SDMA1 => &[0x1860, 0x1_2560, 0x40_ac00],
+        hw_id::MP0 | hw_id::MP1 => &[0x1_6000, 0xdc_0000, 0xe0_0000, 0xe4_0000, 0x243_fc00],
+        hw_id::OSSSYS => &[0x10a0, 0x240_a000],
+        hw_id::MMHUB => &[0x1_a000, 0x240_8800],
+        hw_id::HDP => &[0x0f20, 0x240_a400],
+        hw_id::NBIF => &[0x0, 0x14, 0x0d20, 0x1_0400, 0x241_b000, 0x404_0000],
+        _ => &[],
+    };
+    if processor == "gfx942" {
+        aldebaran
+    } else {
+        navi
+    }
+    .to_vec()
+}
+
+/// The discovery table the model places in VRAM for `processor`.
+pub fn model_discovery(processor: &str) -> Result<Discovery, ModelError> {
+    let versions =
+        chip_versions(processor).ok_or_else(|| ModelError::Processor(processor.into()))?;
+    let ips = versions
+        .iter()
+        .map(|&(hw, version)| Ip {
+            hw_id: hw,
+            instance: 0,
+            version,
+            flags: 0,
+            bases: bases(processor, hw),
+        })
+        .collect();
+    Ok(Discovery {
+        version: (1, 0),
+        table_version: 4,
+        table_id: 0,
+        base_addr_64: false,
+        dies: vec![Die { id: 0, ips }],
+        gc: None,
+        harvest: None,
+    })
+}
+
+/// What a BAR0 dword is.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// A register that holds what is written.
+    Plain,
+    /// NBIO's memory size register (read-only: VRAM in MiB).
+    Memsize,
+    /// MP0 C2PMSG_n, the PSP's mailbox.
+    Psp(usize),
+}
+
+const PAGE: u64 = 4096;
+
+/// The model of one GPU's PCI function.
+#[derive(Debug)]
+pub struct PciModel {
+    discovery: Discovery,
+    blocks: Blocks,
+    slots: HashMap<u32, (Slot, &'static str)>,
+    values: HashMap<u32, u32>,
+    vram_bytes: u64,
+    vram: HashMap<u64, Box<[u8]>>,
+    psp: psp::Psp,
+}
+
+impl PciModel {
+    /// The model of `processor` with `vram_bytes` of VRAM (a multiple of 1 MiB), whose PSP
+    /// accepts the components of `sos_file` (with `aux`, its auxiliary set).
+    pub fn new(
+        processor: &str,
+        vram_bytes: u64,
+        sos_file: &[u8],
+        aux: bool,
+    ) -> Result<Self, ModelError> {
+        if vram_bytes < TMR_OFFSET || !vram_bytes.is_multiple_of(1 << 20) {
+            return Err(ModelError::Vram(vram_bytes));
+        }
+        let discovery = model_discovery(processor)?;
+        let blocks = Blocks::of(&discovery)?;
+        let mut slots = HashMap::new();
+        let r = blocks.regs;
+        for table in [r.gc, r.mp0, r.mp1, r.osssys, r.mmhub, r.hdp, r.nbio] {
+            let hw = match table.block {
+                Block::Gc => hw_id::GC,
+                Block::Mp0 => hw_id::MP0,
+                Block::Mp1 => hw_id::MP1,
+                Block::Osssys => hw_id::OSSSYS,
+                Block::Mmhub => hw_id::MMHUB,
+                Block::Hdp => hw_id::HDP,
+                Block::Nbio => hw_id::NBIF,
+            };
+            let segs = discovery
+                .ip(hw, 0)
+                .map(|ip| ip.segment_bases(discovery.base_addr_64))
+                .unwrap_or_default();
+            for reg in table.regs {
+                let Some(dword) = reg.dword(&segs) else {
+                    continue;
+                };
+                let slot = if table.block == Block::Mp0 {
+                    match reg
+                        .name
+                        .rsplit_once("C2PMSG_")
+                        .and_then(|(_, n)| n.parse().ok())
+                    {
+                        Some(n) => Slot::Psp(n),
+                        None => Slot::Plain,
+                    }
+                } else if reg.name == "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE" {
+                    Slot::Memsize
+                } else {
+                    Slot::Plain
+                };
+                if let Some((_, a)) = slots.insert(dword, (slot, reg.name)) {
+                    return Err(ModelError::Collision {
+                        dword,
+                        a,
+                        b: reg.name,
+                    });
+                }
+            }
+        }
+        let mut model = PciModel {
+            psp: psp::Psp::new(sos_file, aux)?,
+            discovery,
+            blocks,
+            slots,
+            values: HashMap::new(),
+            vram_bytes,
+            vram: HashMap::new(),
+        };
+        let table = model.discovery.to_bytes()?;
+        model.vram_write(vram_bytes - TMR_OFFSET, &table)?;
+        Ok(model)
+    }
+
+    /// The discovery table it holds in VRAM.
+    pub fn discovery(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    /// The blocks its table chooses.
+    pub fn blocks(&self) -> &Blocks {
+        &self.blocks
+    }
+
+    /// Its PSP.
+    pub fn psp(&self) -> &psp::Psp {
+        &self.psp
+    }
+
+    /// VRAM's bytes.
+    pub fn vram_bytes(&self) -> u64 {
+        self.vram_bytes
+    }
+
+    /// A read of BAR0 dword `dword`.
+    pub fn mmio_read(&self, dword: u32) -> Result<u32, ModelError> {
+        let (slot, _) = self
+            .slots
+            .get(&dword)
+            .ok_or(ModelError::NoRegister { dword })?;
+        Ok(match *slot {
+            Slot::Plain => self.values.get(&dword).copied().unwrap_or(0),
+            Slot::Memsize => (self.vram_bytes >> 20) as u32,
+            Slot::Psp(n) => self.psp.read(n),
+        })
+    }
+
+    /// A write of `value` to BAR0 dword `dword`.
+    pub fn mmio_write(&mut self, dword: u32, value: u32) -> Result<(), ModelError> {
+        let (slot, _) = *self
+            .slots
+            .get(&dword)
+            .ok_or(ModelError::NoRegister { dword })?;
+        match slot {
+            Slot::Plain => {
+                self.values.insert(dword, value);
+            }
+            Slot::Memsize => {}
+            Slot::Psp(n) => {
+                let Self {
+                    psp,
+                    vram,
+                    vram_bytes,
+                    ..
+                } = self;
+                let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+                    let mut out = vec![0u8; len];
+                    read_pages(vram, *vram_bytes, addr, &mut out).ok()?;
+                    Some(out)
+                };
+                psp.write(n, value, &read);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads VRAM at `offset` (through the VRAM BAR).
+    pub fn vram_read(&self, offset: u64, out: &mut [u8]) -> Result<(), ModelError> {
+        read_pages(&self.vram, self.vram_bytes, offset, out)
+    }
+
+    /// Writes VRAM at `offset`.
+    pub fn vram_write(&mut self, offset: u64, data: &[u8]) -> Result<(), ModelError> {
+        check(self.vram_bytes, offset, data.len())?;
+        let mut done = 0;
+        while done < data.len() {
+            let at = offset + done as u64;
+            let in_page = (at % PAGE) as usize;
+            let n = (PAGE as usize - in_page).min(data.len() - done);
+            let page = self
+                .vram
+                .entry(at / PAGE)
+                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
+            page[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+fn check(size: u64, offset: u64, len: usize) -> Result<(), ModelError> {
+    if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(ModelError::OutsideVram { offset, len, size });
+    }
+    Ok(())
+}
+
+fn read_pages(
+    vram: &HashMap<u64, Box<[u8]>>,
+    size: u64,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), ModelError> {
+    check(size, offset, out.len())?;
+    let mut done = 0;
+    while done < out.len() {
+        let at = offset + done as u64;
+        let in_page = (at % PAGE) as usize;
+        let n = (PAGE as usize - in_page).min(out.len() - done);
+        match vram.get(&(at / PAGE)) {
+            Some(page) => out[done..done + n].copy_from_slice(&page[in_page..in_page + n]),
+            None => out[done..done + n].fill(0),
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
