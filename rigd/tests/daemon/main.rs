@@ -21,6 +21,7 @@ mod kfd_worker;
 mod logs;
 mod metrics;
 mod peer_words;
+mod queue_slots;
 mod reconnect;
 mod requests;
 mod roles;

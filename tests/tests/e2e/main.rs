@@ -19,6 +19,7 @@ mod peer_waits;
 mod placer_lock;
 mod processes;
 mod profile;
+mod reclaim;
 mod scale;
 mod slabs;
 mod typed_args;

@@ -2,10 +2,8 @@
 //! on the simulated GPU: memory freed while work runs comes back once that work ends, and
 //! the allocation that needs it waits for it instead of failing at once.
 
-mod common;
-
-use common::Daemon;
 use rig_client::{Error, Memory, Queue, Submission};
+use rig_testkit::{Backend, Daemon};
 
 const CHUNK: u64 = 256 << 20;
 
@@ -35,7 +33,7 @@ fn wait_for(flag: &rig_client::Buffer) -> Vec<u32> {
 #[test]
 fn an_allocation_waits_for_the_work_that_holds_freed_memory() {
     // A hang bound well past the work's own second.
-    let d = Daemon::start(Some(30_000));
+    let d = Daemon::start(Backend::Sim, Some(30_000));
     let dev = d.device();
     let flag = dev.buffer(16, Memory::Pinned).unwrap();
     flag.write(|b| b.fill(0)).unwrap();
@@ -75,7 +73,7 @@ fn an_allocation_waits_for_the_work_that_holds_freed_memory() {
 
 #[test]
 fn an_allocation_past_what_the_gpu_holds_fails_after_its_rounds() {
-    let d = Daemon::start(Some(30_000));
+    let d = Daemon::start(Backend::Sim, Some(30_000));
     let dev = d.device();
     let (held, _) = fill(&dev);
     // Nothing was freed, nothing runs: every round finds nothing, and the last refusal
