@@ -4,6 +4,8 @@
 //! thread (and the host's own: as many independent one-thread copies at once); and the cost of
 //! one small dispatch (vadd of one or four 32-item groups), setup
 //! included, and the process's first dispatch (tables and decode). The FMA loop's and the vector add's results are checked against the host.
+//! Then every corpus kernel, as gfx1100 and gfx1201, on one thread (lane-instructions/s each,
+//! the slowest and fastest named).
 //! Run: `cargo bench -p rig-isa --bench throughput` (prints its figures).
 
 #[path = "../tests/common/mod.rs"]
@@ -156,6 +158,58 @@ fn small_dispatches(cores: usize, sizes: &[u32], reps: usize) {
     }
 }
 
+/// Every corpus kernel (`tests/common/cases.rs`: -O2, -O0 and wave64 builds) as gfx1100 and
+/// gfx1201, on one thread: lane-instructions/s of each (best of `reps` runs, each on fresh
+/// memory), the share of its instructions on the general tier, and the slowest and fastest
+/// kernel named.
+fn corpus(reps: u32) {
+    use common::cases::{Lists, TARGETS, built_for, cases};
+    use rig_isa::Isa;
+    let lists = Lists::read();
+    let mut rates = Vec::new();
+    for c in cases() {
+        for (isa, target) in TARGETS {
+            if isa == Isa::Gfx9 || !built_for(&c, isa, &lists) {
+                continue;
+            }
+            let mut best = f64::MAX;
+            let mut stats = rig_isa::ExecStats::default();
+            for _ in 0..reps.max(1) {
+                let mem = mem_for(&c);
+                let (d, _) = common::prepare_in(&mem, &c, &common::corpus_dir_of(isa));
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let t = Instant::now();
+                stats = rig_isa::execute_isa(isa, &d, rig_isa::Workgroups::ALL, &mem, &stop, 1)
+                    .unwrap_or_else(|e| panic!("{target} {}.{}: {e}", c.name, c.opt));
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            let rate = stats.lane_instructions as f64 / best;
+            let general = stats.general_total() as f64 / stats.instructions.max(1) as f64;
+            println!(
+                "corpus {target} {}.{}: {:.1} M lane-instructions/s, {} lane-instructions in {:.3} ms, {:.1}% of instructions on the general tier",
+                c.name,
+                c.opt,
+                rate / 1e6,
+                stats.lane_instructions,
+                best * 1e3,
+                100.0 * general
+            );
+            rates.push((rate, format!("{target} {}.{}", c.name, c.opt)));
+        }
+    }
+    rates.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let (Some(lo), Some(hi)) = (rates.first(), rates.last()) {
+        println!(
+            "corpus: {} kernels; slowest {} at {:.1} M lane-instructions/s, fastest {} at {:.1} M",
+            rates.len(),
+            lo.1,
+            lo.0 / 1e6,
+            hi.1,
+            hi.0 / 1e6
+        );
+    }
+}
+
 fn main() {
     // RIG_ISA_BENCH_THREADS sets the all-cores run's threads (default: the host's).
     let cores = std::env::var("RIG_ISA_BENCH_THREADS")
@@ -171,7 +225,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
-    // RIG_ISA_BENCH=small, fma, vadd or matmul runs one part (for profiling); small1 the small
+    // RIG_ISA_BENCH=small, corpus, fma, vadd or matmul runs one part (for profiling); small1 the small
     // dispatch of one group alone, first the process's first dispatch alone (for callgrind).
     let only = std::env::var("RIG_ISA_BENCH").unwrap_or_default();
     if only.is_empty() || only.starts_with("small") {
@@ -184,6 +238,15 @@ fn main() {
     if only == "first" {
         small_dispatches(cores, &[1], 0);
         return;
+    }
+    if only.is_empty() || only == "corpus" {
+        // Best of 20: a kernel's run is short (a fraction of a millisecond), so one preempted
+        // run says nothing.
+        let reps = std::env::var("RIG_ISA_BENCH_REPS").ok();
+        corpus(reps.and_then(|v| v.parse().ok()).unwrap_or(20));
+        if !only.is_empty() {
+            return;
+        }
     }
 
     // 1024 groups, 64 a thread on 16 threads: the run lasts long enough (about 10 ms on 16

@@ -19,12 +19,12 @@ use crate::opcodes_gfx9::new_smem as new_smem9;
 use crate::opcodes_gfx12::{new_global, new_smem};
 use crate::prep::Fast;
 use crate::valu::Lanes;
-use crate::{Dispatch, ExecFault, ExecStats, Memory, MemoryFault, Workgroups};
+use crate::{Dispatch, ExecFault, ExecStats, InstClass, Memory, MemoryFault, Workgroups};
 
 mod ds;
 mod fast;
 mod mubuf;
-mod scalar;
+pub(crate) mod scalar;
 mod scalar12;
 mod vmem;
 
@@ -453,6 +453,10 @@ fn merge(out: &Mutex<(ExecStats, Option<ExecFault>)>, stats: ExecStats, r: Resul
     o.0.workgroups += stats.workgroups;
     o.0.instructions += stats.instructions;
     o.0.lane_instructions += stats.lane_instructions;
+    for k in 0..InstClass::COUNT {
+        o.0.issued[k] += stats.issued[k];
+        o.0.general[k] += stats.general[k];
+    }
     if let Err(e) = r {
         o.1.get_or_insert(e);
     }
@@ -810,6 +814,9 @@ fn issue_loop<const N: usize>(
     // stops. The stop check counts down what is left to the next multiple of STOP_CHECK of
     // the worker's count, so it also happens across many short waves.
     let (start, mut n, mut lanes) = (stats.instructions, stats.instructions, 0u64);
+    // Per class, in the loop's own frame (added to `stats` when the wave stops); eight
+    // entries, so the class index is masked rather than bounds-checked.
+    let mut issued = [0u64; 8];
     // (A count that is a multiple checks at once, as a wave that yields after its slice
     // resumes there.)
     let mut left = (STOP_CHECK - n % STOP_CHECK) % STOP_CHECK;
@@ -831,6 +838,7 @@ fn issue_loop<const N: usize>(
         // stop check's count includes them).
         while matches!(s.fast, Fast::Nop) && !s.vector && left > 1 {
             n += 1;
+            issued[s.class as usize & 7] += 1;
             left -= 1;
             pc += 4 * s.inst.len as u64;
             s = match code.fetch(pc) {
@@ -843,6 +851,7 @@ fn issue_loop<const N: usize>(
         }
         n += 1;
         left -= 1;
+        issued[s.class as usize & 7] += 1;
         if s.vector {
             // One POPCNT in the wide copy (`simd`), cheaper than caching the count.
             lanes += fast::exec_of::<N>(wave).count_ones() as u64;
@@ -850,7 +859,10 @@ fn issue_loop<const N: usize>(
         wave.pc = pc + 4 * s.inst.len as u64;
         let flow = match fast::issue::<N>(wave, lds, tlb, &s.fast, pc, ftz) {
             Ok(fast::Ran::Done) => continue,
-            Ok(fast::Ran::General) => step(ctx, wave, lds, mem, &s.inst, pc),
+            Ok(fast::Ran::General) => {
+                stats.general[s.class as usize] += 1;
+                step(ctx, wave, lds, mem, &s.inst, pc)
+            }
             Ok(fast::Ran::Yield) => Ok(Flow::Yield),
             Ok(fast::Ran::MayYield) => Ok(Flow::MayYield),
             Err(e) => Err(e),
@@ -867,6 +879,9 @@ fn issue_loop<const N: usize>(
     };
     stats.instructions = n;
     stats.lane_instructions += lanes;
+    for (t, k) in stats.issued.iter_mut().zip(issued) {
+        *t += k;
+    }
     r
 }
 

@@ -133,7 +133,6 @@ pub struct Dispatch {
 
 mod code;
 mod exec;
-mod fma;
 mod lower9;
 mod meta;
 mod pool;
@@ -268,6 +267,105 @@ pub struct ExecStats {
     /// Sum over issued vector instructions (VALU, LDS, vector memory) of active lanes; scalar
     /// instructions are not counted here.
     pub lane_instructions: u64,
+    /// Instructions issued (per wave) by class, indexed by [`InstClass::index`].
+    pub issued: [u64; InstClass::COUNT],
+    /// Of [`ExecStats::issued`], those that ran on the general executor rather than as a fast
+    /// form (see [`issue_tier`]), by class.
+    pub general: [u64; InstClass::COUNT],
+}
+
+impl ExecStats {
+    /// Instructions that ran on the general executor, all classes together.
+    pub fn general_total(&self) -> u64 {
+        self.general.iter().sum()
+    }
+}
+
+/// The classes of instructions [`ExecStats`] counts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstClass {
+    /// Vector ALU: VOP1, VOP2, VOPC, VOP3, VOP3SD, VOP3P, VOPD.
+    Valu,
+    /// Scalar ALU: SOP1, SOP2, SOPC, SOPK.
+    Salu,
+    /// Program flow (SOPP): branches, waits, barriers, `s_endpgm`, hints.
+    Flow,
+    /// Scalar memory (SMEM).
+    Smem,
+    /// LDS (DS).
+    Lds,
+    /// Vector memory: FLAT, GLOBAL, SCRATCH, MUBUF.
+    Vmem,
+}
+
+impl InstClass {
+    /// How many classes there are.
+    pub const COUNT: usize = 6;
+    /// Every class, in [`InstClass::index`] order.
+    pub const ALL: [InstClass; InstClass::COUNT] = [
+        InstClass::Valu,
+        InstClass::Salu,
+        InstClass::Flow,
+        InstClass::Smem,
+        InstClass::Lds,
+        InstClass::Vmem,
+    ];
+
+    /// The class of an instruction of `format`.
+    pub fn of(format: Format) -> InstClass {
+        match format {
+            Format::Vop1
+            | Format::Vop2
+            | Format::Vopc
+            | Format::Vop3
+            | Format::Vop3sd
+            | Format::Vop3p
+            | Format::Vopd => InstClass::Valu,
+            Format::Sop1 | Format::Sop2 | Format::Sopc | Format::Sopk => InstClass::Salu,
+            Format::Sopp => InstClass::Flow,
+            Format::Smem => InstClass::Smem,
+            Format::Ds => InstClass::Lds,
+            Format::Flat | Format::Global | Format::Scratch | Format::Mubuf => InstClass::Vmem,
+        }
+    }
+
+    /// The class's position in [`InstClass::ALL`] and in the arrays of [`ExecStats`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A short lowercase name (`valu`, `salu`, `flow`, `smem`, `lds`, `vmem`).
+    pub fn name(self) -> &'static str {
+        match self {
+            InstClass::Valu => "valu",
+            InstClass::Salu => "salu",
+            InstClass::Flow => "flow",
+            InstClass::Smem => "smem",
+            InstClass::Lds => "lds",
+            InstClass::Vmem => "vmem",
+        }
+    }
+}
+
+/// How an instruction issues: as a fast form (operands and operation resolved when it is
+/// decoded, one vector loop over the wave's lanes) or through the general executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// A fast form. It may still hand one issue to the general executor where the wave's state
+    /// asks for it (a flat access with a lane in the LDS or private aperture; a float form under
+    /// a flushing denormal mode): [`ExecStats::general`] counts those issues too.
+    Fast,
+    /// The general executor, at every issue.
+    General,
+}
+
+/// The tier `inst` (decoded by [`decode_isa`]) issues on.
+pub fn issue_tier(inst: &Inst) -> Tier {
+    if matches!(prep::Slot::new(*inst).fast, prep::Fast::General) {
+        Tier::General
+    } else {
+        Tier::Fast
+    }
 }
 
 /// Runs a dispatch to completion over up to `threads` threads: the calling thread and helpers

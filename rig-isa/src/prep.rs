@@ -6,7 +6,10 @@
 //! kernels, with the semantics picked (a dense enum, one `match` per issue) and the operands
 //! resolved: VGPRs to register numbers, SGPRs to their index, inline constants and literals to
 //! their value. Everything else is [`Fast::General`] and runs through `exec::step`, bit for bit
-//! the same semantics (the fast forms are unit-tested against it in `exec::fast`).
+//! the same semantics (the fast forms are unit-tested against it in `exec::fast`). The 32-bit
+//! lane operations are stated here once ([`alu_list`]: [`Alu::eval`]) for both tiers: the
+//! fast forms' lane loops are made from the list, and the general executor runs `Alu::eval` for
+//! every operation [`alu_of`] names.
 //!
 //! Register numbers, not row offsets, are kept: a wave's lane count and VGPR allocation are
 //! the dispatch's (rsrc1, wave64), and one cached decode serves every dispatch of the code.
@@ -32,45 +35,124 @@ pub(crate) enum Operand {
     Const(u32),
 }
 
-/// A 32-bit lane operation of three sources (unused sources are `Const(0)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Alu {
-    Mov,
-    /// `a * b + c` with one rounding (VOP2 fmac reads its destination as `c`).
-    Fma,
-    MulF,
-    AddF,
-    SubF,
-    SubrevF,
-    /// `v_min_f32` / `v_max_f32` (`valu::ops::min_max_f32`).
-    MinF,
-    MaxF,
-    AddU,
-    SubU,
-    SubrevU,
-    And,
-    Or,
-    Xor,
-    /// `b << a` (the "rev" shifts take the shift count first).
-    Lshlrev,
-    Lshrrev,
-    Ashrrev,
-    MinU,
-    MaxU,
-    MinI,
-    MaxI,
-    MulLo,
-    Add3,
-    /// `(a << b) + c`.
-    LshlAdd,
-    /// `(a << b) | c`.
-    LshlOr,
-    AndOr,
-    Or3,
-    Xor3,
-    /// Unsigned bit-field extract: `a >> b` masked to `c` bits.
-    BfeU,
+/// Declares the 32-bit lane operations from [`alu_list`]: the enum and each operation's
+/// semantics (`Alu::eval`, the one statement of them, which the fast forms and the general
+/// executor both run).
+macro_rules! alu_ops {
+    (($x:ident, $y:ident, $z:ident, $ieee:ident) $($(#[$doc:meta])* $v:ident = $e:expr;)*) => {
+        /// A 32-bit lane operation of up to three sources (unused sources are `Const(0)`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Alu {
+            $($(#[$doc])* $v,)*
+        }
+
+        impl Alu {
+            /// The operation on one lane's sources; `ieee` is rsrc1's IEEE_MODE.
+            #[inline(always)]
+            pub(crate) fn eval(self, $x: u32, $y: u32, $z: u32, $ieee: bool) -> u32 {
+                match self {
+                    $(Alu::$v => $e,)*
+                }
+            }
+        }
+    };
 }
+
+fn fl(x: u32) -> f32 {
+    f32::from_bits(x)
+}
+
+/// Sign-extends the low 24 bits.
+fn i24(x: u32) -> i64 {
+    ((x << 8) as i32 >> 8) as i64
+}
+
+/// The 32-bit lane operations, each with its semantics on the lane's sources `x`, `y`, `z`
+/// (`ieee`: rsrc1's IEEE_MODE), handed to `$cb!` (`alu_ops` here; `exec::fast` makes its lane
+/// loops from the same list).
+macro_rules! alu_list {
+    ($cb:ident) => {
+        $cb! {
+                (x, y, z, ieee)
+        Mov = x;
+        /// `a * b + c` with one rounding (VOP2 fmac reads its destination as `c`).
+        Fma = fl(x).mul_add(fl(y), fl(z)).to_bits();
+        MulF = crate::valu::mul_f32(x, y);
+        AddF = crate::valu::add_f32(x, y);
+        SubF = (fl(x) - fl(y)).to_bits();
+        SubrevF = (fl(y) - fl(x)).to_bits();
+        /// `v_min_f32` / `v_max_f32` (`valu::ops::min_max_f32`).
+        MinF = crate::valu::min_max_f32(x, y, false, ieee);
+        MaxF = crate::valu::min_max_f32(x, y, true, ieee);
+        AddU = x.wrapping_add(y);
+        SubU = x.wrapping_sub(y);
+        SubrevU = y.wrapping_sub(x);
+        And = x & y;
+        Or = x | y;
+        Xor = x ^ y;
+        Not = !x;
+        /// `b << a` (the "rev" shifts take the shift count first).
+        Lshlrev = y << (x & 31);
+        Lshrrev = y >> (x & 31);
+        Ashrrev = ((y as i32) >> (x & 31)) as u32;
+        MinU = x.min(y);
+        MaxU = x.max(y);
+        MinI = (x as i32).min(y as i32) as u32;
+        MaxI = (x as i32).max(y as i32) as u32;
+        Min3U = x.min(y).min(z);
+        Max3U = x.max(y).max(z);
+        MaxminI = (x as i32).max(y as i32).min(z as i32) as u32;
+        MinmaxI = (x as i32).min(y as i32).max(z as i32) as u32;
+        MulLo = x.wrapping_mul(y);
+        MulHiU = ((x as u64 * y as u64) >> 32) as u32;
+        MulHiI = ((x as i32 as i64 * y as i32 as i64) >> 32) as u32;
+        MulU24 = (x & 0xff_ffff).wrapping_mul(y & 0xff_ffff);
+        MulI24 = (i24(x) * i24(y)) as u32;
+        MadU24 = (x & 0xff_ffff).wrapping_mul(y & 0xff_ffff).wrapping_add(z);
+        Add3 = x.wrapping_add(y).wrapping_add(z);
+        /// `(a ^ b) + c`.
+        Xad = (x ^ y).wrapping_add(z);
+        /// `(a << b) + c`.
+        LshlAdd = (x << (y & 31)).wrapping_add(z);
+        /// `(a + b) << c`.
+        AddLshl = x.wrapping_add(y) << (z & 31);
+        /// `(a << b) | c`.
+        LshlOr = (x << (y & 31)) | z;
+        AndOr = (x & y) | z;
+        Or3 = x | y | z;
+        Xor3 = x ^ y ^ z;
+        /// Bit-field insert: `b` where `a` has ones, else `c`.
+        Bfi = (x & y) | (!x & z);
+        /// `({a, b} >> (c & 31))`, low 32 bits.
+        Alignbit = (((x as u64) << 32 | y as u64) >> (z & 31)) as u32;
+        /// Unsigned bit-field extract: `a >> b` masked to `c` bits.
+        BfeU = {
+            let w = z & 31;
+            if w == 0 { 0 } else { (x >> (y & 31)) & ((1u32 << w) - 1) }
+        };
+        /// Ones of `a` plus `b`.
+        Bcnt = x.count_ones().wrapping_add(y);
+        /// Leading zeros, -1 for zero.
+        Clz = if x == 0 { u32::MAX } else { x.leading_zeros() };
+        CvtF32U32 = (x as f32).to_bits();
+        CvtF32I32 = (x as i32 as f32).to_bits();
+        /// f32 to u32, saturating, NaN to 0.
+        CvtU32F32 = fl(x) as u32;
+        /// f32 to i32, saturating, NaN to 0.
+        CvtI32F32 = fl(x) as i32 as u32;
+        TruncF = fl(x).trunc().to_bits();
+        CeilF = fl(x).ceil().to_bits();
+        FloorF = fl(x).floor().to_bits();
+        RndneF = fl(x).round_ties_even().to_bits();
+        /// `1 / a`, exactly rounded (not the hardware's 1-ulp approximation).
+        RcpF = (1.0 / fl(x)).to_bits();
+        SqrtF = fl(x).sqrt().to_bits();
+            }
+    };
+}
+pub(crate) use alu_list;
+
+alu_list!(alu_ops);
 
 impl Alu {
     /// Float operations honour the wave's denormal mode; their fast forms run only when it
@@ -78,9 +160,90 @@ impl Alu {
     pub(crate) fn is_float(self) -> bool {
         matches!(
             self,
-            Alu::Fma | Alu::MulF | Alu::AddF | Alu::SubF | Alu::SubrevF | Alu::MinF | Alu::MaxF
+            Alu::Fma
+                | Alu::MulF
+                | Alu::AddF
+                | Alu::SubF
+                | Alu::SubrevF
+                | Alu::MinF
+                | Alu::MaxF
+                | Alu::CvtF32U32
+                | Alu::CvtF32I32
+                | Alu::CvtU32F32
+                | Alu::CvtI32F32
+                | Alu::TruncF
+                | Alu::CeilF
+                | Alu::FloorF
+                | Alu::RndneF
+                | Alu::RcpF
+                | Alu::SqrtF
         )
     }
+}
+
+/// The lane operation of the VOP1/VOP2/VOP3 (`e64`) operation `op` of gfx1100's numbering and
+/// the sources it reads, for the operations whose semantics are [`Alu::eval`]'s (the general
+/// executor runs these through it too). VOP2 fmac and the literal fmas read more than their
+/// sources, and are their callers' business.
+pub(crate) fn alu_of(op: u16, e64: bool) -> Option<(Alu, usize)> {
+    Some(match op {
+        V_MOV_B32 => (Alu::Mov, 1),
+        V_FMA_F32 => (Alu::Fma, 3),
+        V_MUL_F32 => (Alu::MulF, 2),
+        V_ADD_F32 => (Alu::AddF, 2),
+        V_SUB_F32 => (Alu::SubF, 2),
+        V_SUBREV_F32 => (Alu::SubrevF, 2),
+        V_MIN_F32 => (Alu::MinF, 2),
+        V_MAX_F32 => (Alu::MaxF, 2),
+        V_ADD_NC_U32 => (Alu::AddU, 2),
+        V_SUB_NC_U32 => (Alu::SubU, 2),
+        V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
+        V_AND_B32 => (Alu::And, 2),
+        V_OR_B32 => (Alu::Or, 2),
+        V_XOR_B32 => (Alu::Xor, 2),
+        V_NOT_B32 => (Alu::Not, 1),
+        V_LSHLREV_B32 => (Alu::Lshlrev, 2),
+        V_LSHRREV_B32 => (Alu::Lshrrev, 2),
+        V_ASHRREV_I32 => (Alu::Ashrrev, 2),
+        V_MIN_U32 => (Alu::MinU, 2),
+        V_MAX_U32 => (Alu::MaxU, 2),
+        V_MIN_I32 => (Alu::MinI, 2),
+        V_MAX_I32 => (Alu::MaxI, 2),
+        V_MUL_U32_U24 => (Alu::MulU24, 2),
+        V_MUL_I32_I24 => (Alu::MulI24, 2),
+        V_MUL_LO_U32 if e64 => (Alu::MulLo, 2),
+        V_MUL_HI_U32 if e64 => (Alu::MulHiU, 2),
+        V_MUL_HI_I32 if e64 => (Alu::MulHiI, 2),
+        V_MAD_U32_U24 if e64 => (Alu::MadU24, 3),
+        V_MIN3_U32 if e64 => (Alu::Min3U, 3),
+        V_MAX3_U32 if e64 => (Alu::Max3U, 3),
+        V_MAXMIN_I32 if e64 => (Alu::MaxminI, 3),
+        V_MINMAX_I32 if e64 => (Alu::MinmaxI, 3),
+        V_ADD3_U32 if e64 => (Alu::Add3, 3),
+        V_XAD_U32 if e64 => (Alu::Xad, 3),
+        V_LSHL_ADD_U32 if e64 => (Alu::LshlAdd, 3),
+        V_ADD_LSHL_U32 if e64 => (Alu::AddLshl, 3),
+        V_LSHL_OR_B32 if e64 => (Alu::LshlOr, 3),
+        V_AND_OR_B32 if e64 => (Alu::AndOr, 3),
+        V_OR3_B32 if e64 => (Alu::Or3, 3),
+        V_XOR3_B32 if e64 => (Alu::Xor3, 3),
+        V_BFI_B32 if e64 => (Alu::Bfi, 3),
+        V_ALIGNBIT_B32 if e64 => (Alu::Alignbit, 3),
+        V_BFE_U32 if e64 => (Alu::BfeU, 3),
+        V_BCNT_U32_B32 if e64 => (Alu::Bcnt, 2),
+        V_CLZ_I32_U32 => (Alu::Clz, 1),
+        V_CVT_F32_U32 => (Alu::CvtF32U32, 1),
+        V_CVT_F32_I32 => (Alu::CvtF32I32, 1),
+        V_CVT_U32_F32 => (Alu::CvtU32F32, 1),
+        V_CVT_I32_F32 => (Alu::CvtI32F32, 1),
+        V_TRUNC_F32 => (Alu::TruncF, 1),
+        V_CEIL_F32 => (Alu::CeilF, 1),
+        V_FLOOR_F32 => (Alu::FloorF, 1),
+        V_RNDNE_F32 => (Alu::RndneF, 1),
+        V_RCP_F32 | V_RCP_IFLAG_F32 => (Alu::RcpF, 1),
+        V_SQRT_F32 => (Alu::SqrtF, 1),
+        _ => return None,
+    })
 }
 
 /// One half of a fast VOPD pair, or a single VALU operation.
@@ -139,6 +302,46 @@ impl Cmp32 {
     }
 }
 
+/// What a vector compare form compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VCmp {
+    /// `v_cmp*_{i,u}32`.
+    Int(Cmp32),
+    /// `v_cmp*_f32`: the relation as the low four bits of the opcode (`valu::fcmp`).
+    F32(u8),
+    /// `v_cmp_class_f32`.
+    ClassF32,
+}
+
+/// A 32-bit source's abs/neg modifiers as masks: the lane value `x` reads as
+/// `(x & and) ^ xor` (`valu::sign_masks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SrcMod {
+    pub and: u32,
+    pub xor: u32,
+}
+
+impl SrcMod {
+    /// No modifier.
+    pub(crate) const NONE: SrcMod = SrcMod { and: !0, xor: 0 };
+
+    /// The modifiers of source `k` of `i` (a 32-bit, non-f16 source).
+    fn of(i: &Inst, k: usize) -> SrcMod {
+        let (and, xor) =
+            crate::valu::sign_masks(1, false, i.abs >> k & 1 != 0, i.neg >> k & 1 != 0);
+        SrcMod {
+            and: and as u32,
+            xor: xor as u32,
+        }
+    }
+
+    /// `x` as the source reads it.
+    #[inline(always)]
+    pub(crate) fn apply(self, x: u32) -> u32 {
+        (x & self.and) ^ self.xor
+    }
+}
+
 /// A 32-bit scalar ALU operation of two sources: its result and SCC (`exec::scalar::salu`
 /// holds the semantics, which the general SOP2 path runs too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +382,23 @@ pub(crate) enum Salu {
     PackLl,
     PackLh,
     PackHh,
+    /// `s_ctz_i32_b32` of `a` (SCC kept).
+    Ctz,
+    /// `s_bcnt1_i32_b32` of `a`.
+    Bcnt1,
+    /// `s_brev_b32` of `a` (SCC kept).
+    Brev,
+}
+
+/// A 64-bit (or zero-extended 32-bit) scalar source of a fast form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Soperand64 {
+    /// The SGPR pair from this (even) index.
+    Pair(u8),
+    /// One SGPR, zero-extended.
+    Sgpr(u8),
+    /// An integer inline constant or literal, as the 64-bit operand reads it.
+    Const(u64),
 }
 
 /// The 32-bit SOP2 operation of gfx1100's opcode `op`.
@@ -255,6 +475,15 @@ pub(crate) enum Fast {
     Nop,
     /// One 32-bit lane operation; `top` is one past the highest VGPR it names.
     Alu { op: AluOp, top: u16 },
+    /// A 32-bit float lane operation of a VOP3 encoding with modifiers: the sources' abs/neg,
+    /// the result's omod and clamp (`valu::out_mod_f32`).
+    AluMod {
+        op: AluOp,
+        m: [SrcMod; 3],
+        omod: u8,
+        clamp: bool,
+        top: u16,
+    },
     /// A VOPD pair: both halves read their sources before either writes.
     Dual { x: AluOp, y: AluOp, top: u16 },
     /// `v_add_co_u32` / `v_add_co_ci_u32`: the 32-bit sum and its carry-out mask (into SGPR
@@ -267,12 +496,13 @@ pub(crate) enum Fast {
         carry: u8,
         top: u16,
     },
-    /// A 32-bit integer compare: the lane mask (active lanes' results, others 0) into SGPR
-    /// `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`).
+    /// A 32-bit compare or class test: the lane mask (active lanes' results, others 0) into
+    /// SGPR `d` (at most VCC_LO, or EXEC_LO for `v_cmpx`), the sources' abs/neg applied.
     Cmp {
-        c: Cmp32,
+        c: VCmp,
         a: Operand,
         b: Operand,
+        m: [SrcMod; 2],
         d: u8,
         top: u16,
     },
@@ -323,6 +553,24 @@ pub(crate) enum Fast {
         b: Operand,
         d: u8,
     },
+    /// A 64-bit SOP2 operation (`exec::scalar::sop2_b64`, gfx1100's opcode `op`) into the
+    /// SGPR pair from `d` (below VCC_HI, or EXEC), with SCC.
+    Salu64 {
+        op: u16,
+        a: Soperand64,
+        b: Soperand64,
+        d: u8,
+    },
+    /// `s_mov_b64` into the pair from `d`.
+    Mov64 { a: Soperand64, d: u8 },
+    /// `s_*_saveexec_b32/b64` (`exec::scalar::saveexec`, gfx1100's opcode `op`): EXEC into
+    /// `d` (a pair when `wide`), the new EXEC from `a` and the old, SCC.
+    SaveExec {
+        op: u16,
+        a: Soperand64,
+        d: u8,
+        wide: bool,
+    },
     /// A 32-bit scalar compare into SCC.
     Scmp { c: Cmp32, a: Operand, b: Operand },
     /// A scalar branch to the PC plus `rel` bytes when `cond` holds; `back` when that is not
@@ -353,6 +601,18 @@ pub(crate) enum Fast {
         src_top: u16,
         top: u16,
     },
+    /// `v_readlane_b32`: lane `valu::lane_of(lane)` of VGPR `a` into SGPR `d` (below VCC).
+    Readlane { a: u8, lane: Operand, d: u8 },
+    /// `v_writelane_b32`: `s` into lane `valu::lane_of(lane)` of VGPR `d`, whatever EXEC.
+    Writelane { s: Operand, lane: Operand, d: u8 },
+    /// `v_mbcnt_lo_u32_b32` / `v_mbcnt_hi_u32_b32` (`valu::mbcnt`) of the mask `m` plus `b`.
+    Mbcnt {
+        hi: bool,
+        m: Operand,
+        b: Operand,
+        d: u8,
+        top: u16,
+    },
     /// `v_readfirstlane_b32` of VGPR `a` into SGPR `d` (below VCC).
     Readfirstlane { a: u8, d: u8 },
     /// `v_cndmask_b32`: `b` where the lane's bit of the mask in SGPR `mask` (at most VCC_LO)
@@ -373,6 +633,8 @@ pub(crate) struct Slot {
     pub fast: Fast,
     /// A vector instruction (counted in lane-instructions).
     pub vector: bool,
+    /// `InstClass::index` of the instruction's class (the statistics count by it).
+    pub class: u8,
 }
 
 impl Slot {
@@ -393,6 +655,7 @@ impl Slot {
                     | Format::Sopp
                     | Format::Smem
             ),
+            class: crate::InstClass::of(inst.format).index() as u8,
             inst,
         }
     }
@@ -461,11 +724,13 @@ pub(crate) fn select(i: &Inst) -> Fast {
                 op,
                 top: top(&op.s, &[op.d]),
             })
+            .or_else(|| alu_mod(i))
             .or_else(|| add_co(i))
             .or_else(|| shift64(i))
             .or_else(|| cmp(i))
             .or_else(|| cndmask(i))
             .or_else(|| readfirstlane(i))
+            .or_else(|| lanes(i))
             .unwrap_or(Fast::General),
         Format::Vopd => dual(i).unwrap_or(Fast::General),
         Format::Vopc => cmp(i).unwrap_or(Fast::General),
@@ -487,42 +752,13 @@ fn alu(i: &Inst) -> Option<AluOp> {
     if i.dpp.is_some() || i.abs != 0 || i.neg != 0 || i.op_sel != 0 || i.clamp || i.omod != 0 {
         return None;
     }
-    let e64 = i.format == Format::Vop3;
     // (operation, sources read): fmac's third source is its destination.
     let (f, n) = match (i.format, i.op) {
-        (Format::Vop1 | Format::Vop3, V_MOV_B32) => (Alu::Mov, 1),
+        (Format::Vop2, V_FMAMK_F32 | V_FMAAK_F32) => {
+            return fma_literal(i.op, i.dst, i.src[0], i.src[1], i.literal);
+        }
         (Format::Vop2, V_FMAC_F32) => (Alu::Fma, 2),
-        (Format::Vop3, V_FMA_F32) => (Alu::Fma, 3),
-        (Format::Vop2 | Format::Vop3, op) => match op {
-            V_MUL_F32 => (Alu::MulF, 2),
-            V_ADD_F32 => (Alu::AddF, 2),
-            V_SUB_F32 => (Alu::SubF, 2),
-            V_SUBREV_F32 => (Alu::SubrevF, 2),
-            V_MIN_F32 => (Alu::MinF, 2),
-            V_MAX_F32 => (Alu::MaxF, 2),
-            V_ADD_NC_U32 => (Alu::AddU, 2),
-            V_SUB_NC_U32 => (Alu::SubU, 2),
-            V_SUBREV_NC_U32 => (Alu::SubrevU, 2),
-            V_AND_B32 => (Alu::And, 2),
-            V_OR_B32 => (Alu::Or, 2),
-            V_XOR_B32 => (Alu::Xor, 2),
-            V_LSHLREV_B32 => (Alu::Lshlrev, 2),
-            V_LSHRREV_B32 => (Alu::Lshrrev, 2),
-            V_ASHRREV_I32 => (Alu::Ashrrev, 2),
-            V_MIN_U32 => (Alu::MinU, 2),
-            V_MAX_U32 => (Alu::MaxU, 2),
-            V_MIN_I32 => (Alu::MinI, 2),
-            V_MAX_I32 => (Alu::MaxI, 2),
-            V_MUL_LO_U32 if e64 => (Alu::MulLo, 2),
-            V_ADD3_U32 if e64 => (Alu::Add3, 3),
-            V_LSHL_ADD_U32 if e64 => (Alu::LshlAdd, 3),
-            V_LSHL_OR_B32 if e64 => (Alu::LshlOr, 3),
-            V_AND_OR_B32 if e64 => (Alu::AndOr, 3),
-            V_OR3_B32 if e64 => (Alu::Or3, 3),
-            V_XOR3_B32 if e64 => (Alu::Xor3, 3),
-            V_BFE_U32 if e64 => (Alu::BfeU, 3),
-            _ => return None,
-        },
+        (Format::Vop1 | Format::Vop2 | Format::Vop3, op) => alu_of(op, i.format == Format::Vop3)?,
         _ => return None,
     };
     let d = vgpr(i.dst)?;
@@ -536,10 +772,66 @@ fn alu(i: &Inst) -> Option<AluOp> {
     Some(AluOp { f, s, d })
 }
 
+/// The float operations of [`alu`] in a VOP3 encoding with abs/neg, omod or clamp (GFX11
+/// and GFX12; a modifier of a constant source is applied to it here).
+fn alu_mod(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop3
+        || i.isa == crate::decode::Isa::Gfx9
+        || i.dpp.is_some()
+        || i.op_sel != 0
+        || (i.abs == 0 && i.neg == 0 && !i.clamp && i.omod == 0)
+    {
+        return None;
+    }
+    let mut op = alu(&Inst {
+        abs: 0,
+        neg: 0,
+        clamp: false,
+        omod: 0,
+        ..*i
+    })?;
+    if !op.f.is_float() {
+        return None;
+    }
+    let mut m = [SrcMod::NONE; 3];
+    for (k, (s, m)) in op.s.iter_mut().zip(&mut m).enumerate() {
+        let sm = SrcMod::of(i, k);
+        match s {
+            Operand::Const(c) => *c = sm.apply(*c),
+            _ => *m = sm,
+        }
+    }
+    Some(Fast::AluMod {
+        op,
+        m,
+        omod: i.omod,
+        clamp: i.clamp,
+        top: top(&op.s, &[op.d]),
+    })
+}
+
+/// `v_fmamk_f32` (`a * K + b`) and `v_fmaak_f32` (`a * b + K`) as the fma of three sources,
+/// the literal K one of them.
+fn fma_literal(op: u16, d: u16, s0: u16, s1: u16, lit: u32) -> Option<AluOp> {
+    let (a, b, k) = (operand(s0, lit)?, operand(s1, lit)?, Operand::Const(lit));
+    let s = match op {
+        V_FMAMK_F32 => [a, k, b],
+        V_FMAAK_F32 => [a, b, k],
+        _ => return None,
+    };
+    Some(AluOp {
+        f: Alu::Fma,
+        s,
+        d: vgpr(d)?,
+    })
+}
+
 /// A VOPD pair whose halves both have fast forms.
 fn dual(i: &Inst) -> Option<Fast> {
     let half = |op: u16, d: u16, s0: u16, s1: u16| -> Option<AluOp> {
         let (f, n) = match op {
+            op_vopdx::V_DUAL_FMAMK_F32 => return fma_literal(V_FMAMK_F32, d, s0, s1, i.literal),
+            op_vopdx::V_DUAL_FMAAK_F32 => return fma_literal(V_FMAAK_F32, d, s0, s1, i.literal),
             op_vopdx::V_DUAL_FMAC_F32 => (Alu::Fma, 2),
             op_vopdx::V_DUAL_MUL_F32 => (Alu::MulF, 2),
             op_vopdx::V_DUAL_ADD_F32 => (Alu::AddF, 2),
@@ -596,23 +888,29 @@ fn add_co(i: &Inst) -> Option<Fast> {
     })
 }
 
-/// The 32-bit integer compares (VOPC, or VOP3 without modifiers), `v_cmpx` too.
+/// The 32-bit integer and f32 compares and the f32 class test (VOPC, or VOP3; the f32 ones
+/// with abs/neg), `v_cmpx` too.
 fn cmp(i: &Inst) -> Option<Fast> {
-    if i.op >= 0x100
-        || i.dpp.is_some()
-        || i.abs != 0
-        || i.neg != 0
-        || i.op_sel != 0
-        || i.clamp
-        || i.omod != 0
-    {
+    if i.op >= 0x100 || i.dpp.is_some() || i.op_sel != 0 || i.clamp || i.omod != 0 {
         return None;
     }
-    let signed = match i.op & 0x7f {
-        0x40..=0x47 => true,
-        0x48..=0x4f => false,
+    let c = match i.op & 0x7f {
+        0x40..=0x47 => VCmp::Int(Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed: true,
+        }),
+        0x48..=0x4f => VCmp::Int(Cmp32 {
+            rel: (i.op & 7) as u8,
+            signed: false,
+        }),
+        // GFX9's v_cmpx also writes its destination: the general executor's.
+        0x10..=0x1f if i.isa != crate::decode::Isa::Gfx9 => VCmp::F32((i.op & 0xf) as u8),
+        0x7e if i.isa != crate::decode::Isa::Gfx9 => VCmp::ClassF32,
         _ => return None,
     };
+    if matches!(c, VCmp::Int(_)) && (i.abs != 0 || i.neg != 0) {
+        return None;
+    }
     let d = if i.op >= 0x80 {
         src::EXEC_LO
     } else if i.format == Format::Vop3 {
@@ -625,21 +923,19 @@ fn cmp(i: &Inst) -> Option<Fast> {
     }
     let (a, b) = (operand(i.src[0], i.literal)?, operand(i.src[1], i.literal)?);
     Some(Fast::Cmp {
-        c: Cmp32 {
-            rel: (i.op & 7) as u8,
-            signed,
-        },
+        c,
         a,
         b,
+        m: [SrcMod::of(i, 0), SrcMod::of(i, 1)],
         d: d as u8,
         top: top(&[a, b], &[]),
     })
 }
 
-/// The 64-bit shifts (VOP3) without modifiers, the value a VGPR pair, an SGPR pair or an
-/// integer inline constant.
+/// The 64-bit shifts (VOP3, and GFX12's VOP2) without modifiers, the value a VGPR pair, an
+/// SGPR pair or an integer inline constant.
 fn shift64(i: &Inst) -> Option<Fast> {
-    if i.format != Format::Vop3
+    if !matches!(i.format, Format::Vop3 | Format::Vop2)
         || i.dpp.is_some()
         || i.abs != 0
         || i.neg != 0
@@ -816,18 +1112,22 @@ fn scalar(i: &Inst) -> Option<Fast> {
     let dst = || (i.dst <= 126 && i.dst != src::NULL).then_some(i.dst as u8);
     let cmp = |rel: u8, signed: bool| Cmp32 { rel, signed };
     match i.format {
-        Format::Sop2 if (i.op as usize) < opcodes::SOP2.len() => Some(Fast::Salu {
-            f: salu_of_sop2(i.op)?,
-            a: soperand(i.src[0], i.literal)?,
-            b: soperand(i.src[1], i.literal)?,
-            d: dst()?,
-        }),
-        Format::Sop1 if i.op == op_sop1::S_MOV_B32 => Some(Fast::Salu {
-            f: Salu::Mov,
-            a: soperand(i.src[0], i.literal)?,
-            b: Operand::Const(0),
-            d: dst()?,
-        }),
+        Format::Sop2 if (i.op as usize) < opcodes::SOP2.len() => match salu_of_sop2(i.op) {
+            Some(f) => Some(Fast::Salu {
+                f,
+                a: soperand(i.src[0], i.literal)?,
+                b: soperand(i.src[1], i.literal)?,
+                d: dst()?,
+            }),
+            None if crate::exec::scalar::is_sop2_b64(i.op) => Some(Fast::Salu64 {
+                op: i.op,
+                a: soperand64(i.src[0], i.literal, meta(i).w.src[0] == 2)?,
+                b: soperand64(i.src[1], i.literal, meta(i).w.src[1] == 2)?,
+                d: dst64(i.dst)?,
+            }),
+            None => None,
+        },
+        Format::Sop1 if (i.op as usize) < opcodes::SOP1.len() => sop1(i),
         Format::Sopc => {
             use op_sopc::*;
             let c = match i.op {
@@ -894,6 +1194,58 @@ fn scalar(i: &Inst) -> Option<Fast> {
                 _ => return None,
             };
             Some(Fast::Scmp { c, a: d, b })
+        }
+        _ => None,
+    }
+}
+
+/// A scalar source of `wide` (two dwords) or one dword zero-extended: SGPRs (a pair from its
+/// even index), VCC, EXEC, integer inline constants and literals.
+fn soperand64(s: u16, lit: u32, wide: bool) -> Option<Soperand64> {
+    Some(match s {
+        0..=107 | 126 | 127 if wide => Soperand64::Pair((s & !1) as u8),
+        0..=107 | 126 | 127 => Soperand64::Sgpr(s as u8),
+        src::NULL => Soperand64::Const(0),
+        128..=208 if wide => Soperand64::Const(constant(s, 0, false)? as i32 as i64 as u64),
+        128..=208 | 255 => Soperand64::Const(constant(s, lit, false)? as u64),
+        _ => return None,
+    })
+}
+
+/// A scalar pair destination: below VCC_HI, or EXEC.
+fn dst64(d: u16) -> Option<u8> {
+    (d & 1 == 0 && (d < src::VCC_LO + 1 || d == src::EXEC_LO)).then_some(d as u8)
+}
+
+/// The SOP1 operations with fast forms.
+fn sop1(i: &Inst) -> Option<Fast> {
+    use op_sop1::*;
+    let dst = || (i.dst <= 126 && i.dst != src::NULL).then_some(i.dst as u8);
+    let unary = |f: Salu| -> Option<Fast> {
+        Some(Fast::Salu {
+            f,
+            a: soperand(i.src[0], i.literal)?,
+            b: Operand::Const(0),
+            d: dst()?,
+        })
+    };
+    match i.op {
+        S_MOV_B32 => unary(Salu::Mov),
+        S_CTZ_I32_B32 => unary(Salu::Ctz),
+        S_BCNT1_I32_B32 => unary(Salu::Bcnt1),
+        S_BREV_B32 => unary(Salu::Brev),
+        S_MOV_B64 => Some(Fast::Mov64 {
+            a: soperand64(i.src[0], i.literal, true)?,
+            d: dst64(i.dst)?,
+        }),
+        op if crate::exec::scalar::saveexec(op, 0, 0).is_some() => {
+            let wide = meta(i).w.dst == 2;
+            Some(Fast::SaveExec {
+                op,
+                a: soperand64(i.src[0], i.literal, wide)?,
+                d: if wide { dst64(i.dst)? } else { dst()? },
+                wide,
+            })
         }
         _ => None,
     }
@@ -1023,6 +1375,50 @@ fn cndmask(i: &Inst) -> Option<Fast> {
     })
 }
 
+/// `v_readlane_b32`, `v_writelane_b32` (VOP3, the lane an SGPR or constant) and
+/// `v_mbcnt_lo/hi_u32_b32` without modifiers.
+fn lanes(i: &Inst) -> Option<Fast> {
+    if i.format != Format::Vop3
+        || i.isa == crate::decode::Isa::Gfx9
+        || i.dpp.is_some()
+        || i.abs != 0
+        || i.neg != 0
+        || i.op_sel != 0
+        || i.clamp
+        || i.omod != 0
+    {
+        return None;
+    }
+    let scalar = |s: u16| soperand(s, i.literal);
+    match i.op {
+        V_READLANE_B32 => Some(Fast::Readlane {
+            a: vgpr(i.src[0])?,
+            lane: scalar(i.src[1])?,
+            d: (i.dst < src::VCC_LO).then_some(i.dst as u8)?,
+        }),
+        V_WRITELANE_B32 => Some(Fast::Writelane {
+            s: scalar(i.src[0])?,
+            lane: scalar(i.src[1])?,
+            d: vgpr(i.dst)?,
+        }),
+        V_MBCNT_LO_U32_B32 | V_MBCNT_HI_U32_B32 => {
+            let (m, b, d) = (
+                operand(i.src[0], i.literal)?,
+                operand(i.src[1], i.literal)?,
+                vgpr(i.dst)?,
+            );
+            Some(Fast::Mbcnt {
+                hi: i.op == V_MBCNT_HI_U32_B32,
+                m,
+                b,
+                d,
+                top: top(&[m, b], &[d]),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// `v_readfirstlane_b32` (VOP1) of a VGPR into an SGPR below VCC.
 fn readfirstlane(i: &Inst) -> Option<Fast> {
     if i.format != Format::Vop1 || i.op != V_READFIRSTLANE_B32 || i.dpp.is_some() {
@@ -1033,4 +1429,62 @@ fn readfirstlane(i: &Inst) -> Option<Fast> {
         a: vgpr(i.src[0])?,
         d,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Alu;
+
+    /// The lane operations on values whose results the ISA guide and IEEE 754 fix (signed
+    /// zeros, NaN, saturation, sign extension), independent of the executors that run them.
+    #[test]
+    fn lane_operations_give_known_values() {
+        let f = |x: f32| x.to_bits();
+        let nan = 0x7fc0_0000;
+        let cases: &[(Alu, [u32; 3], u32)] = &[
+            (Alu::CvtU32F32, [nan, 0, 0], 0),
+            (Alu::CvtU32F32, [f(-1.5), 0, 0], 0),
+            (Alu::CvtU32F32, [f(5e9), 0, 0], u32::MAX),
+            (Alu::CvtU32F32, [f(7.9), 0, 0], 7),
+            (Alu::CvtI32F32, [nan, 0, 0], 0),
+            (Alu::CvtI32F32, [f(-3e9), 0, 0], i32::MIN as u32),
+            (Alu::CvtI32F32, [f(-7.9), 0, 0], -7i32 as u32),
+            (Alu::CvtF32U32, [u32::MAX, 0, 0], f(4294967296.0)),
+            (Alu::CvtF32I32, [-1i32 as u32, 0, 0], f(-1.0)),
+            (Alu::RcpF, [f(-0.0), 0, 0], f(f32::NEG_INFINITY)),
+            (Alu::RcpF, [f(4.0), 0, 0], f(0.25)),
+            (Alu::SqrtF, [f(-0.0), 0, 0], f(-0.0)),
+            (Alu::SqrtF, [f(2.25), 0, 0], f(1.5)),
+            (Alu::TruncF, [f(-0.5), 0, 0], f(-0.0)),
+            (Alu::CeilF, [f(-0.5), 0, 0], f(-0.0)),
+            (Alu::FloorF, [f(-0.5), 0, 0], f(-1.0)),
+            (Alu::RndneF, [f(2.5), 0, 0], f(2.0)),
+            (Alu::RndneF, [f(-3.5), 0, 0], f(-4.0)),
+            (Alu::Clz, [0, 0, 0], u32::MAX),
+            (Alu::Clz, [1, 0, 0], 31),
+            (Alu::Bcnt, [0xf0f0, 3, 0], 11),
+            (Alu::Bfi, [0xff00, 0x1234, 0xabcd], 0x12cd),
+            (Alu::Alignbit, [0x1234_5678, 0x9abc_def0, 36], 0x89ab_cdef),
+            (Alu::MulI24, [0x00ff_ffff, 2, 0], -2i32 as u32),
+            (Alu::MulU24, [0x01ff_ffff, 2, 0], 0x1ff_fffe),
+            (Alu::MadU24, [0xff_ffff, 0xff_ffff, 1], 0xfe00_0002),
+            (Alu::MulHiU, [u32::MAX, u32::MAX, 0], 0xffff_fffe),
+            (Alu::MulHiI, [-1i32 as u32, 1, 0], u32::MAX),
+            (Alu::Xad, [0xf0, 0xff, 1], 0x10),
+            (Alu::AddLshl, [1, 2, 33], 6),
+            (Alu::MaxminI, [-5i32 as u32, 3, 2], 2),
+            (Alu::Min3U, [9, 4, 7], 4),
+            (Alu::BfeU, [0xabcd, 4, 8], 0xbc),
+            (Alu::BfeU, [0xabcd, 4, 32], 0),
+            (Alu::Fma, [f(2.0), f(3.0), f(-6.0)], f(0.0)),
+            (Alu::SubF, [f(1.0), f(1.0), 0], f(0.0)),
+        ];
+        for &(op, [x, y, z], want) in cases {
+            let got = op.eval(x, y, z, true);
+            assert_eq!(
+                got, want,
+                "{op:?}({x:#x}, {y:#x}, {z:#x}) = {got:#x}, not {want:#x}"
+            );
+        }
+    }
 }

@@ -19,7 +19,7 @@ mod div;
 mod dot;
 mod mfma;
 mod ops;
-pub(crate) use ops::{add_f32, min_max_f32, mul_f32};
+pub(crate) use ops::{add_f32, f32_class, fcmp, lane_of, mbcnt, min_max_f32, mul_f32};
 mod wmma;
 
 /// The part of a wave the VALU touches.
@@ -342,7 +342,9 @@ fn apply_dpp(dpp: Dpp, a: &mut Lanes, lanes: usize, exec: u64) -> u64 {
     disabled
 }
 
-fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bool) {
+/// The abs/neg source modifiers of a float source of `width` dwords (16-bit when `f16`) as
+/// masks: the value `x` reads as `(x & and) ^ xor` (abs clears the sign, neg then flips it).
+pub(crate) fn sign_masks(width: u8, f16: bool, abs: bool, neg: bool) -> (u64, u64) {
     let bit: u64 = if width == 2 {
         1 << 63
     } else if f16 {
@@ -350,157 +352,47 @@ fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bo
     } else {
         1 << 31
     };
+    (if abs { !bit } else { !0 }, if neg { bit } else { 0 })
+}
+
+fn neg_abs(v: &mut Lanes, lanes: usize, width: u8, f16: bool, abs: bool, neg: bool) {
+    let (and, xor) = sign_masks(width, f16, abs, neg);
     for x in v.iter_mut().take(lanes) {
-        if abs {
-            *x &= !bit;
-        }
-        if neg {
-            *x ^= bit;
-        }
+        *x = (*x & and) ^ xor;
     }
 }
 
-/// `r[l] = f(a[l], b[l], c[l])` over the lanes of the shortest slice (one monomorphic loop).
-#[inline(always)]
-fn lanes3(r: &mut [u32], a: &[u32], b: &[u32], c: &[u32], f: impl Fn(u32, u32, u32) -> u32) {
-    for (((o, x), y), z) in r.iter_mut().zip(a).zip(b).zip(c) {
-        *o = f(*x, *y, *z);
-    }
-}
-
-/// The common 32-bit VOP2 (e32) operations with a VGPR `src1`, on `u32` rows directly: no
-/// 64-bit lane widening, modifiers or DPP to consider. Returns false when `i` is not one of
-/// them (the general path then runs); results equal the general path's.
-fn vop2_fast(w: &mut WaveRef, i: &Inst, pc: u64) -> Result<bool, ExecFault> {
-    if i.format != Format::Vop2 || i.dpp.is_some() || i.sdwa.is_some() || i.src[1] < 256 {
-        return Ok(false);
-    }
-    let float = match i.op {
-        V_FMAC_F32 | V_MUL_F32 | V_ADD_F32 | V_SUB_F32 | V_SUBREV_F32 => true,
-        V_ADD_NC_U32 | V_SUB_NC_U32 | V_SUBREV_NC_U32 | V_AND_B32 | V_OR_B32 | V_XOR_B32
-        | V_LSHLREV_B32 => false,
-        _ => return Ok(false),
-    };
-    if float && w.ftz32 {
-        return Ok(false);
-    }
-    let n = w.lanes;
-    // A scalar or constant src0 is splatted; VGPR sources are read in place.
-    let ra = if i.src[0] >= 256 {
-        Some(w.row(i.src[0], pc)?)
-    } else {
-        None
-    };
-    let splat = [ra.map_or_else(|| w.sread(i.src[0], i.literal, false), |_| 0); 64];
-    let rb = w.row(i.src[1], pc)?;
-    let dr = w.row(i.dst, pc)?;
-    let v = &w.vgpr[..];
-    let a = ra.map_or(&splat[..n], |ra| &v[ra..ra + n]);
-    let (b, d) = (&v[rb..rb + n], &v[dr..dr + n]);
-    let mut r = [0u32; 64];
-    let fl = f32::from_bits;
-    match i.op {
-        V_FMAC_F32 => crate::fma::fma_lanes(&mut r, a, b, d),
-        V_MUL_F32 => lanes3(&mut r, a, b, d, |x, y, _| mul_f32(x, y)),
-        V_ADD_F32 => lanes3(&mut r, a, b, d, |x, y, _| add_f32(x, y)),
-        V_SUB_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(x) - fl(y)).to_bits()),
-        V_SUBREV_F32 => lanes3(&mut r, a, b, d, |x, y, _| (fl(y) - fl(x)).to_bits()),
-        V_ADD_NC_U32 => lanes3(&mut r, a, b, d, |x, y, _| x.wrapping_add(y)),
-        V_SUB_NC_U32 => lanes3(&mut r, a, b, d, |x, y, _| x.wrapping_sub(y)),
-        V_SUBREV_NC_U32 => lanes3(&mut r, a, b, d, |x, y, _| y.wrapping_sub(x)),
-        V_AND_B32 => lanes3(&mut r, a, b, d, |x, y, _| x & y),
-        V_OR_B32 => lanes3(&mut r, a, b, d, |x, y, _| x | y),
-        V_XOR_B32 => lanes3(&mut r, a, b, d, |x, y, _| x ^ y),
-        _ => lanes3(&mut r, a, b, d, |x, y, _| y << (x & 31)),
-    }
-    let exec = w.exec();
-    let full = exec == w.full();
-    let dst = &mut w.vgpr[dr..dr + n];
-    if full {
-        dst.copy_from_slice(&r[..n]);
-    } else {
-        for (l, (o, x)) in dst.iter_mut().zip(&r).enumerate() {
-            if exec >> l & 1 != 0 {
-                *o = *x;
-            }
-        }
-    }
-    Ok(true)
-}
-
-/// `v_add_co_u32` (VOP3SD) and `v_add_co_ci_u32` (VOP2, VOP3SD) without modifiers, on `u32`
-/// rows: the 64-bit address arithmetic of nearly every kernel. Returns false when `i` is not
-/// one of them; results equal the general path's.
-fn carry_fast(w: &mut WaveRef, i: &Inst, pc: u64) -> Result<bool, ExecFault> {
-    let e64 = match (i.format, i.op) {
-        (Format::Vop2, V_ADD_CO_CI_U32) => false,
-        (Format::Vop3sd, V_ADD_CO_CI_U32 | V_ADD_CO_U32) => true,
-        _ => return Ok(false),
-    };
-    if i.dpp.is_some() || i.sdwa.is_some() || i.clamp || i.omod != 0 || i.neg != 0 || i.abs != 0 {
-        return Ok(false);
-    }
-    let n = w.lanes;
-    let cin = match (i.op, e64) {
-        (V_ADD_CO_U32, _) => 0,
-        (_, true) => w.mask(i.src[2]),
-        _ => w.mask(src::VCC_LO),
-    };
-    let row_or_splat = |s: u16| -> Result<(Option<usize>, u32), ExecFault> {
-        if s >= 256 {
-            Ok((Some(w.row(s, pc)?), 0))
-        } else {
-            Ok((None, w.sread(s, i.literal, false)))
-        }
-    };
-    let (ra, ka) = row_or_splat(i.src[0])?;
-    let (rb, kb) = row_or_splat(i.src[1])?;
-    let dr = w.row(i.dst, pc)?;
-    let (sa, sb) = ([ka; 64], [kb; 64]);
-    let v = &w.vgpr[..];
-    let a = ra.map_or(&sa[..n], |r| &v[r..r + n]);
-    let b = rb.map_or(&sb[..n], |r| &v[r..r + n]);
-    let mut sum = [0u64; 64];
-    for (l, (o, (x, y))) in sum.iter_mut().zip(a.iter().zip(b)).enumerate() {
-        *o = *x as u64 + *y as u64 + (cin >> l & 1);
-    }
-    let mut carry = 0u64;
-    for (l, x) in sum[..n].iter().enumerate() {
-        carry |= (x >> 32) << l;
-    }
-    let exec = w.exec();
-    w.set_mask(if e64 { i.sdst } else { src::VCC_LO }, carry & exec);
-    let dst = &mut w.vgpr[dr..dr + n];
-    for (l, (o, x)) in dst.iter_mut().zip(&sum).enumerate() {
-        if exec >> l & 1 != 0 {
-            *o = *x as u32;
-        }
-    }
-    Ok(true)
-}
-
+/// A VALU instruction on the general tier (what has no fast form, and DPP, SDWA, flushing
+/// modes): gathers the sources, computes the lanes through `prep::Alu` or the opcode's group
+/// (`ops`), writes back.
 pub(crate) fn valu(
     w: &mut WaveRef,
     t: &mut [Lanes; 4],
     i: &Inst,
     pc: u64,
 ) -> Result<(), ExecFault> {
-    if vop2_fast(w, i, pc)? || carry_fast(w, i, pc)? {
-        return Ok(());
-    }
-    valu_general(w, t, i, pc)
-}
-
-/// Every VALU instruction (the fast path's ones too, which the tests compare against):
-/// gathers the sources, computes the lanes in the opcode's group (`ops`), writes back.
-fn valu_general(w: &mut WaveRef, t: &mut [Lanes; 4], i: &Inst, pc: u64) -> Result<(), ExecFault> {
     let oi = info(i.op);
     let exec = w.exec();
     let wr_off = read_sources(w, t, i, oi, exec, pc)?;
     if i.op < 0x100 {
         return ops::compare(w, t, i, exec, wr_off, pc);
     }
-    match ops::lanes(w, t, i, exec, pc)? {
+    // The operations whose semantics are `prep::Alu`'s (the fast forms'), on the sources as
+    // fetched and modified here; the integer add and subtract saturate under clamp (`ops`).
+    let e64 = matches!(i.format, Format::Vop3 | Format::Vop3sd);
+    let alu = crate::prep::alu_of(i.op, e64)
+        .filter(|_| !(i.clamp && matches!(i.op, V_ADD_NC_U32 | V_SUB_NC_U32)));
+    let res = match alu {
+        Some((f, _)) => {
+            let [a, b, c, r] = t;
+            for l in 0..w.lanes {
+                r[l] = f.eval(a[l] as u32, b[l] as u32, c[l] as u32, w.ieee) as u64;
+            }
+            ops::Res::Lanes(None)
+        }
+        None => ops::lanes(w, t, i, exec, pc)?,
+    };
+    match res {
         ops::Res::Other => Err(unsupported(i, pc)),
         ops::Res::Written => Ok(()),
         ops::Res::Lanes(carry) => {
@@ -600,14 +492,20 @@ fn output_modifiers(w: &WaveRef, r: &mut Lanes, i: &Inst, oi: OpInfo, exec: u64)
             }
             r[l] = db(v);
         } else {
-            let mut v = f(r[l]);
-            v *= [1.0f32, 2.0, 4.0, 0.5][i.omod as usize];
-            if i.clamp {
-                v = v.clamp(0.0, 1.0);
-            }
-            r[l] = fb(v);
+            r[l] = out_mod_f32(r[l] as u32, i.omod, i.clamp) as u64;
         }
     }
+}
+
+/// The VOP3 output modifiers of an f32 result `x`: scaled by omod (1, 2, 4 or 0.5), then,
+/// with clamp, clamped to [0, 1].
+#[inline(always)]
+pub(crate) fn out_mod_f32(x: u32, omod: u8, clamp: bool) -> u32 {
+    let mut v = f32::from_bits(x) * [1.0f32, 2.0, 4.0, 0.5][omod as usize & 3];
+    if clamp {
+        v = v.clamp(0.0, 1.0);
+    }
+    v.to_bits()
 }
 
 /// Writes the lane results `r` (16, 32 or 64 bits wide) and the carry mask, if any, for the
@@ -1042,131 +940,5 @@ mod tests {
         // No AGPRs outside GFX9.
         let none = crate::exec::AccRegs::default();
         assert_eq!(crate::exec::reg_row(256, 256, none), None);
-    }
-
-    /// Runs the VOP2 `words` on a wave32 of 16 VGPRs filled from `seed`, through the fast path
-    /// or the general one; returns the VGPRs.
-    fn run(words: &[u32], exec: u32, seed: u32, fast: bool) -> Vec<u32> {
-        let i = crate::decode::decode(words).expect("test encoding decodes");
-        let mut sgpr = [0u32; 128];
-        sgpr[5] = seed.wrapping_mul(0x9e37_79b9);
-        sgpr[12] = seed.wrapping_mul(0x85eb_ca6b);
-        sgpr[src::VCC_LO as usize] = seed.wrapping_mul(0xc2b2_ae35);
-        sgpr[126] = exec;
-        let mut vgpr: Vec<u32> = (0..16 * 32u32)
-            .map(|k| {
-                let h = (k ^ seed).wrapping_mul(2_654_435_761);
-                // Some small and some float-looking values, a few NaNs and infinities.
-                match h >> 29 {
-                    0 => h & 63,
-                    1 => 0x7f80_0000 | (h & 0x8000_0001),
-                    _ => (h & 0x8000_0000) | (0x3000_0000 + (h & 0x1fff_ffff)),
-                }
-            })
-            .collect();
-        let mut scc = false;
-        let mut t = Box::new([[0u64; 64]; 4]);
-        let mut w = WaveRef {
-            sgpr: &mut sgpr,
-            vgpr: &mut vgpr,
-            nvgpr: 16,
-            acc: crate::exec::AccRegs::default(),
-            lanes: 32,
-            scc: &mut scc,
-            ftz32: false,
-            ftz16_64: false,
-            ieee: true,
-        };
-        if fast {
-            let taken = vop2_fast(&mut w, &i, 0).unwrap() || carry_fast(&mut w, &i, 0).unwrap();
-            assert!(taken, "{i} takes a fast path");
-        } else {
-            valu_general(&mut w, &mut t, &i, 0).unwrap();
-        }
-        vgpr.extend_from_slice(&sgpr);
-        vgpr
-    }
-
-    #[test]
-    fn carry_fast_path_equals_general_path() {
-        let mut seed = 7u32;
-        // src0/src1: VGPRs (one aliasing the destination), SGPRs, inline constants, literal.
-        let pairs = [
-            (256 + 3, 256 + 9),
-            (256 + 7, 256 + 7),
-            (5, 256 + 9),
-            (256 + 9, 5),
-            (193, 255),
-            (255, 256 + 2),
-        ];
-        for exec in [u32::MAX, 0, 0x8000_0001, 0x5a5a_a5a5] {
-            for (s0, s1) in pairs {
-                seed += 1;
-                let lit = [0xffff_fff0 ^ seed];
-                // VOP2 v_add_co_ci_u32_e32 v7, vcc_lo, s0, v9, vcc_lo (src1 must be a VGPR).
-                if s1 >= 256 {
-                    let w = (V_ADD_CO_CI_U32 as u32 - 0x100) << 25 | 7 << 17 | (s1 - 256) << 9 | s0;
-                    let mut words = vec![w];
-                    if s0 == 255 {
-                        words.extend(lit);
-                    }
-                    assert_eq!(
-                        run(&words, exec, seed, true),
-                        run(&words, exec, seed, false),
-                        "e32 {s0} {s1}"
-                    );
-                }
-                // VOP3SD v_add_co_u32 / v_add_co_ci_u32_e64 v7, s[10], s0, s1, s[12].
-                for op in [V_ADD_CO_U32, V_ADD_CO_CI_U32] {
-                    let w0 = 0x35 << 26 | (op as u32) << 16 | 10 << 8 | 7;
-                    let w1 = s0 | s1 << 9 | if op == V_ADD_CO_U32 { 0 } else { 12 << 18 };
-                    let mut words = vec![w0, w1];
-                    if s0 == 255 || s1 == 255 {
-                        words.extend(lit);
-                    }
-                    assert_eq!(
-                        run(&words, exec, seed, true),
-                        run(&words, exec, seed, false),
-                        "e64 {op:#x} {s0} {s1}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn vop2_fast_path_equals_general_path() {
-        let ops = [
-            V_FMAC_F32,
-            V_MUL_F32,
-            V_ADD_F32,
-            V_SUB_F32,
-            V_SUBREV_F32,
-            V_ADD_NC_U32,
-            V_SUB_NC_U32,
-            V_SUBREV_NC_U32,
-            V_AND_B32,
-            V_OR_B32,
-            V_XOR_B32,
-            V_LSHLREV_B32,
-        ];
-        // src0: VGPR, the same VGPR as src1/dst, SGPR, inline integer and float, literal.
-        let srcs = [256 + 3, 256 + 7, 5, 128 + 7, 242, 255];
-        let mut seed = 1u32;
-        for op in ops {
-            for src0 in srcs {
-                for exec in [u32::MAX, 0, 0x8000_0001, 0x5a5a_a5a5] {
-                    seed += 1;
-                    let w = (op as u32 - 0x100) << 25 | 7 << 17 | 9 << 9 | src0;
-                    let words = [w, 0x4049_0fdb ^ seed];
-                    let len = if src0 == 255 { 2 } else { 1 };
-                    assert_eq!(
-                        run(&words[..len], exec, seed, true),
-                        run(&words[..len], exec, seed, false),
-                        "op {op:#x} src0 {src0} exec {exec:#x}"
-                    );
-                }
-            }
-        }
     }
 }

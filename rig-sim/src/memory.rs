@@ -27,7 +27,7 @@
 //! It does not own VRAM (the `vram` arena) or decide addresses (the daemon does).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rig_shm::SharedRegion;
@@ -505,24 +505,26 @@ impl Vm {
             .collect())
     }
 
-    /// Copies `len` bytes from `src` to `dst` in chunks of [`CHUNK`], checking `stop` before
-    /// each chunk. Returns false if stopped. Overlapping ranges copy as `memmove` per chunk.
+    /// Copies `len` bytes from `src` to `dst` in chunks of [`CHUNK`], asking `go_on` before
+    /// each chunk (the engine's stop flag, and its progress: a long copy moves). Returns false
+    /// if `go_on` said stop. Overlapping ranges copy as `memmove` per chunk.
     pub(crate) fn copy(
         &self,
         dst: u64,
         src: u64,
         len: u64,
-        stop: &AtomicBool,
+        go_on: &dyn Fn() -> bool,
     ) -> Result<bool, PageFault> {
         let mut done = 0u64;
         while done < len {
-            if stop.load(Ordering::Relaxed) {
+            if !go_on() {
                 return Ok(false);
             }
             let want = usize::try_from(len - done).unwrap_or(usize::MAX).min(CHUNK);
             let s = self.span(src.wrapping_add(done), want, false)?;
             let d = self.span(dst.wrapping_add(done), s.len, true)?;
             let n = d.len;
+            self.vram.prepare_write(d.ptr, n);
             let overlap =
                 (s.ptr as usize) < (d.ptr as usize) + n && (d.ptr as usize) < (s.ptr as usize) + n;
             if overlap {
@@ -539,22 +541,24 @@ impl Vm {
     }
 
     /// Fills `len` bytes at `dst` with the little-endian repetition of `pattern`, starting at
-    /// its first byte, checking `stop` before each chunk. Returns false if stopped.
+    /// its first byte, asking `go_on` before each chunk as [`Vm::copy`] does. Returns false
+    /// if it said stop.
     pub(crate) fn fill(
         &self,
         dst: u64,
         len: u64,
         pattern: u32,
-        stop: &AtomicBool,
+        go_on: &dyn Fn() -> bool,
     ) -> Result<bool, PageFault> {
         let pat = pattern.to_le_bytes();
         let mut done = 0u64;
         while done < len {
-            if stop.load(Ordering::Relaxed) {
+            if !go_on() {
                 return Ok(false);
             }
             let want = usize::try_from(len - done).unwrap_or(usize::MAX).min(CHUNK);
             let d = self.span(dst.wrapping_add(done), want, true)?;
+            self.vram.prepare_write(d.ptr, d.len);
             {
                 let phase = (done % 4) as usize;
                 let at_phase: [u8; 4] = std::array::from_fn(|i| pat[(phase + i) % 4]);
@@ -1027,6 +1031,7 @@ impl rig_isa::Memory for Vm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
 
     #[test]
     fn kernels_read_the_gpus_clock() {
@@ -1331,18 +1336,32 @@ mod tests {
         let data: Vec<u8> = (0..20000u32).map(|i| (i * 7 + 3) as u8).collect();
         r.write(5, &data);
         let stop = AtomicBool::new(false);
-        assert!(vm.copy(0x200003, 0x100005, 20000, &stop).unwrap());
+        assert!(
+            vm.copy(0x200003, 0x100005, 20000, &|| !stop.load(Ordering::Relaxed))
+                .unwrap()
+        );
         let mut got = vec![0u8; 20000];
         vm.read(0x200003, &mut got).unwrap();
         assert_eq!(got, data);
-        assert!(vm.fill(0x200001, 4097, 0x44332211, &stop).unwrap());
+        assert!(
+            vm.fill(0x200001, 4097, 0x44332211, &|| !stop
+                .load(Ordering::Relaxed))
+                .unwrap()
+        );
         let mut got = vec![0u8; 6];
         vm.read(0x200000, &mut got).unwrap();
         assert_eq!(got, [0, 0x11, 0x22, 0x33, 0x44, 0x11]);
-        let f = vm.copy(0x207000, 0x100000, 2 * PAGE, &stop).unwrap_err();
+        let f = vm
+            .copy(0x207000, 0x100000, 2 * PAGE, &|| {
+                !stop.load(Ordering::Relaxed)
+            })
+            .unwrap_err();
         assert_eq!(f.address, 0x208000);
         stop.store(true, Ordering::Relaxed);
-        assert!(!vm.copy(0x200000, 0x100000, 10, &stop).unwrap());
+        assert!(
+            !vm.copy(0x200000, 0x100000, 10, &|| !stop.load(Ordering::Relaxed))
+                .unwrap()
+        );
     }
 
     #[test]
@@ -1355,13 +1374,19 @@ mod tests {
             .collect();
         vm.write(5, &data).unwrap();
         let stop = AtomicBool::new(false);
-        assert!(vm.copy(400_001, 5, n as u64, &stop).unwrap());
+        assert!(
+            vm.copy(400_001, 5, n as u64, &|| !stop.load(Ordering::Relaxed))
+                .unwrap()
+        );
         let mut got = vec![0u8; n + 2];
         vm.read(400_000, &mut got).unwrap();
         assert_eq!(got[0], 0);
         assert!(got[1..=n] == data[..]);
         assert_eq!(got[n + 1], 0);
-        assert!(vm.fill(3, n as u64, 0x4433_2211, &stop).unwrap());
+        assert!(
+            vm.fill(3, n as u64, 0x4433_2211, &|| !stop.load(Ordering::Relaxed))
+                .unwrap()
+        );
         let mut got = vec![0u8; n + 4];
         vm.read(0, &mut got).unwrap();
         assert_eq!(&got[..3], &[0, 0, 0]);
@@ -1381,7 +1406,10 @@ mod tests {
         // Down by 3 (forwards) and up by 7 (backwards), each over its own source.
         for (src, dst) in [(1003u64, 1000u64), (1000, 1007)] {
             vm.write(src, &data).unwrap();
-            assert!(vm.copy(dst, src, n as u64, &stop).unwrap());
+            assert!(
+                vm.copy(dst, src, n as u64, &|| !stop.load(Ordering::Relaxed))
+                    .unwrap()
+            );
             let mut got = vec![0u8; n];
             vm.read(dst, &mut got).unwrap();
             assert!(got == data, "{src} -> {dst}");

@@ -239,6 +239,12 @@ impl Ctx {
         self.shared.stop.load(Ordering::Acquire)
     }
 
+    /// Counts a step of a long operation (a chunk of a copy or fill) as progress; true.
+    pub(crate) fn moved(&self) -> bool {
+        self.shared.progressed();
+        true
+    }
+
     /// Announces this engine's write of `writes` (GPU address and bytes of each run it
     /// wrote, in this address space) to the waits watching those pages.
     pub(crate) fn notify(&self, writes: &[(u64, u64)]) {

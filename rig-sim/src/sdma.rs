@@ -54,7 +54,9 @@ impl Processor for Sdma {
 /// Runs one packet.
 fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
     let vm = &ctx.vm;
-    let stop = &ctx.shared.stop;
+    // A chunk moved is progress, so that a copy longer than the hang bound is not a hang.
+    let go_on = || !ctx.stopped() && ctx.moved();
+    let stop = &go_on;
     match packet {
         Packet::Nop(_) | Packet::GcrReq(_) => {}
         Packet::CopyLinear(p) => {

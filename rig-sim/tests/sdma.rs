@@ -540,3 +540,46 @@ fn queue_descriptions_are_checked() {
     q.stop();
     assert_eq!(q.status(), QueueStatus::Stopped);
 }
+
+#[test]
+fn each_chunk_a_copy_or_fill_moves_counts_as_progress() {
+    // The hang bound asks the engine's progress: a copy of many chunks, which a host under
+    // load may take seconds to move (a first touch of fresh memory most of all), moves.
+    let model = "gfx1100";
+    let gpu = gpu(model);
+    let space = gpu.create_address_space();
+    let bytes = 8 * rig_sim::memory::CHUNK as u64;
+    space.alloc_vram(VRAM_VA, 2 * bytes).unwrap();
+    let flag = host(&space, HOST_VA, 4096);
+    let mut q = TestQueue::new(&space, QueueKind::Sdma, 4096, 0);
+    let progress = |q: &TestQueue| q.queue.lock().unwrap().as_ref().unwrap().progress();
+    let before = progress(&q);
+    let mut words = w(
+        Packet::ConstFill(ConstFill::dwords(VRAM_VA, 7, bytes)),
+        model,
+    );
+    words.extend(w(
+        Packet::CopyLinear(CopyLinear::new(VRAM_VA, VRAM_VA + bytes, bytes)),
+        model,
+    ));
+    words.extend(w(
+        Packet::Fence(Fence {
+            mtype: 0,
+            address: HOST_VA,
+            value: 1,
+        }),
+        model,
+    ));
+    q.submit(&words);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while flag.load_u32(0, Ordering::Acquire) != 1 {
+        assert!(Instant::now() < deadline, "the copy never ended");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Eight chunks of the fill, eight of the copy, and the packets' own ends.
+    let moved = progress(&q) - before;
+    assert!(moved >= 16, "progress moved {moved} times");
+    let mut b = [0u8; 8];
+    space.read(VRAM_VA + 2 * bytes - 8, &mut b).unwrap();
+    assert_eq!(b, [7, 0, 0, 0, 7, 0, 0, 0]);
+}

@@ -33,8 +33,14 @@ pub(super) fn sop2(wv: &mut Wave, i: &Inst, pc: u64) -> Result<(), ExecFault> {
     Ok(())
 }
 
+/// Whether gfx1100's SOP2 opcode `op` is one of [`sop2_b64`]'s.
+pub(crate) fn is_sop2_b64(op: u16) -> bool {
+    sop2_b64(op, 0, 0, false).is_some()
+}
+
 /// The 64-bit SOP2 operations: the result and SCC (None: SCC says whether it is nonzero).
-fn sop2_b64(op: u16, a: u64, b: u64, scc: bool) -> Option<(u64, Option<bool>)> {
+#[inline(always)]
+pub(crate) fn sop2_b64(op: u16, a: u64, b: u64, scc: bool) -> Option<(u64, Option<bool>)> {
     use op_sop2::*;
     Some(match op {
         S_LSHL_B64 => (a << (b & 63), None),
@@ -143,6 +149,9 @@ pub(crate) fn salu(f: Salu, a: u32, b: u32, scc: bool) -> (u32, bool) {
         Salu::PackLl => ((a & 0xffff) | b << 16, scc),
         Salu::PackLh => ((a & 0xffff) | (b & 0xffff_0000), scc),
         Salu::PackHh => ((a >> 16) | (b & 0xffff_0000), scc),
+        Salu::Ctz => (if a == 0 { u32::MAX } else { a.trailing_zeros() }, scc),
+        Salu::Bcnt1 => nz(a.count_ones()),
+        Salu::Brev => (a.reverse_bits(), scc),
     }
 }
 
@@ -201,9 +210,18 @@ fn sop1_bits(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
             wv.scc = r != 0;
             wv.swrite_sized(i.dst, r, wide)
         }
-        S_BREV_B32 => wv.swrite(i.dst, (a as u32).reverse_bits()),
+        S_BREV_B32 | S_CTZ_I32_B32 | S_BCNT1_I32_B32 => {
+            let f = match i.op {
+                S_BREV_B32 => Salu::Brev,
+                S_CTZ_I32_B32 => Salu::Ctz,
+                _ => Salu::Bcnt1,
+            };
+            let (r, scc) = salu(f, a as u32, 0, wv.scc);
+            wv.scc = scc;
+            wv.swrite(i.dst, r)
+        }
         S_BREV_B64 => wv.swrite64(i.dst, a.reverse_bits()),
-        S_BCNT1_I32_B32 | S_BCNT1_I32_B64 => {
+        S_BCNT1_I32_B64 => {
             let r = a.count_ones();
             wv.scc = r != 0;
             wv.swrite(i.dst, r)
@@ -213,14 +231,6 @@ fn sop1_bits(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
             wv.scc = r != 0;
             wv.swrite(i.dst, r)
         }
-        S_CTZ_I32_B32 => wv.swrite(
-            i.dst,
-            if a as u32 == 0 {
-                u32::MAX
-            } else {
-                (a as u32).trailing_zeros()
-            },
-        ),
         S_CTZ_I32_B64 => wv.swrite(i.dst, if a == 0 { u32::MAX } else { a.trailing_zeros() }),
         S_CLZ_I32_U32 => wv.swrite(
             i.dst,
@@ -276,7 +286,32 @@ fn sop1_bits(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
 fn sop1_exec(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
     use op_sop1::*;
     let e = wv.exec();
-    let save = match i.op {
+    let r = match i.op {
+        S_AND_NOT1_WREXEC_B32 | S_AND_NOT1_WREXEC_B64 => a & !e,
+        S_AND_NOT0_WREXEC_B32 | S_AND_NOT0_WREXEC_B64 => !a & e,
+        op => match saveexec(op, a, e) {
+            Some(save) => {
+                let save = save & wv.full();
+                wv.swrite_sized(i.dst, e, wide);
+                wv.set_exec(save);
+                wv.scc = save != 0;
+                return true;
+            }
+            None => return false,
+        },
+    } & wv.full();
+    wv.set_exec(r);
+    wv.scc = r != 0;
+    wv.swrite_sized(i.dst, r, wide);
+    true
+}
+
+/// The new EXEC of `s_*_saveexec_b32/b64` (gfx1100's SOP1 opcode `op`) from the source `a`
+/// and the old EXEC `e` (before masking to the wave's lanes); `None` for other opcodes.
+#[inline(always)]
+pub(crate) fn saveexec(op: u16, a: u64, e: u64) -> Option<u64> {
+    use op_sop1::*;
+    Some(match op {
         S_AND_SAVEEXEC_B32 | S_AND_SAVEEXEC_B64 => a & e,
         S_OR_SAVEEXEC_B32 | S_OR_SAVEEXEC_B64 => a | e,
         S_XOR_SAVEEXEC_B32 | S_XOR_SAVEEXEC_B64 => a ^ e,
@@ -287,26 +322,8 @@ fn sop1_exec(wv: &mut Wave, i: &Inst, a: u64, wide: bool) -> bool {
         S_NAND_SAVEEXEC_B32 | S_NAND_SAVEEXEC_B64 => !(a & e),
         S_NOR_SAVEEXEC_B32 | S_NOR_SAVEEXEC_B64 => !(a | e),
         S_XNOR_SAVEEXEC_B32 | S_XNOR_SAVEEXEC_B64 => !(a ^ e),
-        S_AND_NOT1_WREXEC_B32 | S_AND_NOT1_WREXEC_B64 => {
-            let r = a & !e & wv.full();
-            wv.set_exec(r);
-            wv.scc = r != 0;
-            wv.swrite_sized(i.dst, r, wide);
-            return true;
-        }
-        S_AND_NOT0_WREXEC_B32 | S_AND_NOT0_WREXEC_B64 => {
-            let r = !a & e & wv.full();
-            wv.set_exec(r);
-            wv.scc = r != 0;
-            wv.swrite_sized(i.dst, r, wide);
-            return true;
-        }
-        _ => return false,
-    } & wv.full();
-    wv.swrite_sized(i.dst, e, wide);
-    wv.set_exec(save);
-    wv.scc = save != 0;
-    true
+        _ => return None,
+    })
 }
 
 /// Program-counter reads and jumps; false for other opcodes.

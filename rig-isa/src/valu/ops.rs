@@ -2,9 +2,10 @@
 //! 32-bit integer adds, multiplies, min/max, bit operations, conversions, carries, f64, f16,
 //! 16-bit integer, cross-lane, and the operations gfx942 has and gfx1100 lacks).
 //!
-//! `valu_general` has fetched and modified the sources into `t[0..3]`; a group computes the
+//! `valu::valu` has fetched and modified the sources into `t[0..3]`; a group computes the
 //! results into `t[3]` for the opcodes it owns and says so with a `Res`, or returns
-//! `Res::Other` for the rest. The groups own disjoint opcode sets (a test checks it).
+//! `Res::Other` for the rest. The groups own disjoint opcode sets (a test checks it). The
+//! 32-bit operations with fast forms are `prep::Alu`'s, stated there once for both tiers.
 
 use super::dot::dot_ops;
 use super::{Lanes, WaveRef, d, db, div, f, fb, h, hb, unsupported};
@@ -85,32 +86,49 @@ macro_rules! map {
     }};
 }
 
-fn lg(a: f64, b: f64) -> bool {
-    matches!(
-        a.partial_cmp(&b),
-        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Greater)
-    )
+/// The lane `v_readlane_b32`/`v_writelane_b32` name by the scalar `sel`, in a wave of `n`.
+#[inline(always)]
+pub(crate) fn lane_of(sel: u32, n: usize) -> usize {
+    sel as usize % n
 }
 
-/// Compare helpers: IEEE ordering for the float compares, by name suffix.
-fn fcmp(kind: u16, a: f64, b: f64) -> bool {
-    let un = a.is_nan() || b.is_nan();
+/// `v_mbcnt_lo_u32_b32` (`hi` false) / `v_mbcnt_hi_u32_b32` of lane `l`: the set bits of the
+/// mask `m` in the lanes below `l` (lo: those of lanes 0..31, hi: of lanes 32..63), plus `y`.
+#[inline(always)]
+pub(crate) fn mbcnt(hi: bool, m: u32, y: u32, l: usize) -> u32 {
+    let below = match (hi, l) {
+        (false, 32..) => m.count_ones(),
+        (false, _) => (m & ((1u64 << l) - 1) as u32).count_ones(),
+        (true, 0..32) => 0,
+        (true, _) => (m & ((1u64 << (l - 32)) - 1) as u32).count_ones(),
+    };
+    below.wrapping_add(y)
+}
+
+/// The float compares, by the low four bits of the compare opcode: false, <, ==, <=, >,
+/// <> (ordered, not equal), >=, ordered, unordered, and the negations of the ordered ones
+/// (true when a source is NaN: !>=, !<>, !>, !<=, !=, !<), true. The one statement for
+/// f16, f32 and f64 (IEEE order: -0 == +0, NaN unordered).
+#[inline(always)]
+pub(crate) fn fcmp<T: PartialOrd>(kind: u16, a: T, b: T) -> bool {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let o = a.partial_cmp(&b);
     match kind {
         0 => false,
-        1 => a < b,
-        2 => a == b,
-        3 => a <= b,
-        4 => a > b,
-        5 => lg(a, b),
-        6 => a >= b,
-        7 => !un,
-        8 => un,
-        9 => un || a < b,
-        10 => !lg(a, b),
-        11 => un || a <= b,
-        12 => un || a > b,
-        13 => a != b,
-        14 => un || a >= b,
+        1 => o == Some(Less),
+        2 => o == Some(Equal),
+        3 => matches!(o, Some(Less | Equal)),
+        4 => o == Some(Greater),
+        5 => matches!(o, Some(Less | Greater)),
+        6 => matches!(o, Some(Greater | Equal)),
+        7 => o.is_some(),
+        8 => o.is_none(),
+        9 => !matches!(o, Some(Greater | Equal)),
+        10 => !matches!(o, Some(Less | Greater)),
+        11 => o != Some(Greater),
+        12 => !matches!(o, Some(Less | Equal)),
+        13 => o != Some(Equal),
+        14 => o != Some(Less),
         _ => true,
     }
 }
@@ -148,7 +166,8 @@ fn class_bits(x: f64, sig_nan: bool) -> u32 {
     1 << k
 }
 
-fn f32_class(x: u32) -> u32 {
+/// The class bits of an f32 (`v_cmp_class_f32`'s mask).
+pub(crate) fn f32_class(x: u32) -> u32 {
     let v = f32::from_bits(x);
     if v.is_subnormal() {
         return if v.is_sign_negative() { 1 << 4 } else { 1 << 7 };
@@ -198,9 +217,6 @@ fn ldexp64(x: f64, e: i32) -> f64 {
     v * 2f64.powi(e)
 }
 
-fn cvt_u32(x: f32) -> u32 {
-    if x.is_nan() { 0 } else { x as u32 }
-}
 fn cvt_i32(x: f32) -> u32 {
     if x.is_nan() { 0 } else { x as i32 as u32 }
 }
@@ -277,6 +293,11 @@ pub(crate) fn min_max_f32(x: u32, y: u32, max: bool, ieee: bool) -> u32 {
     };
     if x_first { x } else { y }
 }
+/// `Alu::Fma` on 32-bit lane values.
+fn fma(x: u64, y: u64, z: u64) -> u64 {
+    crate::prep::Alu::Fma.eval(x as u32, y as u32, z as u32, false) as u64
+}
+
 fn fmin(a: u64, b: u64, ieee: bool) -> u64 {
     min_max_f32(a as u32, b as u32, false, ieee) as u64
 }
@@ -310,7 +331,7 @@ pub(super) fn compare(
                 half::f16::from_bits(x as u16).to_f64(),
                 half::f16::from_bits(y as u16).to_f64(),
             ),
-            0x10..=0x1f => fcmp(kind, f(x) as f64, f(y) as f64),
+            0x10..=0x1f => fcmp(kind, f(x), f(y)),
             0x20..=0x2f => fcmp(kind, d(x), d(y)),
             0x30..=0x37 => icmp(kind & 7, x as u16 as i16, y as u16 as i16),
             0x38..=0x3f => icmp(kind & 7, x as u16, y as u16),
@@ -380,7 +401,6 @@ fn move_ops(
     let e64 = matches!(i.format, Format::Vop3 | Format::Vop3sd);
     let [a, b, c, r] = t;
     match op {
-        V_MOV_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| x),
         V_CNDMASK_B32 => {
             let m = if e64 {
                 w.mask(i.src[2])
@@ -426,12 +446,6 @@ fn f32_ops(
     let (n, op, ieee) = (w.lanes, i.op, w.ieee);
     let [a, b, c, r] = t;
     match op {
-        V_ADD_F32 => map!(n, exec, r, a, b, c, |x, y, _z| add_f32(x as u32, y as u32)
-            as u64),
-        V_SUB_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x) - f(y))),
-        V_SUBREV_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fb(f(y) - f(x))),
-        V_MUL_F32 => map!(n, exec, r, a, b, c, |x, y, _z| mul_f32(x as u32, y as u32)
-            as u64),
         V_MUL_DX9_ZERO_F32 => {
             map!(
                 n,
@@ -447,24 +461,21 @@ fn f32_ops(
                 }
             )
         }
-        V_FMA_F32 => map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z)))),
         V_FMAC_F32 => {
             let dr = w.row(i.dst, pc)?;
             for l in 0..n {
                 c[l] = w.vgpr[dr + l] as u64;
             }
-            map!(n, exec, r, a, b, c, |x, y, z| fb(f(x).mul_add(f(y), f(z))))
+            map!(n, exec, r, a, b, c, |x, y, z| fma(x, y, z))
         }
         V_FMAMK_F32 => {
             let k = i.literal as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x).mul_add(f(k), f(y))))
+            map!(n, exec, r, a, b, c, |x, y, _z| fma(x, k, y))
         }
         V_FMAAK_F32 => {
             let k = i.literal as u64;
-            map!(n, exec, r, a, b, c, |x, y, _z| fb(f(x).mul_add(f(y), f(k))))
+            map!(n, exec, r, a, b, c, |x, y, _z| fma(x, y, k))
         }
-        V_MIN_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fmin(x, y, ieee)),
-        V_MAX_F32 => map!(n, exec, r, a, b, c, |x, y, _z| fmax(x, y, ieee)),
         V_MIN3_F32 => map!(n, exec, r, a, b, c, |x, y, z| fmin(
             fmin(x, y, ieee),
             z,
@@ -486,9 +497,7 @@ fn f32_ops(
             z,
             ieee
         )),
-        V_RCP_F32 | V_RCP_IFLAG_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x))),
         V_RSQ_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(1.0 / f(x).sqrt())),
-        V_SQRT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).sqrt())),
         V_EXP_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).exp2())),
         V_LOG_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).log2())),
         V_SIN_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb((f(x)
@@ -497,10 +506,6 @@ fn f32_ops(
         V_COS_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb((f(x)
             * std::f32::consts::TAU)
             .cos())),
-        V_TRUNC_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).trunc())),
-        V_CEIL_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).ceil())),
-        V_FLOOR_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).floor())),
-        V_RNDNE_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(f(x).round_ties_even())),
         V_FRACT_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| {
             let v = f(x);
             if v.is_infinite() {
@@ -560,29 +565,24 @@ fn int32_ops(
     let (n, op) = (w.lanes, i.op);
     let [a, b, c, r] = t;
     match op {
-        V_ADD_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let s = x as u32 as u64 + y as u32 as u64;
-            if i.clamp {
-                s.min(u32::MAX as u64)
-            } else {
-                s & 0xffff_ffff
-            }
-        }),
-        V_SUB_NC_U32 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            if i.clamp {
-                (x as u32).saturating_sub(y as u32) as u64
-            } else {
-                (x as u32).wrapping_sub(y as u32) as u64
-            }
-        }),
-        V_SUBREV_NC_U32 => map!(
+        // With clamp: saturating (without, `Alu::AddU`/`SubU`, see `valu::valu`).
+        V_ADD_NC_U32 => map!(
             n,
             exec,
             r,
             a,
             b,
             c,
-            |x, y, _z| (y as u32).wrapping_sub(x as u32) as u64
+            |x, y, _z| (x as u32).saturating_add(y as u32) as u64
+        ),
+        V_SUB_NC_U32 => map!(
+            n,
+            exec,
+            r,
+            a,
+            b,
+            c,
+            |x, y, _z| (x as u32).saturating_sub(y as u32) as u64
         ),
         V_ADD_NC_I32 => map!(
             n,
@@ -602,25 +602,6 @@ fn int32_ops(
             c,
             |x, y, _z| (x as i32).wrapping_sub(y as i32) as u32 as u64
         ),
-        V_ADD3_U32 => map!(n, exec, r, a, b, c, |x, y, z| (x as u32)
-            .wrapping_add(y as u32)
-            .wrapping_add(z as u32)
-            as u64),
-        V_XAD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) ^ (y as u32))
-            .wrapping_add(z as u32)
-            as u64),
-        V_LSHL_ADD_U32 => map!(n, exec, r, a, b, c, |x, y, z| ((x as u32) << (y & 31))
-            .wrapping_add(z as u32)
-            as u64),
-        V_ADD_LSHL_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| ((x as u32).wrapping_add(y as u32) << (z & 31)) as u64
-        ),
         _ => return Ok(Res::Other),
     }
     Ok(Res::Lanes(None))
@@ -637,28 +618,6 @@ fn int_minmax_ops(
     let (n, op) = (w.lanes, i.op);
     let [a, b, c, r] = t;
     match op {
-        V_MIN_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).min(y as i32) as u32 as u64
-        ),
-        V_MAX_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as i32).max(y as i32) as u32 as u64
-        ),
-        V_MIN_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32).min(y as u32)
-            as u64),
-        V_MAX_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32).max(y as u32)
-            as u64),
         V_MIN3_I32 => map!(
             n,
             exec,
@@ -677,24 +636,6 @@ fn int_minmax_ops(
             c,
             |x, y, z| (x as i32).max(y as i32).max(z as i32) as u32 as u64
         ),
-        V_MIN3_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).min(y as u32).min(z as u32) as u64
-        ),
-        V_MAX3_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32).max(y as u32).max(z as u32) as u64
-        ),
         V_MED3_I32 => map!(
             n,
             exec,
@@ -712,24 +653,6 @@ fn int_minmax_ops(
             b,
             c,
             |x, y, z| med3(x as u32, y as u32, z as u32) as u64
-        ),
-        V_MAXMIN_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).max(y as i32).min(z as i32) as u32 as u64
-        ),
-        V_MINMAX_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as i32).min(y as i32).max(z as i32) as u32 as u64
         ),
         V_MAXMIN_U32 => map!(
             n,
@@ -765,40 +688,13 @@ fn int_mul_ops(
     let (n, op) = (w.lanes, i.op);
     let [a, b, c, r] = t;
     match op {
-        V_MUL_LO_U32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| (x as u32).wrapping_mul(y as u32) as u64
-        ),
-        V_MUL_HI_U32 => map!(n, exec, r, a, b, c, |x, y, _z| (x as u32 as u64
-            * y as u32 as u64)
-            >> 32),
-        V_MUL_HI_I32 => map!(n, exec, r, a, b, c, |x, y, _z| ((x as u32 as i32 as i64
-            * y as u32 as i32 as i64)
-            >> 32) as u32
-            as u64),
-        V_MUL_U32_U24 => map!(n, exec, r, a, b, c, |x, y, _z| ((x & 0xff_ffff)
-            * (y & 0xff_ffff))
-            & 0xffff_ffff),
         V_MUL_HI_U32_U24 => map!(n, exec, r, a, b, c, |x, y, _z| ((x & 0xff_ffff)
             * (y & 0xff_ffff))
             >> 32),
-        V_MUL_I32_I24 => map!(n, exec, r, a, b, c, |x, y, _z| {
-            let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
-            p as u64 & 0xffff_ffff
-        }),
         V_MUL_HI_I32_I24 => map!(n, exec, r, a, b, c, |x, y, _z| {
             let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
             (p >> 32) as u32 as u64
         }),
-        V_MAD_U32_U24 => map!(n, exec, r, a, b, c, |x, y, z| ((x & 0xff_ffff)
-            * (y & 0xff_ffff))
-            .wrapping_add(z)
-            & 0xffff_ffff),
         V_MAD_I32_I24 => map!(n, exec, r, a, b, c, |x, y, z| {
             let p = (((x as u32) << 8) as i32 >> 8) as i64 * (((y as u32) << 8) as i32 >> 8) as i64;
             (p as u32).wrapping_add(z as u32) as u64
@@ -838,55 +734,11 @@ fn bit_ops(
     let (n, op) = (w.lanes, i.op);
     let [a, b, c, r] = t;
     match op {
-        V_LSHL_OR_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (((x as u32) << (y & 31)) | z as u32) as u64
-        ),
-        V_AND_OR_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| ((x as u32 & y as u32) | z as u32) as u64
-        ),
-        V_OR3_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32 | y as u32 | z as u32) as u64
-        ),
-        V_XOR3_B32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, z| (x as u32 ^ y as u32 ^ z as u32) as u64
-        ),
-        V_LSHLREV_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as u32) << (x & 31))
-            as u64),
-        V_LSHRREV_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as u32) >> (x & 31))
-            as u64),
         V_LSHLREV_B64 => map!(n, exec, r, a, b, c, |x, y, _z| y << (x & 63)),
         V_LSHRREV_B64 => map!(n, exec, r, a, b, c, |x, y, _z| y >> (x & 63)),
         V_ASHRREV_I64 => map!(n, exec, r, a, b, c, |x, y, _z| ((y as i64) >> (x & 63))
             as u64),
-        V_AND_B32 => map!(n, exec, r, a, b, c, |x, y, _z| x & y & 0xffff_ffff),
-        V_OR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (x | y) & 0xffff_ffff),
-        V_XOR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (x ^ y) & 0xffff_ffff),
         V_XNOR_B32 => map!(n, exec, r, a, b, c, |x, y, _z| !(x ^ y) & 0xffff_ffff),
-        V_NOT_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| !x & 0xffff_ffff),
         V_BFREV_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| (x as u32).reverse_bits()
             as u64),
         V_CTZ_I32_B32 => map!(n, exec, r, a, b, c, |x, _y, _z| if x as u32 == 0 {
@@ -894,18 +746,8 @@ fn bit_ops(
         } else {
             (x as u32).trailing_zeros() as u64
         }),
-        V_BCNT_U32_B32 => map!(n, exec, r, a, b, c, |x, y, _z| ((x as u32).count_ones()
-            as u64
-            + y)
-            & 0xffff_ffff),
-        V_BFI_B32 => map!(n, exec, r, a, b, c, |x, y, z| ((x & y) | (!x & z))
-            & 0xffff_ffff),
         V_BFM_B32 => map!(n, exec, r, a, b, c, |x, y, _z| (((1u64 << (x & 31)) - 1)
             << (y & 31))
-            & 0xffff_ffff),
-        V_ALIGNBIT_B32 => map!(n, exec, r, a, b, c, |x, y, z| (((x & 0xffff_ffff) << 32
-            | (y & 0xffff_ffff))
-            >> (z & 31))
             & 0xffff_ffff),
         V_ALIGNBYTE_B32 => map!(n, exec, r, a, b, c, |x, y, z| (((x & 0xffff_ffff) << 32
             | (y & 0xffff_ffff))
@@ -929,34 +771,12 @@ fn bit_ops(
             }
             out as u64
         }),
-        V_ASHRREV_I32 => map!(
-            n,
-            exec,
-            r,
-            a,
-            b,
-            c,
-            |x, y, _z| ((y as u32 as i32) >> (x & 31)) as u32 as u64
-        ),
-        V_CLZ_I32_U32 => map!(n, exec, r, a, b, c, |x, _y, _z| if x as u32 == 0 {
-            0xffff_ffff
-        } else {
-            (x as u32).leading_zeros() as u64
-        }),
         V_CLS_I32 => map!(n, exec, r, a, b, c, |x, _y, _z| {
             let v = x as u32 as i32;
             if v == 0 || v == -1 {
                 0xffff_ffff
             } else {
                 (if v < 0 { !v } else { v }).leading_zeros() as u64
-            }
-        }),
-        V_BFE_U32 => map!(n, exec, r, a, b, c, |x, y, z| {
-            let (o, wd) = (y & 31, z & 31);
-            if wd == 0 {
-                0
-            } else {
-                ((x as u32) >> o) as u64 & ((1u64 << wd) - 1)
             }
         }),
         V_BFE_I32 => map!(n, exec, r, a, b, c, |x, y, z| {
@@ -983,10 +803,6 @@ fn cvt_ops(
     let (n, op) = (w.lanes, i.op);
     let [a, b, c, r] = t;
     match op {
-        V_CVT_F32_U32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(x as u32 as f32)),
-        V_CVT_F32_I32 => map!(n, exec, r, a, b, c, |x, _y, _z| fb(x as u32 as i32 as f32)),
-        V_CVT_U32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_u32(f(x)) as u64),
-        V_CVT_I32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_i32(f(x)) as u64),
         V_CVT_FLOOR_I32_F32 => map!(n, exec, r, a, b, c, |x, _y, _z| cvt_i32(f(x).floor())
             as u64),
         V_CVT_NEAREST_I32_F32 => map!(
@@ -1378,39 +1194,22 @@ fn cross_lane_ops(
             return Ok(Res::Written);
         }
         V_READLANE_B32 => {
-            let l = (b[0] as usize) % n;
+            let l = lane_of(b[0] as u32, n);
             w.swrite(i.dst, a[l] as u32);
             return Ok(Res::Written);
         }
         V_WRITELANE_B32 => {
-            let l = (b[0] as usize) % n;
+            let l = lane_of(b[0] as u32, n);
             let dr = w.row(i.dst, pc)?;
             w.vgpr[dr + l] = a[0] as u32;
             return Ok(Res::Written);
         }
         V_MBCNT_LO_U32_B32 | V_MBCNT_HI_U32_B32 => {
-            map!(n, exec, r, a, b, c, |x, y, _z| {
-                let _ = x;
-                y
-            });
-            // Count of set mask bits in lanes below this one (lo: lanes 0..31, hi: 32..63).
             for l in 0..n {
                 if exec >> l & 1 == 0 {
                     continue;
                 }
-                let m = a[l] as u32;
-                let below = if op == V_MBCNT_LO_U32_B32 {
-                    if l >= 32 {
-                        m.count_ones()
-                    } else {
-                        (m & ((1u64 << l) - 1) as u32).count_ones()
-                    }
-                } else if l < 32 {
-                    0
-                } else {
-                    (m & ((1u64 << (l - 32)) - 1) as u32).count_ones()
-                };
-                r[l] = (below as u64 + (b[l] & 0xffff_ffff)) & 0xffff_ffff;
+                r[l] = mbcnt(op == V_MBCNT_HI_U32_B32, a[l] as u32, b[l] as u32, l) as u64;
             }
         }
         V_PERMLANE16_B32 | V_PERMLANEX16_B32 => {
@@ -1483,13 +1282,20 @@ mod tests {
                 ieee: true,
                 ftz16_64: false,
             };
-            let owners = (GROUPS.iter().enumerate())
+            let mut owners = (GROUPS.iter().enumerate())
                 .filter(|(_, g)| g(&mut w, &mut t, &i, u64::MAX, 0).unwrap() != Res::Other)
                 .map(|(k, _)| k)
                 .collect::<Vec<_>>();
+            // `prep::Alu` owns the operations it states (the groups keep the integer add and
+            // subtract under clamp, which saturate).
+            if crate::prep::alu_of(op, true).is_some() && !matches!(op, V_ADD_NC_U32 | V_SUB_NC_U32)
+            {
+                owners.push(GROUPS.len());
+            }
             assert!(
                 owners.len() <= 1,
-                "op {op:#x} is owned by groups {owners:?}"
+                "op {op:#x} is owned by groups {owners:?} (`Alu` is {})",
+                GROUPS.len()
             );
             owned += owners.len();
         }

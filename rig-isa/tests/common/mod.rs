@@ -3,10 +3,12 @@
 //! processor (kernel arguments with the COv5 hidden block, user SGPRs, a fake AQL packet).
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use rig_isa::testing::FlatMemory;
 use rig_isa::{Dispatch, ExecStats, Isa, Memory, Scratch, Workgroups, execute, execute_isa};
 
@@ -105,13 +107,43 @@ pub fn run_gpu(c: &Case, threads: usize) -> Vec<Vec<u8>> {
 
 /// Runs a case's build for `isa`'s target on a GPU of that generation.
 pub fn run_gpu_on(isa: Isa, c: &Case, threads: usize) -> Vec<Vec<u8>> {
+    run_gpu_stats(isa, c, threads).0
+}
+
+/// [`run_gpu_on`], with the dispatch's counters.
+pub fn run_gpu_stats(isa: Isa, c: &Case, threads: usize) -> (Vec<Vec<u8>>, ExecStats) {
     let bytes = c.bufs.iter().map(|b| b.len() + 512).sum::<usize>();
     let mem = FlatMemory::new(BASE, (BUFS - BASE) as usize + bytes);
     let (d, addrs) = prepare_in(&mem, c, &corpus_dir_of(isa));
     let stop = AtomicBool::new(false);
-    execute_isa(isa, &d, Workgroups::ALL, &mem, &stop, threads)
+    let stats = execute_isa(isa, &d, Workgroups::ALL, &mem, &stop, threads)
         .unwrap_or_else(|e| panic!("{}.{}: {e}", c.name, c.opt));
-    read_back(&mem, c, &addrs)
+    (read_back(&mem, c, &addrs), stats)
+}
+
+/// The instructions of the code object at `path` (its `.text`, decoded in order up to the
+/// first word that is not an instruction), in LLVM syntax.
+pub fn instructions(isa: Isa, path: &Path) -> Vec<rig_isa::Inst> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let elf = object::File::parse(&*data).expect("parse code object");
+    let text = elf
+        .section_by_name(".text")
+        .and_then(|s| s.data().ok())
+        .unwrap_or_default();
+    let words: Vec<u32> = text
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")))
+        .collect();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < words.len() {
+        let Ok(i) = rig_isa::decode_isa(isa, &words[at..]) else {
+            break;
+        };
+        at += (i.len as usize).max(1);
+        out.push(i);
+    }
+    out
 }
 
 /// Memory needed for a case.

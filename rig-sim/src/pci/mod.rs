@@ -38,6 +38,12 @@ pub enum ModelError {
     /// The SOS file given to its PSP did not parse.
     #[error("the model's PSP firmware")]
     Firmware(#[from] UcodeError),
+    /// A firmware file given to its PSP has no images it would load.
+    #[error("the model's PSP cannot take this firmware file")]
+    Images(#[from] rig_amd::psp::ImageError),
+    /// A firmware file's name says no kind.
+    #[error("{0} is not a firmware file name amdgpu reads")]
+    FirmwareName(String),
     /// VRAM too small to hold the discovery binary.
     #[error("{0} bytes of VRAM cannot hold the discovery binary 64 KiB below their top")]
     Vram(u64),
@@ -146,9 +152,46 @@ pub struct PciModel {
     blocks: Blocks,
     slots: HashMap<u32, (Slot, &'static str)>,
     values: HashMap<u32, u32>,
-    vram_bytes: u64,
-    vram: HashMap<u64, Box<[u8]>>,
+    vram: Vram,
     psp: psp::Psp,
+}
+
+/// VRAM's pages, made on first write; unwritten bytes read zero.
+#[derive(Debug)]
+struct Vram {
+    size: u64,
+    pages: HashMap<u64, Box<[u8]>>,
+}
+
+impl psp::Memory for Vram {
+    fn read(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        read_pages(&self.pages, self.size, addr, &mut out).ok()?;
+        Some(out)
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> bool {
+        self.write_at(addr, data).is_ok()
+    }
+}
+
+impl Vram {
+    fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), ModelError> {
+        check(self.size, offset, data.len())?;
+        let mut done = 0;
+        while done < data.len() {
+            let at = offset + done as u64;
+            let in_page = (at % PAGE) as usize;
+            let n = (PAGE as usize - in_page).min(data.len() - done);
+            let page = self
+                .pages
+                .entry(at / PAGE)
+                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
+            page[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 impl PciModel {
@@ -214,8 +257,10 @@ impl PciModel {
             blocks,
             slots,
             values: HashMap::new(),
-            vram_bytes,
-            vram: HashMap::new(),
+            vram: Vram {
+                size: vram_bytes,
+                pages: HashMap::new(),
+            },
         };
         let table = model.discovery.to_bytes()?;
         model.vram_write(vram_bytes - TMR_OFFSET, &table)?;
@@ -237,9 +282,15 @@ impl PciModel {
         &self.psp
     }
 
+    /// Makes its PSP accept the images of the firmware file `name` (its last path component)
+    /// in `GFX_CMD_ID_LOAD_IP_FW`: the firmware it would authenticate (see [`psp`]).
+    pub fn accept_firmware(&mut self, name: &str, bytes: &[u8]) -> Result<(), ModelError> {
+        self.psp.accept(name, bytes)
+    }
+
     /// VRAM's bytes.
     pub fn vram_bytes(&self) -> u64 {
-        self.vram_bytes
+        self.vram.size
     }
 
     /// A read of BAR0 dword `dword`.
@@ -250,7 +301,7 @@ impl PciModel {
             .ok_or(ModelError::NoRegister { dword })?;
         Ok(match *slot {
             Slot::Plain => self.values.get(&dword).copied().unwrap_or(0),
-            Slot::Memsize => (self.vram_bytes >> 20) as u32,
+            Slot::Memsize => (self.vram.size >> 20) as u32,
             Slot::Psp(n) => self.psp.read(n),
         })
     }
@@ -266,45 +317,19 @@ impl PciModel {
                 self.values.insert(dword, value);
             }
             Slot::Memsize => {}
-            Slot::Psp(n) => {
-                let Self {
-                    psp,
-                    vram,
-                    vram_bytes,
-                    ..
-                } = self;
-                let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
-                    let mut out = vec![0u8; len];
-                    read_pages(vram, *vram_bytes, addr, &mut out).ok()?;
-                    Some(out)
-                };
-                psp.write(n, value, &read);
-            }
+            Slot::Psp(n) => self.psp.write(n, value, &mut self.vram),
         }
         Ok(())
     }
 
     /// Reads VRAM at `offset` (through the VRAM BAR).
     pub fn vram_read(&self, offset: u64, out: &mut [u8]) -> Result<(), ModelError> {
-        read_pages(&self.vram, self.vram_bytes, offset, out)
+        read_pages(&self.vram.pages, self.vram.size, offset, out)
     }
 
     /// Writes VRAM at `offset`.
     pub fn vram_write(&mut self, offset: u64, data: &[u8]) -> Result<(), ModelError> {
-        check(self.vram_bytes, offset, data.len())?;
-        let mut done = 0;
-        while done < data.len() {
-            let at = offset + done as u64;
-            let in_page = (at % PAGE) as usize;
-            let n = (PAGE as usize - in_page).min(data.len() - done);
-            let page = self
-                .vram
-                .entry(at / PAGE)
-                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
-            page[in_page..in_page + n].copy_from_slice(&data[done..done + n]);
-            done += n;
-        }
-        Ok(())
+        self.vram.write_at(offset, data)
     }
 }
 

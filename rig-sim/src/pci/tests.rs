@@ -359,3 +359,97 @@ fn the_psp_boots_debians_secure_os_files() {
         assert!(d.model.psp().loaded().contains(&BootCommand::SysDrv), "{p}");
     }
 }
+
+/// psp_cmd_submit_buf by hand: the command buffer at `CMD`, a frame at the write pointer,
+/// C2PMSG_67; the fence and the response's status.
+fn submit(d: &mut Driver, cmd_id: u32, fields: &[u32]) -> (u32, u32) {
+    use rig_amd::psp::{CMD_AT, CMD_BYTES, CMD_ID_AT, FRAME_BYTES, RESP_AT};
+    const RING: u64 = 1 << 20;
+    const CMD: u64 = RING + 0x1000;
+    const FENCE: u64 = RING + 0x2000;
+    let mut buf = vec![0u8; CMD_BYTES];
+    buf[CMD_ID_AT..CMD_ID_AT + 4].copy_from_slice(&cmd_id.to_le_bytes());
+    for (i, f) in fields.iter().enumerate() {
+        buf[CMD_AT + 4 * i..CMD_AT + 4 * i + 4].copy_from_slice(&f.to_le_bytes());
+    }
+    d.model.vram_write(CMD, &buf).unwrap();
+    let wptr = d.read(67);
+    let fence = wptr + 1;
+    let mut frame = [0u8; FRAME_BYTES];
+    for (i, v) in [CMD as u32, 0, CMD_BYTES as u32, FENCE as u32, 0, fence]
+        .into_iter()
+        .enumerate()
+    {
+        frame[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    d.model
+        .vram_write(RING + u64::from(wptr) * 4, &frame)
+        .unwrap();
+    d.write(67, wptr + (FRAME_BYTES / 4) as u32);
+    let mut w = [0u8; 4];
+    d.model.vram_read(FENCE, &mut w).unwrap();
+    let got = u32::from_le_bytes(w);
+    d.model.vram_read(CMD + RESP_AT as u64, &mut w).unwrap();
+    assert_eq!(got, fence, "the PSP did not answer command {cmd_id:#x}");
+    (got, u32::from_le_bytes(w))
+}
+
+#[test]
+fn the_secure_os_answers_ring_commands_and_refuses_them_out_of_order() {
+    use rig_amd::psp::{GfxCmd, TMR_BYTES, status};
+    let sos = file();
+    let mut d = Driver::new("gfx1100", &sos);
+    d.boot(&sos);
+    d.write(69, 1 << 20);
+    d.write(70, 0);
+    d.write(71, RING_BYTES);
+    d.write(64, RING_TYPE_KM << 16);
+    assert_eq!(d.model.psp().state(), State::RingCreated);
+    let load = GfxCmd::LoadIpFw.value();
+    let tmr = GfxCmd::SetupTmr.value();
+    // Firmware before the TMR.
+    let (_, s) = submit(&mut d, load, &[16 << 20, 0, 4096, 18]);
+    assert_eq!(s, status::NOT_SUPPORTED);
+    // A TMR off its alignment, then a good one, then a second.
+    let (_, s) = submit(&mut d, tmr, &[(8 << 20) + 4096, 0, TMR_BYTES as u32]);
+    assert_eq!(s, status::NOT_SUPPORTED);
+    let (_, s) = submit(&mut d, tmr, &[8 << 20, 0, TMR_BYTES as u32]);
+    assert_eq!(s, status::SUCCESS);
+    assert_eq!(d.model.psp().tmr(), Some((8 << 20, TMR_BYTES)));
+    let (_, s) = submit(&mut d, tmr, &[8 << 20, 0, TMR_BYTES as u32]);
+    assert_eq!(s, status::NOT_SUPPORTED);
+    // An image of a type it was given no file for; the RLC's autoload before RLC_G; an id
+    // it does not know.
+    let (_, s) = submit(&mut d, load, &[16 << 20, 0, 4096, 18]);
+    assert_eq!(s, status::NOT_SUPPORTED);
+    let (_, s) = submit(&mut d, GfxCmd::AutoloadRlc.value(), &[]);
+    assert_eq!(s, status::NOT_SUPPORTED);
+    let (_, s) = submit(&mut d, 0x7f, &[]);
+    assert_eq!(s, status::UNKNOWN_COMMAND);
+    use super::psp::CommandRefusal as C;
+    let why: Vec<C> = d
+        .model
+        .psp()
+        .refusals()
+        .iter()
+        .filter_map(|r| match r {
+            Refusal::Command { refusal, .. } => Some(refusal.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        why,
+        [
+            C::BeforeTmr,
+            C::TmrPlacement {
+                addr: (8 << 20) + 4096,
+                size: TMR_BYTES as u32
+            },
+            C::TmrTwice,
+            C::FwType(18),
+            C::AutoloadEarly,
+            C::UnknownCommand(0x7f),
+        ]
+    );
+    assert!(d.model.psp().ip_loaded().is_empty());
+}
