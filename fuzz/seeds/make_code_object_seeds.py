@@ -2,7 +2,7 @@
 """Writes fuzz/seeds/code_object/*.co: the hostile shapes of issue 21 at seed size, made
 from the committed gfx1100 objects: metadata bombs (values rig skips, 15,000 kernels,
 nesting past MAX_DEPTH), and relocation bombs (thousands naming a long undefined symbol,
-sections overlapping in the file). rigd/tests/hostile_images.rs makes the full-size ones.
+sections overlapping in the file). rigd/tests/daemon/hostile_images.rs makes the full-size ones.
 Usage: python3 fuzz/seeds/make_code_object_seeds.py (from anywhere)."""
 import os
 import struct

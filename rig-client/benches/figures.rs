@@ -11,57 +11,15 @@
 //!
 //! `cargo bench -p rig-client --bench figures` (`RIG_BENCH_ONLY=submit` for the CPU
 //! figures alone, `RIG_BENCH_ONLY=wait` for the submit-to-completion ones,
-//! `RIG_BENCH_ONLY=alloc` for the allocation figures). The empty kernel is compiled with clang-19
-//! when LLVM 19 is installed; otherwise the `add` kernel of one work-group stands in, and
-//! the figures say so.
+//! `RIG_BENCH_ONLY=alloc` for the allocation figures). The empty kernel is compiled through
+//! `rig_kernels::Compiler` where a compiler is installed; otherwise the `add` kernel of one
+//! work-group stands in, and the figures say so.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rig_client::{Device, Kernel, Launch, Memory, Ref, Rig, Submission, WaitPolicy};
-
-/// rigd's daemon, which this program serves as when run again by [`Daemon::start`].
-#[path = "../../tests/src/serve.rs"]
-mod serve;
-
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = std::env::temp_dir().join(format!("rig-client-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temporary directory");
-        let socket = dir.join("rigd.sock");
-        let child = Command::new(std::env::current_exe().expect("this program's path"))
-            .env(serve::SOCKET_ENV, &socket)
-            .env_remove(serve::HANG_MS_ENV)
-            .env_remove(serve::GPUS_ENV)
-            .spawn()
-            .expect("start rigd");
-        let start = Instant::now();
-        while Rig::connect_to(&socket).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "rigd did not come up"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child, dir, socket }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the child this program spawned, by its id.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn open(socket: &Path) -> Device {
     let rig = Rig::connect_to(socket).expect("connect");
@@ -69,40 +27,9 @@ fn open(socket: &Path) -> Device {
     rig.open_device(&name).expect("open")
 }
 
-/// An empty kernel's code object, built with LLVM 19 if present.
+/// An empty kernel's code object, where a compiler is installed.
 fn empty_code() -> Option<Vec<u8>> {
-    let dir = std::env::temp_dir().join(format!("rig-client-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let src = dir.join("empty.cl");
-    std::fs::write(&src, "__kernel void empty(void) {}\n").ok()?;
-    let (obj, co) = (dir.join("empty.o"), dir.join("empty.co"));
-    let ok = Command::new("clang-19")
-        .args([
-            "-x",
-            "cl",
-            "-cl-std=CL2.0",
-            "-target",
-            "amdgcn-amd-amdhsa",
-            "-mcpu=gfx1100",
-            "-nogpulib",
-            "-O2",
-            "-c",
-        ])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new("ld.lld-19")
-            .args(["-shared", "--build-id=none"])
-            .arg(&obj)
-            .arg("-o")
-            .arg(&co)
-            .status()
-            .is_ok_and(|s| s.success());
-    let bytes = if ok { std::fs::read(&co).ok() } else { None };
-    let _ = std::fs::remove_dir_all(&dir);
-    bytes
+    rig_testkit::kernels::compile("empty", "__kernel void empty(void) {}\n", "gfx1100")
 }
 
 /// The launch measured: the empty kernel, or `add` over one group.
@@ -119,9 +46,7 @@ fn launches(dev: &Device, n: usize) -> (Submission, &'static str, Vec<rig_client
         });
         return (s, "empty kernel", vec![]);
     }
-    let code =
-        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/out/gfx1100/add.co"))
-            .expect("kernels/out/gfx1100/add.co");
+    let code = rig_testkit::Backend::Sim.code("add");
     let k = dev.load_image(&code).unwrap().resolve("add").unwrap();
     let x = dev.buffer(1024, Memory::Pinned).unwrap();
     let y = dev.buffer(1024, Memory::Pinned).unwrap();
@@ -134,7 +59,7 @@ fn launches(dev: &Device, n: usize) -> (Submission, &'static str, Vec<rig_client
     });
     (
         s,
-        "add over 256 items (no LLVM 19 for an empty kernel)",
+        "add over 256 items (no compiler for an empty kernel)",
         vec![x, y],
     )
 }
@@ -180,7 +105,7 @@ fn waits(dev: &Device, s: &Submission) {
 }
 
 fn main() {
-    if let Some(code) = serve::main() {
+    if let Some(code) = rig_testkit::serve::main() {
         std::process::exit(code);
     }
     if let Some(socket) = std::env::var_os("RIG_BENCH_WORKER") {
@@ -195,7 +120,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let d = Daemon::start();
+    let d = rig_testkit::Daemon::start(rig_testkit::Backend::Sim, None);
     let dev = open(&d.socket);
     let (s, what, _keep) = launch(&dev);
     dev.submit(&s).unwrap().wait().unwrap();

@@ -305,7 +305,12 @@ fn a_bad_request_is_answered_and_the_connection_goes_on() {
 #[test]
 fn reading_is_cancel_safe() {
     let (c, s) = UnixStream::pair().unwrap();
-    let rt = runtime();
+    // Paused time: the timeout below is waited out at once, once nothing else can run.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let mut conn = server_side(s);
         let payload = frame::encode(&Request::ListDevices).unwrap();

@@ -10,135 +10,31 @@
 //!   open (through KFD, as many as the user's share of the GPU holds), and the emulated
 //!   kernel's beside it.
 //!
-//! `cargo bench -p rig-tests --bench kfd_paths`. Needs LLVM 19 (clang-19, ld.lld-19) for the
-//! empty kernel. The program is its own rigd and emulated KFD, run again as each
-//! (`rig_tests::serve`, `rig_tests::kfd`).
+//! `cargo bench -p rig-tests --bench kfd_paths`. Needs clang and lld (`rig_kernels::Compiler`)
+//! for the empty kernel. The program is its own rigd and emulated KFD, run again as each
+//! (`rig_testkit::Daemon`).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rig_client::{Device, Launch, Rig, Submission};
-use rig_tests::{kfd, serve};
+use rig_testkit::{Backend, Daemon};
 
-/// A rigd (and, on the kfd path, its emulated KFD) in child processes, until dropped.
-struct Served {
-    rigd: Child,
-    emu: Option<Child>,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-fn me() -> Command {
-    let mut c = Command::new(std::env::current_exe().expect("this program's path"));
-    c.env_remove(serve::SOCKET_ENV)
-        .env_remove(serve::KFD_ENV)
-        .env_remove(kfd::KFD_SERVE_ENV)
-        .env_remove(serve::HANG_MS_ENV)
-        .env_remove(serve::GPUS_ENV)
-        .env_remove(serve::IDLE_MS_ENV)
-        .stdout(Stdio::null());
-    c
-}
-
-fn poll(what: &str, mut done: impl FnMut() -> bool) {
+/// A device of the first GPU, on a connection of its own (once rigd has seen closed
+/// connections go and given back their devices' charges, when this user holds as many
+/// connections, or as much of the GPU, as rigd allows).
+fn device(d: &Daemon) -> Device {
     let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+    loop {
+        let opened = Rig::connect_to(&d.socket).and_then(|rig| {
+            let name = rig.gpus()?[0].name.clone();
+            rig.open_device(&name)
+        });
+        match opened {
+            Ok(dev) => return dev,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "{e}"),
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-impl Served {
-    fn start(on_kfd: bool) -> Served {
-        let name = if on_kfd { "kfd" } else { "sim" };
-        let dir = std::env::temp_dir().join(format!("rig-bench-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let socket = dir.join("rigd.sock");
-        let emu = on_kfd.then(|| {
-            let c = me()
-                .env(kfd::KFD_SERVE_ENV, &dir)
-                .spawn()
-                .expect("start the emulated KFD");
-            poll("the emulated KFD did not come up", || {
-                dir.join(kfd::KFD_READY).exists()
-            });
-            c
-        });
-        let mut cmd = me();
-        cmd.env(serve::SOCKET_ENV, &socket);
-        if on_kfd {
-            cmd.env(serve::KFD_ENV, &dir)
-                .env(serve::WORKER_ENV, env!("CARGO_BIN_EXE_rig-tests-worker"));
-        }
-        let rigd = cmd.spawn().expect("start rigd");
-        poll("rigd did not come up", || Rig::connect_to(&socket).is_ok());
-        Served {
-            rigd,
-            emu,
-            dir,
-            socket,
-        }
-    }
-
-    /// A device of the first GPU, on a connection of its own (once rigd has seen closed
-    /// connections go and given back their devices' charges, when this user holds as many
-    /// connections, or as much of the GPU, as rigd allows).
-    fn device(&self) -> Device {
-        let start = Instant::now();
-        loop {
-            let opened = Rig::connect_to(&self.socket).and_then(|rig| {
-                let name = rig.gpus()?[0].name.clone();
-                rig.open_device(&name)
-            });
-            match opened {
-                Ok(dev) => return dev,
-                Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "{e}"),
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        for c in std::iter::once(&mut self.rigd).chain(self.emu.as_mut()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The empty kernel's code object, built with LLVM 19; `None` without it.
-fn empty_code() -> Option<Vec<u8>> {
-    let dir = std::env::temp_dir().join(format!("rig-bench-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let src = dir.join("empty.cl");
-    std::fs::write(&src, "__kernel void empty(void) {}\n").ok()?;
-    let (obj, co) = (dir.join("empty.o"), dir.join("empty.co"));
-    let ok = Command::new("clang-19")
-        .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"])
-        .arg(format!("-mcpu={}", serve::processor()))
-        .args(["-nogpulib", "-O2", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new("ld.lld-19")
-            .args(["-shared", "--build-id=none"])
-            .arg(&obj)
-            .arg("-o")
-            .arg(&co)
-            .status()
-            .is_ok_and(|s| s.success());
-    let bytes = if ok { std::fs::read(&co).ok() } else { None };
-    let _ = std::fs::remove_dir_all(&dir);
-    bytes
 }
 
 /// The `p` quantile of `v` (sorted here), in microseconds.
@@ -164,7 +60,8 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn figures(on_kfd: bool, code: &[u8]) {
-    let served = Served::start(on_kfd);
+    let backend = if on_kfd { Backend::Kfd } else { Backend::Sim };
+    let served = Daemon::start(backend, None);
     println!(
         "{}, {}:",
         if on_kfd {
@@ -172,7 +69,7 @@ fn figures(on_kfd: bool, code: &[u8]) {
         } else {
             "sim path"
         },
-        serve::processor()
+        backend.processor()
     );
     // 64 clients, each a connection with a device open: rigd's per-user default allows 64
     // connections, so they come first. Through KFD each device's queues take 44 MiB of the
@@ -204,8 +101,8 @@ fn figures(on_kfd: bool, code: &[u8]) {
     }
     let clients = idle.len();
     std::thread::sleep(Duration::from_millis(500));
-    let pids: Vec<(&str, u32)> = std::iter::once(("rigd", served.rigd.id()))
-        .chain(served.emu.as_ref().map(|e| ("the emulated kernel", e.id())))
+    let pids: Vec<(&str, u32)> = std::iter::once(("rigd", served.pid()))
+        .chain(served.kfd_pid().map(|p| ("the emulated kernel", p)))
         .collect();
     let before: Vec<u64> = pids.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let secs = 5.0;
@@ -219,7 +116,7 @@ fn figures(on_kfd: bool, code: &[u8]) {
         );
     }
     drop(idle);
-    let dev = served.device();
+    let dev = device(&served);
     let k = dev.load_image(code).unwrap().resolve("empty").unwrap();
     let s = Submission::new().launch(Launch::new(&k, [1, 1, 1], [32, 1, 1]));
 
@@ -289,14 +186,18 @@ fn figures(on_kfd: bool, code: &[u8]) {
 }
 
 fn main() {
-    if let Some(code) = kfd::main().or_else(serve::main) {
+    if let Some(code) = rig_testkit::serve::main() {
         std::process::exit(code);
     }
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let Some(code) = empty_code() else {
-        println!("skipped: clang-19 and ld.lld-19 (LLVM 19) are needed to build the empty kernel");
+    // The kfd path's emulated KFD serves a gfx1100, as the sim path's default GPU is.
+    let Some(code) = rig_testkit::kernels::compile(
+        "empty",
+        "__kernel void empty(void) {}\n",
+        Backend::Sim.processor(),
+    ) else {
         return;
     };
     for on_kfd in [false, true] {

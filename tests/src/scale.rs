@@ -3,7 +3,7 @@
 //! value is reached and every result matches a host oracle, and time control requests while
 //! they work; and the figures of rigd's CPU while the same clients sit idle.
 //!
-//! The program that uses it (`tests/tests/scale.rs`, the `scale` bench) is rigd and every
+//! The program that uses it (`tests/tests/e2e/scale.rs`, the `scale` bench) is rigd and every
 //! client too: [`Daemon::start`] and [`spawn_worker`] run it again with an environment that
 //! [`serve_main`] and [`worker_main`] recognise. rigd is configured for the scale asked
 //! ([`config`]): the embedded defaults allow one user 64 connections and 64 devices, fewer

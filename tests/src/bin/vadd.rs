@@ -1,5 +1,5 @@
 //! docs/kernels.md's "Running it" program, verbatim below this comment (a test checks the
-//! page and this file agree, and runs it against a real rigd: tests/tests/kernels_doc.rs).
+//! page and this file agree, and runs it against a real rigd: tests/tests/e2e/kernels_doc.rs).
 
 use rig_client::{Memory, Rig, Submission, f32s, put_f32s};
 use rig_kernels::{Compiler, Options, Source};
