@@ -72,6 +72,7 @@ fn state() -> State {
         processor: "gfx1100".into(),
         memory_bytes: 64 << 20,
         hang_ms: 50,
+        ..SimGpuConfig::embedded_default()
     })
     .expect("a simulated gpu");
     let info = GpuInfo {
