@@ -6,6 +6,7 @@
 
 mod buffers;
 mod clock;
+mod container;
 mod device_facts;
 mod errors;
 mod faults;
