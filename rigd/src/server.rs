@@ -179,6 +179,27 @@ pub enum SlotError {
         /// `connections.per_uid`.
         max: usize,
     },
+    /// The grant's connections hold its share.
+    #[error(
+        "grant {grant} holds {max} connections to rigd, the most connections.per_uid allows each grant; close some (each rig-client Rig holds one) or ask the administrator to raise connections.per_uid"
+    )]
+    PerGrant {
+        /// The grant.
+        grant: String,
+        /// `connections.per_uid`.
+        max: usize,
+    },
+}
+
+/// Whose share of the connection slots a connection takes: its user's on rigd's own socket,
+/// its grant's on a grant's socket, so that a container (often root) cannot take the slots
+/// of the host's user of the same uid (the device plugin, rigctl).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SlotOwner {
+    /// A user, by uid.
+    User(u32),
+    /// A grant, by id.
+    Grant(Arc<str>),
 }
 
 /// The connection slots: how many each user holds and how many all hold.
@@ -211,10 +232,10 @@ pub struct Slots {
 struct Held {
     /// Slots held in all.
     total: usize,
-    /// Slots held by each user holding any.
-    by_uid: HashMap<u32, usize>,
-    /// The user and the state of each slot held, by its number (a slot given back leaves).
-    slots: HashMap<u64, (u32, Arc<AtomicU8>)>,
+    /// Slots held by each user or grant holding any.
+    by_owner: HashMap<SlotOwner, usize>,
+    /// The owner and the state of each slot held, by its number (a slot given back leaves).
+    slots: HashMap<u64, (SlotOwner, Arc<AtomicU8>)>,
     /// The next slot's number: numbers are never reused, so a late hang-up report of a
     /// slot given back names none.
     next: u64,
@@ -223,14 +244,14 @@ struct Held {
 impl Held {
     /// Gives back slot `id` if it is still held.
     fn give_back(&mut self, id: u64) {
-        let Some((uid, _)) = self.slots.remove(&id) else {
+        let Some((owner, _)) = self.slots.remove(&id) else {
             return;
         };
         self.total -= 1;
-        if let Some(n) = self.by_uid.get_mut(&uid) {
+        if let Some(n) = self.by_owner.get_mut(&owner) {
             *n -= 1;
             if *n == 0 {
-                self.by_uid.remove(&uid);
+                self.by_owner.remove(&owner);
             }
         }
     }
@@ -293,16 +314,26 @@ impl Slots {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A slot for `uid`'s connection `socket`, if it and everyone together are under their
+    /// A slot for `owner`'s connection `socket`, if it and everyone together are under their
     /// caps once the slots of peers that hung up are given back.
-    pub fn take(self: &Arc<Self>, uid: u32, socket: BorrowedFd<'_>) -> Result<Slot, SlotError> {
+    pub fn take(
+        self: &Arc<Self>,
+        owner: SlotOwner,
+        socket: BorrowedFd<'_>,
+    ) -> Result<Slot, SlotError> {
         let mut held = self.lock();
         let over = |h: &Held| {
-            let mine = h.by_uid.get(&uid).copied().unwrap_or(0);
+            let mine = h.by_owner.get(&owner).copied().unwrap_or(0);
             if mine >= self.max_per_uid {
-                Err(SlotError::PerUid {
-                    uid,
-                    max: self.max_per_uid,
+                Err(match &owner {
+                    SlotOwner::User(uid) => SlotError::PerUid {
+                        uid: *uid,
+                        max: self.max_per_uid,
+                    },
+                    SlotOwner::Grant(grant) => SlotError::PerGrant {
+                        grant: grant.to_string(),
+                        max: self.max_per_uid,
+                    },
                 })
             } else if h.total >= self.max_total {
                 Err(SlotError::Full {
@@ -327,8 +358,8 @@ impl Slots {
             }
         }
         let state = Arc::new(AtomicU8::new(IDLE));
-        held.slots.insert(id, (uid, state.clone()));
-        *held.by_uid.entry(uid).or_insert(0) += 1;
+        *held.by_owner.entry(owner.clone()).or_insert(0) += 1;
+        held.slots.insert(id, (owner, state.clone()));
         held.total += 1;
         Ok(Slot {
             slots: self.clone(),
@@ -375,9 +406,9 @@ impl Slots {
         }
     }
 
-    /// Slots held by `uid`.
-    pub fn held_by(&self, uid: u32) -> usize {
-        self.lock().by_uid.get(&uid).copied().unwrap_or(0)
+    /// Slots held by `owner`.
+    pub fn held_by(&self, owner: &SlotOwner) -> usize {
+        self.lock().by_owner.get(owner).copied().unwrap_or(0)
     }
 }
 
@@ -421,7 +452,7 @@ impl Server {
                 },
                 () = &mut shutdown => break,
             };
-            let Some((stream, peer, slot)) = self.admit(stream, &serving, true) else {
+            let Some((stream, peer, slot)) = self.admit(stream, &serving, None) else {
                 continue;
             };
             self.spawn_connection(stream, peer, slot, &serving, None);
@@ -469,13 +500,14 @@ impl Server {
     /// credentials against `[access]`, then a slot. A peer refused is answered at once and
     /// dropped.
     ///
-    /// On a grant's socket (`checked` false) `[access]` is not asked: reaching that socket
-    /// is the credential ([`crate::grant`]), and the grant bounds what the peer may hold.
+    /// On a grant's socket (`grant` names it) `[access]` is not asked: reaching that socket
+    /// is the credential ([`crate::grant`]), the grant bounds what the peer may hold, and
+    /// its connections take the grant's share of the slots, not their user's.
     fn admit(
         &self,
         stream: UnixStream,
         serving: &Serving,
-        checked: bool,
+        grant: Option<&Arc<str>>,
     ) -> Option<(UnixStream, Peer, Slot)> {
         let (slots, refusals) = (&serving.slots, &serving.refusals);
         let peer = match peer_of(&stream) {
@@ -485,7 +517,7 @@ impl Server {
                 return None;
             }
         };
-        let refusal: rig_proto::ErrorReply = if checked && !self.access.allows(&peer) {
+        let refusal: rig_proto::ErrorReply = if grant.is_none() && !self.access.allows(&peer) {
             self.metrics.refused("access");
             if let Some(unlogged) = refusals.note("access") {
                 tracing::warn!(
@@ -498,7 +530,8 @@ impl Server {
             }
             Refusal::NotAllowed { uid: peer.uid }.into()
         } else {
-            match slots.take(peer.uid, stream.as_fd()) {
+            let owner = grant.map_or(SlotOwner::User(peer.uid), |g| SlotOwner::Grant(g.clone()));
+            match slots.take(owner, stream.as_fd()) {
                 Ok(slot) => return Some((stream, peer, slot)),
                 Err(e) => {
                     self.metrics.refused("slots");
@@ -947,7 +980,7 @@ impl Server {
             if *grant.revoked.borrow() {
                 break;
             }
-            let Some((stream, peer, slot)) = self.admit(stream, serving, false) else {
+            let Some((stream, peer, slot)) = self.admit(stream, serving, Some(&grant.of.id)) else {
                 continue;
             };
             self.spawn_connection(stream, peer, slot, serving, Some(grant.clone()));
@@ -980,23 +1013,54 @@ mod tests {
     }
 
     #[test]
+    fn a_grants_connections_take_the_grants_slots_not_their_users() {
+        let s = Slots::new(8, 2);
+        let socks: Vec<_> = (0..5).map(|_| pair()).collect();
+        let fd = |i: usize| socks[i].0.as_fd();
+        let grant = SlotOwner::Grant("pod-a".into());
+        let _g1 = s.take(grant.clone(), fd(0)).unwrap();
+        let _g2 = s.take(grant.clone(), fd(1)).unwrap();
+        assert_eq!(
+            s.take(grant.clone(), fd(2)).unwrap_err(),
+            SlotError::PerGrant {
+                grant: "pod-a".into(),
+                max: 2
+            }
+        );
+        // Root inside the container holds the grant's share; root on the host has its own.
+        let _r1 = s.take(SlotOwner::User(0), fd(3)).unwrap();
+        let _r2 = s.take(SlotOwner::User(0), fd(4)).unwrap();
+        assert_eq!((s.held_by(&grant), s.held_by(&SlotOwner::User(0))), (2, 2));
+    }
+
+    #[test]
     fn slots_cap_each_user_and_everyone() {
         let s = Slots::new(3, 2);
         let socks: Vec<_> = (0..6).map(|_| pair()).collect();
         let fd = |i: usize| socks[i].0.as_fd();
-        let a1 = s.take(1, fd(0)).unwrap();
-        let _a2 = s.take(1, fd(1)).unwrap();
+        let a1 = s.take(SlotOwner::User(1), fd(0)).unwrap();
+        let _a2 = s.take(SlotOwner::User(1), fd(1)).unwrap();
         assert_eq!(
-            s.take(1, fd(2)).unwrap_err(),
+            s.take(SlotOwner::User(1), fd(2)).unwrap_err(),
             SlotError::PerUid { uid: 1, max: 2 }
         );
-        let b1 = s.take(2, fd(3)).unwrap();
-        assert_eq!(s.take(3, fd(4)).unwrap_err(), SlotError::Full { max: 3 });
-        assert_eq!(s.held_by(3), 0);
+        let b1 = s.take(SlotOwner::User(2), fd(3)).unwrap();
+        assert_eq!(
+            s.take(SlotOwner::User(3), fd(4)).unwrap_err(),
+            SlotError::Full { max: 3 }
+        );
+        assert_eq!(s.held_by(&SlotOwner::User(3)), 0);
         drop(a1);
-        let _c = s.take(3, fd(5)).unwrap();
+        let _c = s.take(SlotOwner::User(3), fd(5)).unwrap();
         drop(b1);
-        assert_eq!((s.held_by(1), s.held_by(2), s.held_by(3)), (1, 0, 1));
+        assert_eq!(
+            (
+                s.held_by(&SlotOwner::User(1)),
+                s.held_by(&SlotOwner::User(2)),
+                s.held_by(&SlotOwner::User(3))
+            ),
+            (1, 0, 1)
+        );
         let msg = SlotError::PerUid { uid: 7, max: 64 }.to_string();
         assert!(
             msg.contains("connections.per_uid") && msg.contains("64"),
@@ -1011,34 +1075,40 @@ mod tests {
         let (mine2, peer2) = pair();
         let (mine3, peer3) = pair();
         let (mine4, _peer4) = pair();
-        let first = s.take(1, mine1.as_fd()).unwrap();
-        let _second = s.take(1, mine2.as_fd()).unwrap();
+        let first = s.take(SlotOwner::User(1), mine1.as_fd()).unwrap();
+        let _second = s.take(SlotOwner::User(1), mine2.as_fd()).unwrap();
         // A peer that only stopped writing still reads its answers: it keeps its slot.
         peer1.shutdown(std::net::Shutdown::Write).unwrap();
         assert_eq!(
-            s.take(1, mine3.as_fd()).unwrap_err(),
+            s.take(SlotOwner::User(1), mine3.as_fd()).unwrap_err(),
             SlotError::PerUid { uid: 1, max: 2 }
         );
         // One that closed gives its slot back at once, though its connection (the Slot
         // and rigd's end) is still being torn down.
         drop(peer2);
-        let third = s.take(1, mine3.as_fd()).unwrap();
-        assert_eq!(s.held_by(1), 2);
+        let third = s.take(SlotOwner::User(1), mine3.as_fd()).unwrap();
+        assert_eq!(s.held_by(&SlotOwner::User(1)), 2);
         // The same for the cap over everyone.
-        let _other = s.take(2, mine4.as_fd()).unwrap();
+        let _other = s.take(SlotOwner::User(2), mine4.as_fd()).unwrap();
         drop(peer3);
         let (mine5, _peer5) = pair();
-        let _again = s.take(2, mine5.as_fd()).unwrap();
+        let _again = s.take(SlotOwner::User(2), mine5.as_fd()).unwrap();
         // Given back once only: the task's own drop later changes nothing.
         drop(third);
-        assert_eq!((s.held_by(1), s.held_by(2)), (1, 2));
+        assert_eq!(
+            (
+                s.held_by(&SlotOwner::User(1)),
+                s.held_by(&SlotOwner::User(2))
+            ),
+            (1, 2)
+        );
         let (mine6, _peer6) = pair();
         assert_eq!(
-            s.take(3, mine6.as_fd()).unwrap_err(),
+            s.take(SlotOwner::User(3), mine6.as_fd()).unwrap_err(),
             SlotError::Full { max: 3 }
         );
         drop(first);
-        assert!(s.take(3, mine6.as_fd()).is_ok());
+        assert!(s.take(SlotOwner::User(3), mine6.as_fd()).is_ok());
     }
 
     #[test]
@@ -1046,21 +1116,21 @@ mod tests {
         let s = Slots::new(8, 1);
         let (mine, peer) = pair();
         let (next, _next_peer) = pair();
-        let busy = s.take(1, mine.as_fd()).unwrap();
+        let busy = s.take(SlotOwner::User(1), mine.as_fd()).unwrap();
         assert!(busy.answering());
         drop(peer);
         // The peer hung up mid-request: the request's work still counts against the user.
         assert_eq!(
-            s.take(1, next.as_fd()).unwrap_err(),
+            s.take(SlotOwner::User(1), next.as_fd()).unwrap_err(),
             SlotError::PerUid { uid: 1, max: 1 }
         );
         // Answered: the hang-up, seen again, gives the slot back ...
         busy.answered();
-        let _next = s.take(1, next.as_fd()).unwrap();
+        let _next = s.take(SlotOwner::User(1), next.as_fd()).unwrap();
         // ... and the old connection answers nothing more.
         assert!(!busy.answering());
         drop(busy);
-        assert_eq!(s.held_by(1), 1);
+        assert_eq!(s.held_by(&SlotOwner::User(1)), 1);
     }
 
     #[test]
