@@ -73,6 +73,7 @@ impl Reloader {
             ("[connections]", old.connections != new.connections),
             ("[images]", old.images != new.images),
             ("[[sim]]", old.sim != new.sim),
+            ("[kfd]", old.kfd != new.kfd),
             ("[vfio]", old.vfio != new.vfio),
             ("metrics.listen", old.metrics.listen != new.metrics.listen),
             ("metrics.group", old.metrics.group != new.metrics.group),

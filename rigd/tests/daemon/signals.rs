@@ -85,6 +85,16 @@ fn sighup_reloads_the_log_filter_access_and_limits_and_says_so() {
         "{}",
         d.log()
     );
+    // So is [kfd] (its GPUs, its workers).
+    std::fs::write(&cfg, format!("{SIM}\n[kfd]\nserve = false\n")).unwrap();
+    signal(&d, Signal::SIGHUP);
+    assert!(
+        holds_within(Duration::from_secs(20), || d
+            .log()
+            .contains("[kfd] changed but needs a restart to take effect")),
+        "{}",
+        d.log()
+    );
     assert_eq!(d.child.try_wait().unwrap(), None);
 }
 
