@@ -21,17 +21,18 @@ use rig_shm::{Doorbell, SharedRegion};
 use rigd::path::kfd::{KfdBackend, KfdProcess};
 use rigd::path::{Backend, Events, Owner, Path, PathMemory, QueueHandle, QueueSpec, Stopped};
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    server: Arc<rig_kfd_emu::server::Server>,
-    backend: KfdBackend,
+/// An emulated KFD and rigd's kfd backend for one of its GPUs (also the queue-slot tests').
+pub(super) struct Setup {
+    pub(super) _dir: tempfile::TempDir,
+    pub(super) server: Arc<rig_kfd_emu::server::Server>,
+    pub(super) backend: KfdBackend,
 }
 
 fn setup(processor: &str) -> Setup {
     setup_on(rig_kfd_emu::kernel::Config::default(), processor)
 }
 
-fn setup_on(config: rig_kfd_emu::kernel::Config, processor: &str) -> Setup {
+pub(super) fn setup_on(config: rig_kfd_emu::kernel::Config, processor: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("kfd.sock");
     let topo = dir.path().join("topology");
@@ -50,13 +51,14 @@ fn setup_on(config: rig_kfd_emu::kernel::Config, processor: &str) -> Setup {
     }
 }
 
+/// What a path's events reported (also the worker tests').
 #[derive(Default)]
-struct Seen {
-    interrupts: AtomicU64,
-    faults: std::sync::Mutex<Vec<rig_proto::Fault>>,
+pub(super) struct Seen {
+    pub(super) interrupts: AtomicU64,
+    pub(super) faults: std::sync::Mutex<Vec<rig_proto::Fault>>,
 }
 
-fn events(seen: &Arc<Seen>) -> Events {
+pub(super) fn events(seen: &Arc<Seen>) -> Events {
     let (a, b) = (seen.clone(), seen.clone());
     Events {
         interrupt: Arc::new(move || {
@@ -66,7 +68,7 @@ fn events(seen: &Arc<Seen>) -> Events {
     }
 }
 
-fn until(what: &str, f: impl Fn() -> bool) {
+pub(super) fn until(what: &str, f: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

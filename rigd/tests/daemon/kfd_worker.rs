@@ -5,14 +5,16 @@
 //! clients go on.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rig_proto::messages::{MemoryKind, QueueKind};
 use rig_shm::{Doorbell, SharedRegion};
 use rigd::config::KfdConfig;
 use rigd::path::worker::{KernelSpec, WorkerBackend, WorkerCommand, WorkerUser, Workers};
-use rigd::path::{Backend, Events, Owner, Path, QueueSpec, Stopped};
+use rigd::path::{Backend, Owner, Path, QueueSpec, Stopped};
+
+use super::kfd_path::{Seen, events, until};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -49,30 +51,6 @@ fn setup() -> Setup {
         server,
         workers,
         backend,
-    }
-}
-
-#[derive(Default)]
-struct Seen {
-    interrupts: AtomicU64,
-    faults: std::sync::Mutex<Vec<rig_proto::Fault>>,
-}
-
-fn events(seen: &Arc<Seen>) -> Events {
-    let (a, b) = (seen.clone(), seen.clone());
-    Events {
-        interrupt: Arc::new(move || {
-            a.interrupts.fetch_add(1, Ordering::Relaxed);
-        }),
-        fault: Arc::new(move |why| b.faults.lock().unwrap().push(why)),
-    }
-}
-
-fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

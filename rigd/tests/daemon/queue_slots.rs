@@ -6,29 +6,21 @@
 use std::sync::Arc;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use rig_kfd::seam::{Emulated, Kernel};
 use rig_proto::messages::Generations;
 use rigd::device::{Device, MakeError};
-use rigd::path::kfd::{KfdBackend, KfdProcess};
 use rigd::path::{Backend, Events, Owner};
+
+use super::kfd_path::{Setup, setup_on};
 
 /// A device on an emulated gfx1100 that holds at most `most` queues: the device, and the
 /// emulated kernel's count of the GPU's queues.
-fn device(most: usize) -> (tempfile::TempDir, Device, impl Fn() -> usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let (sock, topo) = (dir.path().join("kfd.sock"), dir.path().join("topology"));
+fn device(most: usize) -> (Setup, Device, impl Fn() -> usize) {
     let config = rig_kfd_emu::kernel::Config {
         max_queues_per_device: most,
         ..Default::default()
     };
-    let server = rig_kfd_emu::start(config, &sock, &topo).unwrap();
-    let kernel: Arc<dyn Kernel> = Arc::new(Emulated::new(&sock, &topo));
-    let node = rig_kfd::topology::read(&topo)
-        .unwrap()
-        .into_iter()
-        .find(|n| n.is_gpu())
-        .unwrap();
-    let backend = KfdBackend::new(KfdProcess::open(kernel).unwrap(), node).unwrap();
+    let s = setup_on(config, "gfx1100");
+    let backend = &s.backend;
     let events = Events {
         interrupt: Arc::new(|| {}),
         fault: Arc::new(|_| {}),
@@ -44,8 +36,9 @@ fn device(most: usize) -> (tempfile::TempDir, Device, impl Fn() -> usize) {
         Default::default(),
     )
     .unwrap();
+    let server = s.server.clone();
     let queues = move || server.kernel().gpus()[0].queues();
-    (dir, device, queues)
+    (s, device, queues)
 }
 
 #[test]
