@@ -56,11 +56,10 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
     let vm = &ctx.vm;
     // A chunk moved is progress, so that a copy longer than the hang bound is not a hang.
     let go_on = || !ctx.stopped() && ctx.moved();
-    let stop = &go_on;
     match packet {
         Packet::Nop(_) | Packet::GcrReq(_) => {}
         Packet::CopyLinear(p) => {
-            vm.copy(p.dst, p.src, p.bytes, stop)?;
+            vm.copy(p.dst, p.src, p.bytes, &go_on)?;
             ctx.notify(&[(p.dst, p.bytes)]);
         }
         Packet::SubWindow(p) => {
@@ -74,7 +73,7 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
             };
             for z in 0..p.depth {
                 for y in 0..p.height {
-                    if !vm.copy(at(&p.dst, y, z), at(&p.src, y, z), row, stop)? {
+                    if !vm.copy(at(&p.dst, y, z), at(&p.src, y, z), row, &go_on)? {
                         return Ok(());
                     }
                 }
@@ -95,7 +94,7 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
                 1 => (p.value & 0xffff) * 0x1_0001,
                 _ => p.value,
             };
-            vm.fill(p.dst, p.bytes, pattern, stop)?;
+            vm.fill(p.dst, p.bytes, pattern, &go_on)?;
             ctx.notify(&[(p.dst, p.bytes)]);
         }
         Packet::Fence(p) => {
