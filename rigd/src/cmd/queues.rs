@@ -37,7 +37,7 @@ pub(crate) fn grow<M: Mode>(
             // No slot for another queue is a resource the growth lacks, as memory is.
             Err(MakeError::Short { .. }) => Err(Refusal::gpu_short(want)),
             Err(e @ MakeError::Full { .. }) => {
-                tracing::info!(device = h.d.id().0, "a growth found no queue slot: {e}");
+                tracing::debug!(device = h.d.id().0, "a growth found no queue slot: {e}");
                 Err(Refusal::gpu_short(want))
             }
             Err(e @ MakeError::Never { .. }) => Err(Refusal::Never(e.to_string())),
