@@ -43,6 +43,13 @@ GCVM = [
     "VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32",
     "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32", "VM_INVALIDATE_ENG17_REQ", "VM_INVALIDATE_ENG17_ACK",
     "VM_L2_CNTL", "VM_L2_PROTECTION_FAULT_CNTL",
+] + [
+    # Contexts 1 to 15 (one VMID each), written out by name as the headers state each.
+    r % n for n in range(1, 16) for r in (
+        "VM_CONTEXT%d_CNTL", "VM_CONTEXT%d_PAGE_TABLE_BASE_ADDR_LO32",
+        "VM_CONTEXT%d_PAGE_TABLE_BASE_ADDR_HI32", "VM_CONTEXT%d_PAGE_TABLE_START_ADDR_LO32",
+        "VM_CONTEXT%d_PAGE_TABLE_START_ADDR_HI32", "VM_CONTEXT%d_PAGE_TABLE_END_ADDR_LO32",
+        "VM_CONTEXT%d_PAGE_TABLE_END_ADDR_HI32")
 ]
 GCVM_FAULT = ["VM_L2_PROTECTION_FAULT_ADDR_LO32", "VM_L2_PROTECTION_FAULT_ADDR_HI32"]
 MCVM = [
@@ -60,7 +67,9 @@ SMU = ["C2PMSG_%d" % n for n in (53, 54, 66, 75, 82, 90)]
 IH = [
     "IH_RB_CNTL", "IH_RB_BASE", "IH_RB_BASE_HI", "IH_RB_RPTR", "IH_RB_WPTR", "IH_RB_WPTR_ADDR_LO",
     "IH_RB_WPTR_ADDR_HI", "IH_DOORBELL_RPTR", "IH_CHICKEN",
-]
+] + ["IH_VMID_%d_LUT" % n for n in range(16)] + ["IH_VMID_%d_LUT_MM" % n for n in range(16)]
+# (IH_VMID_n_LUT maps the GC hub's VMID n to its PASID, _MM the MM hub's: the IH puts that
+# PASID in each entry, as gmc_v9_0 / gmc_v11_0's emit_pasid_mapping programs it.)
 # HDP 4.0's header has a read-cache invalidate register (hdp_v4_0.c) and no memory power
 # control (hdp_v4_0.c defines that one itself); HDP 6 and 7 the other way round.
 HDP = ["HDP_HOST_PATH_CNTL", "HDP_MISC_CNTL", "HDP_NONSURFACE_BASE", "HDP_NONSURFACE_BASE_HI"]

@@ -19,7 +19,8 @@
 //! - For the PCI path, which brings a GPU up with no kernel driver: [`ucode`], the firmware
 //!   files' headers; [`discovery`], the IP discovery table and the blocks its versions
 //!   choose; [`mmio`], the MMIO registers of those blocks, generated from Linux's headers;
-//!   [`psp`], the PSP bootloader's mailbox protocol.
+//!   [`psp`], the PSP bootloader's mailbox protocol; [`smu`], the SMU's message mailbox;
+//!   [`gmc`], the page-table format the GPU's hubs walk; [`ih`], the interrupt ring's entries.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -28,8 +29,10 @@ pub mod code_object;
 pub mod copy_plan;
 pub mod discovery;
 pub mod dispatch;
+pub mod gmc;
 pub mod gpu;
 pub mod hal;
+pub mod ih;
 pub mod kernarg;
 pub mod mmio;
 pub mod pci_ids;
@@ -37,6 +40,7 @@ pub mod pm4;
 pub mod psp;
 pub mod regs;
 pub mod sdma;
+pub mod smu;
 pub mod ucode;
 
 /// Bytes of the page rig maps GPU memory in: the GPUVM's smallest page and the host's, so
