@@ -83,7 +83,12 @@ impl Entry {
     /// The entry in `bytes` (little-endian words).
     pub fn decode(bytes: &[u8; ENTRY_BYTES]) -> Entry {
         let dw = |i: usize| {
-            u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]])
+            u32::from_le_bytes([
+                bytes[4 * i],
+                bytes[4 * i + 1],
+                bytes[4 * i + 2],
+                bytes[4 * i + 3],
+            ])
         };
         let byte = |w: u32, shift: u32| (w >> shift).to_le_bytes()[0];
         let (d0, d2, d3) = (dw(0), dw(2), dw(3));

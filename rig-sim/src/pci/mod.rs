@@ -8,14 +8,21 @@
 //! know fails loudly rather than reading a made-up value. VRAM is sparse, and holds the IP
 //! discovery binary ([`Discovery::to_bytes`]) 64 KiB below its top, where the firmware leaves
 //! it. NBIO's `RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE` reads VRAM's size in MiB. MP0's C2PMSG
-//! registers are the PSP's mailbox ([`psp`]); every other register holds what was written.
+//! registers are the PSP's mailbox ([`psp`]), MP1's the SMU's ([`smu`]); the GC and MM hubs'
+//! invalidation and fault-control registers act as [`gmc`] says, and `IH_RB_CNTL` as [`ih`]
+//! says; every other register holds what was written (the model's blocks read them: the
+//! hubs' VM contexts, the IH ring's registers). [`PciModel::translate`] walks the page
+//! tables as a GPU client would, and faults into the IH ring.
 //!
 //! The model's discovery table names the versions of [`chip_versions`] with the segment bases
 //! of the nearest chips whose bases a public header states (`sienna_cichlid_ip_offset.h` for
 //! gfx1100 and gfx1201, `aldebaran_ip_offset.h` for gfx942): the real chips' bases are only in
 //! their own discovery tables, which the bring-up reads, so it never depends on these.
 
+pub mod gmc;
+pub mod ih;
 pub mod psp;
+pub mod smu;
 
 use std::collections::HashMap;
 
@@ -44,6 +51,15 @@ pub enum ModelError {
     /// A firmware file's name says no kind.
     #[error("{0} is not a firmware file name amdgpu reads")]
     FirmwareName(String),
+    /// A GPU access faulted in a hub's translation (recorded and raised as [`gmc`] says).
+    #[error("page fault: {0:?}")]
+    PageFault(gmc::Fault),
+    /// A translation or ring names system memory, which the model does not hold yet.
+    #[error("system memory at bus address {addr:#x} is not modelled yet")]
+    SystemMemory {
+        /// The bus address.
+        addr: u64,
+    },
     /// VRAM too small to hold the discovery binary.
     #[error("{0} bytes of VRAM cannot hold the discovery binary 64 KiB below their top")]
     Vram(u64),
@@ -141,6 +157,14 @@ enum Slot {
     Memsize,
     /// MP0 C2PMSG_n, the PSP's mailbox.
     Psp(usize),
+    /// MP1 C2PMSG_n, the SMU's mailbox.
+    Smu(usize),
+    /// A hub's `VM_INVALIDATE_ENG17_REQ`.
+    Invalidate(gmc::Hub),
+    /// A hub's `VM_L2_PROTECTION_FAULT_CNTL`.
+    FaultCntl(gmc::Hub),
+    /// OSSSYS's `IH_RB_CNTL`.
+    IhCntl,
 }
 
 const PAGE: u64 = 4096;
@@ -151,9 +175,15 @@ pub struct PciModel {
     discovery: Discovery,
     blocks: Blocks,
     slots: HashMap<u32, (Slot, &'static str)>,
+    /// Each register's dword, by block and name.
+    names: HashMap<(Block, &'static str), u32>,
     values: HashMap<u32, u32>,
     vram: Vram,
     psp: psp::Psp,
+    smu: smu::Smu,
+    /// The hubs' cached translations, by hub, VMID and virtual page.
+    tlb: HashMap<(gmc::Hub, u8, u64), gmc::Cached>,
+    ih: ih::IhState,
 }
 
 /// VRAM's pages, made on first write; unwritten bytes read zero.
@@ -209,6 +239,7 @@ impl PciModel {
         let discovery = model_discovery(processor)?;
         let blocks = Blocks::of(&discovery)?;
         let mut slots = HashMap::new();
+        let mut names = HashMap::new();
         let r = blocks.regs;
         for table in [r.gc, r.mp0, r.mp1, r.osssys, r.mmhub, r.hdp, r.nbio] {
             let hw = match table.block {
@@ -228,20 +259,29 @@ impl PciModel {
                 let Some(dword) = reg.dword(&segs) else {
                     continue;
                 };
-                let slot = if table.block == Block::Mp0 {
-                    match reg
-                        .name
-                        .rsplit_once("C2PMSG_")
-                        .and_then(|(_, n)| n.parse().ok())
-                    {
-                        Some(n) => Slot::Psp(n),
-                        None => Slot::Plain,
-                    }
-                } else if reg.name == "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE" {
-                    Slot::Memsize
-                } else {
-                    Slot::Plain
+                let c2pmsg = reg
+                    .name
+                    .rsplit_once("C2PMSG_")
+                    .and_then(|(_, n)| n.parse().ok());
+                let hub = match table.block {
+                    Block::Gc => Some(gmc::Hub::Gc),
+                    Block::Mmhub => Some(gmc::Hub::Mm),
+                    _ => None,
                 };
+                let slot = match (table.block, c2pmsg, hub) {
+                    (Block::Mp0, Some(n), _) => Slot::Psp(n),
+                    (Block::Mp1, Some(n), _) => Slot::Smu(n),
+                    (_, _, Some(h)) if reg.name.ends_with("VM_INVALIDATE_ENG17_REQ") => {
+                        Slot::Invalidate(h)
+                    }
+                    (_, _, Some(h)) if reg.name.ends_with("VM_L2_PROTECTION_FAULT_CNTL") => {
+                        Slot::FaultCntl(h)
+                    }
+                    (Block::Osssys, ..) if reg.name == "IH_RB_CNTL" => Slot::IhCntl,
+                    _ if reg.name == "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE" => Slot::Memsize,
+                    _ => Slot::Plain,
+                };
+                names.insert((table.block, reg.name), dword);
                 if let Some((_, a)) = slots.insert(dword, (slot, reg.name)) {
                     return Err(ModelError::Collision {
                         dword,
@@ -256,7 +296,11 @@ impl PciModel {
             discovery,
             blocks,
             slots,
+            names,
             values: HashMap::new(),
+            smu: smu::Smu::default(),
+            tlb: HashMap::new(),
+            ih: ih::IhState::default(),
             vram: Vram {
                 size: vram_bytes,
                 pages: HashMap::new(),
@@ -282,10 +326,43 @@ impl PciModel {
         &self.psp
     }
 
+    /// Its SMU.
+    pub fn smu(&self) -> &smu::Smu {
+        &self.smu
+    }
+
     /// Makes its PSP accept the images of the firmware file `name` (its last path component)
-    /// in `GFX_CMD_ID_LOAD_IP_FW`: the firmware it would authenticate (see [`psp`]).
+    /// in `GFX_CMD_ID_LOAD_IP_FW`: the firmware it would authenticate (see [`psp`]). An SMU
+    /// file also gives the SMU the version it reports (its `ucode_version`).
     pub fn accept_firmware(&mut self, name: &str, bytes: &[u8]) -> Result<(), ModelError> {
-        self.psp.accept(name, bytes)
+        self.psp.accept(name, bytes)?;
+        if name.starts_with("smu_") {
+            let fw = rig_amd::ucode::Firmware::parse(rig_amd::ucode::Kind::Smc, bytes)?;
+            self.smu.set_version(fw.common.ucode_version);
+        }
+        Ok(())
+    }
+
+    /// Makes its SMU report driver-interface version `if_version` (a firmware built for
+    /// another driver than amdgpu 6.12's).
+    pub fn set_smu_if_version(&mut self, if_version: u32) {
+        self.smu.set_if_version(if_version);
+    }
+
+    /// The value of register `name` of `block` (0 if the model has no such register).
+    fn reg(&self, block: Block, name: &str) -> u32 {
+        self.names
+            .get(&(block, name))
+            .and_then(|d| self.values.get(d))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Sets register `name` of `block`, if the model has it.
+    fn set_reg(&mut self, block: Block, name: &str, value: u32) {
+        if let Some(&d) = self.names.get(&(block, name)) {
+            self.values.insert(d, value);
+        }
     }
 
     /// VRAM's bytes.
@@ -293,8 +370,8 @@ impl PciModel {
         self.vram.size
     }
 
-    /// A read of BAR0 dword `dword`.
-    pub fn mmio_read(&self, dword: u32) -> Result<u32, ModelError> {
+    /// A read of BAR0 dword `dword` (reading the SMU's response register lets it answer).
+    pub fn mmio_read(&mut self, dword: u32) -> Result<u32, ModelError> {
         let (slot, _) = self
             .slots
             .get(&dword)
@@ -303,6 +380,10 @@ impl PciModel {
             Slot::Plain => self.values.get(&dword).copied().unwrap_or(0),
             Slot::Memsize => (self.vram.size >> 20) as u32,
             Slot::Psp(n) => self.psp.read(n),
+            Slot::Smu(n) => self.smu.read(n),
+            Slot::Invalidate(_) | Slot::FaultCntl(_) | Slot::IhCntl => {
+                self.values.get(&dword).copied().unwrap_or(0)
+            }
         })
     }
 
@@ -318,6 +399,26 @@ impl PciModel {
             }
             Slot::Memsize => {}
             Slot::Psp(n) => self.psp.write(n, value, &mut self.vram),
+            Slot::Smu(n) => {
+                let running = self
+                    .psp
+                    .ip_loaded()
+                    .iter()
+                    .any(|l| l.fw == rig_amd::psp::GfxFw::Smu);
+                self.smu.write(n, value, running);
+            }
+            Slot::Invalidate(hub) => {
+                self.values.insert(dword, value);
+                self.invalidate(hub, value);
+            }
+            Slot::FaultCntl(hub) => {
+                self.values.insert(dword, value);
+                self.fault_cntl(hub, value);
+            }
+            Slot::IhCntl => {
+                self.values.insert(dword, value);
+                self.ih_cntl(value);
+            }
         }
         Ok(())
     }

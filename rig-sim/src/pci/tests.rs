@@ -56,7 +56,7 @@ struct Driver {
 
 impl Driver {
     fn new(processor: &str, sos: &[u8]) -> Driver {
-        let model = PciModel::new(processor, VRAM, sos, false).unwrap();
+        let mut model = PciModel::new(processor, VRAM, sos, false).unwrap();
         // VRAM's size from NBIO, whose base the bring-up knows before it reads the table
         // (the test takes it from the model; docs/pci.md, stage 2).
         let nbio = model
@@ -102,7 +102,7 @@ impl Driver {
         self.dword(self.blocks.regs.mp0, hw_id::MP0, &format!("{prefix}{n}"))
     }
 
-    fn read(&self, n: u32) -> u32 {
+    fn read(&mut self, n: u32) -> u32 {
         self.model.mmio_read(self.mailbox(n)).unwrap()
     }
 
