@@ -13,11 +13,18 @@
 //!
 //! Stages done here: VRAM size and IP discovery ([`Bringup::discover`]), the PSP's
 //! bootloader, its ring and the TMR, and the firmware images of the GC, SDMA and SMU
-//! through the PSP ([`Bringup::boot_psp`], [`Bringup::load_firmware`]; module [`psp`]).
-//! Memory the bring-up uses before a GMC exists lies in VRAM at fixed offsets
-//! ([`layout`]), addressed by the PSP at the frame buffer's MC base plus the offset.
+//! through the PSP ([`Bringup::boot_psp`], [`Bringup::load_firmware`]; module [`psp`]);
+//! the SMU's start and stable power ([`Bringup::start_smu`], [`Bringup::stable_power`];
+//! module [`smu`]); the GMC's GART and per-VMID page tables ([`Bringup::init_gmc`],
+//! [`Bringup::vm_create`], [`Bringup::vm_map`]; module [`gmc`]); the IH ring and its
+//! entries decoded ([`Bringup::init_ih`], [`Bringup::take_interrupts`]; module [`ih`]).
+//! The bring-up's own memory lies in VRAM at fixed offsets ([`layout`]), addressed by the
+//! blocks at the frame buffer's MC base plus the offset, and by page tables at the offset.
 
+pub mod gmc;
+pub mod ih;
 pub mod psp;
+pub mod smu;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -58,6 +65,16 @@ pub mod layout {
     pub const TMR: u64 = 4 << 20;
     /// Where firmware images are copied for `LOAD_IP_FW`, each 4 KiB aligned.
     pub const FW_IMAGES: u64 = 16 << 20;
+    /// The GART's flat table (`GART_BYTES` / 4 KiB entries of 8 bytes: 1 MiB).
+    pub const GART_TABLE: u64 = 32 << 20;
+    /// The arena of the VMIDs' page tables.
+    pub const PAGE_TABLES: u64 = 34 << 20;
+    /// The arena's end.
+    pub const PAGE_TABLES_END: u64 = 50 << 20;
+    /// The IH ring (`IH_RING_BYTES`).
+    pub const IH_RING: u64 = 50 << 20;
+    /// The IH's write-pointer write-back.
+    pub const IH_WPTR: u64 = IH_RING + (256 << 10);
     /// The least VRAM these need.
     pub const MIN_VRAM: u64 = 64 << 20;
 }
@@ -157,6 +174,42 @@ pub enum BringupError {
     /// A stage ran before the one it needs.
     #[error("{0}")]
     Order(&'static str),
+    /// The SMU answered a message with another response than OK.
+    #[error("the SMU answered {msg:?} (argument {arg:#x}) with {response:?}")]
+    Smu {
+        /// The message.
+        msg: rig_amd::smu::Msg,
+        /// Its argument.
+        arg: u32,
+        /// The answer.
+        response: rig_amd::smu::Response,
+    },
+    /// The SMU answered a clock's frequency no clock message can carry.
+    #[error("the SMU gave {clock:?} a DPM frequency of {mhz} MHz, past 16 bits")]
+    SmuClock {
+        /// The clock.
+        clock: rig_amd::smu::Clock,
+        /// The frequency.
+        mhz: u32,
+    },
+    /// A VMID outside 1 to 15, or one given a page table already (or none yet).
+    #[error("VMID {0} is not one of 1 to 15 with (or, for a new one, without) a page table")]
+    Vmid(u8),
+    /// A mapping not page aligned or outside the space.
+    #[error(
+        "cannot map VMID {vmid}'s {va:#x} to {phys:#x}: not 4 KiB aligned or outside the space"
+    )]
+    Mapping {
+        /// The VMID.
+        vmid: u8,
+        /// The virtual address.
+        va: u64,
+        /// The physical address.
+        phys: u64,
+    },
+    /// The page-table arena is full.
+    #[error("the page-table arena in VRAM is full")]
+    PageTablesFull,
 }
 
 /// One access of the bring-up, in order.
@@ -319,6 +372,9 @@ pub struct Bringup<B: Bar> {
     trace: Vec<Step>,
     timeout: Duration,
     psp: psp::PspState,
+    smu: smu::SmuState,
+    gmc: gmc::GmcState,
+    ih: ih::IhState,
 }
 
 impl<B: Bar> Bringup<B> {
@@ -356,6 +412,9 @@ impl<B: Bar> Bringup<B> {
             trace,
             timeout,
             psp: psp::PspState::default(),
+            smu: smu::SmuState::default(),
+            gmc: gmc::GmcState::default(),
+            ih: ih::IhState::default(),
         };
         let mmhub = b.blocks.regs.mmhub;
         let name = ["MMMC_VM_FB_LOCATION_BASE", "MC_VM_FB_LOCATION_BASE"]
@@ -393,6 +452,12 @@ impl<B: Bar> Bringup<B> {
     /// The BAR.
     pub fn bar(&self) -> &B {
         &self.bar
+    }
+
+    /// The BAR, to reach the device beside the bring-up (the GPU's own accesses, in tests
+    /// the model's).
+    pub fn bar_mut(&mut self) -> &mut B {
+        &mut self.bar
     }
 
     /// The MC address the GPU's blocks use for VRAM offset `offset`.

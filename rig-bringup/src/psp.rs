@@ -20,8 +20,8 @@ pub(crate) struct PspState {
     /// The ring's write pointer, in dwords.
     wptr: u32,
     fence: u32,
-    loaded: Vec<(GfxFw, u64)>,
-    autoload: bool,
+    pub(crate) loaded: Vec<(GfxFw, u64)>,
+    pub(crate) autoload: bool,
 }
 
 impl<B: Bar> Bringup<B> {

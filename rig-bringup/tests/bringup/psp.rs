@@ -1,71 +1,11 @@
-//! The bring-up's first stages against rig-sim's register-level model of gfx1100, with
-//! Debian's firmware files: SOS boots, every image of the GC, SDMA and SMU is taken, and each
-//! wrong order or bad file is refused.
-
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+//! Stages 3 to 5 against the model: SOS boots, every image of the GC, SDMA and SMU is
+//! taken, and each wrong order or bad file is refused.
 
 use rig_amd::psp::GfxFw;
-use rig_bringup::{Bar, Bringup, BringupError, FirmwareSet, Step};
-use rig_sim::pci::{ModelError, PciModel, psp::State};
+use rig_bringup::{BringupError, FirmwareSet, Step};
+use rig_sim::pci::psp::State;
 
-/// The model behind the bring-up's seam, as rig-vfio's mapped BAR will be.
-#[derive(Debug)]
-struct Model(PciModel);
-
-impl Bar for Model {
-    type Error = ModelError;
-    fn read32(&mut self, dword: u32) -> Result<u32, ModelError> {
-        self.0.mmio_read(dword)
-    }
-    fn write32(&mut self, dword: u32, value: u32) -> Result<(), ModelError> {
-        self.0.mmio_write(dword, value)
-    }
-    fn vram_read(&mut self, offset: u64, out: &mut [u8]) -> Result<(), ModelError> {
-        self.0.vram_read(offset, out)
-    }
-    fn vram_write(&mut self, offset: u64, data: &[u8]) -> Result<(), ModelError> {
-        self.0.vram_write(offset, data)
-    }
-}
-
-const VRAM: u64 = 256 << 20;
-/// Long enough for any answer the model gives; the waits that must fail take this long.
-const TIMEOUT: Duration = Duration::from_millis(200);
-
-fn dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("RIG_AMD_FIRMWARE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/lib/firmware/amdgpu"));
-    if dir.join("psp_13_0_0_sos.bin").exists() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var_os("RIG_REQUIRE_FIRMWARE").is_none(),
-        "no gfx1100 firmware in {}",
-        dir.display()
-    );
-    eprintln!("no gfx1100 firmware in {}: skipped", dir.display());
-    None
-}
-
-/// A model of gfx1100 that accepts Debian's files, and the set of those files.
-fn setup(dir: &Path) -> (Bringup<Model>, FirmwareSet) {
-    let sos = std::fs::read(dir.join("psp_13_0_0_sos.bin")).unwrap();
-    let mut model = PciModel::new("gfx1100", VRAM, &sos, false).unwrap();
-    let probe = Bringup::discover(
-        Model(PciModel::new("gfx1100", VRAM, &sos, false).unwrap()),
-        TIMEOUT,
-    )
-    .unwrap();
-    let set = FirmwareSet::read(dir, probe.blocks()).unwrap();
-    for (name, bytes) in set.files() {
-        if !name.ends_with("_sos.bin") {
-            model.accept_firmware(name, bytes).unwrap();
-        }
-    }
-    (Bringup::discover(Model(model), TIMEOUT).unwrap(), set)
-}
+use crate::{VRAM, dir, setup};
 
 #[test]
 fn boots_sos_and_loads_every_gfx1100_firmware() {
