@@ -331,3 +331,65 @@ fn releases_hangs_and_overflow_are_decoded() {
         }]
     );
 }
+
+#[test]
+fn the_setup_writes_the_registers_in_amdgpus_order() {
+    let Some(dir) = dir() else { return };
+    let b = ready(&dir);
+    let names: Vec<&str> = b
+        .trace()
+        .iter()
+        .filter_map(|s| match s {
+            rig_bringup::Step::Write { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .skip_while(|n| !n.starts_with("GCVM_"))
+        .collect();
+    // gfxhub_v3_0_gart_enable: the GART aperture, the system aperture, the TLB, the L2,
+    // the system domain, the VMIDs' contexts, then a flush of VMID 0.
+    assert_eq!(
+        names[..15],
+        [
+            "GCVM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32",
+            "GCVM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32",
+            "GCVM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32",
+            "GCVM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32",
+            "GCVM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32",
+            "GCVM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32",
+            "GCMC_VM_AGP_BASE",
+            "GCMC_VM_AGP_BOT",
+            "GCMC_VM_AGP_TOP",
+            "GCMC_VM_SYSTEM_APERTURE_LOW_ADDR",
+            "GCMC_VM_SYSTEM_APERTURE_HIGH_ADDR",
+            "GCMC_VM_MX_L1_TLB_CNTL",
+            "GCVM_L2_CNTL",
+            "GCVM_CONTEXT0_CNTL",
+            "GCVM_CONTEXT1_CNTL",
+        ]
+    );
+    let flush = names
+        .iter()
+        .position(|n| *n == "GCVM_INVALIDATE_ENG17_REQ")
+        .unwrap();
+    assert_eq!(names[flush - 1], "GCVM_CONTEXT15_PAGE_TABLE_END_ADDR_HI32");
+    assert!(names[flush + 1].starts_with("MMVM_CONTEXT0_"));
+    // ih_v6_0_enable_ring, then toggle_ring.
+    let ih: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| n.starts_with("IH_"))
+        .collect();
+    assert_eq!(
+        ih,
+        [
+            "IH_RB_BASE",
+            "IH_RB_BASE_HI",
+            "IH_RB_CNTL",
+            "IH_RB_WPTR_ADDR_LO",
+            "IH_RB_WPTR_ADDR_HI",
+            "IH_RB_WPTR",
+            "IH_RB_RPTR",
+            "IH_RB_CNTL",
+        ]
+    );
+}
