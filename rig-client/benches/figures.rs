@@ -12,8 +12,10 @@
 //! `cargo bench -p rig-client --bench figures` (`RIG_BENCH_ONLY=submit` for the CPU
 //! figures alone, `RIG_BENCH_ONLY=wait` for the submit-to-completion ones,
 //! `RIG_BENCH_ONLY=alloc` for the allocation figures). The empty kernel is compiled through
-//! `rig_kernels::Compiler` where a compiler is installed; otherwise the `add` kernel of one
-//! work-group stands in, and the figures say so.
+//! `rig_kernels::Compiler` where a compiler is installed, or read from the file
+//! `RIG_BENCH_EMPTY_CODE` names; otherwise the `add` kernel of one work-group stands in, and
+//! the figures say so. `RIG_BENCH_BATCHES=n` times n batches of 48 queued launches instead
+//! of 200 (a longer run for a profiler).
 
 use std::path::Path;
 use std::process::Command;
@@ -27,8 +29,12 @@ fn open(socket: &Path) -> Device {
     rig.open_device(&name).expect("open")
 }
 
-/// An empty kernel's code object, where a compiler is installed.
+/// An empty kernel's code object: the file `RIG_BENCH_EMPTY_CODE` names (built elsewhere, for
+/// a host with no compiler), else built here where a compiler is installed.
 fn empty_code() -> Option<Vec<u8>> {
+    if let Some(path) = std::env::var_os("RIG_BENCH_EMPTY_CODE") {
+        return Some(std::fs::read(&path).expect("RIG_BENCH_EMPTY_CODE names a code object"));
+    }
     rig_testkit::kernels::compile("empty", "__kernel void empty(void) {}\n", "gfx1100")
 }
 
@@ -148,7 +154,11 @@ fn main() {
     let mut total = Duration::ZERO;
     let mut count = 0u32;
     let mut batches = Vec::with_capacity(200);
-    for _ in 0..200 {
+    let rounds: u32 = std::env::var("RIG_BENCH_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    for _ in 0..rounds {
         let t = Instant::now();
         let mut last = None;
         for _ in 0..batch {

@@ -225,9 +225,10 @@ impl Placer {
         frame(&f, c, v, block, &mut self.staging)?;
         let compute = self.staging[0].len() as u64;
         let copy = self.staging[1].len() as u64;
-        // Never: past the largest rings the path makes.
+        // Never: past the largest rings the path makes. (`then`, not `then_some`: the error
+        // is built only when it is raised, not on every submit.)
         let never = |what, bytes: u64, most: u64| {
-            (bytes > most).then_some(Error::Never(Never::TooLarge { what, bytes, most }))
+            (bytes > most).then(|| Error::Never(Never::TooLarge { what, bytes, most }))
         };
         let most_compute = self.most.compute;
         let most_copy = self.most.copy;
