@@ -96,8 +96,13 @@ pub enum Error {
     #[error(transparent)]
     Arg(#[from] crate::args::ArgError),
     /// An image has no kernel of that name.
-    #[error("the image has no kernel named {0:?}")]
-    NoKernel(String),
+    #[error("the image has no kernel named {name:?}; its kernels: {kernels}")]
+    NoKernel {
+        /// The name asked.
+        name: String,
+        /// The image's kernels' names, comma separated.
+        kernels: String,
+    },
     /// An argument is outside what the call accepts, such as a range past a buffer's end,
     /// or a handle of a device closed before.
     #[error("{0}")]
@@ -175,7 +180,7 @@ impl Error {
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
             Error::Arg(_) => ErrorKind::Arg,
-            Error::NoKernel(_) => ErrorKind::NoKernel,
+            Error::NoKernel { .. } => ErrorKind::NoKernel,
             Error::Invalid(_) => ErrorKind::Invalid,
             Error::Shared { .. } => ErrorKind::Shared,
             Error::Io { .. } => ErrorKind::Io,

@@ -64,7 +64,7 @@ impl Image {
         if let Some(k) = self.0.resolved.lock().map_err(poisoned)?.get(name) {
             return Ok(Kernel(k.clone(), Some(self.0.clone())));
         }
-        let entry = self.0.device.resolve(self.0.id, name)?;
+        let entry = self.0.device.resolve(self.0.id, name, &self.0.kernels)?;
         let dev = &self.0.device;
         let template = LaunchTemplate::new(&dev.target, &entry);
         let kernargs = Kernargs::of(&entry)?;

@@ -264,6 +264,12 @@ async fn serve(cli: Cli, config: Config, mut logging: Logging) -> Exit {
             match rigd::metrics::Endpoint::bind(at, config.metrics.group.as_deref()).await {
                 Ok(e) => {
                     tracing::info!(metrics = %e.describe(), "serving metrics at /metrics");
+                    if e.beyond_loopback() {
+                        tracing::warn!(
+                            metrics = %e.describe(),
+                            "the metrics endpoint listens beyond loopback (metrics.remote = true): every host that reaches its port reads every GPU's and user's figures; keep it on a network only Prometheus reaches"
+                        );
+                    }
                     Some(tokio::spawn(rigd::metrics::serve(e, daemon.metrics())))
                 }
                 Err(e) => {

@@ -948,6 +948,15 @@ impl Endpoint {
         }
     }
 
+    /// True for a TCP socket bound beyond loopback (`metrics.remote`), which every host
+    /// that reaches its port may read.
+    pub fn beyond_loopback(&self) -> bool {
+        match self {
+            Endpoint::Unix(..) => false,
+            Endpoint::Tcp(l) => l.local_addr().is_ok_and(|a| !a.ip().is_loopback()),
+        }
+    }
+
     /// Where it listens, for the log.
     pub fn describe(&self) -> String {
         match self {

@@ -326,7 +326,14 @@ impl DeviceShared {
         self.free_now(region);
     }
 
-    pub(crate) fn resolve(&self, image: ImageId, name: &str) -> Result<rig_proto::Entry> {
+    /// The entry of kernel `name` of `image`, whose kernels are `kernels` (named by the
+    /// error when `name` is not one of them).
+    pub(crate) fn resolve(
+        &self,
+        image: ImageId,
+        name: &str,
+        kernels: &[String],
+    ) -> Result<rig_proto::Entry> {
         let req = Request::ResolveEntry {
             device: self.id,
             image,
@@ -334,7 +341,10 @@ impl DeviceShared {
         };
         match self.call(&req, &[])?.0 {
             Response::Entry(e) => Ok(*e),
-            Response::Absent => Err(Error::NoKernel(name.to_owned())),
+            Response::Absent => Err(Error::NoKernel {
+                name: name.to_owned(),
+                kernels: kernels.join(", "),
+            }),
             Response::NoMemory {
                 bytes,
                 shortage,

@@ -542,7 +542,7 @@ fn slow_peers_do_not_keep_scrapers_out() {
 }
 
 /// A port alone listens on 127.0.0.1 only; an address beyond loopback needs
-/// `metrics.remote`, at `--check` as at start.
+/// `metrics.remote`, at `--check` as at start, and is warned of in the log.
 #[test]
 fn metrics_listen_on_loopback_unless_remote() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -561,6 +561,27 @@ fn metrics_listen_on_loopback_unless_remote() {
     );
     // Bound to 127.0.0.1, not to every address: another of this host's refuses.
     assert!(std::net::TcpStream::connect(("127.0.0.2", port)).is_err());
+    assert!(!d.log().contains("beyond loopback"), "{}", d.log());
+    drop(d);
+    // With metrics.remote it serves every address, and the log warns that it does.
+    let d = Rigd::start(&format!(
+        "{SIM}\n[metrics]\nlisten = \"0.0.0.0:{port}\"\nremote = true\n"
+    ));
+    assert!(holds_within(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.2", port)).is_ok()
+    }));
+    let warned = d
+        .log()
+        .lines()
+        .find(|l| l.contains("beyond loopback"))
+        .map(str::to_owned);
+    assert!(
+        warned
+            .as_deref()
+            .is_some_and(|l| l.contains("WARN") && l.contains(&format!("metrics=0.0.0.0:{port}"))),
+        "{}",
+        d.log()
+    );
     drop(d);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("rigd.toml");

@@ -100,7 +100,22 @@ fn add_saxpy_and_two_kernels_of_one_image(b: Backend) {
     dev.submit(&s).unwrap();
     let want3: Vec<f32> = want2.iter().map(|v| v * 3.0 - 1.0).collect();
     assert_eq!(read_f32(&y), want3);
-    assert!(matches!(multi.resolve("nothing"), Err(Error::NoKernel(_))));
+    // An unknown name is refused naming the image's kernels, as an unknown parameter is.
+    let err = multi
+        .resolve("nothing")
+        .err()
+        .expect("no kernel named nothing");
+    assert!(matches!(err, Error::NoKernel { .. }), "{err}");
+    let mut known = multi.kernels().to_vec();
+    known.sort();
+    assert_eq!(known, ["offset", "scale"]);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the image has no kernel named \"nothing\"; its kernels: {}",
+            multi.kernels().join(", ")
+        )
+    );
 }
 
 fn hidden_arguments_describe_the_grid(b: Backend) {
