@@ -103,6 +103,22 @@ impl Counter {
         }
     }
 
+    /// What it counts, in a line (what `rigctl counters` prints).
+    pub fn about(self) -> &'static str {
+        match self {
+            Counter::Waves => "waves launched",
+            Counter::InstsValu => "vector ALU instructions issued, one per wave",
+            Counter::InstsSalu => "scalar ALU instructions issued",
+            Counter::InstsSmem => "scalar memory instructions issued",
+            Counter::InstsFlat => "FLAT, GLOBAL and SCRATCH instructions issued",
+            Counter::InstsTex => "buffer and image instructions issued",
+            Counter::InstsLds => "LDS instructions issued",
+            Counter::InstsBranch => "branches issued, taken or not",
+            Counter::WaveCycles => "wave-cycles: per cycle, the waves resident",
+            Counter::BusyCycles => "cycles with a wave resident",
+        }
+    }
+
     /// Its name (`SQ_WAVES`).
     pub fn name(self) -> String {
         format!("SQ_{}", self.select_name())
