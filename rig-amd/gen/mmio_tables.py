@@ -73,6 +73,14 @@ IH = [
 # HDP 4.0's header has a read-cache invalidate register (hdp_v4_0.c) and no memory power
 # control (hdp_v4_0.c defines that one itself); HDP 6 and 7 the other way round.
 HDP = ["HDP_HOST_PATH_CNTL", "HDP_MISC_CNTL", "HDP_NONSURFACE_BASE", "HDP_NONSURFACE_BASE_HI"]
+# The SQ's performance counters on GC 12 (rig-amd/src/perfcounter.rs): eight selects and
+# eight 32-bit counters (GC 12's SQ counters have no _HI half), the SQ's shader-type and VMID
+# filters, the CP's and RLC's perfmon state, and GRBM_GFX_INDEX, which picks the shader engine
+# a register access reaches (or broadcasts).
+SQ_PERF = (["SQ_PERFCOUNTER%d_SELECT" % n for n in range(8)]
+           + ["SQ_PERFCOUNTER%d_LO" % n for n in range(8)]
+           + ["SQ_PERFCOUNTER_CTRL", "SQ_PERFCOUNTER_CTRL2", "CP_CP_PERFMON_CNTL",
+              "RLC_PERFMON_CNTL", "GRBM_GFX_INDEX"])
 NBIO = ["BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", "BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL",
         "BIF_BX_PF0_GPU_HDP_FLUSH_REQ", "BIF_BX_PF0_GPU_HDP_FLUSH_DONE",
         "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE"]
@@ -83,7 +91,7 @@ TABLES = [
     ("gc_11_0_0", "gc/gc_11_0_0", "GC", HQD + ["CP_MEC_RS64_CNTL"]
      + ["GC" + r for r in gcvm() + MCVM]),
     ("gc_12_0_0", "gc/gc_12_0_0", "GC", HQD + ["CP_MEC_RS64_CNTL"]
-     + ["GC" + r for r in gcvm(True) + MCVM]),
+     + ["GC" + r for r in gcvm(True) + MCVM] + SQ_PERF),
     ("mp_13_0_2", "mp/mp_13_0_2", "MP0", ["MP0_SMN_" + r for r in PSP13]),
     ("mp_14_0_2", "mp/mp_14_0_2", "MP0", ["MPASP_SMN_" + r for r in PSP14]),
     ("mp_13_0_0", "mp/mp_13_0_0", "MP1", ["MP1_SMN_" + r for r in SMU]),
@@ -102,6 +110,24 @@ TABLES = [
     ("nbio_7_9_0", "nbio/nbio_7_9_0", "NBIO", NBIO),
     ("nbif_6_3_1", "nbif/nbif_6_3_1", "NBIO", NBIO),
 ]
+
+# (static name, header under drivers/gpu/drm/amd/include, enum, prefix, the names rig uses):
+# enumerations whose values a register field takes.
+ENUMS = [
+    # The SQ's counter selects (PERF_SEL of SQ_PERFCOUNTERn_SELECT) on GC 12, by the names
+    # rig offers (rig-amd/src/perfcounter.rs), less the enum's SQ_PERF_SEL_ prefix.
+    ("SQ_PERF_SEL_SOC24", "soc24_enum.h", "SQ_PERF_SEL", "SQ_PERF_SEL_",
+     ["WAVES", "INSTS_VALU", "INSTS_SALU", "INSTS_SMEM", "INSTS_FLAT", "INSTS_TEX",
+      "INSTS_LDS", "INSTS_BRANCH", "WAVE_CYCLES", "BUSY_CYCLES"]),
+    # PERFMON_STATE of CP_CP_PERFMON_CNTL.
+    ("CP_PERFMON_STATE_SOC24", "soc24_enum.h", "CP_PERFMON_STATE", "CP_PERFMON_STATE_",
+     ["DISABLE_AND_RESET", "START_COUNTING", "STOP_COUNTING"]),
+]
+# (static name, header): the blocks of a header that have a `<BLOCK>_PERF_SEL` enum, the
+# blocks whose counters the header names.
+PERF_BLOCKS = [("PERF_BLOCKS_SOC24", "soc24_enum.h")]
+PERF_ENUM = re.compile(r"^typedef enum (\w+)_PERF_SEL \{")
+ENUM_ENTRY = re.compile(r"^\s*(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*,?")
 
 DEFINE = re.compile(r"^#define\s+(\w+)\s+(0x[0-9a-fA-F]+|\d+)L?\b")
 
@@ -132,6 +158,22 @@ def fields(masks, reg):
                 sys.exit("%s.%s: mask %#x is not contiguous from bit %d" % (reg, field, mask, shift))
             found.append((shift, field, bits))
     return sorted(found)
+
+
+def enum_values(path, enum):
+    """The entries of `typedef enum ENUM { ... } ENUM;` in the header at `path`."""
+    out, inside = {}, False
+    with open(path, encoding="latin-1") as f:
+        for line in f:
+            if line.startswith("typedef enum %s {" % enum):
+                inside = True
+            elif inside and line.startswith("}"):
+                return out
+            elif inside:
+                m = ENUM_ENTRY.match(line)
+                if m:
+                    out.setdefault(m.group(1), int(m.group(2), 0))
+    sys.exit("no enum %s in %s" % (enum, path))
 
 
 def main():
@@ -165,6 +207,27 @@ def main():
             out.write('        Reg { name: "%s", offset: %#06x, base_index: %d, fields: &[%s] },\n'
                       % (reg, off, idx, fs))
         out.write("    ],\n};\n\n")
+    for static, header, enum, prefix, wanted in ENUMS:
+        values = enum_values(os.path.join(sys.argv[1], os.path.dirname(INCLUDE), header), enum)
+        out.write("/// `%s` of `%s`: (name less `%s`, value), the entries rig uses.\n"
+                  % (enum, header, prefix))
+        out.write("pub static %s: &[(&str, u32)] = &[\n" % static)
+        for name in wanted:
+            if prefix + name not in values:
+                sys.exit("no %s%s in %s's %s" % (prefix, name, header, enum))
+            out.write('    ("%s", %#x),\n' % (name, values[prefix + name]))
+        out.write("];\n\n")
+    for static, header in PERF_BLOCKS:
+        blocks = []
+        with open(os.path.join(sys.argv[1], os.path.dirname(INCLUDE), header),
+                  encoding="latin-1") as f:
+            for line in f:
+                m = PERF_ENUM.match(line)
+                if m and m.group(1) not in blocks:
+                    blocks.append(m.group(1))
+        out.write("/// The blocks of `%s` with a `<BLOCK>_PERF_SEL` enum, in its order.\n" % header)
+        out.write("pub static %s: &[&str] = &[%s];\n\n"
+                  % (static, ", ".join('"%s"' % b for b in blocks)))
     out.write("/// Every table, in the order the script lists them.\n")
     out.write("pub static ALL: &[&Table] = &[%s];\n" % ", ".join("&" + n for n in names))
 

@@ -10,7 +10,8 @@
 //!   differs per generation (scratch granules, the wave64 rule, cache-control bits, the
 //!   COMPUTE_* register table), stated once.
 //! - [`pm4`], [`sdma`], [`aql`]: encoders and decoders of the packets the compute and copy
-//!   queues read; [`regs`] the register offsets those packets name.
+//!   queues read; [`regs`] the register offsets those packets name; [`perfcounter`] the SQ
+//!   counters of GFX12 and the PM4 that counts a launch with them.
 //! - [`code_object`]: AMDGPU ELF code objects (metadata note, kernel descriptors,
 //!   relocations) and [`kernarg`], the argument bytes of a launch.
 //! - [`copy_plan`]: how a copy or fill on `COPY:0` becomes SDMA packets.
@@ -36,6 +37,7 @@ pub mod ih;
 pub mod kernarg;
 pub mod mmio;
 pub mod pci_ids;
+pub mod perfcounter;
 pub mod pm4;
 pub mod psp;
 pub mod regs;

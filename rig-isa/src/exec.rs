@@ -453,6 +453,7 @@ fn merge(out: &Mutex<(ExecStats, Option<ExecFault>)>, stats: ExecStats, r: Resul
     o.0.workgroups += stats.workgroups;
     o.0.instructions += stats.instructions;
     o.0.lane_instructions += stats.lane_instructions;
+    o.0.wave_cycles += stats.wave_cycles;
     for k in 0..InstClass::COUNT {
         o.0.issued[k] += stats.issued[k];
         o.0.general[k] += stats.general[k];
@@ -603,7 +604,10 @@ fn run_group(
     }
     stats.workgroups += 1;
     stats.waves += nwaves as u64;
-    schedule(ctx, code, group, stats)
+    let before = stats.instructions;
+    let r = schedule(ctx, code, group, stats);
+    stats.wave_cycles += nwaves as u64 * (stats.instructions - before);
+    r
 }
 
 /// A wave of the dispatch's shape (to be reset before it runs).

@@ -272,6 +272,11 @@ pub struct ExecStats {
     /// Of [`ExecStats::issued`], those that ran on the general executor rather than as a fast
     /// form (see [`issue_tier`]), by class.
     pub general: [u64; InstClass::COUNT],
+    /// Sum over workgroups of the group's waves times the instructions they issued in all:
+    /// the wave-cycles of a machine that issues one instruction a cycle from one wave at a
+    /// time and keeps each of a group's waves resident until the whole group has ended (the
+    /// simulated SQ's, rig-sim's perfcounters).
+    pub wave_cycles: u64,
 }
 
 impl ExecStats {
@@ -288,19 +293,23 @@ pub enum InstClass {
     Valu,
     /// Scalar ALU: SOP1, SOP2, SOPC, SOPK.
     Salu,
-    /// Program flow (SOPP): branches, waits, barriers, `s_endpgm`, hints.
+    /// Program flow (SOPP) other than branches: waits, barriers, `s_endpgm`, hints.
     Flow,
     /// Scalar memory (SMEM).
     Smem,
     /// LDS (DS).
     Lds,
-    /// Vector memory: FLAT, GLOBAL, SCRATCH, MUBUF.
+    /// Vector memory through an address: FLAT, GLOBAL, SCRATCH.
     Vmem,
+    /// Branches (SOPP `s_branch` and `s_cbranch_*`), taken or not.
+    Branch,
+    /// Vector memory through a buffer resource: MUBUF (GFX12's VBUFFER).
+    Buffer,
 }
 
 impl InstClass {
     /// How many classes there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 8;
     /// Every class, in [`InstClass::index`] order.
     pub const ALL: [InstClass; InstClass::COUNT] = [
         InstClass::Valu,
@@ -309,9 +318,29 @@ impl InstClass {
         InstClass::Smem,
         InstClass::Lds,
         InstClass::Vmem,
+        InstClass::Branch,
+        InstClass::Buffer,
     ];
 
-    /// The class of an instruction of `format`.
+    /// The class of `inst` (decoded by [`decode_isa`]): its format's, a branch's for the
+    /// branches of SOPP.
+    pub fn of_inst(inst: &Inst) -> InstClass {
+        use opcodes::op_sopp::{S_BRANCH, S_CBRANCH_CDBGSYS_AND_USER};
+        match inst.format {
+            // Semantic ids below the gfx1100 table's length are gfx1100's (GFX9's are lowered
+            // to them, GFX12's share them).
+            Format::Sopp
+                if (inst.op as usize) < opcodes::SOPP.len()
+                    && (S_BRANCH..=S_CBRANCH_CDBGSYS_AND_USER).contains(&inst.op) =>
+            {
+                InstClass::Branch
+            }
+            f => InstClass::of(f),
+        }
+    }
+
+    /// The class of an instruction of `format` (SOPP's branches are [`InstClass::Branch`]
+    /// by their opcode: [`InstClass::of_inst`]).
     pub fn of(format: Format) -> InstClass {
         match format {
             Format::Vop1
@@ -325,7 +354,8 @@ impl InstClass {
             Format::Sopp => InstClass::Flow,
             Format::Smem => InstClass::Smem,
             Format::Ds => InstClass::Lds,
-            Format::Flat | Format::Global | Format::Scratch | Format::Mubuf => InstClass::Vmem,
+            Format::Flat | Format::Global | Format::Scratch => InstClass::Vmem,
+            Format::Mubuf => InstClass::Buffer,
         }
     }
 
@@ -334,7 +364,8 @@ impl InstClass {
         self as usize
     }
 
-    /// A short lowercase name (`valu`, `salu`, `flow`, `smem`, `lds`, `vmem`).
+    /// A short lowercase name (`valu`, `salu`, `flow`, `smem`, `lds`, `vmem`, `branch`,
+    /// `buffer`).
     pub fn name(self) -> &'static str {
         match self {
             InstClass::Valu => "valu",
@@ -343,6 +374,8 @@ impl InstClass {
             InstClass::Smem => "smem",
             InstClass::Lds => "lds",
             InstClass::Vmem => "vmem",
+            InstClass::Branch => "branch",
+            InstClass::Buffer => "buffer",
         }
     }
 }

@@ -655,7 +655,7 @@ impl Slot {
                     | Format::Sopp
                     | Format::Smem
             ),
-            class: crate::InstClass::of(inst.format).index() as u8,
+            class: crate::InstClass::of_inst(&inst).index() as u8,
             inst,
         }
     }

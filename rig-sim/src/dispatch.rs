@@ -23,7 +23,7 @@ use rig_amd::dispatch::{UserSgprValues, UserSgprs, scratch_resource};
 use rig_amd::gpu::{Generation, Gpu};
 use rig_amd::hal::Hal;
 use rig_amd::regs::{self, initiator};
-use rig_isa::{Dispatch, Scratch, Workgroups};
+use rig_isa::{Dispatch, ExecStats, Scratch, Workgroups};
 
 use crate::memory::Vm;
 
@@ -45,7 +45,8 @@ pub struct Launch<'a> {
     /// The die this launch runs on, below `dies`.
     pub die: u32,
     /// The workgroups this die runs: [`Workgroups::ALL`] on a GPU of one die, otherwise
-    /// [`Workgroups::round_robin`]`(die, dies)` (see [`spread`]).
+    /// [`Workgroups::round_robin`]`(die, dies)` (see [`spread`]); while the SQ counts the
+    /// launch, one shader engine's round-robin share ([`by_engine`]).
     pub workgroups: Workgroups,
 }
 
@@ -81,6 +82,43 @@ pub trait KernelExecutor: Send + Sync {
     /// why it could not (illegal instruction, page fault inside the kernel, stop, ...). On a
     /// GPU of several dies it is called once per die for each dispatch, concurrently.
     fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault>;
+
+    /// [`KernelExecutor::execute`], reporting what the interpreter counted of the launch, which
+    /// the SQ's counters count by ([`crate::perfmon`]); `None`, as by default, from an executor
+    /// that counts nothing, whose counters then read unknown.
+    fn execute_counted(&self, launch: &Launch<'_>) -> Result<Option<ExecStats>, KernelFault> {
+        self.execute(launch).map(|()| None)
+    }
+}
+
+/// Runs a dispatch on a GPU of one die shader engine by shader engine, `engines` of them, one
+/// after another, each the workgroups dealt to it round-robin by linear id (engine `g %
+/// engines` runs group `g`, [`Workgroups::round_robin`]), with all of `threads`; returns what
+/// each engine's share counted. Shares that run one after another use the whole scratch,
+/// which computes what one launch of them all computes.
+pub fn by_engine(
+    executor: &dyn KernelExecutor,
+    memory: &Vm,
+    dispatch: &Dispatch,
+    stop: &AtomicBool,
+    model: &'static Gpu,
+    threads: usize,
+    engines: u32,
+) -> Result<Vec<Option<ExecStats>>, KernelFault> {
+    (0..engines.max(1))
+        .map(|se| {
+            executor.execute_counted(&Launch {
+                memory,
+                dispatch,
+                stop,
+                model,
+                threads,
+                dies: 1,
+                die: 0,
+                workgroups: Workgroups::round_robin(se, engines.max(1)),
+            })
+        })
+        .collect()
 }
 
 /// Hands each die of the model its share of a dispatch's workgroups and runs the shares on
@@ -191,6 +229,10 @@ pub struct IsaExecutor;
 
 impl KernelExecutor for IsaExecutor {
     fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault> {
+        self.execute_counted(launch).map(|_| ())
+    }
+
+    fn execute_counted(&self, launch: &Launch<'_>) -> Result<Option<ExecStats>, KernelFault> {
         let isa = match launch.model.generation() {
             Generation::Gfx9 => rig_isa::Isa::Gfx9,
             Generation::Gfx11 => rig_isa::Isa::Gfx11,
@@ -204,7 +246,7 @@ impl KernelExecutor for IsaExecutor {
             launch.stop,
             launch.threads,
         )
-        .map(|_| ())
+        .map(Some)
         .map_err(KernelFault::Exec)
     }
 }

@@ -48,7 +48,9 @@
 //! [`queue::DOORBELL_RECHECK`]): an idle GPU spends next to no CPU.
 //!
 //! - PM4 ([`pm4`]): NOP, SET_SH_REG, DISPATCH_DIRECT, RELEASE_MEM, WAIT_REG_MEM(64),
-//!   ACQUIRE_MEM, WRITE_DATA, COPY_DATA, INDIRECT_BUFFER (chained), EVENT_WRITE.
+//!   ACQUIRE_MEM, WRITE_DATA, COPY_DATA, INDIRECT_BUFFER (chained), EVENT_WRITE; on GFX12 models
+//!   the registers they reach include the SQ's performance counters (`perfmon.rs`), which
+//!   count a dispatch's waves, instructions and cycles by shader engine.
 //! - SDMA ([`sdma`]): NOP, COPY_LINEAR, COPY_LINEAR_SUB_WINDOW, CONST_FILL, FENCE (32 bits),
 //!   TRAP, POLL_REGMEM, TIMESTAMP, GCR.
 //! - AQL ([`aql`]): kernel dispatch, barrier-AND and barrier-OR, completion signals.
@@ -107,6 +109,7 @@ pub mod clock;
 pub mod dispatch;
 pub mod memory;
 pub mod pci;
+mod perfmon;
 pub mod pm4;
 pub mod queue;
 pub mod sdma;
@@ -224,6 +227,8 @@ pub struct SimGpu {
     /// Reads of the source so far.
     source_reads: AtomicU64,
     pub(crate) events: Events,
+    /// The SQ's performance counters, on models of GFX12 ([`perfmon`]).
+    pub(crate) perfmon: Option<perfmon::Perfmon>,
     next_vmid: AtomicU32,
     pub(crate) next_queue: AtomicU32,
 }
@@ -257,6 +262,8 @@ impl SimGpu {
             clock,
             source_reads: AtomicU64::new(0),
             events: Events::default(),
+            perfmon: (model.generation() == rig_amd::gpu::Generation::Gfx12)
+                .then(|| perfmon::Perfmon::new(model.shader_engines)),
             next_vmid: AtomicU32::new(1),
             next_queue: AtomicU32::new(0),
         }))

@@ -2,9 +2,10 @@
 //!
 //! It runs packets in ring order, one at a time: a DISPATCH_DIRECT returns once its kernel has
 //! completed, so an end-of-pipe RELEASE_MEM after it writes after the dispatch's writes, and
-//! caches are coherent (ACQUIRE_MEM and EVENT_WRITE have nothing to do). Registers exist only
-//! in the SH window (the queue's COMPUTE_* registers): a packet that reads or writes any other
-//! register, or waits on one, faults the queue rather than pretend.
+//! caches are coherent (ACQUIRE_MEM and EVENT_WRITE have nothing to do). Registers exist in the
+//! SH window (the queue's COMPUTE_* registers) and, on GFX12 models, as the GPU's SQ
+//! performance counters and their controls (`perfmon.rs`): a packet that reads or writes any
+//! other register, or waits on one, faults the queue rather than pretend.
 //!
 //! Positions are in dwords. Packets come from rig-amd's [`rig_amd::pm4::decode`].
 
@@ -61,6 +62,14 @@ impl Processor for Pm4 {
 
 fn bad(position: u64, reason: String) -> FaultReason {
     FaultReason::BadPacket { position, reason }
+}
+
+/// Writes a perfmon register of the GPU (GFX12 models); false if `dword` is none.
+fn perfmon_write(ctx: &Ctx, dword: u64, value: u32) -> bool {
+    ctx.gpu
+        .perfmon
+        .as_ref()
+        .is_some_and(|m| m.write(dword, value))
 }
 
 /// The SH-window index of the absolute register `dword`, if it lies there.
@@ -168,13 +177,14 @@ impl State {
                         } else {
                             p.address + i as u64
                         };
-                        let Some(idx) = sh_index(r) else {
+                        if let Some(idx) = sh_index(r) {
+                            self.regs[idx] = *v;
+                        } else if !perfmon_write(ctx, r, *v) {
                             return Err(bad(
                                 pos,
-                                format!("WRITE_DATA to register {r:#x} outside the SH window"),
+                                format!("WRITE_DATA to register {r:#x}, which is not simulated"),
                             ));
-                        };
-                        self.regs[idx] = *v;
+                        }
                     }
                 } else if matches!(p.dst_sel, 1 | 2 | 5) {
                     for (i, v) in p.data.iter().enumerate() {
@@ -211,15 +221,18 @@ impl State {
                     CopySrc::GpuClock => ctx.gpu.clock_ticks(),
                     CopySrc::Register => match sh_index(p.src) {
                         Some(i) => u64::from(self.regs[i]),
-                        None => {
-                            return Err(bad(
-                                pos,
-                                format!(
-                                    "COPY_DATA from register {:#x} outside the SH window",
-                                    p.src
-                                ),
-                            ));
-                        }
+                        None => match ctx.gpu.perfmon.as_ref().and_then(|m| m.read(p.src)) {
+                            Some(v) => u64::from(v),
+                            None => {
+                                return Err(bad(
+                                    pos,
+                                    format!(
+                                        "COPY_DATA from register {:#x}, which is not simulated",
+                                        p.src
+                                    ),
+                                ));
+                            }
+                        },
                     },
                     other => {
                         return Err(bad(
@@ -239,10 +252,14 @@ impl State {
                     }
                     CopyDst::Register => match sh_index(p.dst) {
                         Some(i) => self.regs[i] = value as u32,
+                        None if perfmon_write(ctx, p.dst, value as u32) => {}
                         None => {
                             return Err(bad(
                                 pos,
-                                format!("COPY_DATA to register {:#x} outside the SH window", p.dst),
+                                format!(
+                                    "COPY_DATA to register {:#x}, which is not simulated",
+                                    p.dst
+                                ),
                             ));
                         }
                     },

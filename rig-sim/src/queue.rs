@@ -733,14 +733,32 @@ impl Ctx {
         dispatch: &rig_isa::Dispatch,
     ) -> std::result::Result<(), FaultReason> {
         let config = self.gpu.config();
-        let r = crate::dispatch::spread(
-            config.executor.as_ref(),
-            &self.vm,
-            dispatch,
-            &self.shared.stop,
-            self.gpu.model(),
-            config.exec_threads,
-        );
+        let vmid = self.vm.vmid();
+        let counted = self
+            .gpu
+            .perfmon
+            .as_ref()
+            .and_then(|p| Some((p, p.counting(vmid)?)));
+        let r = match counted {
+            Some((perfmon, engines)) => crate::dispatch::by_engine(
+                config.executor.as_ref(),
+                &self.vm,
+                dispatch,
+                &self.shared.stop,
+                self.gpu.model(),
+                config.exec_threads,
+                engines,
+            )
+            .map(|per_engine| perfmon.add(vmid, &per_engine)),
+            None => crate::dispatch::spread(
+                config.executor.as_ref(),
+                &self.vm,
+                dispatch,
+                &self.shared.stop,
+                self.gpu.model(),
+                config.exec_threads,
+            ),
+        };
         // Whatever the kernel wrote before it ended may satisfy a wait.
         self.notify_kernel();
         r.map_err(FaultReason::Kernel)

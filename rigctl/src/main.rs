@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod cdi;
+mod counters;
 mod image;
 mod table;
 
@@ -51,6 +52,12 @@ enum Command {
     /// The GPUs rigd serves: product, path, firmware, memory used and free, busy, and (on
     /// the kfd path) what a client costs and how many run at once.
     Gpus,
+    /// The SQ counters each GPU offers for measures (at most 4 at once, SQ_WAVES always one
+    /// of them), or why it offers none.
+    Counters {
+        /// Only this GPU, by its index in `rigctl gpus`.
+        gpu: Option<u32>,
+    },
     /// The client processes: user, program (as /proc names it), devices and memory.
     Clients,
     /// The open devices: GPU, owner, memory held, whether lost.
@@ -468,6 +475,14 @@ fn run(cli: Cli) -> Result<(), CtlError> {
             let mut c = connect(&cli.socket)?;
             let g = gpus(&mut c)?;
             emit(f, &g, &table::gpus(&g))?
+        }
+        Command::Counters { gpu } => {
+            let mut c = connect(&cli.socket)?;
+            let Response::Gpus(g) = call(&mut c, Request::ListGpus)? else {
+                return Err(CtlError::Unexpected("another answer"));
+            };
+            let list = counters::of(&g, gpu);
+            emit(f, &list, &counters::grid(&list))?
         }
         Command::Clients => {
             let mut c = connect(&cli.socket)?;

@@ -652,3 +652,43 @@ fn cdi_spec_mounts_the_socket_and_names_each_gpu() {
         matches!(c.call(&Request::ListGpus, &[]).unwrap().0, Response::Gpus(g) if g.len() == 1)
     );
 }
+
+#[test]
+fn counters_lists_the_sq_counters_a_gfx12_gpu_offers_and_why_another_offers_none() {
+    let s = serve_with(
+        "[access]\nany = true\n[[sim]]\nprocessor = \"gfx1100\"\nmemory_bytes = 1073741824\n\
+         [[sim]]\nprocessor = \"gfx1201\"\nmemory_bytes = 1073741824\n",
+        0o660,
+        Path::new("/nonexistent-sysfs"),
+    );
+    let v = json_of(&s.socket, &["counters"]);
+    let by_arch = |arch: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["arch"] == arch)
+            .unwrap_or_else(|| panic!("no {arch} in {v}"))
+            .clone()
+    };
+    let rdna4 = by_arch("gfx1201");
+    assert_eq!(rdna4["counters"][0]["name"], "SQ_WAVES");
+    // soc24_enum.h: SQ_PERF_SEL_WAVES 0x4, SQ_PERF_SEL_INSTS_VALU 0x32.
+    assert_eq!(rdna4["counters"][0]["select"], 4);
+    assert!(
+        rdna4["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "SQ_INSTS_VALU" && c["select"] == 0x32)
+    );
+    assert_eq!(rdna4["most_at_once"], 4);
+    assert!(rdna4["none"].is_null());
+    let rdna3 = by_arch("gfx1100");
+    assert_eq!(rdna3["counters"].as_array().unwrap().len(), 0);
+    assert!(rdna3["none"].as_str().unwrap().contains("GFX12"), "{rdna3}");
+    let gpu = rdna4["gpu"].to_string();
+    let table = text(&rigctl(&s.socket, &["counters", &gpu]));
+    assert!(table.starts_with("GPU"), "{table}");
+    assert!(table.contains("SQ_BUSY_CYCLES"), "{table}");
+    assert!(!table.contains("gfx1100"), "{table}");
+}

@@ -12,7 +12,9 @@
 //! hold the registers of the first stages of the bring-up: the PSP's C2P mailbox (MP0), the
 //! SMU's message mailbox (MP1), GRBM and the compute queues' HQD and MQD registers (GC), the
 //! interrupt handler's ring (OSSSYS), the VM context and fault registers of the GC and MM hubs,
-//! the HDP, and the NBIO's HDP flush and memory size registers. A name keeps AMD's spelling
+//! the HDP, and the NBIO's HDP flush and memory size registers; for GC 12 also the SQ's
+//! performance counters and their controls ([`crate::perfcounter`]), with the `soc24_enum.h`
+//! values their fields take. A name keeps AMD's spelling
 //! (less the `reg`/`mm` prefix), since the register differs in name between versions (GC 9.4.3's
 //! `VM_CONTEXT0_CNTL` is GC 11's `GCVM_CONTEXT0_CNTL`); which table serves which IP version is
 //! [`crate::discovery::Blocks`]'s to say.

@@ -513,6 +513,27 @@ pub static GC_12_0_0: Table = Table {
         Reg { name: "GCMC_VM_SYSTEM_APERTURE_LOW_ADDR", offset: 0x1619, base_index: 0, fields: &[n("LOGICAL_ADDR", 0, 30)] },
         Reg { name: "GCMC_VM_SYSTEM_APERTURE_HIGH_ADDR", offset: 0x161a, base_index: 0, fields: &[n("LOGICAL_ADDR", 0, 30)] },
         Reg { name: "GCMC_VM_MX_L1_TLB_CNTL", offset: 0x161b, base_index: 0, fields: &[n("ENABLE_L1_TLB", 0, 1), n("SYSTEM_ACCESS_MODE", 3, 2), n("SYSTEM_APERTURE_UNMAPPED_ACCESS", 5, 1), n("ENABLE_ADVANCED_DRIVER_MODEL", 6, 1), n("ECO_BITS", 7, 4), n("MTYPE", 11, 2)] },
+        Reg { name: "SQ_PERFCOUNTER0_SELECT", offset: 0x39c0, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER1_SELECT", offset: 0x39c1, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER2_SELECT", offset: 0x39c2, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER3_SELECT", offset: 0x39c3, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER4_SELECT", offset: 0x39c4, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER5_SELECT", offset: 0x39c5, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER6_SELECT", offset: 0x39c6, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER7_SELECT", offset: 0x39c7, base_index: 1, fields: &[n("PERF_SEL", 0, 9), n("SPM_MODE", 20, 4), n("PERF_MODE", 28, 4)] },
+        Reg { name: "SQ_PERFCOUNTER0_LO", offset: 0x31c0, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER1_LO", offset: 0x31c2, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER2_LO", offset: 0x31c4, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER3_LO", offset: 0x31c6, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER4_LO", offset: 0x31c8, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER5_LO", offset: 0x31ca, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER6_LO", offset: 0x31cc, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER7_LO", offset: 0x31ce, base_index: 1, fields: &[n("PERFCOUNTER_LO", 0, 32)] },
+        Reg { name: "SQ_PERFCOUNTER_CTRL", offset: 0x39e0, base_index: 1, fields: &[n("PS_EN", 0, 1), n("GS_EN", 2, 1), n("HS_EN", 4, 1), n("CS_EN", 6, 1), n("DISABLE_ME0PIPE0_PERF", 14, 1), n("DISABLE_ME0PIPE1_PERF", 15, 1), n("DISABLE_ME1PIPE0_PERF", 16, 1), n("DISABLE_ME1PIPE1_PERF", 17, 1), n("DISABLE_ME1PIPE2_PERF", 18, 1), n("DISABLE_ME1PIPE3_PERF", 19, 1)] },
+        Reg { name: "SQ_PERFCOUNTER_CTRL2", offset: 0x39e2, base_index: 1, fields: &[n("FORCE_EN", 0, 1), n("VMID_EN", 1, 16)] },
+        Reg { name: "CP_CP_PERFMON_CNTL", offset: 0x3808, base_index: 1, fields: &[n("PERFMON_STATE", 0, 4), n("SPM_PERFMON_STATE", 4, 4), n("PERFMON_ENABLE_MODE", 8, 2), n("PERFMON_SAMPLE_ENABLE", 10, 1)] },
+        Reg { name: "RLC_PERFMON_CNTL", offset: 0x3cc0, base_index: 1, fields: &[n("PERFMON_STATE", 0, 3), n("RESERVED_9_3", 3, 7), n("PERFMON_SAMPLE_ENABLE", 10, 1), n("RESERVED", 11, 21)] },
+        Reg { name: "GRBM_GFX_INDEX", offset: 0x2200, base_index: 1, fields: &[n("INSTANCE_INDEX", 0, 7), n("SA_INDEX", 8, 2), n("SE_INDEX", 16, 4), n("SA_BROADCAST_WRITES", 29, 1), n("INSTANCE_BROADCAST_WRITES", 30, 1), n("SE_BROADCAST_WRITES", 31, 1)] },
     ],
 };
 
@@ -1252,6 +1273,30 @@ pub static NBIF_6_3_1: Table = Table {
         Reg { name: "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE", offset: 0x00c3, base_index: 2, fields: &[n("CONFIG_MEMSIZE", 0, 32)] },
     ],
 };
+
+/// `SQ_PERF_SEL` of `soc24_enum.h`: (name less `SQ_PERF_SEL_`, value), the entries rig uses.
+pub static SQ_PERF_SEL_SOC24: &[(&str, u32)] = &[
+    ("WAVES", 0x4),
+    ("INSTS_VALU", 0x32),
+    ("INSTS_SALU", 0x2e),
+    ("INSTS_SMEM", 0x2f),
+    ("INSTS_FLAT", 0x2c),
+    ("INSTS_TEX", 0x35),
+    ("INSTS_LDS", 0x2d),
+    ("INSTS_BRANCH", 0x28),
+    ("WAVE_CYCLES", 0x18),
+    ("BUSY_CYCLES", 0x3),
+];
+
+/// `CP_PERFMON_STATE` of `soc24_enum.h`: (name less `CP_PERFMON_STATE_`, value), the entries rig uses.
+pub static CP_PERFMON_STATE_SOC24: &[(&str, u32)] = &[
+    ("DISABLE_AND_RESET", 0x0),
+    ("START_COUNTING", 0x1),
+    ("STOP_COUNTING", 0x2),
+];
+
+/// The blocks of `soc24_enum.h` with a `<BLOCK>_PERF_SEL` enum, in its order.
+pub static PERF_BLOCKS_SOC24: &[&str] = &["SDMA", "CHA", "CHC", "GRBM", "GCVML2_SPM", "GCUTCL2", "GCVML2", "SQG", "SQ", "GL1A", "GL1C", "GL1XA", "GL1XC", "GRBMH", "GL2A", "GL2C", "LSDMA"];
 
 /// Every table, in the order the script lists them.
 pub static ALL: &[&Table] = &[&GC_9_4_3, &GC_11_0_0, &GC_12_0_0, &MP_13_0_2, &MP_14_0_2, &MP_13_0_0, &MP_13_0_6, &MP_14_0_2_SMU, &OSSSYS_4_2_0, &OSSSYS_6_0_0, &OSSSYS_7_0_0, &MMHUB_1_8_0, &MMHUB_3_0_0, &MMHUB_4_1_0, &HDP_4_0, &HDP_6_0_0, &HDP_7_0_0, &NBIO_4_3_0, &NBIO_7_9_0, &NBIF_6_3_1];
