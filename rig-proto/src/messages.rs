@@ -295,8 +295,8 @@ pub struct GrantSpec {
     /// The grant's name, also its socket's directory: 1 to [`crate::MOST_GRANT_ID`] bytes
     /// of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`.
     pub id: String,
-    /// The GPUs the grant may open devices on, each with the bytes of its own memory
-    /// (Device and Mapped) the grant may hold on it; no other GPU may be opened.
+    /// The GPUs the grant may open devices on, each with the bytes of memory the grant
+    /// may hold for devices on it ([`GrantGpu::bytes`]); no other GPU may be opened.
     pub gpus: Vec<GrantGpu>,
     /// The most devices the grant's connections may hold open together.
     pub devices: u32,
@@ -310,7 +310,9 @@ pub struct GrantSpec {
 pub struct GrantGpu {
     /// The GPU's index, [`GpuInfo::index`].
     pub gpu: u32,
-    /// Bytes of its Device and Mapped memory the grant may hold.
+    /// Bytes of memory the grant may hold for devices on it: every byte rigd's
+    /// `limits.memory_bytes` counts (Device, Mapped and Pinned memory, host mappings,
+    /// images, the devices' rings and control pages).
     pub bytes: u64,
 }
 
@@ -343,7 +345,8 @@ pub struct GrantInfo {
     pub connections: u32,
     /// Devices they hold open.
     pub devices: u32,
-    /// Bytes of each GPU's memory they hold, by GPU, in [`GrantSpec::gpus`]'s order.
+    /// Bytes they hold for devices on each GPU, as [`GrantGpu::bytes`] counts them, in
+    /// [`GrantSpec::gpus`]'s order.
     pub gpu_bytes: Vec<u64>,
 }
 

@@ -47,15 +47,18 @@ pub(crate) struct Client {
 pub(crate) struct GrantBook {
     /// Its id, for refusals.
     pub(crate) id: Arc<str>,
-    /// The GPUs it may open devices on, each with the bytes of Device and Mapped memory
-    /// it may hold there.
+    /// The GPUs it may open devices on, each with the bytes of memory it may hold for
+    /// devices there (as [`GrantBook::bytes`] counts them).
     pub(crate) gpus: BTreeMap<u32, u64>,
     /// The most devices its connections may hold open together.
     pub(crate) most_devices: u32,
     /// Devices they hold open, reservations included.
     pub(crate) devices: u32,
-    /// Device and Mapped memory they hold, by GPU, reservations included.
-    pub(crate) gpu_bytes: BTreeMap<u32, u64>,
+    /// Memory they hold for devices on each GPU, reservations included: every byte
+    /// `limits.memory_bytes` counts (Device, Mapped and Pinned memory, host mappings,
+    /// images, each device's rings and control pages), not the GPU's own memory alone, so
+    /// that host memory is no way past the share.
+    pub(crate) bytes: BTreeMap<u32, u64>,
     /// Its connections in the book.
     pub(crate) connections: u32,
     /// False once revoked: the entry goes with its last connection.
@@ -70,6 +73,13 @@ impl Client {
             && self.grant.as_ref().map(|g| g.key) == other.grant.as_ref().map(|g| g.key)
     }
 }
+
+/// Whose holdings the per-user limits count together: a uid, and the grant whose socket
+/// its connections came on (`None`: rigd's own socket). The connections of one uid on
+/// two grants' sockets are two tenants, so that pods running as one uid (root, as most
+/// do) each get the user's limits, as they each get their grant's share, and none can
+/// take another's (or the host user's) room under them.
+pub(crate) type TenantKey = (u32, Option<u64>);
 
 /// What one user (uid) holds across all its connections: the limits count these.
 #[derive(Debug, Default)]
@@ -151,8 +161,9 @@ pub(crate) struct Book {
     pub(crate) limits: Limits,
     pub(crate) budget: Budget,
     pub(crate) clients: BTreeMap<ClientId, Client>,
-    /// What each user holds, across its connections, reservations included.
-    pub(crate) tenants: BTreeMap<u32, Tenant>,
+    /// What each user holds, across its connections, reservations included: a user's
+    /// connections on each grant's socket apart from its others ([`TenantKey`]).
+    pub(crate) tenants: BTreeMap<TenantKey, Tenant>,
     /// What all clients hold, reservations included.
     pub(crate) total: Footprint,
     /// The device table: every open device, by id.
@@ -195,17 +206,15 @@ impl Book {
         if let Some(c) = self.clients.get_mut(&owner) {
             c.held = c.held.minus(was).plus(now);
         }
-        let t = self.tenants.entry(uid).or_default();
+        let t = self.tenants.entry((uid, grant)).or_default();
         t.held = t.held.minus(was).plus(now);
         let g = t.gpu_bytes.entry(gpu).or_default();
         *g = g
             .saturating_sub(was.gpu_bytes)
             .saturating_add(now.gpu_bytes);
         if let Some(g) = grant.and_then(|k| self.grants.get_mut(&k)) {
-            let b = g.gpu_bytes.entry(gpu).or_default();
-            *b = b
-                .saturating_sub(was.gpu_bytes)
-                .saturating_add(now.gpu_bytes);
+            let b = g.bytes.entry(gpu).or_default();
+            *b = b.saturating_sub(was.bytes).saturating_add(now.bytes);
         }
     }
 
@@ -226,7 +235,7 @@ impl Book {
                 n.saturating_sub(1)
             }
         };
-        step(&mut self.tenants.entry(uid).or_default().devices);
+        step(&mut self.tenants.entry((uid, grant)).or_default().devices);
         if let Some(g) = grant.and_then(|k| self.grants.get_mut(&k)) {
             step(&mut g.devices);
         }
@@ -378,7 +387,10 @@ impl State {
     ) -> Result<(), Refusal> {
         let uid = book.uid_of(client);
         let none = Tenant::default();
-        let t = book.tenants.get(&uid).unwrap_or(&none);
+        let t = book
+            .tenants
+            .get(&(uid, book.grant_of(client)))
+            .unwrap_or(&none);
         let total = &book.total;
         let l = &book.limits;
         let b = &book.budget;
@@ -518,15 +530,15 @@ fn admit_grant(
             most: g.most_devices,
         });
     }
-    let held = g.gpu_bytes.get(&gpu).copied().unwrap_or(0);
-    if need.gpu_bytes > 0 && held.saturating_add(need.gpu_bytes) > most {
-        let missing = held.saturating_add(need.gpu_bytes).saturating_sub(most);
+    let held = g.bytes.get(&gpu).copied().unwrap_or(0);
+    if need.bytes > 0 && held.saturating_add(need.bytes) > most {
+        let missing = held.saturating_add(need.bytes).saturating_sub(most);
         tracing::info!(
             uid,
             client = client.0,
             grant = %g.id,
             gpu,
-            asked = need.gpu_bytes,
+            asked = need.bytes,
             missing,
             "client refused memory for its grant"
         );

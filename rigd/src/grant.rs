@@ -8,7 +8,11 @@
 //! carries the grant: whatever uid the peer runs as, it opens devices only on the grant's
 //! GPUs, and all connections on the socket together hold at most the grant's devices and
 //! memory per GPU (the book's `GrantBook`), on top of (never wider than) the limits of
-//! each connection's uid. Such a connection is never an administrator, root or not, and
+//! each connection's uid. The memory a share counts is all its devices hold on the GPU
+//! (Pinned and other host memory too, as `limits.memory_bytes` counts it), so host memory
+//! is no way past it; and a uid's connections on a grant's socket are a tenant of their
+//! own under those limits (the book's `TenantKey`), so pods running as one uid (root)
+//! take nothing from each other's room. Such a connection is never an administrator, root or not, and
 //! sees no other grant's devices. The plugin mounts the grant's directory (never rigd's
 //! own socket) into the container.
 //!
@@ -289,10 +293,7 @@ impl Grants {
                         .spec
                         .gpus
                         .iter()
-                        .map(|x| {
-                            held.and_then(|h| h.gpu_bytes.get(&x.gpu).copied())
-                                .unwrap_or(0)
-                        })
+                        .map(|x| held.and_then(|h| h.bytes.get(&x.gpu).copied()).unwrap_or(0))
                         .collect(),
                 }
             })
@@ -338,7 +339,7 @@ impl State {
                 gpus: spec.gpus.iter().map(|g| (g.gpu, g.bytes)).collect(),
                 most_devices: spec.devices,
                 devices: 0,
-                gpu_bytes: BTreeMap::new(),
+                bytes: BTreeMap::new(),
                 connections: 0,
                 live: true,
             },

@@ -501,7 +501,7 @@ mod tests {
                 (c, d.device)
             })
             .collect();
-        let opened = s.book().tenants.get(&0).unwrap().held.bytes;
+        let opened = s.book().tenants.get(&(0, None)).unwrap().held.bytes;
         assert!(opened <= Footprint::opening().bytes * threads as u64);
         let start = std::sync::Barrier::new(threads);
         let granted = std::sync::atomic::AtomicU64::new(0);
@@ -527,7 +527,7 @@ mod tests {
                 });
             }
         });
-        let held = s.book().tenants.get(&0).unwrap().held.bytes;
+        let held = s.book().tenants.get(&(0, None)).unwrap().held.bytes;
         assert!(
             held <= limit,
             "user holds {held} bytes, beyond its limit {limit}"

@@ -67,6 +67,19 @@ fn opened(r: Response) -> DeviceId {
     }
 }
 
+/// The bytes grant `id`'s connections hold on its first GPU, as `rigctl grants` shows them.
+fn held(admin: &mut Client, id: &str) -> u64 {
+    match admin.call(Request::Grants) {
+        Response::Grants(g) => {
+            g.iter()
+                .find(|g| g.spec.id == id)
+                .expect("the grant")
+                .gpu_bytes[0]
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
 fn alloc(c: &mut Client, device: DeviceId, bytes: u64) -> Response {
     c.call(Request::Alloc {
         device,
@@ -126,6 +139,10 @@ fn a_grant_socket_holds_every_connection_to_the_share() {
         alloc(&mut a, first, 48 * MIB),
         Response::Allocated { .. }
     ));
+    // The share counts all the grant's devices hold: the 48 MiB and both devices' rings
+    // and control pages.
+    let held = held(&mut admin, "pod-a");
+    assert!(held > 48 * MIB && held < 49 * MIB, "{held}");
     match alloc(&mut a2, second, 32 * MIB) {
         Response::NoMemory {
             shortage: Shortage::Quota,
@@ -133,12 +150,12 @@ fn a_grant_socket_holds_every_connection_to_the_share() {
             ..
         } => {
             assert_eq!(l.name, "grant pod-a memory on gpu 0");
-            assert_eq!((l.value, l.missing), (64 * MIB, 16 * MIB));
+            assert_eq!((l.value, l.missing), (64 * MIB, held + 32 * MIB - 64 * MIB));
         }
         r => panic!("past the share: {r:?}"),
     }
     assert!(matches!(
-        alloc(&mut a2, second, 16 * MIB),
+        alloc(&mut a2, second, 64 * MIB - held),
         Response::Allocated { .. }
     ));
 
@@ -280,6 +297,80 @@ fn grants_are_checked_and_only_administrators_make_them() {
     let mut a = on(&socket, "pod-a");
     assert_eq!(code(&open(&mut a, 0)), Some(ErrorCode::PermissionDenied));
     opened(open(&mut a, 1));
+}
+
+#[test]
+fn host_memory_counts_against_a_grants_share() {
+    let d = Rigd::start(TWO_GPUS);
+    let mut admin = d.client("plugin");
+    let socket = grant(&mut admin, spec("pod-a", 0, 64 * MIB, 1));
+    let mut a = on(&socket, "pod-a");
+    let device = opened(open(&mut a, 0));
+    let pinned = |c: &mut Client, bytes| {
+        c.call_fds(
+            Request::Alloc {
+                device,
+                memory: MemoryKind::Pinned,
+                bytes,
+            },
+            &[],
+        )
+        .0
+    };
+    assert!(matches!(
+        pinned(&mut a, 48 * MIB),
+        Response::Allocated { .. }
+    ));
+    // Pinned memory is host memory: it is held to the share too, or a pod could take the
+    // memory of its uid's other pods (and the host's) through it.
+    for (what, r) in [
+        ("Pinned", pinned(&mut a, 32 * MIB)),
+        ("Device", alloc(&mut a, device, 32 * MIB)),
+    ] {
+        match r {
+            Response::NoMemory {
+                shortage: Shortage::Quota,
+                limit: Some(l),
+                ..
+            } => assert_eq!(l.name, "grant pod-a memory on gpu 0", "{what}"),
+            r => panic!("{what} memory past the share: {r:?}"),
+        }
+    }
+    assert!(held(&mut admin, "pod-a") > 48 * MIB);
+}
+
+#[test]
+fn grants_of_one_uid_each_get_the_users_limits() {
+    // A user may hold 384 MiB, and half of a 1 GiB GPU; two grants and the host's own
+    // connection, all root, hold 320 MiB each.
+    let d = Rigd::start(&format!(
+        "{TWO_GPUS}\n[limits]\ngpu_share_percent = 50\nmemory_bytes = 402653184\n"
+    ));
+    let mut admin = d.client("plugin");
+    let take = |c: &mut Client, who: &str| {
+        let device = opened(open(c, 0));
+        let r = alloc(c, device, 320 * MIB);
+        assert!(
+            matches!(r, Response::Allocated { .. }),
+            "{who}: 320 MiB within its own limits: {r:?}"
+        );
+        device
+    };
+    let a = grant(&mut admin, spec("pod-a", 0, 512 * MIB, 1));
+    let b = grant(&mut admin, spec("pod-b", 0, 512 * MIB, 1));
+    let mut ca = on(&a, "pod-a");
+    let mut cb = on(&b, "pod-b");
+    let da = take(&mut ca, "pod-a");
+    take(&mut cb, "pod-b");
+    take(&mut admin, "the host's root");
+    // Each is still held to the user's limits on its own: 320 MiB more of memory_bytes is
+    // past 384 MiB, and of the GPU past its half.
+    match alloc(&mut ca, da, 64 * MIB) {
+        Response::NoMemory { limit: Some(l), .. } => {
+            assert_eq!(l.name, "limits.memory_bytes", "{l:?}")
+        }
+        r => panic!("past the user's limit: {r:?}"),
+    }
 }
 
 #[test]
