@@ -2,9 +2,9 @@
 //! `#[test]` per backend from one test body.
 //!
 //! A backend is what the test's rigd serves ([`crate::Daemon`]) and which code objects its
-//! tests load: the simulated gfx1100, the same GPU through rigd's kfd path against an
-//! emulated KFD (rig-kfd-emu, in a process of its own), or a simulated gfx1201 or gfx942
-//! with the kernels built for it.
+//! tests load: the simulated gfx1100 or gfx942, the same GPUs through rigd's kfd path
+//! against an emulated KFD (rig-kfd-emu, in a process of its own), or a simulated gfx1201,
+//! each with the kernels built for it.
 //!
 //! What the kfd path cannot show (that the GPU is simulated; the instruction, packet
 //! position or queue of a fault: KFD's exception events name a GPU and an address, no
@@ -26,6 +26,8 @@ pub enum Backend {
     /// A simulated gfx942 (MI300X: CDNA3, an AQL compute queue, waves of 64), which rig-isa's
     /// GFX9 front end runs.
     Gfx942,
+    /// An emulated KFD's gfx942 (8 XCCs), through rigd's kfd path.
+    KfdGfx942,
 }
 
 impl Backend {
@@ -34,13 +36,13 @@ impl Backend {
         match self {
             Backend::Sim | Backend::Kfd => "gfx1100",
             Backend::Gfx1201 => "gfx1201",
-            Backend::Gfx942 => "gfx942",
+            Backend::Gfx942 | Backend::KfdGfx942 => "gfx942",
         }
     }
 
     /// Whether rigd serves the GPU through its kfd path.
     pub fn is_kfd(self) -> bool {
-        self == Backend::Kfd
+        matches!(self, Backend::Kfd | Backend::KfdGfx942)
     }
 
     /// A code object of `kernels/out/<processor>` by name.
@@ -72,7 +74,7 @@ impl Backend {
 /// a_test, another)` makes, for `fn a_test(b: Backend)`, a module `a_test` of tests `sim`,
 /// `kfd` and `gfx942`, each calling it with its [`Backend`] (so `cargo test a_test` runs it
 /// everywhere and `cargo test a_test::kfd` on the kfd path alone). The backends are `sim`,
-/// `kfd`, `gfx1201` and `gfx942`.
+/// `kfd`, `gfx1201`, `gfx942` and `kfd_gfx942`.
 #[macro_export]
 macro_rules! on_backends {
     ($($backend:ident),+ => $($test:ident),+ $(,)?) => {
@@ -96,4 +98,5 @@ macro_rules! on_backends {
     (@backend kfd) => { $crate::Backend::Kfd };
     (@backend gfx1201) => { $crate::Backend::Gfx1201 };
     (@backend gfx942) => { $crate::Backend::Gfx942 };
+    (@backend kfd_gfx942) => { $crate::Backend::KfdGfx942 };
 }

@@ -1,6 +1,6 @@
 //! A rigd of the test's own: the test program run again as rigd's daemon
 //! ([`crate::serve`]), on a temporary socket, serving its [`Backend`]; stopped when dropped.
-//! On [`Backend::Kfd`] the program is run once more first, as the emulated KFD, and rigd
+//! On a kfd backend ([`Backend::is_kfd`]) the program is run once more first, as the emulated KFD, and rigd
 //! serves that KFD's GPUs through its kfd path, no simulated GPU.
 
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use crate::serve;
 #[derive(Debug)]
 pub struct Daemon {
     child: Child,
-    /// The emulated KFD's process, on [`Backend::Kfd`].
+    /// The emulated KFD's process, on a kfd backend.
     kfd: Option<Child>,
     backend: Backend,
     dir: PathBuf,
@@ -184,7 +184,7 @@ impl Daemon {
         let gpus = start.gpus.clamp(1, 8);
         let kfd_dir = match (&start.kfd_dir, backend) {
             (Some(d), _) => Some(d.clone()),
-            (None, Backend::Kfd) => Some(dir.clone()),
+            (None, b) if b.is_kfd() => Some(dir.clone()),
             (None, _) => None,
         };
         let kfd = (backend.is_kfd() && start.kfd_dir.is_none())
@@ -266,7 +266,7 @@ impl Daemon {
         self.child.id()
     }
 
-    /// The pid of the emulated KFD's process, on [`Backend::Kfd`].
+    /// The pid of the emulated KFD's process, on a kfd backend.
     pub fn kfd_pid(&self) -> Option<u32> {
         self.kfd.as_ref().map(Child::id)
     }
@@ -297,7 +297,7 @@ impl Daemon {
         self.signal(nix::sys::signal::Signal::SIGCONT);
     }
 
-    /// The daemon's temporary directory: the emulated KFD's too, on [`Backend::Kfd`] and
+    /// The daemon's temporary directory: the emulated KFD's too, on a kfd backend and
     /// [`Daemon::on_emulated_kfd`].
     pub fn dir(&self) -> &Path {
         &self.dir

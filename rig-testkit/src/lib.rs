@@ -2,7 +2,7 @@
 //! benches that start a rigd:
 //!
 //! - [`Daemon`]: a rigd of the test's own on a [`Backend`] (a simulated gfx1100, gfx1201 or
-//!   gfx942, or an emulated KFD's gfx1100 through rigd's kfd path): the test program run
+//!   gfx942, or an emulated KFD's gfx1100 or gfx942 through rigd's kfd path): the test program run
 //!   again as rigd's daemon, through rigd's library; [`Inspector`] sees what it holds;
 //! - [`on_backends!`]: one `#[test]` per backend from one test body;
 //! - [`serve`]: the re-exec entry points that make a test program its own rigd or emulated

@@ -19,9 +19,7 @@ impl DeviceShared {
         if let Some(known) = self.find_peer_word(peer.id) {
             return known;
         }
-        let able = self.facts.gpu_waits
-            && self.facts.compute_packets == crate::facts::Packets::Pm4
-            && self.rig.same(&peer.rig);
+        let able = self.facts.gpu_waits && self.rig.same(&peer.rig);
         let answer = if able {
             let request = Request::MapPeerWord {
                 device: self.id,

@@ -241,32 +241,10 @@ fn a_submission_waits_for_another_devices_point(b: Backend) {
 }
 
 /// A submission whose work never ends, and the buffer it waits on: COMPUTE:0 waits for a
-/// word nobody writes (a WAIT_REG_MEM, or on an AQL queue a barrier-value packet on a signal
-/// whose value, at byte 8, is that word).
+/// word nobody writes ([`crate::compute_words::held_until`]).
 fn never_ending(dev: &rig_client::Device) -> (rig_client::Point, rig_client::Buffer) {
-    use rig_amd::pm4;
-    let flag = dev.buffer(16, Memory::Pinned).unwrap();
-    flag.write(|b| b.fill(0)).unwrap();
-    let w = if dev.facts().compute_packets == rig_client::Packets::Aql {
-        let p = rig_amd::aql::BarrierValue {
-            header: rig_amd::aql::Header {
-                barrier: true,
-                ..Default::default()
-            },
-            signal: flag.address(),
-            value: 1,
-            mask: -1,
-            cond: rig_amd::aql::Condition::Gte,
-            completion_signal: 0,
-        };
-        p.encode().to_vec()
-    } else {
-        let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-        pm4::WaitRegMem::memory_at_least(flag.address() + 8, 1)
-            .encode(&mut w)
-            .unwrap();
-        w
-    };
+    let flag = crate::compute_words::flag(dev);
+    let w = crate::compute_words::held_until(dev, &flag);
     let p = dev
         .submit(&Submission::new().words(Queue::Compute, &w))
         .unwrap();
@@ -306,7 +284,7 @@ fn a_wait_notices_that_rigd_crashed(b: Backend) {
 fn the_gpu_is_kfds_with_its_bus_vram_and_firmware(b: Backend) {
     let d = Daemon::start(b, None);
     let gpus = d.rig().gpus().unwrap();
-    assert_eq!(gpus[0].arch, "gfx1100");
+    assert_eq!(gpus[0].arch, b.processor());
     assert!(gpus[0].bus.is_some(), "{gpus:?}");
     assert!(gpus[0].memory_bytes > 0, "{gpus:?}");
     let dev = d.device();
@@ -334,7 +312,7 @@ fn a_device_idle_past_its_hang_bound_is_not_lost(b: Backend) {
 // (the_gpu_is_kfds_with_its_bus_vram_and_firmware is its kfd share).
 rig_testkit::on_backends!(sim, gfx942 => open_list_facts_close);
 
-rig_testkit::on_backends!(sim, kfd, gfx942 =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     host_reads_and_writes_every_kind_of_memory,
     copies_and_fills_of_odd_sizes_and_offsets,
     boxes_with_pitches,
@@ -346,7 +324,7 @@ rig_testkit::on_backends!(sim, kfd, gfx942 =>
     a_wait_notices_that_rigd_crashed,
 );
 
-rig_testkit::on_backends!(kfd =>
+rig_testkit::on_backends!(kfd, kfd_gfx942 =>
     the_gpu_is_kfds_with_its_bus_vram_and_firmware,
     a_device_idle_past_its_hang_bound_is_not_lost,
 );

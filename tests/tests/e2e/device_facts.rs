@@ -89,7 +89,7 @@ fn lost_says_why_once_rigd_lost_the_device(b: Backend) {
     }
 }
 
-rig_testkit::on_backends!(sim, kfd =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     the_device_id_is_rigctls,
     the_eventfd_turns_readable_when_work_completes,
     lost_says_why_once_rigd_lost_the_device,

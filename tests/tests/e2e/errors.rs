@@ -90,7 +90,7 @@ fn a_connection_rigd_dropped_keeps_its_error_as_the_source(b: Backend) {
     );
 }
 
-rig_testkit::on_backends!(sim, kfd, gfx942 =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     a_refusal_keeps_the_protocol_code,
     out_of_memory_says_what_was_asked_what_is_missing_and_which_limit,
     a_connection_rigd_dropped_keeps_its_error_as_the_source,

@@ -1,7 +1,6 @@
 //! A fault reaches the program as a value: the device's name and a typed `rig_client::Fault`
 //! with its kind and the facts the GPU gave, from the simulated GPU through a real rigd.
 
-use rig_amd::pm4;
 use rig_client::{Error, Fault, FaultKind, Launch, Memory, Queue, Ref, Submission};
 use rig_testkit::{Backend, Daemon};
 
@@ -13,6 +12,9 @@ fn lost(r: rig_client::Result<()>) -> (String, Fault) {
     }
 }
 
+/// A PM4 type-3 header with opcode 0xff, which no command processor runs.
+const BAD_PM4: u32 = 3 << 30 | 0xff << 8;
+
 fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_instruction(
     b: Backend,
 ) {
@@ -21,8 +23,9 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
     let image = dev.load_image(&b.code("dims")).unwrap();
     let dims = image.resolve("dims").unwrap();
     let out = dev.buffer(4096, Memory::Pinned).unwrap();
-    // `out` plus 1 TiB: work-item 0 stores its first word there, where nothing is mapped.
+    // `out` plus 1 TiB: work-item 0 stores its 8 words there, where nothing is mapped.
     let off = 1u64 << 40;
+    let stored = out.address() + off..out.address() + off + 32;
     let s = Submission::new().launch(
         Launch::new(&dims, [1, 1, 1], [1, 1, 1])
             .params(&off.to_le_bytes())
@@ -31,7 +34,10 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
     let (device, fault) = lost(dev.submit(&s).unwrap().wait());
     assert_eq!(device, "AMD:0");
     assert_eq!(fault.kind(), FaultKind::MemoryFault, "{fault}");
-    assert_eq!(fault.address(), Some(out.address() + off), "{fault}");
+    // Which of them is stored first is the compiler's choice (gfx942's build stores words
+    // 2 and 3 first).
+    let address = fault.address().expect("a memory fault names its address");
+    assert!(stored.contains(&address), "{fault}");
     assert_eq!(fault.write(), Some(true), "{fault}");
     let pc = fault.pc().expect("a kernel's fault names its instruction");
     assert!(
@@ -50,8 +56,7 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
     assert_eq!(
         e.to_string(),
         format!(
-            "AMD:0 lost: memory fault at {:#x} (write) by the instruction at {pc:#x} on COMPUTE:0 (vmid {})",
-            out.address() + off,
+            "AMD:0 lost: memory fault at {address:#x} (write) by the instruction at {pc:#x} on COMPUTE:0 (vmid {})",
             fault.vmid().unwrap()
         )
     );
@@ -61,10 +66,11 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_i
 fn a_packet_the_queue_cannot_run_is_a_bad_packet_at_its_position(b: Backend) {
     let d = Daemon::start(b, None);
     let dev = d.device();
-    // A PM4 type-3 header with opcode 0xff, which no command processor runs.
-    let header = 3u32 << 30 | 0xff << 8;
+    // A PM4 type-3 header with opcode 0xff, which no command processor runs (on an AQL
+    // queue, in the indirect buffer of a PM4-IB packet).
+    let (words, _ib) = crate::compute_words::pm4_words(&dev, &[BAD_PM4]);
     let p = dev
-        .submit(&Submission::new().words(Queue::Compute, &[header]))
+        .submit(&Submission::new().words(Queue::Compute, &words))
         .unwrap();
     let (device, fault) = lost(p.wait());
     assert_eq!(device, "AMD:0");
@@ -81,13 +87,9 @@ fn a_packet_the_queue_cannot_run_is_a_bad_packet_at_its_position(b: Backend) {
 fn work_that_never_completes_is_lost_as_a_hang(b: Backend) {
     let d = Daemon::start(b, Some(300));
     let dev = d.device();
-    let flag = dev.buffer(8, Memory::Pinned).unwrap();
-    flag.write(|b| b.fill(0)).unwrap();
     // COMPUTE:0 waits for a word nobody writes.
-    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
-        .encode(&mut w)
-        .unwrap();
+    let flag = crate::compute_words::flag(&dev);
+    let w = crate::compute_words::held_until(&dev, &flag);
     let p = dev
         .submit(&Submission::new().words(Queue::Compute, &w))
         .unwrap();
@@ -109,6 +111,7 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address(b: Backe
         .unwrap();
     let out = dev.buffer(4096, Memory::Pinned).unwrap();
     let off = 1u64 << 40;
+    let stored = out.address() + off..out.address() + off + 32;
     let s = Submission::new().launch(
         Launch::new(&dims, [1, 1, 1], [1, 1, 1])
             .params(&off.to_le_bytes())
@@ -118,7 +121,10 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address(b: Backe
         Err(Error::Lost { device, fault }) => {
             assert_eq!(device, "AMD:0");
             assert_eq!(fault.kind(), FaultKind::MemoryFault, "{fault}");
-            assert_eq!(fault.address(), Some(out.address() + off), "{fault}");
+            assert!(
+                fault.address().is_some_and(|a| stored.contains(&a)),
+                "{fault}"
+            );
             assert!(fault.to_string().contains("page not present"), "{fault}");
         }
         other => panic!("the wait returned {other:?}, not Lost"),
@@ -130,9 +136,9 @@ fn a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address(b: Backe
 fn a_packet_the_queue_cannot_run_loses_the_device_with_a_reset(b: Backend) {
     let d = Daemon::start(b, None);
     let dev = d.device();
-    let header = 3u32 << 30 | 0xff << 8;
+    let (words, _ib) = crate::compute_words::pm4_words(&dev, &[BAD_PM4]);
     let p = dev
-        .submit(&Submission::new().words(Queue::Compute, &[header]))
+        .submit(&Submission::new().words(Queue::Compute, &words))
         .unwrap();
     match p.wait() {
         Err(Error::Lost { fault, .. }) => {
@@ -144,14 +150,14 @@ fn a_packet_the_queue_cannot_run_loses_the_device_with_a_reset(b: Backend) {
 
 // Not on kfd: KFD's exception events name a GPU and an address, not the instruction, the
 // packet position or the queue; the kfd shares of these two follow.
-rig_testkit::on_backends!(sim =>
+rig_testkit::on_backends!(sim, gfx942 =>
     a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address_by_its_instruction,
     a_packet_the_queue_cannot_run_is_a_bad_packet_at_its_position,
 );
 
-rig_testkit::on_backends!(sim, kfd => work_that_never_completes_is_lost_as_a_hang);
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 => work_that_never_completes_is_lost_as_a_hang);
 
-rig_testkit::on_backends!(kfd =>
+rig_testkit::on_backends!(kfd, kfd_gfx942 =>
     a_kernel_storing_to_unmapped_memory_is_a_memory_fault_at_its_address,
     a_packet_the_queue_cannot_run_loses_the_device_with_a_reset,
 );

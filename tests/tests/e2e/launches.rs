@@ -375,27 +375,9 @@ fn words_parts_run_as_given(b: Backend) {
     };
     let mut pm = vec![0u32; w.words()];
     w.encode(&mut pm).unwrap();
-    // An AQL queue reads packets of 16 words: the WRITE_DATA goes in an indirect buffer
-    // that a PM4-IB packet calls.
-    let ib = dev.buffer(4096, Memory::Pinned).unwrap();
-    if dev.facts().compute_packets == rig_client::Packets::Aql {
-        ib.write(|x| {
-            for (i, w) in pm.iter().enumerate() {
-                x[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
-            }
-        })
-        .unwrap();
-        let call = rig_amd::aql::Pm4Ib {
-            header: rig_amd::aql::Header {
-                barrier: true,
-                ..Default::default()
-            },
-            address: ib.address(),
-            size_dw: pm.len() as u32,
-            completion_signal: 0,
-        };
-        pm = call.encode().unwrap().to_vec();
-    }
+    // An AQL queue reads packets of 16 words: there the WRITE_DATA goes in an indirect
+    // buffer that a PM4-IB packet calls.
+    let (pm, _ib) = crate::compute_words::pm4_words(&dev, &pm);
     let mut fence = vec![0u32; sdma::Fence::WORDS];
     sdma::Fence {
         mtype: 0,
@@ -501,14 +483,19 @@ fn the_rigd_serves_a_simulated_gfx1201(b: Backend) {
     assert!(dev.load_image(&b.code("add")).is_ok());
 }
 
-/// The tests run where the backend says: a simulated gfx942 whose compute queue reads AQL
-/// packets, with gfx942 code. The client places each launch as a kernel-dispatch packet
-/// and each value's waits and release as PM4-IB packets.
-fn the_rigd_serves_a_simulated_gfx942_with_an_aql_queue(b: Backend) {
+/// The tests run where the backend says: a gfx942 (simulated, or an emulated KFD's) whose
+/// compute queue reads AQL packets, with gfx942 code. The client places each launch as a
+/// kernel-dispatch packet and each value's waits and release as PM4-IB packets.
+fn the_rigd_serves_a_gfx942_with_an_aql_queue(b: Backend) {
     let d = Daemon::start(b, None);
     let gpus = d.rig().gpus().unwrap();
     assert_eq!(gpus[0].arch, "gfx942");
-    assert_eq!(gpus[0].path, rig_client::GpuPath::Sim);
+    let path = if b.is_kfd() {
+        rig_client::GpuPath::Kfd
+    } else {
+        rig_client::GpuPath::Sim
+    };
+    assert_eq!(gpus[0].path, path);
     let dev = d.device();
     assert_eq!(dev.facts().compute_packets, rig_client::Packets::Aql);
     // A gfx1100 build is refused there, so every launch ran a gfx942 build.
@@ -516,7 +503,7 @@ fn the_rigd_serves_a_simulated_gfx942_with_an_aql_queue(b: Backend) {
     assert!(dev.load_image(&b.code("add")).is_ok());
 }
 
-rig_testkit::on_backends!(sim, kfd, gfx1201, gfx942 =>
+rig_testkit::on_backends!(sim, kfd, gfx1201, gfx942, kfd_gfx942 =>
     add_saxpy_and_two_kernels_of_one_image,
     hidden_arguments_describe_the_grid,
     lds_barriers_and_scratch,
@@ -528,4 +515,4 @@ rig_testkit::on_backends!(sim, kfd, gfx1201, gfx942 =>
     corpus_matmul_and_vadd_in_wave32_and_wave64,
 );
 rig_testkit::on_backends!(gfx1201 => the_rigd_serves_a_simulated_gfx1201);
-rig_testkit::on_backends!(gfx942 => the_rigd_serves_a_simulated_gfx942_with_an_aql_queue);
+rig_testkit::on_backends!(gfx942, kfd_gfx942 => the_rigd_serves_a_gfx942_with_an_aql_queue);

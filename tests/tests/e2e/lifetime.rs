@@ -179,7 +179,7 @@ fn a_rig_that_holds_nothing_outlives_rigds_idle_timeout(b: Backend) {
     );
 }
 
-rig_testkit::on_backends!(sim, kfd, gfx942 =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     images_whose_kernels_were_resolved_are_unloaded_when_dropped,
     dropping_every_handle_closes_the_device_and_the_connection,
     dropping_a_device_whose_kernel_never_ends_stops_it_at_once,

@@ -1,11 +1,13 @@
 //! rig's tests that cross crates, in one program: a program through rig-client, a real rigd
 //! and back, on every backend a test names (`rig_testkit::on_backends!`: the simulated
-//! gfx1100, gfx1201 and gfx942, and an emulated KFD's gfx1100 through rigd's kfd path).
+//! gfx1100, gfx1201 and gfx942, and an emulated KFD's gfx1100 and gfx942 through rigd's kfd
+//! path).
 //! A module per subject. Each test starts a rigd of its own (`rig_testkit::Daemon`): this
 //! program run again as rigd, through the hook below.
 
 mod buffers;
 mod clock;
+mod compute_words;
 mod container;
 mod device_facts;
 mod errors;

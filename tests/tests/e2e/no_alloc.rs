@@ -79,18 +79,13 @@ fn submitting_again_allocates_nothing(b: Backend) {
 }
 
 fn submitting_a_wait_on_the_gpu_again_allocates_nothing(b: Backend) {
-    use rig_amd::pm4;
     use rig_client::Queue;
     let d = Daemon::start(b, None);
     let rig = d.rig();
     let (a, b) = (rig.open_device("0").unwrap(), rig.open_device("0").unwrap());
     // B's point stays unreached until the host writes the flag, so A's waits go to its GPU.
-    let flag = b.buffer(8, Memory::Pinned).unwrap();
-    flag.write(|x| x.fill(0)).unwrap();
-    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
-        .encode(&mut w)
-        .unwrap();
+    let flag = crate::compute_words::flag(&b);
+    let w = crate::compute_words::held_until(&b, &flag);
     let p = b
         .submit(&Submission::new().words(Queue::Compute, &w))
         .unwrap();
@@ -105,8 +100,7 @@ fn submitting_a_wait_on_the_gpu_again_allocates_nothing(b: Backend) {
     }
     COUNTING.with(|c| c.set(false));
     assert!(!p.signaled());
-    flag.write(|x| x.copy_from_slice(&1u64.to_le_bytes()))
-        .unwrap();
+    crate::compute_words::release(&flag);
     last.unwrap().wait().unwrap();
     assert_eq!(
         ALLOCATIONS.load(Ordering::Relaxed),
@@ -115,7 +109,7 @@ fn submitting_a_wait_on_the_gpu_again_allocates_nothing(b: Backend) {
     );
 }
 
-rig_testkit::on_backends!(sim, kfd =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     submitting_again_allocates_nothing,
     submitting_a_wait_on_the_gpu_again_allocates_nothing,
 );

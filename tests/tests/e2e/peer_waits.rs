@@ -5,25 +5,18 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rig_amd::pm4;
 use rig_client::{Buffer, Device, Memory, Point, Queue, Submission};
 use rig_testkit::{Backend, Daemon};
 
-/// COMPUTE:0 words that hold a queue back until the host writes 1 into `flag`.
-fn held_on(flag: &Buffer) -> Vec<u32> {
-    let mut w = vec![0u32; pm4::WaitRegMem::WORDS];
-    pm4::WaitRegMem::memory_at_least(flag.address(), 1)
-        .encode(&mut w)
-        .unwrap();
-    w
-}
+use crate::compute_words::{held_until, release};
 
-/// Device `b`'s value, held back until the host writes `flag`, that also fills `out` with 9.
+/// Device `b`'s value, held back until the host releases `flag`, that also fills `out` with
+/// 9.
 fn held_point(b: &Device, flag: &Buffer, out: &Buffer) -> Point {
     flag.write(|x| x.fill(0)).unwrap();
     b.submit(
         &Submission::new()
-            .words(Queue::Compute, &held_on(flag))
+            .words(Queue::Compute, &held_until(b, flag))
             .fill(out, 0, out.len(), 9),
     )
     .unwrap()
@@ -47,17 +40,13 @@ fn the_gpu_holds_back_work_that_waits_for_another_devices_point(b: Backend) {
     let d = Daemon::start(b, None);
     let rig = d.rig();
     let (a, b) = (rig.open_device("0").unwrap(), rig.open_device("0").unwrap());
-    assert!(
-        a.facts().gpu_waits,
-        "the simulated gfx1100 compares 64-bit words"
-    );
-    let flag = b.buffer(8, Memory::Pinned).unwrap();
+    assert!(a.facts().gpu_waits, "the GPU compares 64-bit words");
+    let flag = crate::compute_words::flag(&b);
     let b_out = b.buffer(4096, Memory::Pinned).unwrap();
     let only_copy = a.buffer(8192, Memory::Pinned).unwrap();
     let both = a.buffer(4096, Memory::Pinned).unwrap();
-    let one = a.buffer(8, Memory::Pinned).unwrap();
-    one.write(|x| x.copy_from_slice(&1u64.to_le_bytes()))
-        .unwrap();
+    let one = crate::compute_words::flag(&a);
+    release(&one);
 
     for round in 0..2u8 {
         let p = held_point(&b, &flag, &b_out);
@@ -67,7 +56,7 @@ fn the_gpu_holds_back_work_that_waits_for_another_devices_point(b: Backend) {
             .fill(&only_copy, 0, 8192, 7 + round)
             .wait(&p);
         let s2 = Submission::new()
-            .words(Queue::Compute, &held_on(&one))
+            .words(Queue::Compute, &held_until(&a, &one))
             .fill(&both, 0, 4096, 5 + round)
             .wait(&p);
         // The submits return while B's point cannot be reached: the host does not wait.
@@ -81,8 +70,7 @@ fn the_gpu_holds_back_work_that_waits_for_another_devices_point(b: Backend) {
         // (A host read of A's buffers would wait for these very values.)
         assert!(!q1.signaled() && !q2.signaled(), "A ran before B's point");
 
-        flag.write(|x| x.copy_from_slice(&1u64.to_le_bytes()))
-            .unwrap();
+        release(&flag);
         q2.wait().unwrap();
         assert!(q1.signaled() && p.signaled());
         assert!(all(&only_copy, 7 + round));
@@ -103,7 +91,7 @@ fn a_point_of_another_gpus_device_is_waited_for_on_the_host(b: Backend) {
     let rig = d.rig();
     assert_eq!(rig.gpus().unwrap().len(), 2);
     let (a, b) = (rig.open_device("0").unwrap(), rig.open_device("1").unwrap());
-    let flag = b.buffer(8, Memory::Pinned).unwrap();
+    let flag = crate::compute_words::flag(&b);
     let b_out = b.buffer(4096, Memory::Pinned).unwrap();
     let out = a.buffer(4096, Memory::Pinned).unwrap();
     let p = held_point(&b, &flag, &b_out);
@@ -111,15 +99,14 @@ fn a_point_of_another_gpus_device_is_waited_for_on_the_host(b: Backend) {
     // The submit waits on the host: it cannot return before B's point is reached.
     assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
     assert!(all(&out, 0));
-    flag.write(|x| x.copy_from_slice(&1u64.to_le_bytes()))
-        .unwrap();
+    release(&flag);
     let q = rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap();
     q.wait().unwrap();
     assert!(p.signaled());
     assert!(all(&out, 3) && all(&b_out, 9));
 }
 
-rig_testkit::on_backends!(sim, kfd =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     the_gpu_holds_back_work_that_waits_for_another_devices_point,
     a_point_of_another_gpus_device_is_waited_for_on_the_host,
 );

@@ -48,4 +48,4 @@ fn the_device_answers_while_rigd_grows_its_rings(b: Backend) {
     dev.last().wait().unwrap();
 }
 
-rig_testkit::on_backends!(sim, kfd => the_device_answers_while_rigd_grows_its_rings);
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 => the_device_answers_while_rigd_grows_its_rings);

@@ -108,7 +108,7 @@ fn threads_of_one_process_share_a_device(b: Backend) {
     }
 }
 
-rig_testkit::on_backends!(sim, kfd =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     eight_processes_submit_100000_values,
     threads_of_one_process_share_a_device,
 );

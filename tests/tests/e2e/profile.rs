@@ -75,4 +75,4 @@ fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-rig_testkit::on_backends!(sim, kfd, gfx942 => each_profiled_value_has_its_work_in_host_time);
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 => each_profiled_value_has_its_work_in_host_time);

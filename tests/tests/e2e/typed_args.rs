@@ -20,10 +20,11 @@ kernel void scale(global const float *x, global float *y, float a, uint n, local
         y[i] = tmp[l] * fixed[l] + (float)flags[(l + 1) % get_local_size(0)];
 }";
 
-fn build(src: Source) -> Vec<u8> {
+/// `src` built for the backend's processor.
+fn build(b: Backend, src: Source) -> Vec<u8> {
     Compiler::find()
         .expect("clang-19 and ld.lld-19")
-        .compile(&src, "gfx1100", &Options::default())
+        .compile(&src, b.processor(), &Options::default())
         .expect("the kernel builds")
 }
 
@@ -31,7 +32,7 @@ fn a_kernel_from_opencl_source_runs_with_arguments_by_name(b: Backend) {
     let d = Daemon::start(b, None);
     let dev = d.device();
     let image = dev
-        .load_image(&build(Source::opencl("scale.cl", SCALE)))
+        .load_image(&build(b, Source::opencl("scale.cl", SCALE)))
         .unwrap();
     let k = image.resolve("scale").unwrap();
 
@@ -102,7 +103,7 @@ fn a_hip_kernel_from_source_runs_with_arguments_by_position(b: Backend) {
     let d = Daemon::start(b, None);
     let dev = d.device();
     let image = dev
-        .load_image(&build(Source::hip("axpy.hip", src)))
+        .load_image(&build(b, Source::hip("axpy.hip", src)))
         .unwrap();
     let k = image.resolve("axpy").unwrap();
     let x = dev.buffer(4 * 128, Memory::Pinned).unwrap();
@@ -131,7 +132,7 @@ fn arguments_of_the_wrong_kind_or_size_or_unset_are_refused_by_name(b: Backend) 
     let d = Daemon::start(b, None);
     let dev = d.device();
     let image = dev
-        .load_image(&build(Source::opencl("scale.cl", SCALE)))
+        .load_image(&build(b, Source::opencl("scale.cl", SCALE)))
         .unwrap();
     let k = image.resolve("scale").unwrap();
     let x = dev.buffer(64, Memory::Pinned).unwrap();
@@ -251,7 +252,7 @@ fn arguments_of_the_wrong_kind_or_size_or_unset_are_refused_by_name(b: Backend) 
     );
 }
 
-rig_testkit::on_backends!(sim, kfd =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     a_kernel_from_opencl_source_runs_with_arguments_by_name,
     a_hip_kernel_from_source_runs_with_arguments_by_position,
     arguments_of_the_wrong_kind_or_size_or_unset_are_refused_by_name,

@@ -127,7 +127,7 @@ fn a_sleeping_wait_is_woken_by_its_release_interrupt(b: Backend) {
     dev.close().unwrap();
 }
 
-rig_testkit::on_backends!(sim, kfd, gfx942 =>
+rig_testkit::on_backends!(sim, kfd, gfx942, kfd_gfx942 =>
     wait_timeout_answers_false_on_work_that_never_ends_and_lost_after_an_abort,
     sleeping_waits_end_with_their_release,
     a_sleeping_wait_is_woken_by_its_release_interrupt,
