@@ -124,7 +124,7 @@ pub use clock::{ClockModel, ClockRelation, SourceRead, Stall};
 pub use dispatch::{IsaExecutor, KernelExecutor, KernelFault, NoExecutor};
 pub use memory::{MapError, PageFault};
 pub use queue::{
-    FaultReason, Interrupt, InterruptSource, Queue, QueueDesc, QueueFault, QueueStatus,
+    FaultReason, Interrupt, InterruptSource, PacketError, Queue, QueueDesc, QueueFault, QueueStatus,
 };
 /// What the interpreter reports of a kernel's fault, inside [`KernelFault::Exec`].
 pub use rig_isa::ExecFault;
