@@ -133,8 +133,8 @@ use crate::memory::Vm;
 use crate::vram::Vram;
 use crate::watch::Events;
 
-/// GPU pages are 4 KiB.
-pub const PAGE: u64 = 4096;
+/// GPU pages are 4 KiB: the page rig maps GPU memory in.
+pub const PAGE: u64 = rig_amd::PAGE_BYTES;
 
 /// How often a waiting packet re-reads memory that only the host may write.
 pub const WAIT_POLL: Duration = Duration::from_millis(1);
