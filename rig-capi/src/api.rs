@@ -146,8 +146,8 @@ pub struct RigWork {
     pub end_ns: u64,
 }
 
-/// The host's page: what rigd maps host memory in.
-const PAGE: u64 = 4096;
+// The host's page: what rigd maps host memory in.
+use rig_amd::PAGE_BYTES as PAGE;
 
 /// The memory a C caller's `RigMemory` value names; C may pass any integer.
 fn memory(m: u32) -> Result<Memory, Fail> {

@@ -24,9 +24,10 @@
 //! [`LINE_SPAN_NS`] apart, and at the GPU's stated `clock_hz` from the latest before.
 //! docs/profiling.md states the error this leaves and how each rule is tested.
 
-use rig_proto::{ClockSample, ClockSource};
+use rig_proto::ClockSample;
 
 use crate::error::{Error, Result};
+use crate::facts::ClockSource;
 
 /// The widest interval a measure may have to enter the line, in nanoseconds.
 pub(crate) const BOUND_NS: u64 = 10_000;

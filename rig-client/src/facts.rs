@@ -23,6 +23,34 @@ pub enum GpuPath {
     Vfio,
 }
 
+/// How a device reads its GPU's clock against the host's, as the path allows
+/// (docs/profiling.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClockSource {
+    /// rigd reads a counter of the clock: the device measures at open and again as it
+    /// converts stamps, at most every 62.5 ms.
+    Source {
+        /// The counter is another counter of the clock's rate, a constant apart from the
+        /// stamps' (KFD's on GFX12): the device takes the constant once, at open, from
+        /// stamps its compute queue writes.
+        apart: bool,
+    },
+    /// No counter can be read: the device measures once, at open, with a stamp its compute
+    /// queue writes between two readings of the host's clock.
+    RoundTrip,
+}
+
+impl ClockSource {
+    /// The client's form of the protocol's.
+    pub(crate) fn of(c: rig_proto::ClockSource) -> ClockSource {
+        match c {
+            rig_proto::ClockSource::Source { apart } => ClockSource::Source { apart },
+            rig_proto::ClockSource::RoundTrip => ClockSource::RoundTrip,
+        }
+    }
+}
+
 /// A GPU rigd serves, as [`crate::Rig::gpus`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -126,7 +154,7 @@ pub struct Facts {
     /// The frequency of the GPU's clock that profile stamps count, in hertz.
     pub clock_hz: u64,
     /// How the device reads that clock against the host's (docs/profiling.md).
-    pub clock: rig_proto::ClockSource,
+    pub clock: ClockSource,
 }
 
 impl Facts {
@@ -161,7 +189,7 @@ impl Facts {
             dies: f.dies,
             wgps: f.wgps.clone(),
             clock_hz: f.clock_hz,
-            clock: f.clock,
+            clock: ClockSource::of(f.clock),
         })
     }
 }

@@ -146,13 +146,12 @@ pub use args::{ArgError, ArgValue, Args, At, LOCAL_ALIGN, Param, ParamKind, Regi
 pub use buffer::{Buffer, f32s, put_f32s};
 pub use device::{DEFAULT_HINTS, DEFAULT_SPIN, Device, Rig, Sleeps, WaitPolicy};
 pub use error::{Error, ErrorKind, Limit, Never, Refusal, Report, Result, Shortage};
-pub use facts::{Facts, GpuInfo, GpuPath, Packets};
+pub use facts::{ClockSource, Facts, GpuInfo, GpuPath, Packets};
 pub use fault::{Fault, FaultKind};
 pub use host::HostMemory;
 pub use image::{Image, Kernel};
 pub use point::Point;
 pub use profile::{Profile, Work};
-pub use rig_proto::ClockSource;
 pub use slab::{SLABS, SlabPolicy};
 pub use submission::{Launch, Ref, Submission};
 pub use types::{Access, CopyBox, Memory, Queue};
@@ -171,5 +170,62 @@ mod tests {
         send_sync::<super::Point>();
         send_sync::<super::Submission>();
         send_sync::<super::Profile>();
+    }
+
+    /// The crate's API is its own: every type it exports is defined here, none a
+    /// re-export of the protocol's or another crate's (a `pub use` of a dependency's type
+    /// is inlined by rustdoc, so only its type name tells).
+    #[test]
+    fn exported_types_are_the_crates_own() {
+        use std::any::type_name;
+        let names = [
+            type_name::<super::ArgError>(),
+            type_name::<dyn super::ArgValue>(),
+            type_name::<super::Args>(),
+            type_name::<super::At<'static>>(),
+            type_name::<super::Param>(),
+            type_name::<super::ParamKind>(),
+            type_name::<super::Registers>(),
+            type_name::<super::Buffer>(),
+            type_name::<super::Device>(),
+            type_name::<super::Rig>(),
+            type_name::<super::Sleeps>(),
+            type_name::<super::WaitPolicy>(),
+            type_name::<super::Error>(),
+            type_name::<super::ErrorKind>(),
+            type_name::<super::Limit>(),
+            type_name::<super::Never>(),
+            type_name::<super::Refusal>(),
+            type_name::<super::Report<'static>>(),
+            type_name::<super::Shortage>(),
+            type_name::<super::ClockSource>(),
+            type_name::<super::Facts>(),
+            type_name::<super::GpuInfo>(),
+            type_name::<super::GpuPath>(),
+            type_name::<super::Packets>(),
+            type_name::<super::Fault>(),
+            type_name::<super::FaultKind>(),
+            type_name::<super::HostMemory>(),
+            type_name::<super::Image>(),
+            type_name::<super::Kernel>(),
+            type_name::<super::Point>(),
+            type_name::<super::Profile>(),
+            type_name::<super::Work>(),
+            type_name::<super::SlabPolicy>(),
+            type_name::<super::Launch>(),
+            type_name::<super::Ref>(),
+            type_name::<super::Submission>(),
+            type_name::<super::Access>(),
+            type_name::<super::CopyBox>(),
+            type_name::<super::Memory>(),
+            type_name::<super::Queue>(),
+        ];
+        for name in names {
+            let name = name.strip_prefix("dyn ").unwrap_or(name);
+            assert!(
+                name.starts_with("rig_client::"),
+                "{name} is not rig-client's own"
+            );
+        }
     }
 }

@@ -17,12 +17,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use rig_amd::pm4;
-use rig_proto::{ClockSource, Fault, FaultKind, Request, Response};
+use rig_proto::{Fault, FaultKind, Request, Response};
 
 use crate::buffer::Buffer;
 use crate::clock::{Clock, Measure, monotonic_ns};
 use crate::device::{Device, DeviceShared};
 use crate::error::{Error, Result};
+use crate::facts::ClockSource;
 use crate::place::{STAMP_BYTES, StampSlots, Stamped};
 use crate::submission::Submission;
 use crate::types::Queue;

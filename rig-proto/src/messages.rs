@@ -743,7 +743,7 @@ impl Share {
     /// The page-aligned span to `mmap` that covers this share, as
     /// `(map_offset, map_len, offset_of_share_within_map)`; `None` if the numbers overflow.
     pub fn page_span(&self) -> Option<(u64, u64, u64)> {
-        const PAGE: u64 = 4096;
+        use rig_amd::PAGE_BYTES as PAGE;
         let start = self.offset - self.offset % PAGE;
         let end = self.offset.checked_add(self.bytes)?;
         let end = end.checked_add(PAGE - 1)? / PAGE * PAGE;

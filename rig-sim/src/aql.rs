@@ -35,7 +35,7 @@ use rig_amd::gpu::Gpu;
 use rig_shm::ring::{Geometry, Unit};
 
 use crate::dispatch::{self, AqlLaunch};
-use crate::queue::{Ctx, FaultReason, InterruptSource, Processor, QueueDesc};
+use crate::queue::{Ctx, FaultReason, InterruptSource, PacketError, Processor, QueueDesc};
 
 /// Offset of the value in `amd_signal_t`.
 const SIGNAL_VALUE: u64 = 8;
@@ -91,7 +91,7 @@ impl Aql {
         ))
     }
 
-    fn bad(&self, reason: String) -> FaultReason {
+    fn bad(&self, reason: PacketError) -> FaultReason {
         FaultReason::BadPacket {
             position: self.pos,
             reason,
@@ -114,7 +114,7 @@ impl Processor for Aql {
             }
             let mut words = vm.read_dwords(slot_va, aql::WORDS)?;
             words[0] = word0;
-            let packet = aql::decode(&words).map_err(|e| self.bad(e.to_string()))?;
+            let packet = aql::decode(&words).map_err(|e| self.bad(e.into()))?;
             let completion = match packet {
                 Packet::Invalid => return Ok(()),
                 Packet::KernelDispatch(p) => {
@@ -133,10 +133,10 @@ impl Processor for Aql {
                     };
                     let d = dispatch::from_aql(self.model, vm, &launch)?;
                     if d.group_size.contains(&0) {
-                        return Err(self.bad(format!(
+                        return Err(self.bad(PacketError::Unfit(format!(
                             "kernel dispatch with workgroup size {:?}",
                             d.group_size
-                        )));
+                        ))));
                     }
                     if !d.grid_items.contains(&0) {
                         ctx.execute(&d)?;

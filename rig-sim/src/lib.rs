@@ -127,7 +127,7 @@ pub use clock::{ClockModel, ClockRelation, SourceRead, Stall};
 pub use dispatch::{IsaExecutor, KernelExecutor, KernelFault, NoExecutor};
 pub use memory::{MapError, PageFault};
 pub use queue::{
-    FaultReason, Interrupt, InterruptSource, Queue, QueueDesc, QueueFault, QueueStatus,
+    FaultReason, Interrupt, InterruptSource, PacketError, Queue, QueueDesc, QueueFault, QueueStatus,
 };
 /// What the interpreter reports of a kernel's fault, inside [`KernelFault::Exec`].
 pub use rig_isa::ExecFault;
@@ -136,8 +136,8 @@ use crate::memory::Vm;
 use crate::vram::Vram;
 use crate::watch::Events;
 
-/// GPU pages are 4 KiB.
-pub const PAGE: u64 = 4096;
+/// GPU pages are 4 KiB: the page rig maps GPU memory in.
+pub const PAGE: u64 = rig_amd::PAGE_BYTES;
 
 /// How often a waiting packet re-reads memory that only the host may write.
 pub const WAIT_POLL: Duration = Duration::from_millis(1);

@@ -15,7 +15,9 @@ use rig_amd::gpu::Gpu;
 use rig_amd::pm4::{self, CopyDst, CopySrc, DataSel, DecodeError, IntSel, Packet};
 
 use crate::dispatch::{self, SH_WINDOW};
-use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, QueueDesc};
+use crate::queue::{
+    Ctx, DwordRing, FaultReason, InterruptSource, PacketError, Processor, QueueDesc,
+};
 
 /// Most dwords of one indirect buffer (IB_SIZE is 20 bits).
 const MOST_IB_DWORDS: u32 = (1 << 20) - 1;
@@ -55,12 +57,12 @@ impl Processor for Pm4 {
                     Ok(Some(n))
                 }
                 Err(DecodeError::Truncated { .. }) => Ok(None),
-                Err(e) => Err(bad(pos, e.to_string())),
+                Err(e) => Err(bad(pos, e.into())),
             })
     }
 }
 
-fn bad(position: u64, reason: String) -> FaultReason {
+fn bad(position: u64, reason: PacketError) -> FaultReason {
     FaultReason::BadPacket { position, reason }
 }
 
@@ -104,18 +106,20 @@ impl State {
                 let Some(dst) = self.regs.get_mut(start..start + p.values.len()) else {
                     return Err(bad(
                         pos,
-                        format!(
+                        PacketError::Unfit(format!(
                             "SET_SH_REG of {} registers at {:#x} leaves the SH window",
                             p.values.len(),
                             p.offset
-                        ),
+                        )),
                     ));
                 };
                 dst.copy_from_slice(p.values);
             }
             Packet::DispatchDirect(p) => {
                 let d = dispatch::from_registers(self.model, &self.regs, p.dim, p.initiator)
-                    .map_err(|why| bad(pos, format!("DISPATCH_DIRECT: {why}")))?;
+                    .map_err(|why| {
+                        bad(pos, PacketError::Unfit(format!("DISPATCH_DIRECT: {why}")))
+                    })?;
                 if d.grid_items.contains(&0) {
                     return Ok(()); // An empty grid runs no wave.
                 }
@@ -125,7 +129,10 @@ impl State {
                 if p.dst_sel > 1 {
                     return Err(bad(
                         pos,
-                        format!("RELEASE_MEM: DST_SEL {} is not memory", p.dst_sel),
+                        PacketError::Unfit(format!(
+                            "RELEASE_MEM: DST_SEL {} is not memory",
+                            p.dst_sel
+                        )),
                     ));
                 }
                 match p.data_sel {
@@ -154,7 +161,7 @@ impl State {
                 if !p.memory || p.operation == 1 {
                     return Err(bad(
                         pos,
-                        "WAIT_REG_MEM on a register is not simulated".into(),
+                        PacketError::Unsimulated("WAIT_REG_MEM on a register".into()),
                     ));
                 }
                 let (mask, reference) = (u64::from(p.mask), u64::from(p.reference));
@@ -182,7 +189,9 @@ impl State {
                         } else if !perfmon_write(ctx, r, *v) {
                             return Err(bad(
                                 pos,
-                                format!("WRITE_DATA to register {r:#x}, which is not simulated"),
+                                PacketError::Unfit(format!(
+                                    "WRITE_DATA to register {r:#x}, which is not simulated"
+                                )),
                             ));
                         }
                     }
@@ -204,7 +213,7 @@ impl State {
                 } else {
                     return Err(bad(
                         pos,
-                        format!("WRITE_DATA: DST_SEL {} is not simulated", p.dst_sel),
+                        PacketError::Unsimulated(format!("WRITE_DATA: DST_SEL {}", p.dst_sel)),
                     ));
                 }
             }
@@ -226,10 +235,10 @@ impl State {
                             None => {
                                 return Err(bad(
                                     pos,
-                                    format!(
+                                    PacketError::Unfit(format!(
                                         "COPY_DATA from register {:#x}, which is not simulated",
                                         p.src
-                                    ),
+                                    )),
                                 ));
                             }
                         },
@@ -237,7 +246,7 @@ impl State {
                     other => {
                         return Err(bad(
                             pos,
-                            format!("COPY_DATA from {other:?} is not simulated"),
+                            PacketError::Unsimulated(format!("COPY_DATA from {other:?}")),
                         ));
                     }
                 };
@@ -256,15 +265,18 @@ impl State {
                         None => {
                             return Err(bad(
                                 pos,
-                                format!(
+                                PacketError::Unfit(format!(
                                     "COPY_DATA to register {:#x}, which is not simulated",
                                     p.dst
-                                ),
+                                )),
                             ));
                         }
                     },
                     other => {
-                        return Err(bad(pos, format!("COPY_DATA to {other:?} is not simulated")));
+                        return Err(bad(
+                            pos,
+                            PacketError::Unsimulated(format!("COPY_DATA to {other:?}")),
+                        ));
                     }
                 }
             }
@@ -272,7 +284,9 @@ impl State {
                 if depth >= MOST_IB_DEPTH {
                     return Err(bad(
                         pos,
-                        format!("indirect buffers nest deeper than {MOST_IB_DEPTH}"),
+                        PacketError::Unfit(format!(
+                            "indirect buffers nest deeper than {MOST_IB_DEPTH}"
+                        )),
                     ));
                 }
                 self.run_ib(ctx, p.address, p.size_dw, pos, depth + 1)?;
@@ -292,7 +306,10 @@ impl State {
     ) -> Result<(), FaultReason> {
         'chain: loop {
             if size > MOST_IB_DWORDS {
-                return Err(bad(pos, format!("indirect buffer of {size} dwords")));
+                return Err(bad(
+                    pos,
+                    PacketError::Unfit(format!("indirect buffer of {size} dwords")),
+                ));
             }
             let words = ctx.vm.read_dwords(address, size as usize)?;
             let mut i = 0;
@@ -300,10 +317,14 @@ impl State {
                 if ctx.stopped() {
                     return Ok(());
                 }
-                let (packet, n) = pm4::decode(&words[i..]).map_err(|e| {
+                let (packet, n) = pm4::decode(&words[i..]).map_err(|error| {
                     bad(
                         pos,
-                        format!("in the indirect buffer at {address:#x}, dword {i}: {e}"),
+                        PacketError::Indirect {
+                            address,
+                            dword: i,
+                            error,
+                        },
                     )
                 })?;
                 if let Packet::IndirectBuffer(ib) = packet

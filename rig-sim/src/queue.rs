@@ -126,7 +126,7 @@ pub enum FaultReason {
         /// The queue's read position (in its units) at the packet.
         position: u64,
         /// What is wrong with it.
-        reason: String,
+        reason: PacketError,
     },
     /// A dispatch that did not complete: the executor's reason (illegal instruction, no
     /// executor for the model, a page fault inside the kernel...).
@@ -134,6 +134,44 @@ pub enum FaultReason {
     /// A bug of the simulator (a panic while running the queue's packets), caught so that it
     /// stops this queue alone.
     Internal(String),
+}
+
+/// What is wrong with a packet a queue cannot run, or with the ring state around it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PacketError {
+    /// The PM4 decoder refused it.
+    #[error(transparent)]
+    Pm4(#[from] rig_amd::pm4::DecodeError),
+    /// The AQL decoder refused it.
+    #[error(transparent)]
+    Aql(#[from] rig_amd::aql::DecodeError),
+    /// The SDMA decoder refused it.
+    #[error(transparent)]
+    Sdma(#[from] rig_amd::sdma::DecodeError),
+    /// The producer wrote a write position no producer following the protocol writes.
+    #[error(transparent)]
+    Ring(#[from] rig_shm::ring::Hostile),
+    /// The packet at the read position runs past the write position.
+    #[error("the packet runs past the write position")]
+    PastWrite,
+    /// A packet of an indirect buffer the PM4 decoder refused.
+    #[error("in the indirect buffer at {address:#x}, dword {dword}: {error}")]
+    Indirect {
+        /// The indirect buffer's address.
+        address: u64,
+        /// The packet's dword within it.
+        dword: usize,
+        /// What the decoder said.
+        error: rig_amd::pm4::DecodeError,
+    },
+    /// A well-formed packet whose fields the GPU cannot act on (a register window overrun,
+    /// an indirect buffer too large or nested too deep, a launch that describes no work).
+    #[error("{0}")]
+    Unfit(String),
+    /// A well-formed packet of a form hardware runs and the simulator does not (a wait on a
+    /// register, a copy from a source it does not model).
+    #[error("{0} is not simulated")]
+    Unsimulated(String),
 }
 
 impl From<PageFault> for FaultReason {
@@ -655,7 +693,7 @@ impl DwordRing {
         }
     }
 
-    fn bad(&self, reason: String) -> FaultReason {
+    fn bad(&self, reason: PacketError) -> FaultReason {
         FaultReason::BadPacket {
             position: self.ring.position(),
             reason,
@@ -679,7 +717,7 @@ impl DwordRing {
                 Ok(0) => return Ok(()),
                 Ok(n) => n,
                 Err(ReadError::Fault(f)) => return Err(f.into()),
-                Err(ReadError::Hostile(h)) => return Err(self.bad(h.to_string())),
+                Err(ReadError::Hostile(h)) => return Err(self.bad(h.into())),
             };
             let n = avail.min(FETCH_DWORDS);
             let mut words = std::mem::take(&mut self.words);
@@ -718,7 +756,7 @@ impl DwordRing {
                 }
                 None if n < avail && i > 0 => break,
                 None => {
-                    return Err(self.bad("the packet runs past the write position".to_string()));
+                    return Err(self.bad(PacketError::PastWrite));
                 }
             }
         }

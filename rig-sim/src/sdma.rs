@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use rig_amd::gpu::Gpu;
 use rig_amd::sdma::{self, DecodeError, Layout, Packet};
 
-use crate::queue::{Ctx, DwordRing, FaultReason, InterruptSource, Processor, QueueDesc};
+use crate::queue::{
+    Ctx, DwordRing, FaultReason, InterruptSource, PacketError, Processor, QueueDesc,
+};
 
 /// An SDMA queue's processor.
 pub(crate) struct Sdma {
@@ -31,7 +33,7 @@ impl Sdma {
     }
 }
 
-fn bad(position: u64, reason: String) -> FaultReason {
+fn bad(position: u64, reason: PacketError) -> FaultReason {
     FaultReason::BadPacket { position, reason }
 }
 
@@ -45,7 +47,7 @@ impl Processor for Sdma {
                     Ok(Some(n))
                 }
                 Err(DecodeError::Truncated { .. }) => Ok(None),
-                Err(e) => Err(bad(pos, e.to_string())),
+                Err(e) => Err(bad(pos, e.into())),
             }
         })
     }
@@ -111,7 +113,7 @@ fn exec(ctx: &Ctx, packet: Packet, pos: u64) -> Result<(), FaultReason> {
             if !p.memory {
                 return Err(bad(
                     pos,
-                    "POLL_REGMEM on a register is not simulated".into(),
+                    PacketError::Unsimulated("POLL_REGMEM on a register".into()),
                 ));
             }
             let (mask, reference) = (u64::from(p.mask), u64::from(p.value));

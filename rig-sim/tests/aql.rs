@@ -12,7 +12,9 @@ use rig_amd::gpu::QueueKind;
 use rig_amd::pm4;
 use rig_shm::SharedRegion;
 use rig_sim::dispatch::{KernelExecutor, KernelFault, Launch};
-use rig_sim::{AddressSpace, FaultReason, InterruptSource, QueueStatus, SimConfig, SimGpu};
+use rig_sim::{
+    AddressSpace, FaultReason, InterruptSource, PacketError, QueueStatus, SimConfig, SimGpu,
+};
 
 /// Records each launch (and its dies), then adds 1 to the u32 at the first kernel argument.
 /// Only die 0's share acts: the other dies' shares of a launch return at once.
@@ -334,7 +336,17 @@ fn a_pm4_ib_packet_releases_a_64_bit_value_with_an_interrupt() {
         panic!("{:?}", q.status())
     };
     assert!(
-        matches!(&f.reason, FaultReason::BadPacket { position: 2, reason } if reason.contains("indirect buffer")),
+        matches!(
+            &f.reason,
+            FaultReason::BadPacket {
+                position: 2,
+                reason: PacketError::Indirect {
+                    address: IB,
+                    dword: 0,
+                    ..
+                }
+            }
+        ),
         "{f}"
     );
 

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use common::*;
 use rig_amd::gpu::QueueKind;
 use rig_amd::pm4::{self, Packet, WriteData};
-use rig_sim::FaultReason;
+use rig_shm::ring::Hostile;
+use rig_sim::{FaultReason, PacketError};
 
 fn write_data(address: u64, value: u32) -> Vec<u32> {
     Packet::WriteData(WriteData {
@@ -25,7 +26,7 @@ fn write_data(address: u64, value: u32) -> Vec<u32> {
 }
 
 /// Runs one WRITE_DATA, then publishes `wptr` and returns the fault's reason.
-fn hostile(kind: QueueKind, wptr: impl Fn(u64) -> u64) -> (String, u32) {
+fn hostile(kind: QueueKind, wptr: impl Fn(u64) -> u64) -> (Hostile, u32) {
     let gpu = gpu("gfx1100");
     let space = gpu.create_address_space();
     let data = host(&space, HOST_VA, 4096);
@@ -49,7 +50,11 @@ fn hostile(kind: QueueKind, wptr: impl Fn(u64) -> u64) -> (String, u32) {
     q.wpos = wptr(q.rptr());
     q.ring_bell();
     let f = q.wait_fault();
-    let FaultReason::BadPacket { position, reason } = f.reason else {
+    let FaultReason::BadPacket {
+        position,
+        reason: PacketError::Ring(reason),
+    } = f.reason
+    else {
         panic!("{f}");
     };
     assert_eq!(position, q.rptr(), "the fault names the read position");
@@ -60,7 +65,7 @@ fn hostile(kind: QueueKind, wptr: impl Fn(u64) -> u64) -> (String, u32) {
 fn a_write_position_that_moves_back_faults() {
     for kind in [QueueKind::Pm4, QueueKind::Sdma] {
         let (why, after) = hostile(kind, |read| read - 1);
-        assert!(why.contains("moved back"), "{why}");
+        assert!(matches!(why, Hostile::MovedBack { .. }), "{why:?}");
         assert_eq!(after, 0);
     }
 }
@@ -69,8 +74,10 @@ fn a_write_position_that_moves_back_faults() {
 fn a_write_position_past_the_ring_faults() {
     for kind in [QueueKind::Pm4, QueueKind::Sdma] {
         let (why, after) = hostile(kind, |_| u64::MAX);
+        assert!(matches!(why, Hostile::TooFarAhead { .. }), "{why:?}");
         assert!(
-            why.contains("more than the ring's 4096 bytes ahead"),
+            why.to_string()
+                .contains("more than the ring's 4096 bytes ahead"),
             "{why}"
         );
         assert_eq!(after, 0);
@@ -80,7 +87,7 @@ fn a_write_position_past_the_ring_faults() {
 #[test]
 fn an_sdma_write_position_inside_a_dword_faults() {
     let (why, after) = hostile(QueueKind::Sdma, |read| read + 2);
-    assert!(why.contains("does not end a whole dword"), "{why}");
+    assert!(matches!(why, Hostile::PartialDword { .. }), "{why:?}");
     assert_eq!(after, 0);
 }
 

@@ -37,8 +37,8 @@ const R_AMDGPU_REL64: u32 = 5;
 /// `R_AMDGPU_RELATIVE64`: B + A.
 const R_AMDGPU_RELATIVE64: u32 = 13;
 
-/// The page the image is laid out in: segments start and the image ends on one.
-pub(crate) const PAGE: u64 = crate::PAGE_BYTES;
+// The page the image is laid out in: segments start and the image ends on one.
+use crate::PAGE_BYTES as PAGE;
 
 type Elf64 = FileHeader64<Le>;
 

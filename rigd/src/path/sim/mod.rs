@@ -148,7 +148,7 @@ fn fault_of(f: &QueueFault) -> rig_proto::Fault {
         FaultReason::BadPacket { position, reason } => {
             out.kind = K::BadPacket;
             out.position = Some(*position);
-            out.detail = reason.clone();
+            out.detail = reason.to_string();
         }
         FaultReason::Kernel(KernelFault::Refused(why)) => {
             out.kind = K::BadPacket;
