@@ -84,7 +84,7 @@ pub trait KernelExecutor: Send + Sync {
     fn execute(&self, launch: &Launch<'_>) -> Result<(), KernelFault>;
 
     /// [`KernelExecutor::execute`], reporting what the interpreter counted of the launch, which
-    /// the SQ's counters count by ([`crate::perfmon`]); `None`, as by default, from an executor
+    /// the SQ's counters count by (the crate's perfmon module); `None`, as by default, from an executor
     /// that counts nothing, whose counters then read unknown.
     fn execute_counted(&self, launch: &Launch<'_>) -> Result<Option<ExecStats>, KernelFault> {
         self.execute(launch).map(|()| None)

@@ -392,7 +392,7 @@ fn a_gfx11_queue_that_writes_a_perfcounter_register_faults() {
     q.submit(&perfcounter::begin(&[Counter::Waves], space.vmid()).unwrap());
     let f = q.wait_fault();
     assert!(
-        matches!(&f.reason, FaultReason::BadPacket { reason, .. } if reason.contains("not simulated")),
+        matches!(&f.reason, FaultReason::BadPacket { reason, .. } if reason.to_string().contains("not simulated")),
         "{f}"
     );
 }
